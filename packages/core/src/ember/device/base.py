@@ -1,0 +1,186 @@
+"""The runtime interfaces every device implements: Allocator, Compiler, Program, Compiled, and the Buffer users hold.
+
+A backend subclasses these (through `ember.plugin`, which re-exports them):
+
+* `Allocator.alloc(size, options) -> opaque handle`, `_free`, `_copyin(handle, memoryview)`, `_copyout(memoryview, handle)`,
+  optionally `_as_buffer(handle) -> memoryview` for zero-copy host access and `_offset(handle, size, offset)` for views.
+* `Compiler.compile(src) -> bytes`; `compile_cached` adds a content-addressed sqlite disk cache.
+* `Program(name, lib)` loads a compiled binary; calling it runs the kernel:
+  `prg(*bufs, global_size=(..), local_size=(..), vals=(..), wait=False) -> seconds | None`.
+* `Compiled(device, allocator, renderer, compiler, runtime)` ties them together; `Device["CPU"]` returns one.
+"""
+from __future__ import annotations
+import ctypes
+from abc import ABC, abstractmethod
+import functools
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+from ember.dtype import DType, dtypes
+from ember.errors import CompileError, DeviceError
+from ember.helpers import LRU, content_hash, diskcache_get, diskcache_put, CACHELEVEL
+
+@dataclass(frozen=True)
+class BufferSpec:
+  """Allocation options: `host` memory the CPU can map, `nolru` to bypass the free-buffer cache, `external_ptr`."""
+  host: bool = False
+  nolru: bool = False
+  external_ptr: int | None = None
+  uncached: bool = False
+  cpu_access: bool = False
+
+class Allocator(ABC):
+  """Allocates device memory. Subclasses implement `_alloc`, `_free`, `_copyin`, `_copyout`."""
+  supports_copy_from_disk: bool = False
+  def alloc(self, size: int, options: BufferSpec | None = None) -> Any:
+    if not isinstance(size, int) or size < 0: raise DeviceError(f"{type(self).__name__}.alloc: size must be a non-negative int, got {size!r}")
+    return self._alloc(size, options or BufferSpec())
+  def free(self, opaque: Any, size: int, options: BufferSpec | None = None) -> None: self._free(opaque, options or BufferSpec())
+  @abstractmethod
+  def _alloc(self, size: int, options: BufferSpec) -> Any: """Allocate `size` bytes; return the device's handle."""
+  def _free(self, opaque: Any, options: BufferSpec) -> None: """Release a handle (memory that the GC frees needs nothing)."""
+  @abstractmethod
+  def _copyin(self, dest: Any, src: memoryview) -> None: """Copy host bytes into the device buffer `dest`."""
+  @abstractmethod
+  def _copyout(self, dest: memoryview, src: Any) -> None: """Copy the device buffer `src` into host bytes."""
+  # optional: _as_buffer(opaque) -> memoryview, _offset(opaque, size, offset) -> opaque
+
+class LRUAllocator(Allocator):
+  """Keeps freed buffers by (size, options) and hands them out again: allocation is the slow part on most devices."""
+  def __init__(self) -> None:
+    self.cache: dict[tuple[int, BufferSpec], list[Any]] = defaultdict(list)
+  def alloc(self, size: int, options: BufferSpec | None = None) -> Any:
+    options = options or BufferSpec()
+    if len(cached := self.cache.get((size, options), [])): return cached.pop()
+    try: return super().alloc(size, options)
+    except MemoryError:
+      self.free_cache()
+      return super().alloc(size, options)
+  def free_cache(self) -> None:
+    for (_, options), opaques in self.cache.items():
+      for opaque in opaques: self._free(opaque, options)
+      opaques.clear()
+  def free(self, opaque: Any, size: int, options: BufferSpec | None = None) -> None:
+    options = options or BufferSpec()
+    if LRU.value and not options.nolru and options.external_ptr is None: self.cache[(size, options)].append(opaque)
+    else: self._free(opaque, options)
+
+class Buffer:
+  """A device allocation of `size` elements of `dtype`. Allocated on first use; a view shares its base's memory."""
+  def __init__(self, device: str, size: int, dtype: DType, options: BufferSpec | None = None,
+               base: Buffer | None = None, offset: int = 0, initial_value: bytes | None = None):
+    if dtype.weak: raise DeviceError(f"cannot allocate a buffer of weak dtype {dtype!r}; cast to a concrete dtype first")
+    self.device, self.size, self.dtype, self.options, self.offset = device, size, dtype, options, offset
+    self._base = base
+    if base is not None and base._base is not None: raise DeviceError("a buffer view must be made from a base buffer")
+    if base is not None and offset + self.nbytes > base.nbytes:
+      raise DeviceError(f"buffer view [{offset}:{offset + self.nbytes}] is out of range of its base of {base.nbytes} bytes")
+    if initial_value is not None:
+      self.allocate()
+      self.copyin(memoryview(initial_value))
+  @property
+  def base(self) -> Buffer: return self._base if self._base is not None else self
+  @property
+  def nbytes(self) -> int: return self.size * self.dtype.itemsize
+  @property
+  def is_allocated(self) -> bool: return hasattr(self, "_buf")
+  def ensure_allocated(self) -> Buffer: return self if self.is_allocated else self.allocate()
+  @functools.cached_property
+  def allocator(self) -> Allocator:
+    from ember.device.registry import Device
+    return Device[self.device].allocator
+  def allocate(self, opaque: Any = None) -> Buffer:
+    if self.is_allocated: raise DeviceError("buffer is already allocated")
+    if self._base is not None:
+      self._base.ensure_allocated()
+      offset_fn = getattr(self.allocator, "_offset", None)
+      if offset_fn is None: raise DeviceError(f"{type(self.allocator).__name__} does not support buffer views")
+      self._buf = offset_fn(self._base._buf, self.nbytes, self.offset)
+    else:
+      self._buf = opaque if opaque is not None else self.allocator.alloc(self.nbytes, self.options)
+    return self
+  def __del__(self) -> None:
+    if not hasattr(self, "_buf") or self._base is not None: return
+    try: self.allocator.free(self._buf, self.nbytes, self.options)
+    except Exception:  # noqa: BLE001  interpreter shutdown may have torn down the allocator already
+      pass
+  def __repr__(self) -> str:
+    return f"<buf device:{self.device} size:{self.size} dtype:{self.dtype!r}{' offset:' + str(self.offset) if self._base is not None else ''}>"
+  def as_buffer(self) -> memoryview | None:
+    """A zero-copy host view of the memory, if the allocator offers one."""
+    fn = getattr(self.allocator, "_as_buffer", None)
+    return None if fn is None else fn(self.ensure_allocated()._buf)
+  def copyin(self, mv: memoryview) -> Buffer:
+    mv = mv.cast("B") if mv.nbytes else mv
+    if mv.nbytes != self.nbytes: raise DeviceError(f"copyin of {mv.nbytes} bytes into a buffer of {self.nbytes} bytes")
+    self.ensure_allocated()
+    if mv.nbytes: self.allocator._copyin(self._buf, mv)
+    return self
+  def copyout(self, mv: memoryview) -> memoryview:
+    mv = mv.cast("B") if mv.nbytes else mv
+    if mv.nbytes != self.nbytes: raise DeviceError(f"copyout of a buffer of {self.nbytes} bytes into {mv.nbytes} bytes")
+    self.ensure_allocated()
+    if mv.nbytes:
+      from ember.device.registry import Device
+      Device[self.device].synchronize()
+      self.allocator._copyout(mv, self._buf)
+    return mv
+  def view(self, size: int, dtype: DType, offset: int) -> Buffer:
+    return Buffer(self.device, size, dtype, base=self.base, offset=self.offset + offset)
+  def numpy(self) -> Any:
+    import numpy as np
+    from ember.dtype import dtypes as dts
+    np_dt = _np_storage_dtype(self.dtype)
+    out = np.empty(self.nbytes // max(np.dtype(np_dt).itemsize, 1), dtype=np_dt) if self.dtype != dts.void else np.empty(0, np.uint8)
+    self.copyout(memoryview(out).cast("B"))
+    return out
+
+def _np_storage_dtype(dt: DType) -> Any:
+  """The numpy dtype that holds a buffer's bytes: the dtype itself, or raw bits for bfloat16/fp8."""
+  if dt.fmt is not None: return dt.fmt
+  return {1: "B", 2: "H"}[dt.itemsize]
+
+class Compiler(ABC):
+  """Turns rendered source into a binary. `cachekey` names the disk-cache table; None disables caching.
+
+  `binary_format` tells a device's runtime how to load the output (e.g. "elf-so", "llvm-ir", "ptx", "cubin").
+  """
+  binary_format: str = "bytes"
+  def __init__(self, cachekey: str | None = None):
+    self.cachekey = cachekey
+  @abstractmethod
+  def compile(self, src: str) -> bytes: """Compile rendered source to the bytes this device's runtime loads."""
+  def compile_cached(self, src: str) -> bytes:
+    key = content_hash(src)
+    if self.cachekey is not None and CACHELEVEL.value >= 1 and (lib := diskcache_get(self.cachekey, key)) is not None:
+      return lib
+    try: lib = self.compile(src)
+    except CompileError: raise
+    except Exception as e: raise CompileError(f"{type(self).__name__} failed: {e}") from e
+    if self.cachekey is not None and CACHELEVEL.value >= 1: diskcache_put(self.cachekey, key, lib)
+    return lib
+  def disassemble(self, lib: bytes) -> str: return f"<{len(lib)} bytes; {type(self).__name__} has no disassembler>"
+
+class Program(Protocol):
+  """A loaded kernel. `vals` are the values of the kernel's symbolic variables, in the order of its DEFINE_VARs."""
+  def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] | None = None,
+               vals: tuple[int, ...] = (), wait: bool = False) -> float | None: ...
+
+class Compiled:
+  """A device: its allocator, the renderer and compiler selected for it, and the runtime that loads binaries."""
+  def __init__(self, device: str, allocator: Allocator, renderer: Any, compiler: Compiler,
+               runtime: Callable[[str, bytes], Program], graph: Any = None):
+    self.device, self.allocator, self.renderer, self.compiler, self.runtime, self.graph = device, allocator, renderer, compiler, runtime, graph
+  def synchronize(self) -> None:
+    """Wait until every queued command on this device has finished (synchronous devices have nothing to wait for)."""
+  def finalize(self) -> None:
+    """Called at interpreter exit: release device resources."""
+  def __repr__(self) -> str: return f"<{type(self).__name__} {self.device} renderer={type(self.renderer).__name__}>"
+
+def from_mv(mv: memoryview, to_type: Any = ctypes.c_char) -> Any:
+  """A ctypes array over a memoryview's memory (no copy)."""
+  return ctypes.cast(ctypes.addressof(to_type.from_buffer(mv)), ctypes.POINTER(to_type * len(mv))).contents
+
+def mv_address(mv: memoryview) -> int: return ctypes.addressof(ctypes.c_char.from_buffer(mv))
+
+__all__ = ["BufferSpec", "Allocator", "LRUAllocator", "Buffer", "Compiler", "Program", "Compiled", "from_mv", "mv_address", "dtypes"]

@@ -1,0 +1,33 @@
+"""The typed errors ember raises. Every user-facing error is an `EmberError`; messages name the component, the values
+that did not fit, and the fix when there is one."""
+from __future__ import annotations
+
+class EmberError(Exception):
+  """Base class of every error ember raises on purpose."""
+
+class ShapeError(EmberError, ValueError):
+  """Shapes do not fit together (broadcasting, matmul, reshape, cat ...)."""
+
+class AxisError(EmberError, IndexError):
+  """An axis or dimension index is out of range."""
+
+class DTypeError(EmberError, TypeError):
+  """A dtype cannot be used here (bitwise ops on floats, unknown dtype names ...)."""
+
+class DeviceError(EmberError, RuntimeError):
+  """A device cannot be found, loaded or used."""
+
+class PluginError(DeviceError):
+  """A backend plugin is broken, incompatible or misconfigured."""
+
+class CompileError(EmberError, RuntimeError):
+  """A renderer or compiler failed on a kernel."""
+
+class MemoryAccessError(EmberError, IndexError):
+  """A kernel read or wrote outside its buffer (raised by the bounds-checked PYTHON device)."""
+
+class JitError(EmberError, RuntimeError):
+  """TinyJit was used in a way it cannot capture or replay."""
+
+class GradientError(EmberError, RuntimeError):
+  """Autograd was asked for something it cannot compute."""

@@ -1,0 +1,191 @@
+"""Pattern matching and graph rewriting: `UPat`, `PatternMatcher`, `graph_rewrite`.
+
+A `UPat` describes a UOp shape. `src` given as a tuple matches in order, as a list in any order (commutative), as a
+single UPat every source must match it. A `PatternMatcher` is a table of `(UPat, callback)`; the callback gets the
+named captures as keyword arguments (plus `ctx` if it declares it) and returns a replacement UOp or None.
+"""
+from __future__ import annotations
+import inspect
+import itertools
+from typing import Any, Callable, Iterable
+from ember.dtype import AnyDType, PtrDType
+from ember.uop.ops import Ops, UOp, GroupOp
+
+class UPat:
+  __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "match_arg", "early_reject", "_any")
+  def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: AnyDType | Iterable[AnyDType] | None = None,
+               src: UPat | tuple[UPat, ...] | list[UPat] | None = None, arg: Any = None, name: str | None = None,
+               allow_any_len: bool = False, match_arg: bool | None = None):
+    self.op: frozenset[Ops] | None = None if op is None else frozenset({op} if isinstance(op, Ops) else op)
+    self.dtype: tuple[AnyDType, ...] | None = None if dtype is None else (tuple(dtype) if isinstance(dtype, (tuple, list, set, frozenset)) else (dtype,))
+    self.src = src
+    self.arg, self.name, self.allow_any_len = arg, name, allow_any_len
+    self.match_arg = (arg is not None) if match_arg is None else match_arg
+    self._any: tuple[UPat, ...] | None = None
+    # early reject: ops that must appear among the sources
+    srcs = src if isinstance(src, (tuple, list)) else ()
+    self.early_reject = frozenset(p.op.__iter__().__next__() for p in srcs if p.op is not None and len(p.op) == 1)
+
+  @staticmethod
+  def var(name: str | None = None, dtype: AnyDType | Iterable[AnyDType] | None = None) -> UPat: return UPat(dtype=dtype, name=name)
+  @staticmethod
+  def cvar(name: str | None = None, dtype: AnyDType | Iterable[AnyDType] | None = None) -> UPat:
+    return UPat(Ops.CONST, dtype=dtype, name=name)
+  @staticmethod
+  def const(dtype: AnyDType | Iterable[AnyDType] | None, value: Any) -> UPat: return UPat(Ops.CONST, dtype=dtype, arg=value, match_arg=True)
+  @staticmethod
+  def any(*pats: UPat) -> UPat:
+    ret = UPat()
+    ret._any = pats
+    return ret
+  def named(self, name: str) -> UPat:
+    ret = UPat(self.op, self.dtype, self.src, self.arg, name, self.allow_any_len, self.match_arg)
+    ret._any = self._any
+    return ret
+
+  # sugar: arithmetic builds patterns; python scalars become constant patterns
+  @staticmethod
+  def _fix(x: Any) -> UPat: return x if isinstance(x, UPat) else UPat.const(None, x)
+  def alu(self, op: Ops, *srcs: Any) -> UPat:
+    all_src = (self, *(UPat._fix(s) for s in srcs))
+    return UPat(op, src=list(all_src) if op in GroupOp.Commutative else all_src)
+  def __add__(self, x: Any) -> UPat: return self.alu(Ops.ADD, x)
+  def __radd__(self, x: Any) -> UPat: return self.alu(Ops.ADD, x)
+  def __mul__(self, x: Any) -> UPat: return self.alu(Ops.MUL, x)
+  def __rmul__(self, x: Any) -> UPat: return self.alu(Ops.MUL, x)
+  def __floordiv__(self, x: Any) -> UPat: return self.alu(Ops.IDIV, x)
+  def __mod__(self, x: Any) -> UPat: return self.alu(Ops.MOD, x)
+  def __and__(self, x: Any) -> UPat: return self.alu(Ops.AND, x)
+  def __or__(self, x: Any) -> UPat: return self.alu(Ops.OR, x)
+  def lt(self, x: Any) -> UPat: return self.alu(Ops.CMPLT, x)
+  def ne(self, x: Any) -> UPat: return self.alu(Ops.CMPNE, x)
+  def eq(self, x: Any) -> UPat: return self.alu(Ops.CMPEQ, x)
+  def maximum(self, x: Any) -> UPat: return self.alu(Ops.MAX, x)
+  def where(self, x: Any, y: Any) -> UPat: return UPat(Ops.WHERE, src=(self, UPat._fix(x), UPat._fix(y)))
+  def cast(self, dtype: AnyDType | None = None, name: str | None = None) -> UPat: return UPat(Ops.CAST, dtype, (self,), name=name)
+  def load(self, name: str | None = None) -> UPat: return UPat(Ops.LOAD, src=(self,), name=name)
+  def index(self, idx: UPat, name: str | None = None) -> UPat: return UPat(Ops.INDEX, src=(self, idx), name=name)
+
+  def __repr__(self) -> str:
+    return f"UPat({None if self.op is None else sorted(o.name for o in self.op)}, name={self.name!r}, arg={self.arg!r})"
+
+  def match(self, uop: UOp, store: dict[str, UOp]) -> list[dict[str, UOp]]:
+    """Every way `uop` matches this pattern, each as a dict of captures extending `store`."""
+    if self._any is not None:
+      out: list[dict[str, UOp]] = []
+      for p in self._any:
+        for m in p.match(uop, dict(store)):
+          if self.name is not None:
+            if self.name in m and m[self.name] is not uop: continue
+            m[self.name] = uop
+          out.append(m)
+      return out
+    if self.op is not None and uop.op not in self.op: return []
+    if self.dtype is not None and uop.dtype not in self.dtype and not (isinstance(uop.dtype, PtrDType) and uop.dtype.base in self.dtype):
+      return []
+    if self.match_arg and not _arg_eq(self.arg, uop.arg): return []
+    if self.name is not None:
+      if (prev := store.get(self.name)) is not None and prev is not uop: return []
+      store = {**store, self.name: uop}
+    if self.src is None: return [store]
+    if isinstance(self.src, UPat):
+      stores = [store]
+      for s in uop.src: stores = [m for st in stores for m in self.src.match(s, st)]
+      return stores
+    pats = self.src
+    if len(pats) != len(uop.src) and not (self.allow_any_len and len(uop.src) >= len(pats)): return []
+    orders: Iterable[Iterable[UPat]] = itertools.permutations(pats) if isinstance(pats, list) else (pats,)
+    results: list[dict[str, UOp]] = []
+    for order in orders:
+      stores = [store]
+      for p, s in zip(order, uop.src):
+        stores = [m for st in stores for m in p.match(s, st)]
+        if not stores: break
+      results.extend(stores)
+    return results
+
+def _arg_eq(pat_arg: Any, arg: Any) -> bool:
+  if isinstance(pat_arg, float) or isinstance(arg, float): return type(arg) is not bool and pat_arg == arg
+  if isinstance(pat_arg, bool) != isinstance(arg, bool): return False
+  return pat_arg == arg
+
+RewriteFn = Callable[..., UOp | None]
+
+class PatternMatcher:
+  """A table of rewrite rules, indexed by the root op so a node is only tried against rules that can match it."""
+  def __init__(self, patterns: list[tuple[UPat, RewriteFn]]):
+    self.patterns = patterns
+    self.pdict: dict[Ops, list[tuple[UPat, RewriteFn, bool, frozenset[Ops]]]] = {}
+    self.any_op: list[tuple[UPat, RewriteFn, bool, frozenset[Ops]]] = []
+    for pat, fn in patterns:
+      entry = (pat, fn, "ctx" in inspect.signature(fn).parameters, pat.early_reject)
+      if pat.op is None: self.any_op.append(entry)
+      else:
+        for op in pat.op: self.pdict.setdefault(op, []).append(entry)
+  def __add__(self, other: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.patterns + other.patterns)
+  def rewrite(self, uop: UOp, ctx: Any = None) -> UOp | None:
+    src_ops = {s.op for s in uop.src}
+    for pat, fn, wants_ctx, reject in itertools.chain(self.pdict.get(uop.op, ()), self.any_op):
+      if not reject <= src_ops: continue
+      for match in pat.match(uop, {}):
+        ret = fn(ctx=ctx, **match) if wants_ctx else fn(**match)
+        if ret is not None and ret is not uop: return ret
+    return None
+
+class RewriteLoopError(RuntimeError):
+  pass
+
+def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False, name: str | None = None) -> UOp:
+  """Rewrite the graph under `sink` with `pm` to a fixed point.
+
+  Top-down (default): every node is rebuilt from its rewritten sources, then `pm` is applied until it returns None,
+  rewriting each result in full. `bottom_up=True` applies `pm` to a node before descending into its sources.
+  """
+  replace: dict[UOp, UOp] = {}
+  in_progress: set[UOp] = set()
+  # stack entries: (original, stage, working node)
+  stack: list[tuple[UOp, int, UOp]] = [(sink, 0, sink)]
+  steps = 0
+  while stack:
+    steps += 1
+    if steps > 5_000_000: raise RewriteLoopError(f"graph_rewrite {name or ''} did not converge")
+    orig, stage, node = stack.pop()
+    if stage == 0:
+      if orig in replace: continue
+      if bottom_up:
+        for _ in range(1000):
+          nxt = pm.rewrite(node, ctx)
+          if nxt is None: break
+          node = nxt
+        else: raise RewriteLoopError(f"graph_rewrite {name or ''}: a rule keeps rewriting {node.op}")
+      in_progress.add(orig)
+      stack.append((orig, 1, node))
+      for s in reversed(node.src):
+        if s not in replace and s not in in_progress: stack.append((s, 0, s))
+    elif stage == 1:
+      new_src = tuple(replace.get(s, s) for s in node.src)
+      rebuilt = node if all(a is b for a, b in zip(new_src, node.src)) else UOp(node.op, node.dtype, new_src, node.arg, node.tag)
+      nxt = None if bottom_up and rebuilt is node else pm.rewrite(rebuilt, ctx)
+      if nxt is None:
+        replace[orig] = rebuilt
+        in_progress.discard(orig)
+      else:
+        # rewrite the replacement fully, then map the original to its final form
+        stack.append((orig, 2, nxt))
+        if nxt not in replace and nxt not in in_progress: stack.append((nxt, 0, nxt))
+    else:
+      replace[orig] = replace.get(node, node)
+      in_progress.discard(orig)
+  return replace[sink]
+
+def substitute(sink: UOp, mapping: dict[UOp, UOp]) -> UOp:
+  """Replace nodes by identity, rebuilding their users (no fixed point: replacements are not rewritten again)."""
+  if not mapping: return sink
+  replace: dict[UOp, UOp] = {}
+  for node in sink.toposort():
+    if node in mapping:
+      replace[node] = mapping[node]
+      continue
+    new_src = tuple(replace.get(s, s) for s in node.src)
+    replace[node] = node if all(a is b for a, b in zip(new_src, node.src)) else UOp(node.op, node.dtype, new_src, node.arg, node.tag)
+  return replace[sink]
