@@ -3,3 +3,19 @@ from __future__ import annotations
 import pkgutil
 __path__ = pkgutil.extend_path(__path__, __name__)  # ember.nn ships in its own distribution (ember-nn)
 __version__ = "0.1.0"
+
+from ember.dtype import dtypes, DType  # noqa: E402
+from ember.helpers import Context, getenv  # noqa: E402
+from ember.uop.ops import UOp, Variable  # noqa: E402
+from ember.device import Device  # noqa: E402
+from ember.tensor import Tensor  # noqa: E402
+from ember.engine.realize import GlobalCounters  # noqa: E402
+from ember.engine.jit import TinyJit  # noqa: E402
+
+__all__ = ["Tensor", "dtypes", "DType", "Device", "Context", "getenv", "TinyJit", "Variable", "UOp", "GlobalCounters"]
+
+def __getattr__(name: str):  # `from ember import nn` works when ember-nn is installed, without importing it eagerly
+  if name == "nn":
+    import importlib
+    return importlib.import_module("ember.nn")
+  raise AttributeError(f"module 'ember' has no attribute {name!r}")

@@ -17,7 +17,7 @@ import struct
 import weakref
 from dataclasses import dataclass
 from enum import Enum, auto
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TYPE_CHECKING
 from ember.dtype import DType, PtrDType, AnyDType, dtypes, as_const, least_upper_dtype
 from ember.errors import DTypeError
 
@@ -68,7 +68,6 @@ class BufferArg:
   device: str
   size: int
 
-sint = int | "UOp"  # type: ignore[operator]
 
 def _arg_key(arg: Any) -> Any:
   # -0.0 == 0.0 and True == 1 hash alike: keep them apart so hash-consing never merges different constants
@@ -250,6 +249,7 @@ class UOp(metaclass=UOpMetaClass):
     return sorted({u for u in self.toposort() if u.op is Ops.DEFINE_VAR}, key=lambda v: v.arg)
 
 Variable = UOp.variable
+sint = int | UOp  # a shape dimension: an int or a symbolic UOp
 
 # ** shape derivation (tensor level) **
 

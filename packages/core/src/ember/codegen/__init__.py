@@ -1,0 +1,100 @@
+"""Codegen: one kernel AST -> lowering passes -> a linear program -> source text via the device's renderer."""
+from __future__ import annotations
+import functools
+from ember.dtype import PtrDType, dtypes
+from ember.errors import CompileError
+from ember.helpers import NUM_CPU_THREADS, SPEC, DEBUG, NOOPT, prod
+from ember.renderer import Renderer, ProgramSpec, Estimates
+from ember.uop.ops import Ops, UOp, AxisType, GroupOp
+from ember.uop.rewrite import graph_rewrite, PatternMatcher, UPat
+from ember.uop.symbolic import symbolic
+from ember.uop.spec import type_verify
+from ember.codegen.linearize import linearize
+
+# ** lowering passes **
+
+def _lower_mulacc(a: UOp, b: UOp, c: UOp) -> UOp: return a * b + c
+
+pm_lower_alu = PatternMatcher([
+  (UPat(Ops.MULACC, src=(UPat.var("a"), UPat.var("b"), UPat.var("c"))), _lower_mulacc),  # mulacc(a,b,c) -> a*b+c
+])
+
+def _gate_invariant_loads(x: UOp) -> UOp | None:
+  """A load gated by a constant True needs no gate; gated by False it is the zero constant."""
+  if len(x.src[0].src) == 3 and x.src[0].src[2].op is Ops.CONST:
+    idx = x.src[0]
+    if idx.src[2].arg: return idx.replace(src=idx.src[:2]).load()
+    return x.const_like(0)
+  return None
+
+pm_gates = PatternMatcher([
+  (UPat(Ops.LOAD, name="x"), _gate_invariant_loads),
+])
+
+def apply_opts(ast: UOp, renderer: Renderer) -> tuple[UOp, list[int] | None]:
+  """Kernel optimisations (the hook BEAM and hand-coded opts plug into). CPU: split the outermost range over threads."""
+  if NOOPT.value or not renderer.has_threads: return ast, None
+  ranges = sorted((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] is AxisType.GLOBAL), key=lambda r: r.arg[0])
+  if not ranges or ranges[0].src[0].op is not Ops.CONST: return ast, None
+  work = prod(r.src[0].arg if r.src[0].op is Ops.CONST else 1 for r in ast.toposort() if r.op is Ops.RANGE)
+  nthreads = NUM_CPU_THREADS.value or (renderer.global_max[0] if renderer.global_max else 1)
+  first = ranges[0]
+  n = min(nthreads, first.src[0].arg)
+  if n < 2 or work < 1 << 15: return ast, None
+  return ast.substitute({first: first.replace(arg=(first.arg[0], AxisType.THREAD))}), [n, 1, 1]
+
+def estimate(uops: list[UOp]) -> Estimates:
+  ops, mult, stack = 0, 1, []
+  for u in uops:
+    if u.op is Ops.RANGE:
+      n = u.src[0].arg if u.src[0].op is Ops.CONST else (u.src[0].vmax + 1 if u.src[0].vmax is not None else 1)
+      stack.append(n)
+      mult *= max(n, 1)
+    elif u.op is Ops.END and stack: mult //= max(stack.pop(), 1)
+    elif u.op in GroupOp.ALU and not dtypes.is_int(u.dtype) or u.op in (Ops.MULACC,): ops += mult
+  mem = sum(u.dtype.size * u.dtype.base.itemsize for u in uops if u.op is Ops.PARAM and isinstance(u.dtype, PtrDType) and u.dtype.size > 0)
+  return Estimates(ops, mem)
+
+@functools.lru_cache(maxsize=4096)
+def _decomp_matcher(native: frozenset[Ops]) -> PatternMatcher | None:
+  missing = {Ops.EXP2, Ops.LOG2, Ops.SIN} - native
+  if not missing: return None
+  from ember.codegen.transcendental import pm_transcendental
+  return pm_transcendental(set(native))
+
+def full_rewrite(ast: UOp, renderer: Renderer) -> tuple[list[UOp], list[int] | None]:
+  """The pipeline from kernel AST to linear program; each pass runs where it does for the reason on its line."""
+  sink = graph_rewrite(ast, symbolic + pm_lower_alu, name="simplify index math")  # fold movement-op index math
+  sink = graph_rewrite(sink, pm_gates, name="drop constant gates")  # padding that is always valid needs no gate
+  sink, gsize = apply_opts(sink, renderer)  # threads / later BEAM opts
+  if (decomp := _decomp_matcher(frozenset(renderer.code_for_op))) is not None:
+    sink = graph_rewrite(sink, decomp, name="decompose transcendentals")  # targets without native exp2/log2/sin
+    sink = graph_rewrite(sink, symbolic, name="simplify decompositions")
+  if renderer.extra_matcher is not None: sink = graph_rewrite(sink, renderer.extra_matcher, name="renderer rewrites")
+  if SPEC.value: type_verify(sink, "kernel AST")
+  uops = linearize(sink)
+  if SPEC.value: type_verify(uops, "linear program")
+  return uops, gsize
+
+def kernel_name(ast: UOp) -> str:
+  shape = [r.src[0].arg if r.src[0].op is Ops.CONST else "s" for r in sorted((n for n in ast.toposort() if n.op is Ops.RANGE), key=lambda r: r.arg[0])]
+  has_reduce = any(n.op is Ops.REDUCE for n in ast.toposort())
+  return ("r_" if has_reduce else "E_") + "_".join(str(s) for s in shape) if shape else "E_scalar"
+
+def get_program(ast: UOp, renderer: Renderer, device: str = "") -> ProgramSpec:
+  """Codegen one kernel for `renderer`: the rendered source plus everything needed to launch it."""
+  uops, gsize = full_rewrite(ast, renderer)
+  name = kernel_name(ast)
+  try: src = renderer.render(uops, name)
+  except CompileError: raise
+  except Exception as e: raise CompileError(f"{type(renderer).__name__} failed to render kernel {name}: {e}") from e
+  params = [u for u in uops if u.op is Ops.PARAM]
+  outs = sorted({u.src[0].src[0].arg for u in uops if u.op is Ops.STORE})
+  ins = sorted({u.src[0].src[0].arg for u in uops if u.op is Ops.LOAD})
+  if DEBUG.value >= 4: _debug_print(src)
+  return ProgramSpec(name, src, device, uops, [p.arg for p in params], [u for u in uops if u.op is Ops.DEFINE_VAR], outs, ins,
+                     gsize, None, estimate(uops))
+
+def _debug_print(src: str) -> None:
+  import sys
+  sys.stderr.write(src + "\n")

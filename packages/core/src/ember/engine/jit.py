@@ -1,0 +1,84 @@
+"""TinyJit: run a function normally once, capture the kernels it launches on the second call, replay them after.
+
+Replay launches the captured compiled kernels directly with the new input buffers swapped in: no scheduling, no
+codegen and no per-op Python work. Inputs must be realized tensors of the same shapes and dtypes on every call.
+"""
+from __future__ import annotations
+import functools
+from typing import Any, Callable, Generic, TypeVar
+from ember.device.base import Buffer
+from ember.errors import JitError
+from ember.engine import realize as engine
+from ember.helpers import JIT
+
+R = TypeVar("R")
+
+def _input_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+  from ember.tensor import Tensor
+  return [a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
+
+def _flatten_returns(ret: Any) -> list[Any]:
+  from ember.tensor import Tensor
+  if isinstance(ret, Tensor): return [ret]
+  if isinstance(ret, (list, tuple)): return [t for r in ret for t in _flatten_returns(r)]
+  if isinstance(ret, dict): return [t for r in ret.values() for t in _flatten_returns(r)]
+  return []
+
+class TinyJit(Generic[R]):
+  """`@TinyJit` on a function of Tensors: the 1st call runs normally, the 2nd captures, later calls replay."""
+  def __init__(self, fxn: Callable[..., R] | None = None, prune: bool = False):
+    self.fxn, self.prune = fxn, prune
+    self.cnt = 0
+    self.captured: list[tuple[engine.CompiledRunner | None, list[Buffer], dict[str, int]]] = []
+    self.expected: list[tuple[tuple[Any, ...], Any, str]] = []
+    self.ret: Any = None
+    if fxn is not None: functools.update_wrapper(self, fxn)
+  def __get__(self, obj: Any, objtype: Any = None) -> Any: return functools.partial(self.__call__, obj)
+  def reset(self) -> None:
+    self.cnt, self.captured, self.expected, self.ret = 0, [], [], None
+  def __call__(self, *args: Any, **kwargs: Any) -> R:
+    if self.fxn is None:  # used as @TinyJit(prune=True)
+      self.fxn = args[0]
+      functools.update_wrapper(self, self.fxn)
+      return self  # type: ignore[return-value]
+    inputs = _input_tensors(args, kwargs)
+    for t in inputs:
+      if t.dtype.weak: raise JitError(f"JIT inputs must be real buffers, got a weak {t.dtype!r} tensor; use .clone()")
+    if not JIT.value or self.cnt == 0:
+      self.cnt += 1
+      ret = self.fxn(*args, **kwargs)
+      for t in _flatten_returns(ret): t.realize()
+      return ret
+    from ember.tensor import Tensor
+    for t in inputs: t.realize()
+    in_bufs = [t._buffer() if not t.uop.is_realized else _buf(t) for t in inputs]
+    info = [(t.shape, t.dtype, t.device) for t in inputs]
+    if self.cnt == 1:
+      self.expected = info
+      captured: list[tuple[engine.CompiledRunner | None, list[Buffer], dict[str, int]]] = []
+      hook = lambda runner, bufs, vv: captured.append((runner, list(bufs), dict(vv)))  # noqa: E731
+      engine.capture_hooks.append(hook)
+      try:
+        ret = self.fxn(*args, **kwargs)
+        outs = _flatten_returns(ret)
+        Tensor.realize(*outs) if outs else None
+      finally:
+        engine.capture_hooks.remove(hook)
+      self.captured, self.in_bufs, self.ret = captured, in_bufs, ret
+      self.cnt += 1
+      return ret
+    if info != self.expected:
+      raise JitError(f"TinyJit inputs changed: expected {self.expected}, got {info}; shapes, dtypes and devices must stay the same")
+    swap = {id(old): new for old, new in zip(self.in_bufs, in_bufs)}
+    for runner, bufs, vv in self.captured:
+      real = [swap.get(id(b), b) for b in bufs]
+      if runner is None: engine._copy(real[0], real[1])
+      else:
+        runner(real, vv)
+        engine.GlobalCounters.kernel_count += 1
+    self.cnt += 1
+    return self.ret
+
+def _buf(t: Any) -> Buffer:
+  from ember.schedule import buffer_of
+  return buffer_of(t.uop)

@@ -1,0 +1,94 @@
+"""Run a schedule: compile each kernel once (cached by AST and target), launch it, do copies, count the work."""
+from __future__ import annotations
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+from ember.device.base import Buffer
+from ember.errors import CompileError
+from ember.helpers import DEBUG, colored
+from ember.renderer import ProgramSpec
+from ember.schedule import ScheduleItem
+from ember.uop.ops import UOp
+
+class GlobalCounters:
+  """What the realizes since the last `reset()` ran: kernels, FLOPs, bytes, kernel time."""
+  kernel_count: int = 0
+  global_ops: int = 0
+  global_mem: int = 0
+  time_sum_s: float = 0.0
+  mem_used: int = 0
+  @staticmethod
+  def reset() -> None:
+    GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem, GlobalCounters.time_sum_s = 0, 0, 0, 0.0
+
+@dataclass
+class CompiledRunner:
+  """A compiled kernel ready to launch on one device."""
+  spec: ProgramSpec
+  lib: bytes
+  prg: Any
+  device: str
+  def __call__(self, bufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
+    vals = tuple(var_vals[v.arg[0]] for v in self.spec.vars)
+    gsize = tuple(self.spec.global_size) if self.spec.global_size else (1, 1, 1)
+    lsize = tuple(self.spec.local_size) if self.spec.local_size else None
+    return self.prg(*[b.ensure_allocated()._buf for b in bufs], global_size=gsize, local_size=lsize, vals=vals, wait=wait)
+
+_runner_cache: dict[tuple[str, str, UOp], CompiledRunner] = {}
+
+def get_runner(device: str, ast: UOp) -> CompiledRunner:
+  from ember.device import Device
+  from ember.codegen import get_program
+  dev = Device[device]
+  key = (device, repr(dev.renderer), ast)
+  if (r := _runner_cache.get(key)) is not None: return r
+  spec = get_program(ast, dev.renderer, device)
+  try: lib = dev.compiler.compile_cached(spec.src)
+  except CompileError as e: raise CompileError(f"compiling kernel {spec.name} for {device}: {e}") from e
+  runner = CompiledRunner(spec, lib, dev.runtime(spec.name, lib), device)
+  _runner_cache[key] = runner
+  return runner
+
+# TinyJit listens here: each executed call is reported as (runner or None for copies, buffers, var_vals)
+capture_hooks: list[Callable[[CompiledRunner | None, list[Buffer], dict[str, int]], None]] = []
+
+def _copy(dst: Buffer, src: Buffer) -> None:
+  dst.ensure_allocated()
+  if (mv := src.as_buffer()) is not None:
+    from ember.device import Device
+    Device[src.device].synchronize()
+    dst.copyin(mv)
+    return
+  tmp = memoryview(bytearray(src.nbytes))
+  src.copyout(tmp)
+  dst.copyin(tmp)
+
+def run_schedule(items: list[ScheduleItem], var_vals: dict[str, int] | None = None) -> None:
+  st = time.perf_counter()
+  for it in items:
+    if it.kind == "copy":
+      _copy(it.bufs[0], it.bufs[1])
+      for hook in capture_hooks: hook(None, it.bufs, {})
+      GlobalCounters.global_mem += it.bufs[0].nbytes
+      continue
+    assert it.ast is not None
+    runner = get_runner(it.meta["device"], it.ast)
+    vv = {**it.var_vals, **(var_vals or {})}
+    et = runner(it.bufs, vv, wait=DEBUG.value >= 2)
+    for hook in capture_hooks: hook(runner, it.bufs, vv)
+    update_stats(runner, et)
+  if DEBUG.value >= 1 and items:
+    sys.stderr.write(f"realize: {len(items)} calls, {GlobalCounters.global_ops/1e9:.3f} GFLOP total, {(time.perf_counter()-st)*1e3:.2f} ms\n")
+
+def update_stats(runner: CompiledRunner, et: float | None) -> None:
+  GlobalCounters.kernel_count += 1
+  GlobalCounters.global_ops += runner.spec.estimates.ops
+  GlobalCounters.global_mem += runner.spec.estimates.mem
+  if et is not None: GlobalCounters.time_sum_s += et
+  if DEBUG.value >= 2:
+    t = et or 0.0
+    gflops = runner.spec.estimates.ops / t / 1e9 if t > 0 else 0.0
+    gbs = runner.spec.estimates.mem / t / 1e9 if t > 0 else 0.0
+    sys.stderr.write(f"*** {runner.device:8s} {GlobalCounters.kernel_count:4d} {colored(f'{runner.spec.name:30s}', 'cyan')} "
+                     f"tm {t*1e6:9.2f}us {gflops:8.2f} GFLOP/s {gbs:8.2f} GB/s\n")

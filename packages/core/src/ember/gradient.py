@@ -1,0 +1,127 @@
+"""Autograd: gradient rules over tensor-level UOps, applied in reverse topological order.
+
+Each rule maps (the node's output gradient, the node) to one gradient per source (None: no gradient flows there).
+Rules are written with Tensor methods on wrapped UOps so the backward graph fuses like any forward graph.
+"""
+from __future__ import annotations
+import math
+from typing import Callable
+from ember.dtype import dtypes
+from ember.uop.ops import Ops, UOp
+
+def _t(u: UOp):
+  from ember.tensor import Tensor
+  return Tensor(u)
+
+def _reduce_grad(g, node: UOp):
+  x = _t(node.src[0])
+  op, axes = node.arg
+  if op is Ops.ADD: return (g.expand(x.shape),)
+  out = _t(node)
+  if op is Ops.MAX:
+    is_max = (x == out.expand(x.shape)).cast(g.dtype)
+    count = is_max.sum(axes, keepdim=True).expand(x.shape)
+    return ((is_max / count) * g.expand(x.shape),)
+  if op is Ops.MUL:
+    # d(prod)/dx_i = prod of the others; computed without dividing by x so zeros are handled
+    return (_prod_others(x, axes) * g.expand(x.shape),)
+  from ember.errors import GradientError
+  raise GradientError(f"no gradient for reduce {op}")
+
+def _prod_others(x, axes: tuple[int, ...]):
+  """For each element, the product of all other elements along `axes` (exclusive products from both sides)."""
+  from ember.tensor import Tensor
+  flat_axes = list(axes)
+  keep = [i for i in range(x.ndim) if i not in flat_axes]
+  perm = keep + flat_axes
+  xp = x.permute(perm)
+  kept_shape = tuple(x.shape[i] for i in keep)
+  n = 1
+  for a in flat_axes: n *= x.shape[a]
+  xf = xp.reshape(*kept_shape, n)
+  ones = Tensor.ones(*kept_shape, 1, dtype=x.dtype, device=x.device)
+  # prefix[i] = prod(x[:i]), suffix[i] = prod(x[i+1:]) via masked products over an (n, n) window
+  idx = Tensor.arange(n, device=x.device)
+  mask = idx.reshape(n, 1) != idx.reshape(1, n)  # (n, n): True where j != i
+  expanded = xf.unsqueeze(-2).expand(*kept_shape, n, n)
+  others = mask.where(expanded, ones.unsqueeze(-1).expand(*kept_shape, n, n)).prod(-1)
+  inv = [0] * len(perm)
+  for i, p in enumerate(perm): inv[p] = i
+  return others.reshape(*kept_shape, *(x.shape[a] for a in flat_axes)).permute(inv)
+
+def _max_grad(g, node: UOp):
+  a, b = _t(node.src[0]), _t(node.src[1])
+  ga = (a > b).where(g, (a == b).where(g * 0.5, 0.0))
+  gb = (b > a).where(g, (a == b).where(g * 0.5, 0.0))
+  return ga, gb
+
+def _pad_grad(g, node: UOp):
+  return (g.shrink(tuple((b, b + s) for (b, _), s in zip(node.arg, node.src[0].shape))),)
+
+def _shrink_grad(g, node: UOp):
+  return (g.pad(tuple((b, s - e) for (b, e), s in zip(node.arg, node.src[0].shape))),)
+
+def _expand_grad(g, node: UOp):
+  src_shape = node.src[0].shape
+  axes = tuple(i for i, (s, n) in enumerate(zip(src_shape, node.arg)) if s != n)
+  acc = dtypes.float32 if g.dtype in (dtypes.float16, dtypes.bfloat16) else g.dtype
+  return (g.cast(acc).sum(axes, keepdim=True).cast(g.dtype),)
+
+def _permute_grad(g, node: UOp):
+  inv = [0] * len(node.arg)
+  for i, p in enumerate(node.arg): inv[p] = i
+  return (g.permute(inv),)
+
+LN2 = math.log(2)
+
+grad_rules: dict[Ops, Callable] = {
+  Ops.CAST: lambda g, n: (g.cast(n.src[0].dtype),) if dtypes.is_float(n.src[0].dtype) else (None,),
+  Ops.NEG: lambda g, n: (-g,),
+  Ops.RECIPROCAL: lambda g, n: (-g * _t(n) * _t(n),),
+  Ops.SIN: lambda g, n: (_t(n.src[0]).cos() * g,),
+  Ops.LOG2: lambda g, n: (g / (_t(n.src[0]) * LN2),),
+  Ops.EXP2: lambda g, n: (g * _t(n) * LN2,),
+  Ops.SQRT: lambda g, n: (g / (_t(n) * 2),),
+  Ops.TRUNC: lambda g, n: (g * 0,),
+  Ops.ADD: lambda g, n: (g, g),
+  Ops.SUB: lambda g, n: (g, -g),
+  Ops.MUL: lambda g, n: (g * _t(n.src[1]), g * _t(n.src[0])),
+  Ops.FDIV: lambda g, n: (g / _t(n.src[1]), -g * _t(n.src[0]) / (_t(n.src[1]) * _t(n.src[1]))),
+  Ops.MAX: _max_grad,
+  Ops.WHERE: lambda g, n: (None, _t(n.src[0]).where(g, 0.0), _t(n.src[0]).where(0.0, g)),
+  Ops.REDUCE_AXIS: _reduce_grad,
+  Ops.RESHAPE: lambda g, n: (g.reshape(n.src[0].shape),),
+  Ops.PERMUTE: _permute_grad,
+  Ops.EXPAND: _expand_grad,
+  Ops.PAD: _pad_grad,
+  Ops.SHRINK: _shrink_grad,
+  Ops.FLIP: lambda g, n: (g.flip([i for i, f in enumerate(n.arg) if f]),),
+  Ops.CONTIGUOUS: lambda g, n: (g,),
+  Ops.CONTIGUOUS_BACKWARD: lambda g, n: (g.contiguous(),),
+  Ops.COPY: lambda g, n: (g.to(n.src[0].device), None),
+}
+
+def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
+  """Gradients of `root` (seeded with `root_grad`) with respect to every node on a path to a target."""
+  # nodes that lead to a target: only these need gradients
+  topo = list(root.toposort())
+  leads: dict[UOp, bool] = {}
+  for node in topo:
+    leads[node] = node in targets or (node.op is not Ops.DETACH and any(leads.get(s, False) for s in node.src))
+  grads: dict[UOp, object] = {root: _t(root_grad)}
+  for node in reversed(topo):
+    if node not in grads or node in targets and node is not root and not node.src: continue
+    if not leads[node] or not node.src: continue
+    rule = grad_rules.get(node.op)
+    if rule is None:
+      if any(leads.get(s, False) for s in node.src) and node.op not in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.IDIV, Ops.MOD, Ops.AND,
+                                                                         Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.BITCAST, Ops.ASSIGN,
+                                                                         Ops.DETACH, Ops.CONST, Ops.BUFFER):
+        from ember.errors import GradientError
+        raise GradientError(f"no gradient rule for {node.op.name}")
+      continue
+    g = grads[node]
+    for src, sg in zip(node.src, rule(g, node)):
+      if sg is None or not leads.get(src, False): continue
+      grads[src] = sg if src not in grads else grads[src] + sg  # type: ignore[operator]
+  return {k: v.uop for k, v in grads.items() if k in targets}  # type: ignore[attr-defined]

@@ -1,0 +1,380 @@
+"""CStyleLanguage: the shared renderer base of every C-like target (C, CUDA, HIP, MSL).
+
+It prints the linear program of `docs/linear-program.md` one uop per line. Values are named `data{slot}` (buffers),
+`ridx{axis}` (loop counters), `acc{id}` (accumulators), `val{n}` (loads), `alu{n}` (ALU results) and `cast{n}`
+(CAST/BITCAST results); a single-use ALU/CAST is inlined into its user when that reads exactly the same values.
+
+A subclass changes data only: `type_map`, `code_for_op`, the prefixes, the literal spellings, `emulated_floats`.
+bfloat16 and fp8 (in `emulated_floats`) have no native type: they are stored as raw bits and computed in float32,
+converted on LOAD, before STORE and on CAST to them (round to nearest even) by small helpers that are emitted only
+when a kernel uses them.
+"""
+from __future__ import annotations
+import math
+import re
+import struct
+from dataclasses import dataclass, field
+from typing import Callable
+from ember.dtype import DType, PtrDType, AnyDType, dtypes
+from ember.errors import CompileError
+from ember.renderer import Renderer
+from ember.uop.ops import Ops, UOp, AxisType, GroupOp
+
+# ** shared by the C-style and LLVM renderers **
+
+_generated_name = re.compile(r"^(data|ridx|acc|val|alu|cast)\d+(_\w*)?$")
+
+def var_name(name: str, reserved: frozenset[str] = frozenset()) -> str:
+  """A DEFINE_VAR's name as an identifier that cannot collide with a keyword or the names renderers generate."""
+  ident = re.sub(r"\W", "_", name)
+  if not ident or ident[0].isdigit(): ident = "_" + ident
+  if _generated_name.match(ident) or ident in reserved: ident += "_"
+  return ident
+
+@dataclass(frozen=True)
+class EmulatedFloat:
+  """The bit layout of a float stored as raw bits (bfloat16, fp8), and the constants of its float32 conversions.
+
+  float32 -> bits rounds to nearest even; e4m3fn (`finite_only`) saturates to its max like `ember.dtype.as_const`,
+  the IEEE-like formats overflow to inf. NaN maps to the format's quiet NaN.
+  """
+  exp: int
+  man: int
+  finite_only: bool
+  storage: DType
+  @staticmethod
+  def of(dt: DType) -> EmulatedFloat:
+    exp, man = dtypes.finfo(dt)
+    return EmulatedFloat(exp, man, dt is dtypes.fp8e4m3, dtypes.uint16 if dt.itemsize == 2 else dtypes.uint8)
+  @property
+  def bias(self) -> int: return 2 ** (self.exp - 1) - 1
+  @property
+  def shift(self) -> int: return 23 - self.man  # float32 mantissa bits dropped
+  @property
+  def rebias(self) -> int: return (127 - self.bias) << self.man  # exponent offset, in units of the code's lsb
+  @property
+  def min_normal_bits(self) -> int: return (128 - self.bias) << 23  # float32 bits of the smallest normal value
+  @property
+  def has_subnormal_path(self) -> bool: return self.bias != 127  # bfloat16 subnormals are float32 subnormals
+  @property
+  def subnormal_shift_base(self) -> int: return 1 - self.bias + 127 + self.shift
+  @property
+  def inf_code(self) -> int: return ((1 << self.exp) - 1) << self.man
+  @property
+  def max_code(self) -> int: return (1 << (self.exp + self.man)) - 2 if self.finite_only else self.inf_code - 1
+  @property
+  def overflow_code(self) -> int: return self.max_code if self.finite_only else self.inf_code
+  @property
+  def nan_code(self) -> int: return (1 << (self.exp + self.man)) - 1 if self.finite_only else self.inf_code | (1 << (self.man - 1))
+  @property
+  def sign_shift(self) -> int: return 31 - self.exp - self.man
+  @property
+  def sign_bit(self) -> int: return 1 << (self.exp + self.man)
+  @property
+  def subnormal_scale(self) -> float: return 2.0 ** (1 - self.bias - self.man)  # value of the lsb of a subnormal
+
+def float32_literal(v: float) -> str:
+  """The shortest decimal that reads back as exactly this float32 value."""
+  s = repr(v)
+  for digits in range(1, 10):
+    s = f"{v:.{digits}g}"
+    if struct.unpack("f", struct.pack("f", float(s)))[0] == v: break
+  return s if any(c in s for c in ".en") else s + ".0"
+
+def _libm(name: str, prefix: str = "") -> Callable[..., str]:
+  return lambda x, dtype: f"{prefix}{name}{'' if dtype is dtypes.float64 else 'f'}({x})"
+
+def _max(a: str, b: str, dtype: DType) -> str:
+  if dtypes.is_float(dtype): return f"((({a}>{b})||({a}!={a}))?{a}:{b})"  # NaN in either operand propagates
+  return f"(({a}>{b})?{a}:{b})"
+
+# ** the renderer **
+
+# uops always printed as their name or expression: reading one reads whatever accumulators its string names
+_by_name = (Ops.DEFINE_ACC, Ops.ASSIGN, Ops.INDEX)
+
+@dataclass
+class _Ctx:
+  """Per-render state: the string of every uop, the lines so far, the helpers the kernel needs."""
+  names: dict[UOp, str] = field(default_factory=dict)
+  gates: dict[UOp, str | None] = field(default_factory=dict)
+  inlined: set[UOp] = field(default_factory=set)
+  counters: dict[str, int] = field(default_factory=dict)
+  lines: list[str] = field(default_factory=list)
+  helpers: dict[str, str] = field(default_factory=dict)
+  depth: int = 1
+  def fresh(self, prefix: str) -> str:
+    n = self.counters.get(prefix, 0)
+    self.counters[prefix] = n + 1
+    return f"{prefix}{n}"
+  def emit(self, line: str) -> None: self.lines.append("  " * self.depth + line)
+
+class CStyleLanguage(Renderer):
+  """Renders a linear program as one C-like function. Subclasses override the class attributes, not the methods."""
+  kernel_prefix: str = "void "
+  buffer_prefix: str = ""         # address-space qualifier before a buffer parameter, e.g. "device "
+  buffer_suffix: str = ""         # after the `*`, e.g. " restrict"
+  arg_int_prefix: str = "const "  # before a scalar int parameter
+  helper_prefix: str = "static inline "
+  extra_args: tuple[str, ...] = ()  # parameters appended after the variables (and the thread arguments)
+  thread_args: tuple[str, str] = ("core_id", "num_cores")
+  infinity: str = "INFINITY"
+  nan: str = "NAN"
+  bool_literals: tuple[str, str] = ("0", "1")
+  int_suffix: dict[DType, str] = {dtypes.uint32: "u", dtypes.int64: "LL", dtypes.uint64: "ULL"}
+  type_map: dict[DType, str] = {
+    dtypes.bool: "bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
+    dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
+    dtypes.uint64: "unsigned long long", dtypes.float16: "half", dtypes.float32: "float", dtypes.float64: "double"}
+  # stored as raw bits, computed in float32
+  emulated_floats: frozenset[DType] = frozenset({dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2})
+  # these dtypes run the unary math functions in float32 (C has no half sqrt/exp2/...)
+  math_via_float: frozenset[DType] = frozenset({dtypes.float16})
+  # ALU results of these dtypes get an explicit cast when inlined: C computes them in a wider type
+  narrow_dtypes: frozenset[DType] = frozenset({dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.float16})
+  # operands of these ops are named, never inlined: MAX repeats them, a RANGE bound is evaluated once
+  named_operands: frozenset[Ops] = frozenset({Ops.MAX, Ops.RANGE})
+  code_for_op: dict[Ops, Callable[..., str]] = {
+    Ops.NEG: lambda x, dtype: f"(!{x})" if dtype is dtypes.bool else f"(-{x})",
+    Ops.EXP2: _libm("exp2"), Ops.LOG2: _libm("log2"), Ops.SIN: _libm("sin"), Ops.SQRT: _libm("sqrt"), Ops.TRUNC: _libm("trunc"),
+    Ops.RECIPROCAL: lambda x, dtype: f"({'1.0' if dtype is dtypes.float64 else '1.0f'}/{x})",
+    Ops.ADD: lambda a, b, dtype: f"({a}+{b})", Ops.SUB: lambda a, b, dtype: f"({a}-{b})",
+    Ops.MUL: lambda a, b, dtype: f"({a}*{b})", Ops.FDIV: lambda a, b, dtype: f"({a}/{b})",
+    Ops.IDIV: lambda a, b, dtype: f"({a}/{b})", Ops.MOD: lambda a, b, dtype: f"({a}%{b})", Ops.MAX: _max,
+    Ops.CMPLT: lambda a, b, dtype: f"({a}<{b})", Ops.CMPNE: lambda a, b, dtype: f"({a}!={b})",
+    Ops.CMPEQ: lambda a, b, dtype: f"({a}=={b})", Ops.AND: lambda a, b, dtype: f"({a}&{b})",
+    Ops.OR: lambda a, b, dtype: f"({a}|{b})", Ops.XOR: lambda a, b, dtype: f"({a}^{b})",
+    Ops.SHL: lambda a, b, dtype: f"({a}<<{b})", Ops.SHR: lambda a, b, dtype: f"({a}>>{b})",
+    Ops.WHERE: lambda c, a, b, dtype: f"({c}?{a}:{b})", Ops.MULACC: lambda a, b, c, dtype: f"(({a}*{b})+{c})"}
+
+  # ** dtypes **
+  def compute_dtype(self, dt: DType) -> DType: return dtypes.float32 if dt in self.emulated_floats else dt
+  def storage_dtype(self, dt: DType) -> DType: return EmulatedFloat.of(dt).storage if dt in self.emulated_floats else dt
+  def render_dtype(self, dt: AnyDType) -> str:
+    if isinstance(dt, PtrDType): return self.render_dtype(self.storage_dtype(dt.base)) + "*"
+    if (name := self.type_map.get(self.compute_dtype(dt))) is None:
+      raise CompileError(f"{type(self).__name__} has no type for {dt!r}; add it to type_map or use a supported dtype")
+    return name
+  def render_cast(self, x: str, dt: DType) -> str: return f"({self.render_dtype(dt)})({x})"
+
+  # ** literals **
+  def render_const(self, value: bool | int | float, dt: DType) -> str:
+    if dt is dtypes.bool: return self.bool_literals[bool(value)]
+    if dtypes.is_float(dt):
+      cdt = self.compute_dtype(dt)
+      if math.isnan(value): lit = self.nan
+      elif math.isinf(value): lit = self.infinity if value > 0 else f"-{self.infinity}"
+      elif cdt is dtypes.float64: lit = repr(float(value))
+      else: lit = float32_literal(float(value)) + "f"
+      if cdt not in (dtypes.float32, dtypes.float64): return f"(({self.render_dtype(cdt)}){lit})"  # half: a cast float
+      return f"({lit})" if lit.startswith("-") else lit
+    suffix = self.int_suffix.get(dt, "")
+    if dt.kind == "i" and value == dtypes.min(dt) and dt.itemsize >= 4:  # -2147483648 is not a C literal
+      return f"(-{-value - 1}{suffix}-1)"
+    return f"({value}{suffix})" if value < 0 else f"{value}{suffix}"
+
+  # ** bit conversions (overridable: MSL has as_type, CUDA has intrinsics) **
+  def render_bitcast(self, x: str, src: DType, dst: DType, ctx: _Ctx) -> str:
+    fn = f"__ember_bitcast_{src.name}_{dst.name}"
+    if fn not in ctx.helpers:
+      s, d = self.render_dtype(src), self.render_dtype(dst)
+      ctx.helpers[fn] = f"{self.helper_prefix}{d} {fn}({s} x) {{ {d} r; __builtin_memcpy(&r, &x, sizeof(r)); return r; }}"
+    return f"{fn}({x})"
+
+  def _to_float(self, x: str, dt: DType, ctx: _Ctx) -> str:
+    """An emulated dtype's raw bits -> its float32 value."""
+    fn = f"__ember_{dt.name}_to_f32"
+    if fn not in ctx.helpers:
+      fmt, u32, f32 = EmulatedFloat.of(dt), self.type_map[dtypes.uint32], self.type_map[dtypes.float32]
+      def bits(expr: str) -> str: return self.render_bitcast(expr, dtypes.uint32, dtypes.float32, ctx)
+      if not fmt.has_subnormal_path:
+        body = [f"return {bits(f'(({u32})x) << 16')};"]
+      else:
+        emax, mmax = (1 << fmt.exp) - 1, (1 << fmt.man) - 1
+        body = [f"{u32} sign = (({u32})x & {fmt.sign_bit}u) << {fmt.sign_shift}, e = (({u32})x >> {fmt.man}) & {emax}u, m = ({u32})x & {mmax}u;"]
+        if fmt.finite_only: body.append(f"if (e == {emax}u && m == {mmax}u) return {bits('sign | 0x7fc00000u')};")
+        else: body.append(f"if (e == {emax}u) return {bits(f'sign | 0x7f800000u | (m << {fmt.shift})')};")
+        body.append(f"if (e == 0u) {{ {f32} v = ({f32})m * {float32_literal(fmt.subnormal_scale)}f; return sign ? -v : v; }}")
+        body.append(f"return {bits(f'sign | ((e + {127 - fmt.bias}u) << 23) | (m << {fmt.shift})')};")
+      ctx.helpers[fn] = f"{self.helper_prefix}{f32} {fn}({self.render_dtype(fmt.storage)} x) {{\n  " + "\n  ".join(body) + "\n}"
+    return f"{fn}({x})"
+
+  def _from_float(self, x: str, dt: DType, ctx: _Ctx) -> str:
+    """A float32 value -> an emulated dtype's raw bits, rounding to nearest even."""
+    fn = f"__ember_f32_to_{dt.name}"
+    if fn not in ctx.helpers:
+      fmt, u32, f32 = EmulatedFloat.of(dt), self.type_map[dtypes.uint32], self.type_map[dtypes.float32]
+      store = self.render_dtype(fmt.storage)
+      body = [f"{u32} u = {self.render_bitcast('x', dtypes.float32, dtypes.uint32, ctx)}, a = u & 0x7fffffffu, "
+              f"sign = (u >> {fmt.sign_shift}) & {fmt.sign_bit}u, r;",
+              f"if (a > 0x7f800000u) return ({store})(sign | {fmt.nan_code}u);"]
+      normal = [f"r = ((a + {(1 << (fmt.shift - 1)) - 1}u + ((a >> {fmt.shift}) & 1u)) >> {fmt.shift}) - {fmt.rebias}u;",
+                f"if (r > {fmt.max_code}u) r = {fmt.overflow_code}u;"]
+      if not fmt.has_subnormal_path: body += normal
+      else:
+        body += [f"if (a >= {fmt.min_normal_bits}u) {{", *("  " + s for s in normal), "} else {",
+                 f"  {u32} s = {fmt.subnormal_shift_base}u - (a >> 23), mant = (a & 0x7fffffu) | 0x800000u;",
+                 "  if (s > 25u) s = 25u;",
+                 f"  {u32} rem = mant & ((1u << s) - 1u), half = 1u << (s - 1u);",
+                 "  r = (mant >> s) + (rem > half || (rem == half && ((mant >> s) & 1u)));", "}"]
+      body.append(f"return ({store})(sign | r);")
+      ctx.helpers[fn] = f"{self.helper_prefix}{store} {fn}({f32} x) {{\n  " + "\n  ".join(body) + "\n}"
+    return f"{fn}({x})"
+
+  # ** the program **
+  def _plan_inlining(self, uops: list[UOp]) -> set[UOp]:
+    """The ALU/CAST/BITCAST uops printed inside their single user instead of being named.
+
+    Inlining moves where an expression is evaluated to where its user is. That is only the same value when no loop
+    opens or closes in between and no ASSIGN in between changes an accumulator the expression reads.
+    """
+    pos = {u: i for i, u in enumerate(uops)}
+    users: dict[UOp, list[UOp]] = {u: [] for u in uops}
+    for u in uops:
+      for s in u.src:
+        if s in users: users[s].append(u)
+    inlined: set[UOp] = set()
+    reads_acc: dict[UOp, frozenset[UOp]] = {}  # accumulators an uop's (inlined) expression reads
+    for u in uops:
+      if u.op is Ops.DEFINE_ACC: reads_acc[u] = frozenset({u})
+      elif u.op is Ops.ASSIGN: reads_acc[u] = frozenset({u.src[0]})
+      else:  # named values are snapshots; the string of an inlined one or of an INDEX carries its sources' reads
+        reads_acc[u] = frozenset().union(*(reads_acc[s] for s in u.src if s in reads_acc and (s in inlined or s.op in _by_name)))
+      if not (u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST)) or len(users[u]) != 1: continue
+      user = users[u][0]
+      if user.op in self.named_operands: continue
+      # an INDEX is printed where it is loaded or stored: those are the real places of evaluation
+      ends = [pos[x] for x in users[user]] if user.op is Ops.INDEX else [pos[user]]
+      if not ends: continue
+      between = uops[pos[u] + 1:max(ends)]
+      if any(x.op in (Ops.RANGE, Ops.END) for x in between): continue
+      if any(x.op is Ops.ASSIGN and x.src[0] in reads_acc[u] for x in between): continue
+      inlined.add(u)
+    return inlined
+
+  def render(self, uops: list[UOp], name: str = "kernel") -> str:
+    ctx = _Ctx()
+    ctx.inlined = self._plan_inlining(uops)
+    reserved = frozenset(self.thread_args) | frozenset(self.type_map.values()) | _c_keywords
+    written = {u.src[0].src[0] for u in uops if u.op is Ops.STORE}
+    params: list[str] = []
+    for u in sorted((u for u in uops if u.op is Ops.PARAM), key=lambda u: u.arg):
+      ctx.names[u] = f"data{u.arg}"
+      const = "" if u in written else "const "
+      params.append(f"{self.buffer_prefix}{const}{self.render_dtype(u.dtype)}{self.buffer_suffix} data{u.arg}")
+    for u in uops:
+      if u.op is Ops.DEFINE_VAR:
+        ctx.names[u] = var_name(u.arg[0], reserved)
+        params.append(f"{self.arg_int_prefix}{self.render_dtype(u.dtype)} {ctx.names[u]}")
+    if self.has_threads: params += [f"{self.arg_int_prefix}{self.render_dtype(dtypes.int32)} {a}" for a in self.thread_args]
+    params += list(self.extra_args)
+    for u in uops: self._render_uop(u, ctx)
+    if ctx.depth != 1: raise CompileError(f"{type(self).__name__}: kernel {name} has a RANGE without its END")
+    return self.render_kernel(name, params, ctx.lines, list(ctx.helpers.values()))
+
+  def render_kernel(self, name: str, params: list[str], body: list[str], helpers: list[str]) -> str:
+    """The whole source: helpers, then the kernel function."""
+    head = "\n".join(helpers) + ("\n" if helpers else "")
+    return head + f"{self.kernel_prefix}{name}({', '.join(params)}) {{\n" + "\n".join(body) + "\n}\n"
+
+  def _src(self, u: UOp, ctx: _Ctx) -> str:
+    if u in ctx.names: return ctx.names[u]
+    if u.op is Ops.CONST: return self.render_const(u.arg, u.dtype)  # type: ignore[arg-type]
+    raise CompileError(f"{type(self).__name__}: {u.op.name} is used before it appears in the linear program")
+
+  def _define(self, u: UOp, expr: str, prefix: str, ctx: _Ctx) -> None:
+    """Name `expr` (or keep it as an inline expression) as the value of `u`."""
+    if u in ctx.inlined:
+      ctx.names[u] = expr
+      return
+    ctx.names[u] = ctx.fresh(prefix)
+    ctx.emit(f"{self.render_dtype(u.dtype)} {ctx.names[u]} = {expr};")
+
+  def _render_uop(self, u: UOp, ctx: _Ctx) -> None:
+    op = u.op
+    if op in (Ops.PARAM, Ops.DEFINE_VAR, Ops.SINK, Ops.NOOP): return
+    if op is Ops.CONST: ctx.names[u] = self.render_const(u.arg, u.dtype)  # type: ignore[arg-type]
+    elif op is Ops.RANGE: self._render_range(u, ctx)
+    elif op is Ops.END:
+      ctx.depth -= 1
+      ctx.emit("}")
+    elif op is Ops.DEFINE_ACC:
+      ctx.names[u] = f"acc{u.arg}"
+      ctx.emit(f"{self.render_dtype(u.dtype)} acc{u.arg} = {self._src(u.src[0], ctx)};")
+    elif op is Ops.ASSIGN:
+      ctx.names[u] = self._src(u.src[0], ctx)
+      ctx.emit(f"{ctx.names[u]} = {self._src(u.src[1], ctx)};")
+    elif op is Ops.INDEX:
+      ctx.names[u] = f"{self._src(u.src[0], ctx)}[{self._src(u.src[1], ctx)}]"
+      ctx.gates[u] = self._src(u.src[2], ctx) if len(u.src) == 3 else None
+    elif op is Ops.LOAD: self._render_load(u, ctx)
+    elif op is Ops.STORE: self._render_store(u, ctx)
+    elif op in GroupOp.ALU: self._define(u, self._render_alu(u, ctx), "alu", ctx)
+    elif op is Ops.CAST: self._define(u, self._render_cast_op(u, ctx), "cast", ctx)
+    elif op is Ops.BITCAST: self._define(u, self._render_bitcast_op(u, ctx), "cast", ctx)
+    else: raise CompileError(f"{type(self).__name__} cannot render {op.name}: it is not an op of the linear program")
+
+  def _render_range(self, u: UOp, ctx: _Ctx) -> None:
+    axis, axis_type = u.arg
+    ridx, end, int_t = f"ridx{axis}", self._src(u.src[0], ctx), self.render_dtype(u.dtype)
+    ctx.names[u] = ridx
+    if axis_type is AxisType.THREAD:
+      if not self.has_threads: raise CompileError(f"{type(self).__name__} has no threads but the kernel has a THREAD range")
+      core_id, num_cores = self.thread_args
+      ctx.emit(f"{int_t} {ridx}_chunk = ({end}+{num_cores}-1)/{num_cores};")
+      ctx.emit(f"{int_t} {ridx}_end = ({core_id}+1)*{ridx}_chunk < {end} ? ({core_id}+1)*{ridx}_chunk : {end};")
+      ctx.emit(f"for ({int_t} {ridx} = {core_id}*{ridx}_chunk; {ridx} < {ridx}_end; {ridx}++) {{")
+    else:
+      ctx.emit(f"for ({int_t} {ridx} = 0; {ridx} < {end}; {ridx}++) {{")
+    ctx.depth += 1
+
+  def _render_load(self, u: UOp, ctx: _Ctx) -> None:
+    idx = u.src[0]
+    expr = self._src(idx, ctx)
+    if u.dtype in self.emulated_floats: expr = self._to_float(expr, u.dtype, ctx)
+    if (gate := ctx.gates.get(idx)) is not None: expr = f"({gate} ? {expr} : {self.render_const(0, u.dtype)})"
+    ctx.names[u] = ctx.fresh("val")
+    ctx.emit(f"{self.render_dtype(u.dtype)} {ctx.names[u]} = {expr};")
+
+  def _render_store(self, u: UOp, ctx: _Ctx) -> None:
+    idx, value = u.src[0], self._src(u.src[1], ctx)
+    dt = u.src[1].dtype
+    if isinstance(dt, DType) and dt in self.emulated_floats: value = self._from_float(value, dt, ctx)
+    store = f"{self._src(idx, ctx)} = {value};"
+    gate = ctx.gates.get(idx)
+    ctx.emit(store if gate is None else f"if ({gate}) {store}")
+
+  def _render_alu(self, u: UOp, ctx: _Ctx) -> str:
+    if (fn := self.code_for_op.get(u.op)) is None:
+      raise CompileError(f"{type(self).__name__} has no code for {u.op.name}; codegen must rewrite it first")
+    srcs = [self._src(s, ctx) for s in u.src]
+    dt = self.compute_dtype(u.src[-1].dtype)  # the operands' dtype (WHERE's condition is src[0])
+    if u.op in GroupOp.Unary and u.op not in (Ops.NEG, Ops.RECIPROCAL) and dt in self.math_via_float:
+      return self.render_cast(fn(self.render_cast(srcs[0], dtypes.float32), dtype=dtypes.float32), u.dtype)
+    expr = fn(*srcs, dtype=dt)
+    if u in ctx.inlined and u.dtype in self.narrow_dtypes and u.op not in GroupOp.Comparison | {Ops.WHERE, Ops.MAX}:
+      expr = self.render_cast(expr, u.dtype)
+    return expr
+
+  def _render_cast_op(self, u: UOp, ctx: _Ctx) -> str:
+    x, src, dst = self._src(u.src[0], ctx), u.src[0].dtype, u.dtype
+    if dst in self.emulated_floats:  # round to the narrow format, keep computing in float32
+      return self._to_float(self._from_float(self.render_cast(x, dtypes.float32), dst, ctx), dst, ctx)
+    if self.compute_dtype(src) is self.compute_dtype(dst): return x
+    return self.render_cast(x, dst)
+
+  def _render_bitcast_op(self, u: UOp, ctx: _Ctx) -> str:
+    x, src, dst = self._src(u.src[0], ctx), u.src[0].dtype, u.dtype
+    if src.itemsize != dst.itemsize: raise CompileError(f"BITCAST needs equal itemsizes, got {src!r} -> {dst!r}")
+    if src in self.emulated_floats:  # the register holds a float32: its bits are the rounded storage value
+      x, src = self._from_float(x, src, ctx), self.storage_dtype(src)
+    if dst in self.emulated_floats:
+      storage = self.storage_dtype(dst)
+      return self._to_float(x if src is storage else self.render_bitcast(x, src, storage, ctx), dst, ctx)
+    return x if src is dst else self.render_bitcast(x, src, dst, ctx)
+
+_c_keywords = frozenset({
+  "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern", "float",
+  "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return", "short", "signed", "sizeof", "static",
+  "struct", "switch", "typedef", "union", "unsigned", "void", "volatile", "while", "bool", "true", "false", "half",
+  "kernel", "device", "constant", "thread", "class", "template", "namespace", "new", "delete", "this"})

@@ -1,0 +1,183 @@
+"""The scheduler: cut a tensor graph into kernels.
+
+Elementwise chains fuse into one kernel, elementwise inputs fuse into a reduction, a reduction fuses into its single
+elementwise consumer, and movement ops become index math. A node is materialised into a buffer only where it must
+be: realize targets, CONTIGUOUS, COPY, ASSIGN, a reduction whose result is reused, expanded or reduced again, and a
+computed value that a broadcast would otherwise recompute many times.
+"""
+from __future__ import annotations
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+from ember.device.base import Buffer
+from ember.dtype import dtypes, strong_dtype
+from ember.errors import DeviceError
+from ember.helpers import prod
+from ember.uop.ops import Ops, UOp, BufferArg, GroupOp, next_unique
+from ember.schedule.kernel import lower_kernel, strides_for
+
+_buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+
+def attach_buffer(uop: UOp, buf: Buffer) -> None:
+  """Bind a runtime Buffer to a BUFFER uop: the buffer lives as long as the uop does."""
+  _buffers[uop] = buf
+
+def buffer_of(uop: UOp) -> Buffer:
+  u = uop.src[0] if uop.op is Ops.RESHAPE else uop
+  if u.op is not Ops.BUFFER: raise DeviceError(f"{uop.op} is not backed by a buffer; realize it first")
+  if (buf := _buffers.get(u)) is None:
+    buf = Buffer(u.arg.device, u.arg.size, u.dtype)  # type: ignore[arg-type]
+    _buffers[u] = buf
+  return buf
+
+@dataclass
+class ScheduleItem:
+  """One call: a kernel (`ast` is its SINK) or a copy between devices. `bufs[0]` is the output."""
+  kind: str
+  bufs: list[Buffer]
+  ast: UOp | None = None
+  var_vals: dict[str, int] = field(default_factory=dict)
+  meta: dict[str, Any] = field(default_factory=dict)
+
+def _new_buffer_uop(node: UOp) -> UOp:
+  size = prod(node.shape)
+  if isinstance(size, UOp): size = size.vmax
+  dev = node.device
+  return UOp(Ops.BUFFER, strong_dtype(node.dtype), (), BufferArg(next_unique(), dev, int(size)))  # type: ignore[arg-type]
+
+def _is_buffer_like(u: UOp) -> bool:
+  """A BUFFER, possibly reshaped: already materialised in order."""
+  return (u.src[0] if u.op is Ops.RESHAPE else u).op is Ops.BUFFER
+
+def contiguous_range(u: UOp) -> tuple[UOp, int, int] | None:
+  """If `u` is a contiguous run of a buffer's elements (reshapes and a leading-dim shrink), (buffer, offset, size)."""
+  offset = 0
+  node = u
+  while node.op in (Ops.RESHAPE, Ops.SHRINK):
+    if node.op is Ops.SHRINK:
+      src_shape = node.src[0].shape
+      inner = [i for i, ((b, e), s) in enumerate(zip(node.arg, src_shape)) if (b, e) != (0, s)]
+      if len(inner) > 1 or any(not isinstance(x, int) for x in src_shape): return None
+      if inner:
+        d = inner[0]
+        if any(s != 1 for s in src_shape[:d]): return None
+        offset += node.arg[d][0] * strides_for(src_shape)[d]
+    node = node.src[0]
+  if node.op is not Ops.BUFFER: return None
+  return node, offset, int(prod(u.shape))
+
+def _base_is_compute(u: UOp) -> bool:
+  b = u.base
+  return b.op in GroupOp.ALU or b.op in (Ops.CAST, Ops.REDUCE_AXIS)
+
+def find_realize(targets: list[UOp]) -> tuple[list[UOp], dict[UOp, list[UOp]]]:
+  """Which nodes become buffers, in dependency order."""
+  sink = UOp(Ops.SINK, dtypes.void, tuple(targets))
+  topo = [n for n in sink.toposort() if n is not sink]
+  consumers: dict[UOp, list[UOp]] = {n: [] for n in topo}
+  for n in topo:
+    for s in n.src:
+      if n not in consumers[s]: consumers[s].append(n)
+  realize: set[UOp] = {t for t in targets if not _is_buffer_like(t) and t.op is not Ops.CONST and t.base.op is not Ops.CONST}
+  for n in topo:
+    if n.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN): realize.add(n)
+    if n.op is Ops.COPY and contiguous_range(n.src[0]) is None and not _is_buffer_like(n.src[0]): realize.add(n.src[0])
+    if n.op is Ops.BITCAST and n.src[0].dtype.itemsize != n.dtype.itemsize:
+      realize.add(n)
+      if not _is_buffer_like(n.src[0]): realize.add(n.src[0])
+    if n.op is Ops.ASSIGN:
+      target, value = n.src
+      # the value may read the target's buffer only at the element it overwrites
+      reads = [u for u in value.toposort() if target.base in u.src and u is not target]
+      if (reads or target.base in value.src) and value.op not in (Ops.CONTIGUOUS,): realize.add(value)
+    if n.op is Ops.EXPAND and _base_is_compute(n.src[0]) and prod(n.arg) >= 2 * prod(n.src[0].shape): realize.add(n.src[0].base)
+  for n in topo:
+    if n.op is Ops.REDUCE_AXIS and n not in realize and _reduce_must_realize(n, consumers, realize): realize.add(n)
+  order = [n for n in topo if n in realize and n.op is not Ops.BUFFER]
+  return order, consumers
+
+def _reduce_must_realize(r: UOp, consumers: dict[UOp, list[UOp]], realize: set[UOp]) -> bool:
+  node = r
+  while True:
+    cs = consumers[node]
+    if node in realize and node is not r: return False
+    if len(cs) == 0: return False
+    if len(cs) > 1: return True
+    c = cs[0]
+    if c in realize: return False
+    if c.op is Ops.REDUCE_AXIS or (c.op in GroupOp.Movement and c.op is not Ops.RESHAPE): return True
+    if c.op in (Ops.COPY, Ops.ASSIGN, Ops.BITCAST): return True
+    node = c
+
+def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+  """The calls that compute `targets`, and what each realized target becomes (a buffer view)."""
+  order, _ = find_realize(targets)
+  realized: dict[UOp, UOp] = {}
+  items: list[ScheduleItem] = []
+  becomes: dict[UOp, UOp] = {}
+  for node in order:
+    if prod(node.shape) == 0 and not isinstance(prod(node.shape), UOp):
+      buf_uop = _new_buffer_uop(node)
+      realized[node] = buf_uop
+      continue
+    if node.op is Ops.COPY:
+      src = node.src[0]
+      src_buf_uop = realized.get(src, src)
+      rng = contiguous_range(src_buf_uop) if src not in realized else (realized[src], 0, int(prod(src.shape)))
+      if rng is None: raise DeviceError(f"copy source {src.op} is not a contiguous buffer")
+      out = _new_buffer_uop(node)
+      sbuf, offset, size = rng
+      src_buffer = buffer_of(sbuf)
+      view = src_buffer if offset == 0 and size == src_buffer.size else src_buffer.view(size, src_buffer.dtype, offset * src_buffer.dtype.itemsize)
+      items.append(ScheduleItem("copy", [buffer_of(out), view]))
+      realized[node] = out
+      continue
+    if node.op is Ops.BITCAST and node.src[0].dtype.itemsize != node.dtype.itemsize:
+      src_uop = realized.get(node.src[0], node.src[0])
+      sb = buffer_of(src_uop)
+      out = _new_buffer_uop(node)
+      attach_buffer(out, sb.view(out.arg.size, out.dtype, 0) if sb._base is None else Buffer(sb.device, out.arg.size, out.dtype, base=sb.base, offset=sb.offset))  # type: ignore[arg-type]
+      realized[node] = out
+      continue
+    if node.op is Ops.ASSIGN:
+      target_base = node.src[0].base
+      out_buf_uop = target_base if target_base.op is Ops.BUFFER else realized[target_base]
+    else:
+      out_buf_uop = _new_buffer_uop(node)
+    if node.device is None or not isinstance(node.device, str): raise DeviceError(f"cannot schedule {node.op} without a device")
+    ast, buf_uops, var_vals = lower_kernel(node, out_buf_uop, realized)
+    items.append(ScheduleItem("kernel", [buffer_of(b) for b in buf_uops], ast, var_vals, {"device": node.device}))
+    realized[node] = out_buf_uop if node.op is not Ops.ASSIGN else node.src[0]
+  for t in targets:
+    if t in realized:
+      r = realized[t]
+      becomes[t] = r if r.shape == t.shape else UOp(Ops.RESHAPE, r.dtype, (r,), t.shape)
+      if t.dtype.weak and not r.dtype.weak: becomes[t] = UOp(Ops.CAST, t.dtype, (becomes[t],))
+  for n, r in realized.items():
+    if n.op is Ops.ASSIGN and n not in becomes: becomes[n] = r
+  return memory_plan(items, {id(buffer_of(r)) for r in becomes.values() if r.base.op is Ops.BUFFER}), becomes
+
+def memory_plan(items: list[ScheduleItem], held: set[int]) -> list[ScheduleItem]:
+  """Reuse the memory of intermediate buffers: one that is dead before another is first written can hold it."""
+  span: dict[int, list[int]] = {}
+  bufs: dict[int, Buffer] = {}
+  for i, it in enumerate(items):
+    for j, b in enumerate(it.bufs):
+      if j == 0 and id(b) not in span and id(b) not in held and not b.is_allocated and b._base is None: span[id(b)] = [i, i]
+      if id(b) in span: span[id(b)][1] = i
+      bufs[id(b)] = b
+  pool: list[list[Any]] = []  # [physical buffer, index of its last use]
+  assign: dict[int, Buffer] = {}
+  for i, it in enumerate(items):
+    out = it.bufs[0]
+    if id(out) not in span or span[id(out)][0] != i or id(out) in assign: continue
+    for slot in pool:
+      phys = slot[0]
+      if slot[1] < i and phys.device == out.device and phys.nbytes == out.nbytes and phys.dtype == out.dtype:
+        assign[id(out)], slot[1] = phys, span[id(out)][1]
+        break
+    else:
+      assign[id(out)] = out
+      pool.append([out, span[id(out)][1]])
+  for it in items: it.bufs = [assign.get(id(b), b) for b in it.bufs]
+  return items

@@ -1,0 +1,179 @@
+"""Lowering one kernel: a tensor-level graph, indexed by loop ranges, becomes a kernel AST.
+
+Movement ops never copy: `index_through` turns each one into index math on the ranges (a PAD adds a validity
+condition that gates loads). Elementwise ops are computed in place; a REDUCE_AXIS opens new REDUCE ranges. Nodes that
+the scheduler decided to materialise are read back from their buffers.
+"""
+from __future__ import annotations
+from typing import Any
+from ember.dtype import DType, dtypes, strong_dtype
+from ember.errors import ShapeError
+from ember.helpers import prod
+from ember.uop.ops import Ops, UOp, GroupOp, AxisType, sint
+
+def _idx_const(v: int) -> UOp: return UOp.const(dtypes.int32, v)
+
+def _to_uop(s: sint) -> UOp: return s if isinstance(s, UOp) else _idx_const(s)
+
+def strides_for(shape: tuple[sint, ...]) -> list[sint]:
+  strides: list[sint] = []
+  acc: sint = 1
+  for s in reversed(shape):
+    strides.append(acc)
+    acc = acc * s
+  return list(reversed(strides))
+
+def flat_index(idxs: tuple[UOp, ...], shape: tuple[sint, ...]) -> UOp:
+  ret: UOp = _idx_const(0)
+  for i, st, s in zip(idxs, strides_for(shape), shape):
+    if isinstance(s, int) and s == 1: continue
+    ret = ret + i * _to_uop(st) if not (isinstance(st, int) and st == 1) else ret + i
+  return ret
+
+def _unbind(s: sint, ctx: KernelCtx) -> sint:
+  if isinstance(s, UOp):
+    def strip(u: UOp) -> UOp:
+      if u.op is Ops.BIND:
+        ctx.var_vals[u.src[0].arg[0]] = u.src[1].arg
+        return u.src[0]
+      return u
+    return s.substitute({b: strip(b) for b in s.toposort() if b.op is Ops.BIND})
+  return s
+
+class KernelCtx:
+  """State while lowering one kernel: buffer params by slot, fresh range ids, variables, memo."""
+  def __init__(self, realized: dict[UOp, UOp], output: UOp):
+    self.realized, self.output = realized, output
+    self.bufs: list[UOp] = []
+    self.params: dict[UOp, UOp] = {}
+    self.next_axis = 0
+    self.var_vals: dict[str, int] = {}
+    self.memo: dict[tuple[UOp, tuple[UOp, ...], UOp | None], UOp] = {}
+  def param(self, buf: UOp) -> UOp:
+    if buf not in self.params:
+      self.params[buf] = UOp(Ops.PARAM, buf.dtype.ptr(buf.arg.size), (), len(self.bufs))
+      self.bufs.append(buf)
+    return self.params[buf]
+  def new_range(self, end: sint, axis_type: AxisType) -> UOp:
+    r = UOp.range(_unbind(end, self), self.next_axis, axis_type)
+    self.next_axis += 1
+    return r
+
+def index_through(u: UOp, idxs: tuple[UOp, ...]) -> tuple[UOp, tuple[UOp, ...], UOp | None]:
+  """Walk down movement ops: the base node, the index into it, and the validity condition (None: always valid)."""
+  valid: UOp | None = None
+  while u.op in GroupOp.Movement:
+    src = u.src[0]
+    if u.op is Ops.RESHAPE:
+      flat = flat_index(idxs, u.shape)
+      new: list[UOp] = []
+      for i, (st, s) in enumerate(zip(strides_for(src.shape), src.shape)):
+        if isinstance(s, int) and s == 1:
+          new.append(_idx_const(0))
+          continue
+        e = flat // _to_uop(st) if not (isinstance(st, int) and st == 1) else flat
+        new.append(e % _to_uop(s) if i > 0 else e)
+      idxs = tuple(new)
+    elif u.op is Ops.PERMUTE:
+      new = [_idx_const(0)] * len(idxs)
+      for i, p in enumerate(u.arg): new[p] = idxs[i]
+      idxs = tuple(new)
+    elif u.op is Ops.EXPAND:
+      idxs = tuple(_idx_const(0) if (isinstance(s, int) and s == 1) and not (isinstance(n, int) and n == 1) else i
+                   for i, s, n in zip(idxs, src.shape, u.arg))
+    elif u.op is Ops.PAD:
+      new = []
+      for i, (b, a), s in zip(idxs, u.arg, src.shape):
+        if b or a:
+          cond: UOp | None = None
+          if b: cond = i.ge(b)
+          if a: cond = i.lt(_to_uop(s) + b) if cond is None else cond & i.lt(_to_uop(s) + b)
+          if cond is not None: valid = cond if valid is None else valid & cond
+        new.append(i - b if b else i)
+      idxs = tuple(new)
+    elif u.op is Ops.SHRINK:
+      idxs = tuple(i + _to_uop(b) if not (isinstance(b, int) and b == 0) else i for i, (b, _) in zip(idxs, u.arg))
+    elif u.op is Ops.FLIP:
+      idxs = tuple((_to_uop(s) - 1 - i) if f else i for i, f, s in zip(idxs, u.arg, src.shape))
+    u = src
+  return u, idxs, valid
+
+def _and(a: UOp | None, b: UOp | None) -> UOp | None:
+  if a is None: return b
+  if b is None: return a
+  return a & b
+
+def lower(u: UOp, idxs: tuple[UOp, ...], valid: UOp | None, ctx: KernelCtx) -> UOp:
+  """The scalar value of tensor node `u` at position `idxs` (only read under `valid`)."""
+  key = (u, idxs, valid)
+  if (ret := ctx.memo.get(key)) is not None: return ret
+  ret = _lower(u, idxs, valid, ctx)
+  ctx.memo[key] = ret
+  return ret
+
+def _load(buf: UOp, idx: UOp, valid: UOp | None, ctx: KernelCtx) -> UOp:
+  return ctx.param(buf).index(idx, valid).load()
+
+def _lower(u: UOp, idxs: tuple[UOp, ...], valid: UOp | None, ctx: KernelCtx) -> UOp:
+  if u is not ctx.output and u in ctx.realized:
+    return _load(ctx.realized[u], flat_index(idxs, u.shape), valid, ctx)
+  dt: DType = strong_dtype(u.dtype)  # type: ignore[arg-type]
+  if u.op in GroupOp.Movement:
+    base, new_idxs, cond = index_through(u, idxs)
+    inner = lower(base, new_idxs, _and(valid, cond), ctx)
+    return inner if cond is None else cond.where(inner, inner.const_like(0))
+  if u.op is Ops.BUFFER: return _load(u, idxs[0] if idxs else _idx_const(0), valid, ctx)
+  if u.op is Ops.CONST: return UOp.const(dt, u.arg)
+  if u.op is Ops.BIND:
+    ctx.var_vals[u.src[0].arg[0]] = u.src[1].arg
+    return u.src[0].cast(dt)
+  if u.op is Ops.DEFINE_VAR: return u.cast(dt)
+  if u.op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD): return lower(u.src[0], idxs, valid, ctx)
+  if u.op is Ops.REDUCE_AXIS:
+    op, axes = u.arg
+    src = u.src[0]
+    rngs = {a: ctx.new_range(src.shape[a], AxisType.REDUCE) for a in axes}
+    inner_idxs = tuple(rngs[i] if i in rngs else idx for i, idx in enumerate(idxs))
+    inner = lower(src, inner_idxs, valid, ctx)
+    return UOp(Ops.REDUCE, inner.dtype, (inner, *rngs.values()), op)
+  if u.op is Ops.CAST:
+    inner = lower(u.src[0], idxs, valid, ctx)
+    return inner.cast(dt)
+  if u.op is Ops.BITCAST:
+    inner = lower(u.src[0], idxs, valid, ctx)
+    return inner.bitcast(dt)
+  if u.op in GroupOp.ALU:
+    srcs = tuple(lower(s, idxs, valid, ctx) for s in u.src)
+    if u.op is Ops.WHERE: return UOp(Ops.WHERE, srcs[1].dtype, srcs)
+    return UOp(u.op, dtypes.bool if u.op in GroupOp.Comparison else srcs[0].dtype, srcs)
+  raise ShapeError(f"cannot lower {u.op} inside a kernel")
+
+def lower_kernel(node: UOp, out_buf: UOp, realized: dict[UOp, UOp]) -> tuple[UOp, list[UOp], dict[str, int]]:
+  """The kernel AST that computes `node` into `out_buf`: (SINK, buffer uops by slot, variable values)."""
+  ctx = KernelCtx(realized, node)
+  shape = node.shape
+  ranges = tuple(ctx.new_range(s, AxisType.GLOBAL) if not (isinstance(s, int) and s == 1) else _idx_const(0) for s in shape)
+  if node.op is Ops.ASSIGN:
+    target, value = node.src
+    base, tidx, tvalid = index_through(target, ranges)
+    store_buf = base if base.op is Ops.BUFFER else realized[base]
+    out_param = ctx.param(store_buf)
+    val = lower(value, ranges, None, ctx)
+    store_idx = tidx[0] if base.op is Ops.BUFFER else flat_index(tidx, base.shape)
+    store = out_param.index(store_idx, tvalid).store(val)
+  else:
+    out_param = ctx.param(out_buf)
+    val = lower(node, ranges, None, ctx)
+    store = out_param.index(flat_index(ranges, shape)).store(val)
+  ends = tuple(r for r in ranges if r.op is Ops.RANGE)
+  return UOp(Ops.SINK, dtypes.void, (store,), arg=KernelInfo(len(ends))), ctx.bufs, ctx.var_vals
+
+class KernelInfo:
+  """The SINK's arg: how many leading ranges are the kernel's output (global) ranges."""
+  __slots__ = ("n_global",)
+  def __init__(self, n_global: int): self.n_global = n_global
+  def __eq__(self, other: Any) -> bool: return isinstance(other, KernelInfo) and other.n_global == self.n_global
+  def __hash__(self) -> int: return hash(("KernelInfo", self.n_global))
+  def __repr__(self) -> str: return f"KernelInfo(n_global={self.n_global})"
+
+def kernel_size(shape: tuple[sint, ...]) -> sint: return prod(shape)

@@ -1,0 +1,113 @@
+"""`Tensor.__getitem__`: ints, slices with steps, None, Ellipsis and tensor/list indices, as movement ops + gathers."""
+from __future__ import annotations
+from typing import Any, TYPE_CHECKING
+from ember.errors import AxisError
+from ember.dtype import dtypes
+from ember.uop.ops import UOp
+if TYPE_CHECKING:
+  from ember.tensor import Tensor
+
+def _norm_index(indices: Any) -> list[Any]:
+  idx = list(indices) if isinstance(indices, tuple) else [indices]
+  if sum(1 for i in idx if i is Ellipsis) > 1: raise IndexError("an index can only have a single ellipsis ('...')")
+  return idx
+
+def _strided(x: Tensor, dim: int, start: int, stop: int, step: int) -> Tensor:
+  """Elements start, start+step, ... (< stop for step > 0) of dim, via shrink/flip/reshape (no copies)."""
+  n = x.shape[dim]
+  if step < 0:
+    x = x.flip(dim)
+    start, stop, step = n - 1 - start, n - 1 - stop, -step
+  count = max(0, -(-(stop - start) // step))
+  x = x.shrink(tuple((start, min(start + count * step, n) if count else start) if i == dim else (0, s) for i, s in enumerate(x.shape)))
+  if step == 1 or count == 0: return x
+  # pad the dim to count*step, view it as (count, step) and keep column 0
+  length = x.shape[dim]
+  x = x.pad(tuple((0, count * step - length) if i == dim else (0, 0) for i in range(x.ndim)))
+  x = x.reshape(x.shape[:dim] + (count, step) + x.shape[dim + 1:])
+  x = x.shrink(tuple((0, 1) if i == dim + 1 else (0, s) for i, s in enumerate(x.shape)))
+  return x.reshape(x.shape[:dim + 1] + x.shape[dim + 2:])
+
+def getitem(x: Tensor, indices: Any) -> Tensor:
+  from ember.tensor import Tensor
+  idx = _norm_index(indices)
+  consumed = sum(1 for i in idx if i is not None and i is not Ellipsis)
+  if consumed > x.ndim: raise IndexError(f"too many indices for tensor of shape {x.shape}: {consumed} given")
+  if Ellipsis in idx:
+    e = idx.index(Ellipsis)
+    idx = idx[:e] + [slice(None)] * (x.ndim - consumed) + idx[e + 1:]
+  else:
+    idx = idx + [slice(None)] * (x.ndim - consumed)
+  out = x
+  dim = 0
+  tensor_dims: list[tuple[int, Tensor]] = []
+  squeeze: list[int] = []
+  for i in idx:
+    if i is None:
+      out = out.unsqueeze(dim)
+      dim += 1
+    elif isinstance(i, slice):
+      n = out.shape[dim]
+      start, stop, step = i.indices(n)
+      if step == 0: raise ValueError("slice step cannot be zero")
+      out = _strided(out, dim, start, stop, step)
+      dim += 1
+    elif isinstance(i, bool) or (isinstance(i, Tensor) and i.dtype is dtypes.bool):
+      raise IndexError("boolean mask indexing has a data-dependent shape; use masked_select or where")
+    elif isinstance(i, int) or (hasattr(i, "__index__") and not isinstance(i, (Tensor, list, tuple))):
+      n = out.shape[dim]
+      v = int(i)
+      if not -n <= v < n: raise AxisError(f"index {v} is out of bounds for dim {dim} of size {n}")
+      v = v + n if v < 0 else v
+      out = out.shrink(tuple((v, v + 1) if k == dim else (0, s) for k, s in enumerate(out.shape)))
+      squeeze.append(dim)
+      dim += 1
+    elif isinstance(i, (Tensor, list, tuple)):
+      t = i if isinstance(i, Tensor) else Tensor(list(i), device=x.device, dtype=dtypes.int32)
+      if not dtypes.is_int(t.dtype): raise IndexError(f"tensor indices must be int, got {t.dtype!r}")
+      tensor_dims.append((dim, t))
+      dim += 1
+    elif isinstance(i, UOp):
+      out = out.shrink(tuple((i, i + 1) if k == dim else (0, s) for k, s in enumerate(out.shape)))
+      squeeze.append(dim)
+      dim += 1
+    else:
+      raise IndexError(f"unsupported index type {type(i).__name__}")
+  if tensor_dims: out = _gather_dims(out, tensor_dims, squeeze)
+  elif squeeze: out = out.reshape(tuple(s for k, s in enumerate(out.shape) if k not in squeeze))
+  return out
+
+def _gather_dims(x: Tensor, tensor_dims: list[tuple[int, Tensor]], squeeze: list[int]) -> Tensor:
+  """Advanced indexing: broadcast the index tensors together; the indexed dims are replaced by the index shape,
+  placed where the first indexed dim was (numpy rules for adjacent indices) or in front (non-adjacent)."""
+  from ember.tensor import Tensor, broadcast_shape
+  dims = [d for d, _ in tensor_dims]
+  ishape = broadcast_shape(*(t.shape for _, t in tensor_dims))
+  # one-hot select per indexed dim: sum over that dim of (idx == arange) * x
+  for d, t in tensor_dims:
+    n = x.shape[d]
+    valid = ((t >= -n) & (t < n))
+    if not valid.all().item(): raise AxisError(f"index tensor has values out of bounds for dim {d} of size {n}")
+  others = [k for k in range(x.ndim) if k not in dims]
+  xp = x.permute(dims + others)  # (*indexed, *others)
+  other_shape = tuple(xp.shape[len(dims):])
+  ret = xp.reshape((1,) * len(ishape) + tuple(xp.shape))
+  for j, (d, t) in enumerate(tensor_dims):
+    n = x.shape[d]
+    ti = t.cast(dtypes.int32)
+    ti = (ti < 0).where(ti + n, ti)._broadcast_to(ishape)
+    onehot = ti.reshape(*ishape, 1) == Tensor.arange(n, device=x.device).reshape((1,) * len(ishape) + (n,))
+    # ret: (*ishape, n_j, rest...) -> select along the first remaining indexed axis
+    oh = onehot.reshape(*ishape, n, *([1] * (len(tensor_dims) - j - 1 + len(other_shape))))
+    ret = oh.where(ret, 0).sum(len(ishape), dtype=ret.dtype) if ret.dtype is not dtypes.bool else oh.where(ret, False).max(len(ishape))
+  # ret: (*ishape, *other_shape); other dims carry the squeezed int-indexed dims too
+  keep_other = [k for k in others if k not in squeeze]
+  ret = ret.reshape(*ishape, *[x.shape[k] for k in others])
+  ret = ret.reshape(*ishape, *[x.shape[k] for k in keep_other]) if squeeze else ret
+  adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
+  if adjacent and dims[0] > 0:
+    before = len([k for k in keep_other if k < dims[0]])
+    nb = len(ishape)
+    order = list(range(nb, nb + before)) + list(range(nb)) + list(range(nb + before, ret.ndim))
+    ret = ret.permute(order)
+  return ret

@@ -1,0 +1,48 @@
+"""The IR spec checker: PatternMatchers of bools that say which UOps are well formed.
+
+`type_verify(uops, spec)` raises `SpecError` naming the first bad node. With `SPEC=1` (the test suite sets it) codegen
+checks every kernel AST and every linear program between passes.
+"""
+from __future__ import annotations
+from ember.dtype import dtypes, PtrDType
+from ember.errors import EmberError
+from ember.uop.ops import Ops, UOp, GroupOp
+
+class SpecError(EmberError, RuntimeError):
+  """A pass produced a UOp graph that breaks the IR spec (a bug in ember or in a backend's rewrite rules)."""
+
+def _alu_ok(x: UOp) -> bool:
+  if x.op is Ops.WHERE: return x.src[0].dtype is dtypes.bool and x.src[1].dtype is x.dtype and x.src[2].dtype is x.dtype
+  if x.op in GroupOp.Comparison: return x.dtype is dtypes.bool and x.src[0].dtype is x.src[1].dtype
+  if x.op in GroupOp.Bitwise:
+    if dtypes.is_float(x.dtype): return False  # bitwise ops on floats are rejected
+    if x.op in (Ops.SHL, Ops.SHR): return dtypes.is_int(x.dtype) and all(dtypes.is_int(s.dtype) for s in x.src)
+  if x.op in (Ops.IDIV, Ops.MOD) and not dtypes.is_int(x.dtype): return False
+  if x.op in GroupOp.Transcendental | {Ops.SQRT, Ops.RECIPROCAL, Ops.TRUNC, Ops.FDIV} and not dtypes.is_float(x.dtype): return False
+  return all(s.dtype is x.dtype for s in x.src)
+
+def check_kernel_node(x: UOp) -> bool:
+  """Spec of kernel ASTs and linear programs."""
+  if x.op in GroupOp.ALU: return _alu_ok(x)
+  if x.op is Ops.PARAM: return isinstance(x.dtype, PtrDType) and isinstance(x.arg, int)
+  if x.op is Ops.INDEX:
+    return x.src[0].op is Ops.PARAM and dtypes.is_int(x.src[1].dtype) and (len(x.src) == 2 or x.src[2].dtype is dtypes.bool)
+  if x.op is Ops.LOAD: return x.src[0].op is Ops.INDEX and isinstance(x.src[0].dtype, PtrDType) and x.dtype is x.src[0].dtype.base
+  if x.op is Ops.STORE: return x.src[0].op is Ops.INDEX and x.src[1].dtype is x.src[0].dtype.base
+  if x.op is Ops.RANGE: return dtypes.is_int(x.dtype) and len(x.src) == 1 and dtypes.is_int(x.src[0].dtype)
+  if x.op is Ops.REDUCE: return all(s.op is Ops.RANGE for s in x.src[1:]) and x.arg in (Ops.ADD, Ops.MUL, Ops.MAX)
+  if x.op is Ops.CONST: return not x.dtype.weak and x.src == ()
+  if x.op is Ops.DEFINE_VAR: return dtypes.is_int(x.dtype)
+  if x.op is Ops.SINK: return all(s.op in (Ops.STORE, Ops.SINK) for s in x.src)
+  if x.op in (Ops.CAST, Ops.BITCAST): return len(x.src) == 1
+  if x.op in (Ops.END, Ops.DEFINE_ACC, Ops.ASSIGN): return True
+  return False
+
+def type_verify(uops: list[UOp] | UOp, where: str = "") -> None:
+  nodes = list(uops.toposort()) if isinstance(uops, UOp) else uops
+  for u in nodes:
+    if u.dtype.weak and u.op is not Ops.SINK:
+      raise SpecError(f"{where}: weak dtype {u.dtype!r} reached a kernel in {u.op}; weak dtypes must be lowered first")
+    if not check_kernel_node(u):
+      srcs = ", ".join(f"{s.op.name}:{s.dtype!r}" for s in u.src)
+      raise SpecError(f"{where}: malformed {u.op.name} of dtype {u.dtype!r} with sources ({srcs}), arg={u.arg!r}")
