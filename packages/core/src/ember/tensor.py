@@ -650,8 +650,6 @@ def _cast_uop(u: UOp, dt: DType) -> UOp:
   return UOp(Ops.CAST, dt, (u,))
 
 def _reshape(u: UOp, shape: tuple[sint, ...]) -> UOp:
-  if u.shape == shape: return u
-  if u.op is Ops.RESHAPE: u = u.src[0]
   return u if u.shape == shape else UOp(Ops.RESHAPE, u.dtype, (u,), tuple(shape))
 
 def _shape_arg(shape: tuple[Any, ...]) -> tuple[sint, ...]:
@@ -688,7 +686,7 @@ def _mv_fmt(dt: DType) -> str: return dt.fmt if dt.fmt is not None else {1: "B",
 
 def _is_contiguous_buffer(u: UOp) -> bool:
   """A BUFFER, possibly reshaped: the tensor's elements are the buffer's, in order."""
-  if u.op is Ops.RESHAPE: u = u.src[0]
+  while u.op is Ops.RESHAPE: u = u.src[0]
   return u.op is Ops.BUFFER
 
 def _is_buffer_view(u: UOp) -> bool: return u.base.op is Ops.BUFFER and all(n.op in GroupOp.Movement or n.op is Ops.BUFFER for n in u.toposort())

@@ -90,7 +90,7 @@ _FORMATS = {
 
 def _format_of(d: UOp) -> _Format | None:
   """The format to compute `d` in; None means compute in float32 and cast back."""
-  if d.dtype in _FORMATS: return _FORMATS[d.dtype]  # type: ignore[index]
+  if d.dtype in _FORMATS: return _FORMATS[d.dtype]
   if isinstance(d.dtype, DType) and dtypes.is_float(d.dtype) and not d.dtype.weak and d.dtype.itemsize < 4: return None
   raise DTypeError(f"transcendental decomposition needs a concrete float dtype, got {d.dtype!r}; "
                    "lower weak dtypes (and cast ints to float) before decomposing")
@@ -119,7 +119,7 @@ def _two_sum(a: UOp, b: UOp) -> tuple[UOp, UOp]:
   return s, _sub(a, _sub(s, bb)) + _sub(b, bb)
 
 def _split(x: UOp, fmt: _Format) -> tuple[UOp, UOp]:
-  """x = hi + lo exactly; hi keeps the top `mant - split_clear` bits (a bit mask, so FMA contraction cannot break it)."""
+  """x = hi + lo exactly, hi the top `mant - split_clear` bits (a bit mask: FMA contraction cannot break it)."""
   mask = x.bitcast(fmt.int_dtype) & UOp.const(fmt.int_dtype, -(1 << fmt.split_clear))
   hi = mask.bitcast(fmt.dtype)
   return hi, _sub(x, hi)
@@ -252,15 +252,16 @@ def _quadrant_and_fraction(a: UOp, fmt: _Format) -> tuple[UOp, UOp, UOp]:
   xs = a * _pick(bucket_of, red.scales, a)  # exact: a power of two, the result stays normal
   xh, xl = _split(xs, fmt)
   top = fmt.bucket + fmt.mant - 1  # xs < 2**top
-  # exact partial products (with a bound on each), largest first
+  # exact partial products, each with a bound on its size
   terms: list[tuple[float, UOp]] = []
   for i in range(len(red.pieces[0])):
     g = _pick(bucket_of, tuple(p[i] for p in red.pieces), a)
     piece_top = 2 - fmt.chunk * i  # piece i < 2**piece_top
     terms.append((2.0 ** (top + piece_top), xh * g))
     terms.append((2.0 ** (top + piece_top - (fmt.mant - fmt.split_clear) + 1), xl * g))
+  # the rest of 2/pi, rounded: its product is far below the reduced argument's precision
+  terms.append((2.0 ** (top + 2 - fmt.chunk * len(red.pieces[0])), xs * _pick(bucket_of, red.tails, a)))
   terms.sort(key=lambda t: -t[0])
-  tail_bound = 2.0 ** (top + 2 - fmt.chunk * len(red.pieces[0]))
   # sum mod 4: big terms through two_sum into s (kept in [0, 4)), small ones straight into lo
   small = 2.0 ** (3 - fmt.mant)
   s = a.const_like(0.0)
@@ -273,8 +274,6 @@ def _quadrant_and_fraction(a: UOp, fmt: _Format) -> tuple[UOp, UOp, UOp]:
     s, err = _two_sum(s, t)
     s = _mod4(s)
     lo = lo + err
-  lo = lo + xs * _pick(bucket_of, red.tails, a)
-  assert tail_bound <= small, "the rounded tail of 2/pi must be too small to need exact summation"
   q = _rint(s)
   fh, fl = _two_sum(_sub(s, q), lo)
   return q.cast(dtypes.int32) & UOp.const(dtypes.int32, 3), fh, fl
@@ -310,15 +309,13 @@ def xsin(d: UOp) -> UOp:
 
 # ** the rewrite pass **
 
-_decompositions = {Ops.EXP2: xexp2, Ops.LOG2: xlog2, Ops.SIN: xsin}
+_FLOATS = tuple(dtypes.floats)
 
-def _decompose(ctx: object, x: UOp) -> UOp | None:
-  if x.op in ctx: return None  # type: ignore[operator]
-  return _decompositions[x.op](x.src[0])
-
-# ctx: the ops the target computes natively (a renderer's `code_for_op`); the others are rewritten
+# ctx: the ops the target computes natively (a renderer's `code_for_op` keys); the others become basic ALU ops
 pm_transcendental = PatternMatcher([
-  (UPat((Ops.EXP2, Ops.LOG2, Ops.SIN), dtype=tuple(dtypes.floats), src=(UPat.var(),), name="x"), _decompose),  # f(d) -> poly
+  (UPat(Ops.EXP2, dtype=_FLOATS, src=(UPat.var("d"),)), lambda ctx, d: None if Ops.EXP2 in ctx else xexp2(d)),  # 2**d
+  (UPat(Ops.LOG2, dtype=_FLOATS, src=(UPat.var("d"),)), lambda ctx, d: None if Ops.LOG2 in ctx else xlog2(d)),  # log2 d
+  (UPat(Ops.SIN, dtype=_FLOATS, src=(UPat.var("d"),)), lambda ctx, d: None if Ops.SIN in ctx else xsin(d)),  # sin d
 ])
 
 def decompose_transcendental(sink: UOp, native: set[Ops] | frozenset[Ops] | dict[Ops, object]) -> UOp:

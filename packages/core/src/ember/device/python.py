@@ -63,7 +63,7 @@ _EMULATED: dict[DType, tuple[int, int, float, bool]] = {
 
 def np_compute_type(dt: DType) -> Any:
   """The numpy type values of `dt` are computed in (float32 for bfloat16 and fp8)."""
-  if dt not in _NP_TYPES: raise CompileError(f"PYTHON cannot compute values of dtype {dt!r}; use a concrete value dtype")
+  if dt not in _NP_TYPES: raise CompileError(f"PYTHON cannot compute values of {dt!r}; use a concrete value dtype")
   return _NP_TYPES[dt]
 
 def np_storage_type(dt: DType) -> Any:
@@ -162,10 +162,11 @@ def _c_mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 _numpy_alu: dict[Ops, Callable[..., Any]] = {
   Ops.NEG: np.negative, Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.SIN: np.sin, Ops.SQRT: np.sqrt,
   Ops.RECIPROCAL: np.reciprocal, Ops.TRUNC: np.trunc,
-  Ops.ADD: np.add, Ops.SUB: np.subtract, Ops.MUL: np.multiply, Ops.FDIV: np.true_divide, Ops.IDIV: _c_idiv, Ops.MOD: _c_mod,
-  Ops.MAX: np.maximum,  # propagates NaN from either side
+  Ops.ADD: np.add, Ops.SUB: np.subtract, Ops.MUL: np.multiply, Ops.FDIV: np.true_divide,
+  Ops.IDIV: _c_idiv, Ops.MOD: _c_mod, Ops.MAX: np.maximum,  # np.maximum propagates NaN from either side
   Ops.CMPLT: np.less, Ops.CMPNE: np.not_equal, Ops.CMPEQ: np.equal,
-  Ops.AND: np.bitwise_and, Ops.OR: np.bitwise_or, Ops.XOR: np.bitwise_xor, Ops.SHL: np.left_shift, Ops.SHR: np.right_shift,
+  Ops.AND: np.bitwise_and, Ops.OR: np.bitwise_or, Ops.XOR: np.bitwise_xor,
+  Ops.SHL: np.left_shift, Ops.SHR: np.right_shift,
   Ops.WHERE: np.where, Ops.MULACC: lambda a, b, c: a * b + c,
 }
 
@@ -221,13 +222,14 @@ def _comment(u: UOp, names: list[str], i: int) -> str:
 def decode_program(src: str) -> list[UOp]:
   """Parse the text `PythonRenderer.render` wrote back into the linear program."""
   lines = src.splitlines()
-  if not lines or not lines[0].startswith(_FORMAT_TAG): raise CompileError(f"not a PYTHON program: it must start with {_FORMAT_TAG!r}")
-  decoder, uops = json.JSONDecoder(), []
+  if not lines or not lines[0].startswith(_FORMAT_TAG):
+    raise CompileError(f"not a PYTHON program: it must start with {_FORMAT_TAG!r}")
+  decoder, uops = json.JSONDecoder(), list[UOp]()
   for lineno, line in enumerate(lines[1:], start=2):
     if not line.strip() or line.startswith("#"): continue
     try:
       rec, _ = decoder.raw_decode(line)
-      if any(not 0 <= s < len(uops) for s in rec["src"]): raise IndexError(f"a source index is not an earlier uop: {rec['src']}")
+      if any(not 0 <= s < len(uops) for s in rec["src"]): raise IndexError(f"sources {rec['src']} are not all earlier uops")
       srcs = tuple(uops[s] for s in rec["src"])
       uops.append(UOp(Ops[rec["op"]], _decode_dtype(rec["dtype"]), srcs, _decode_arg(rec["arg"])))
     except (ValueError, KeyError, IndexError, TypeError) as e:
@@ -242,10 +244,12 @@ class PythonRenderer(Renderer):
   has_shared = False
   has_threads = False
   code_for_op: dict[Ops, Callable[..., str]] = {
-    Ops.NEG: lambda x: f"-{x}", Ops.EXP2: lambda x: f"exp2({x})", Ops.LOG2: lambda x: f"log2({x})", Ops.SIN: lambda x: f"sin({x})",
-    Ops.SQRT: lambda x: f"sqrt({x})", Ops.RECIPROCAL: lambda x: f"1/{x}", Ops.TRUNC: lambda x: f"trunc({x})",
+    Ops.NEG: lambda x: f"-{x}", Ops.EXP2: lambda x: f"exp2({x})", Ops.LOG2: lambda x: f"log2({x})",
+    Ops.SIN: lambda x: f"sin({x})", Ops.SQRT: lambda x: f"sqrt({x})", Ops.RECIPROCAL: lambda x: f"1/{x}",
+    Ops.TRUNC: lambda x: f"trunc({x})",
     Ops.ADD: lambda a, b: f"{a} + {b}", Ops.SUB: lambda a, b: f"{a} - {b}", Ops.MUL: lambda a, b: f"{a} * {b}",
-    Ops.FDIV: lambda a, b: f"{a} / {b}", Ops.IDIV: lambda a, b: f"cdiv({a}, {b})", Ops.MOD: lambda a, b: f"cmod({a}, {b})",
+    Ops.FDIV: lambda a, b: f"{a} / {b}", Ops.IDIV: lambda a, b: f"cdiv({a}, {b})",
+    Ops.MOD: lambda a, b: f"cmod({a}, {b})",
     Ops.MAX: lambda a, b: f"max({a}, {b})", Ops.CMPLT: lambda a, b: f"{a} < {b}", Ops.CMPNE: lambda a, b: f"{a} != {b}",
     Ops.CMPEQ: lambda a, b: f"{a} == {b}", Ops.AND: lambda a, b: f"{a} & {b}", Ops.OR: lambda a, b: f"{a} | {b}",
     Ops.XOR: lambda a, b: f"{a} ^ {b}", Ops.SHL: lambda a, b: f"{a} << {b}", Ops.SHR: lambda a, b: f"{a} >> {b}",
@@ -256,10 +260,11 @@ class PythonRenderer(Renderer):
     lines, depth = [f"{_FORMAT_TAG} {name}"], 0
     for i, u in enumerate(uops):
       if any(s not in position or position[s] >= i for s in u.src):
-        raise CompileError(f"PythonRenderer: uop {i} ({u.op}) of {name!r} uses a source that is not earlier in the program")
-      record = {"op": u.op.name, "dtype": _encode_dtype(u.dtype), "src": [position[s] for s in u.src], "arg": _encode_arg(u.arg)}
+        raise CompileError(f"PythonRenderer: uop {i} ({u.op}) of {name!r} uses a source that is not earlier in the list")
+      srcs = [position[s] for s in u.src]
+      record = {"op": u.op.name, "dtype": _encode_dtype(u.dtype), "src": srcs, "arg": _encode_arg(u.arg)}
       if u.op is Ops.END: depth -= 1
-      lines.append(f"{json.dumps(record)}  # {'  ' * max(depth, 0)}{_comment(u, [f'v{position[s]}' for s in u.src], i)}")
+      lines.append(f"{json.dumps(record)}  # {'  ' * max(depth, 0)}{_comment(u, [f'v{s}' for s in srcs], i)}")
       if u.op is Ops.RANGE: depth += 1
     return "\n".join(lines) + "\n"
 

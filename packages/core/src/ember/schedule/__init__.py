@@ -23,7 +23,8 @@ def attach_buffer(uop: UOp, buf: Buffer) -> None:
   _buffers[uop] = buf
 
 def buffer_of(uop: UOp) -> Buffer:
-  u = uop.src[0] if uop.op is Ops.RESHAPE else uop
+  u = uop
+  while u.op is Ops.RESHAPE: u = u.src[0]
   if u.op is not Ops.BUFFER: raise DeviceError(f"{uop.op} is not backed by a buffer; realize it first")
   if (buf := _buffers.get(u)) is None:
     buf = Buffer(u.arg.device, u.arg.size, u.dtype)  # type: ignore[arg-type]
@@ -47,7 +48,8 @@ def _new_buffer_uop(node: UOp) -> UOp:
 
 def _is_buffer_like(u: UOp) -> bool:
   """A BUFFER, possibly reshaped: already materialised in order."""
-  return (u.src[0] if u.op is Ops.RESHAPE else u).op is Ops.BUFFER
+  while u.op is Ops.RESHAPE: u = u.src[0]
+  return u.op is Ops.BUFFER
 
 def contiguous_range(u: UOp) -> tuple[UOp, int, int] | None:
   """If `u` is a contiguous run of a buffer's elements (reshapes and a leading-dim shrink), (buffer, offset, size)."""
