@@ -68,9 +68,13 @@ def contiguous_range(u: UOp) -> tuple[UOp, int, int] | None:
   if node.op is not Ops.BUFFER: return None
   return node, offset, int(prod(u.shape))
 
-def _base_is_compute(u: UOp) -> bool:
-  b = u.base
-  return b.op in GroupOp.ALU or b.op in (Ops.CAST, Ops.REDUCE_AXIS)
+_EXPENSIVE = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.FDIV, Ops.RECIPROCAL, Ops.REDUCE_AXIS}
+
+def _expensive_to_recompute(u: UOp) -> bool:
+  """A computed value worth a buffer before a broadcast repeats it: transcendentals, divisions or a long chain."""
+  if u.base.op not in GroupOp.ALU | {Ops.CAST, Ops.REDUCE_AXIS}: return False
+  nodes = u.toposort(gate=lambda n: n.op is not Ops.BUFFER)
+  return any(n.op in _EXPENSIVE for n in nodes) or sum(1 for n in nodes if n.op in GroupOp.ALU) >= 6
 
 def find_realize(targets: list[UOp]) -> tuple[list[UOp], dict[UOp, list[UOp]]]:
   """Which nodes become buffers, in dependency order."""
@@ -92,7 +96,7 @@ def find_realize(targets: list[UOp]) -> tuple[list[UOp], dict[UOp, list[UOp]]]:
       # the value may read the target's buffer only at the element it overwrites
       reads = [u for u in value.toposort() if target.base in u.src and u is not target]
       if (reads or target.base in value.src) and value.op not in (Ops.CONTIGUOUS,): realize.add(value)
-    if n.op is Ops.EXPAND and _base_is_compute(n.src[0]) and prod(n.arg) >= 2 * prod(n.src[0].shape): realize.add(n.src[0].base)
+    if n.op is Ops.EXPAND and prod(n.arg) >= 2 * prod(n.src[0].shape) and _expensive_to_recompute(n.src[0]): realize.add(n.src[0].base)
   for n in topo:
     if n.op is Ops.REDUCE_AXIS and n not in realize and _reduce_must_realize(n, consumers, realize): realize.add(n)
   order = [n for n in topo if n in realize and n.op is not Ops.BUFFER]

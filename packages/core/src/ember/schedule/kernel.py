@@ -124,6 +124,7 @@ def _lower(u: UOp, idxs: tuple[UOp, ...], valid: UOp | None, ctx: KernelCtx) -> 
     return inner if cond is None else cond.where(inner, inner.const_like(0))
   if u.op is Ops.BUFFER: return _load(u, idxs[0] if idxs else _idx_const(0), valid, ctx)
   if u.op is Ops.CONST: return UOp.const(dt, u.arg)
+  if u.op is Ops.RANGE: return idxs[0].cast(dt)  # tensor-level iota: the index along its only dim
   if u.op is Ops.BIND:
     ctx.var_vals[u.src[0].arg[0]] = u.src[1].arg
     return u.src[0].cast(dt)

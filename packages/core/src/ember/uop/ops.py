@@ -257,6 +257,7 @@ def _shape(u: UOp) -> tuple[sint, ...]:
   op = u.op
   if op is Ops.BUFFER: return (u.arg.size,)
   if op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.DEVICE): return ()
+  if op is Ops.RANGE and u.src[0].op is Ops.DEVICE: return (u.arg,)  # tensor-level iota (arange)
   if op is Ops.RESHAPE or op is Ops.EXPAND: return tuple(u.arg)
   if op is Ops.PERMUTE: return tuple(u.src[0].shape[i] for i in u.arg)
   if op is Ops.PAD: return tuple(s + b + a for s, (b, a) in zip(u.src[0].shape, u.arg))
@@ -278,7 +279,7 @@ def _vmin_vmax(u: UOp) -> tuple[Any, Any]:
   if u.op is Ops.CONST: return u.arg, u.arg
   if u.op is Ops.DEFINE_VAR: return u.arg[1], u.arg[2]
   if u.op is Ops.BIND: return u.src[0].vmin, u.src[0].vmax
-  if u.op is Ops.RANGE: return 0, u.src[0].vmax - 1
+  if u.op is Ops.RANGE: return (0, u.src[0].vmax - 1) if u.src[0].op is not Ops.DEVICE else (0, u.arg - 1)
   if isinstance(dt, PtrDType) or dt is dtypes.void: return None, None
   dmin, dmax = dtypes.min(dt), dtypes.max(dt)
   if u.op in GroupOp.Binary and len(u.src) == 2:
