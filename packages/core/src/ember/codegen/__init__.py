@@ -1,6 +1,5 @@
 """Codegen: one kernel AST -> lowering passes -> a linear program -> source text via the device's renderer."""
 from __future__ import annotations
-import functools
 from ember.dtype import PtrDType, dtypes
 from ember.errors import CompileError
 from ember.helpers import NUM_CPU_THREADS, SPEC, DEBUG, NOOPT, prod
@@ -55,21 +54,15 @@ def estimate(uops: list[UOp]) -> Estimates:
   mem = sum(u.dtype.size * u.dtype.base.itemsize for u in uops if u.op is Ops.PARAM and isinstance(u.dtype, PtrDType) and u.dtype.size > 0)
   return Estimates(ops, mem)
 
-@functools.lru_cache(maxsize=4096)
-def _decomp_matcher(native: frozenset[Ops]) -> PatternMatcher | None:
-  missing = {Ops.EXP2, Ops.LOG2, Ops.SIN} - native
-  if not missing: return None
-  from ember.codegen.transcendental import pm_transcendental
-  return pm_transcendental(set(native))
-
 def full_rewrite(ast: UOp, renderer: Renderer) -> tuple[list[UOp], list[int] | None]:
   """The pipeline from kernel AST to linear program; each pass runs where it does for the reason on its line."""
   sink = graph_rewrite(ast, symbolic + pm_lower_alu, name="simplify index math")  # fold movement-op index math
   sink = graph_rewrite(sink, pm_gates, name="drop constant gates")  # padding that is always valid needs no gate
   sink, gsize = apply_opts(sink, renderer)  # threads / later BEAM opts
-  if (decomp := _decomp_matcher(frozenset(renderer.code_for_op))) is not None:
-    sink = graph_rewrite(sink, decomp, name="decompose transcendentals")  # targets without native exp2/log2/sin
-    sink = graph_rewrite(sink, symbolic, name="simplify decompositions")
+  if {Ops.EXP2, Ops.LOG2, Ops.SIN} - set(renderer.code_for_op):
+    from ember.codegen.transcendental import pm_transcendental
+    native = frozenset(renderer.code_for_op)
+    sink = graph_rewrite(sink, pm_transcendental, ctx=native, name="decompose transcendentals")  # no native exp2/log2/sin
   if renderer.extra_matcher is not None: sink = graph_rewrite(sink, renderer.extra_matcher, name="renderer rewrites")
   if SPEC.value: type_verify(sink, "kernel AST")
   uops = linearize(sink)

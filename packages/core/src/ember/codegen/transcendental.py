@@ -1,7 +1,7 @@
 """EXP2, LOG2 and SIN built from basic ALU ops, for renderers whose `code_for_op` lacks them.
 
 Every function builds a kernel-level UOp graph in the input's dtype (float16, bfloat16 and fp8 compute in float32 and
-cast back) from ADD, SUB, MUL, FDIV, CMPLT, CMPNE, WHERE, TRUNC, CAST, BITCAST and SHR/AND/OR on ints only:
+cast back) from ADD, SUB, MUL, FDIV, CMPLT, CMPNE, WHERE, TRUNC, CAST, BITCAST and SHL/SHR/AND/OR on ints only:
 
 * exp2: split d = q + r with q an integer and |r| <= 1/2, a polynomial for 2**r, then 2**q through the exponent bits
   (in two halves, so results in the subnormal range round once, correctly).
@@ -84,8 +84,10 @@ class _Format:
   def min_normal(self) -> float: return 2.0 ** (1 - self.bias)
 
 _FORMATS = {
-  dtypes.float32: _Format(dtypes.float32, dtypes.int32, 24, 127, 12, 12, 24, 2.0 ** -12, 7, 5, 5, 5),
-  dtypes.float64: _Format(dtypes.float64, dtypes.int64, 53, 1023, 27, 26, 64, 2.0 ** -26, 13, 11, 8, 9),
+  dtypes.float32: _Format(dtypes.float32, dtypes.int32, mant=24, bias=127, split_clear=12, chunk=12, bucket=24,
+                          sin_tiny=2.0 ** -12, exp2_deg=7, log2_terms=5, sin_terms=5, cos_terms=5),
+  dtypes.float64: _Format(dtypes.float64, dtypes.int64, mant=53, bias=1023, split_clear=27, chunk=26, bucket=64,
+                          sin_tiny=2.0 ** -26, exp2_deg=13, log2_terms=11, sin_terms=8, cos_terms=9),
 }
 
 def _format_of(d: UOp) -> _Format | None:
@@ -103,7 +105,7 @@ def _neg(x: UOp) -> UOp: return x * -1.0
 def _not(cond: UOp) -> UOp: return cond.ne(True)
 
 def _rint(x: UOp) -> UOp:
-  """Round to the nearest integer (halves away from zero); exactness at halves does not matter to the callers."""
+  """An integer within 1/2 (plus rounding) of x: trunc(x +- 1/2); the callers need no exact tie rule."""
   return _trunc(x + x.lt(0.0).where(x.const_like(-0.5), x.const_like(0.5)))
 
 def _poly(x: UOp, coeffs: list[float]) -> UOp:
