@@ -211,9 +211,13 @@ def _to_fp8(x: float, exp_bits: int, man_bits: int, fn: bool) -> float:
   if math.isnan(x) or math.isinf(x): return x if not fn or math.isnan(x) else math.copysign(448.0, x)
   bias = 2 ** (exp_bits - 1) - 1
   max_val = 448.0 if fn else (2 - 2 ** -man_bits) * 2.0 ** (2 ** exp_bits - 2 - bias)
-  if abs(x) >= max_val: return math.copysign(max_val, x) if fn else (x if abs(x) == max_val else math.copysign(math.inf, x))
+  if abs(x) > max_val:
+    if fn: return math.copysign(max_val, x)
+    # e5m2 overflows to inf only past the rounding midpoint between max_val and the next (absent) step
+    if abs(x) >= max_val + 2.0 ** (2 ** exp_bits - 2 - bias - man_bits - 1): return math.copysign(math.inf, x)
+    return math.copysign(max_val, x)
   if x == 0: return x
-  e = max(math.floor(math.log2(abs(x))), 1 - bias)
+  e = max(math.frexp(abs(x))[1] - 1, 1 - bias)  # frexp is exact where floor(log2) can round up below a power of two
   step = 2.0 ** (e - man_bits)
   return round(x / step) * step
 

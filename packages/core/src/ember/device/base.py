@@ -168,7 +168,7 @@ class Program(Protocol):
 
 class Compiled:
   """A device: its allocator, the renderer and compiler selected for it, and the runtime that loads binaries."""
-  def __init__(self, device: str, allocator: Allocator, renderer: Any, compiler: Compiler,
+  def __init__(self, device: str, allocator: Allocator, renderer: Any, compiler: Compiler | None,
                runtime: Callable[[str, bytes], Program], graph: Any = None):
     self.device, self.allocator, self.renderer, self.compiler, self.runtime, self.graph = device, allocator, renderer, compiler, runtime, graph
   def synchronize(self) -> None:

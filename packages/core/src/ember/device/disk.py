@@ -38,13 +38,13 @@ class DiskAllocator(Allocator):
     writable = not os.path.exists(self.path) or os.access(self.path, os.W_OK)
     try: fd = os.open(self.path, os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY, 0o644)
     except OSError as e:
-      raise DeviceError(f"DISK cannot open {self.path!r}: {e.strerror}; check that the directory exists and is accessible") from e
+      raise DeviceError(f"DISK cannot open {self.path!r}: {e.strerror}; check the path and its permissions") from e
     try:
       file_size = os.fstat(fd).st_size
       if file_size < size:
         if not writable:
-          raise DeviceError(f"DISK file {self.path!r} has {file_size} bytes, a buffer of {size} bytes does not fit, and the file"
-                            " is read-only; use a smaller buffer or a writable file")
+          raise DeviceError(f"DISK file {self.path!r} has {file_size} bytes, a buffer of {size} bytes does not fit, "
+                            "and the file is read-only; use a smaller buffer or a writable file")
         os.ftruncate(fd, size)
       mapping = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
     except OSError as e:
@@ -58,7 +58,7 @@ class DiskAllocator(Allocator):
   def _offset(self, buf: DiskMapping, size: int, offset: int) -> DiskMapping:
     return DiskMapping(buf.path, buf.offset + offset, size, buf.mv[offset:offset + size], buf.mapping)
   def _copyin(self, dest: DiskMapping, src: memoryview) -> None:
-    if dest.mv.readonly: raise DeviceError(f"DISK file {dest.path!r} is read-only; cannot write {src.nbytes} bytes to it")
+    if dest.mv.readonly: raise DeviceError(f"DISK file {dest.path!r} is read-only; cannot write {src.nbytes} bytes")
     dest.mv[:] = src
   def _copyout(self, dest: memoryview, src: DiskMapping) -> None: dest[:] = src.mv
 

@@ -21,8 +21,11 @@ How the interpreter runs a program:
 Semantics where C leaves things undefined (chosen to match `ember.uop.ops.exec_alu`, the constant folder):
 integer IDIV/MOD by zero give 0 and never trap; INT_MIN / -1 wraps to INT_MIN; float -> int casts of NaN/inf give 0
 and other out-of-range values wrap modulo 2**bits; shifts by a count outside [0, bits) give 0 (SHL, SHR of unsigned)
-or the sign fill (SHR of signed); NEG of a bool is logical not. Casting to fp8e4m3 saturates at +-448 (inf
-included), fp8e5m2 and bfloat16 overflow to inf.
+or the sign fill (SHR of signed); NEG of a bool is logical not. MULACC rounds `a*b` to the dtype before adding
+(C without contraction). Casting to fp8e4m3 saturates at +-448 (inf included); fp8e5m2 and bfloat16 overflow to inf.
+
+A program is checked when it is loaded: only linear-program ops, every RANGE closed by its END, no value used after
+the loop that computes it has closed, LOAD/STORE dtypes equal to the buffer's. Violations raise `CompileError`.
 """
 from __future__ import annotations
 import ctypes
@@ -167,14 +170,16 @@ _numpy_alu: dict[Ops, Callable[..., Any]] = {
   Ops.CMPLT: np.less, Ops.CMPNE: np.not_equal, Ops.CMPEQ: np.equal,
   Ops.AND: np.bitwise_and, Ops.OR: np.bitwise_or, Ops.XOR: np.bitwise_xor,
   Ops.SHL: np.left_shift, Ops.SHR: np.right_shift,
-  Ops.WHERE: np.where, Ops.MULACC: lambda a, b, c: a * b + c,
+  Ops.WHERE: np.where,
 }
 
 def exec_numpy_alu(op: Ops, dtype: DType, operand_dtype: DType, operands: list[np.ndarray]) -> np.ndarray:
   """One ALU op over numpy lanes with `dtype`'s semantics. `operand_dtype` is the (shared) dtype of the operands."""
   if operand_dtype is dtypes.bool and op is Ops.NEG: return np.logical_not(operands[0])
   if operand_dtype is dtypes.bool and op in BOOL_VIA_INT_OPS:
-    return np.asarray(_numpy_alu[op](*(np.asarray(x).astype(np.int8) for x in operands)) != 0)
+    operands = [np.asarray(x).astype(np.int8) for x in operands]
+    return np.asarray((operands[0] * operands[1] + operands[2] if op is Ops.MULACC else _numpy_alu[op](*operands)) != 0)
+  if op is Ops.MULACC: return finish(finish(operands[0] * operands[1], dtype) + operands[2], dtype)  # a*b rounds first
   return finish(_numpy_alu[op](*operands), dtype)
 
 # ** serialisation: one JSON record per uop, each followed by a comment for people **
@@ -229,7 +234,7 @@ def decode_program(src: str) -> list[UOp]:
     if not line.strip() or line.startswith("#"): continue
     try:
       rec, _ = decoder.raw_decode(line)
-      if any(not 0 <= s < len(uops) for s in rec["src"]): raise IndexError(f"sources {rec['src']} are not all earlier uops")
+      if any(not 0 <= s < len(uops) for s in rec["src"]): raise IndexError(f"sources {rec['src']} not all earlier")
       srcs = tuple(uops[s] for s in rec["src"])
       uops.append(UOp(Ops[rec["op"]], _decode_dtype(rec["dtype"]), srcs, _decode_arg(rec["arg"])))
     except (ValueError, KeyError, IndexError, TypeError) as e:
@@ -260,7 +265,7 @@ class PythonRenderer(Renderer):
     lines, depth = [f"{_FORMAT_TAG} {name}"], 0
     for i, u in enumerate(uops):
       if any(s not in position or position[s] >= i for s in u.src):
-        raise CompileError(f"PythonRenderer: uop {i} ({u.op}) of {name!r} uses a source that is not earlier in the list")
+        raise CompileError(f"PythonRenderer: uop {i} ({u.op}) of {name!r} uses a source not earlier in the list")
       srcs = [position[s] for s in u.src]
       record = {"op": u.op.name, "dtype": _encode_dtype(u.dtype), "src": srcs, "arg": _encode_arg(u.arg)}
       if u.op is Ops.END: depth -= 1
@@ -280,6 +285,10 @@ class PythonCompiler(Compiler):
 
 # ** the interpreter **
 
+def scalar_dtype(dt: AnyDType) -> DType:
+  """The value dtype of a uop: a pointer's element dtype, or the dtype itself."""
+  return dt.base if isinstance(dt, PtrDType) else dt
+
 class _Plan:
   """What a program needs checked and precomputed once: loop extents, which loops vectorise, source positions."""
   def __init__(self, name: str, uops: list[UOp]):
@@ -289,11 +298,13 @@ class _Plan:
       if u in position: raise CompileError(f"PYTHON kernel {name!r}: uop {i} ({u.op}) appears twice in the program")
       position[u] = i
     self.srcs = [tuple(position[s] for s in u.src) for u in uops]
+    self.dtypes = [scalar_dtype(u.dtype) for u in uops]
     self.loop_end: dict[int, int] = {}
     self.vectorise: dict[int, bool] = {}
     self.consts: dict[int, np.ndarray] = {}
     self.var_positions: list[int] = []
-    self.max_slot, self.lane_axes = -1, 0
+    self.params: dict[int, DType] = {}
+    self.lane_axes = 0
     open_ranges: list[int] = []
     scope_of: list[tuple[int, ...]] = []
     for i, u in enumerate(uops):
@@ -307,12 +318,14 @@ class _Plan:
       # a value computed inside a loop cannot be used after that loop closes (consts and arguments are everywhere)
       for s in self.srcs[i]:
         if uops[s].op not in (Ops.CONST, Ops.PARAM, Ops.DEFINE_VAR) and scope_of[s] != scope[:len(scope_of[s])]:
-          raise CompileError(f"PYTHON kernel {name!r}: uop {i} ({u.op}) uses uop {s} ({uops[s].op}) outside the loop that computes it")
+          raise CompileError(f"PYTHON kernel {name!r}: uop {i} ({u.op}) uses uop {s} ({uops[s].op}) after the loop "
+                             "that computes it has closed")
       if u.op is Ops.RANGE: open_ranges.append(i)
-      if u.op is Ops.PARAM: self.max_slot = max(self.max_slot, u.arg)
+      if u.op is Ops.PARAM: self.params[u.arg] = self.dtypes[i]
       if u.op is Ops.DEFINE_VAR: self.var_positions.append(i)
-      if u.op is Ops.CONST: self.consts[i] = self._const(u)
-    if open_ranges: raise CompileError(f"PYTHON kernel {name!r}: RANGE at uop {open_ranges[-1]} is never closed by an END")
+      if u.op is Ops.CONST: self.consts[i] = self._const(u.arg, self.dtypes[i])
+    if open_ranges:
+      raise CompileError(f"PYTHON kernel {name!r}: RANGE at uop {open_ranges[-1]} is never closed by an END")
     for start, end in self.loop_end.items():
       carried = any(uops[j].op is Ops.ASSIGN and self.srcs[j][0] < start for j in range(start + 1, end))
       self.vectorise[start] = uops[start].arg[1] in PARALLEL_AXES and not carried
@@ -326,32 +339,37 @@ class _Plan:
       raise CompileError(f"{where}: PARAM and INDEX, and only they, have a pointer dtype; got {u.dtype!r}")
     if u.op is Ops.INDEX and (u.src[0].op is not Ops.PARAM or len(u.src) not in (2, 3)):
       raise CompileError(f"{where}: INDEX needs (PARAM, idx) or (PARAM, idx, gate)")
-    if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is not Ops.INDEX: raise CompileError(f"{where}: expects an INDEX source")
-    if u.op is Ops.LOAD and u.dtype is not u.src[0].dtype.base:
-      raise CompileError(f"{where}: loads {u.dtype!r} from a buffer of {u.src[0].dtype.base!r}; cast after loading instead")
-    if u.op is Ops.STORE and u.src[1].dtype is not u.src[0].dtype.base:
-      raise CompileError(f"{where}: stores {u.src[1].dtype!r} into a buffer of {u.src[0].dtype.base!r}; cast the value first")
-    if u.op is Ops.ASSIGN and u.src[0].op is not Ops.DEFINE_ACC: raise CompileError(f"{where}: ASSIGN targets a DEFINE_ACC only")
+    if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is not Ops.INDEX:
+      raise CompileError(f"{where}: the first source must be an INDEX")
+    if u.op is Ops.LOAD and u.dtype is not scalar_dtype(u.src[0].dtype):
+      raise CompileError(f"{where}: loads {u.dtype!r} from a buffer of {scalar_dtype(u.src[0].dtype)!r}; "
+                         "load the buffer's dtype and cast after")
+    if u.op is Ops.STORE and u.src[1].dtype is not scalar_dtype(u.src[0].dtype):
+      raise CompileError(f"{where}: stores {u.src[1].dtype!r} into a buffer of {scalar_dtype(u.src[0].dtype)!r}; "
+                         "cast the value first")
+    if u.op is Ops.ASSIGN and u.src[0].op is not Ops.DEFINE_ACC:
+      raise CompileError(f"{where}: ASSIGN can only target a DEFINE_ACC")
     if u.op is Ops.BITCAST and u.dtype.itemsize != u.src[0].dtype.itemsize:
       raise CompileError(f"{where}: BITCAST {u.src[0].dtype!r} -> {u.dtype!r} changes the itemsize")
     if u.op in GroupOp.ALU:
       operand = u.src[-1].dtype
-      if u.op in FLOAT_ONLY_OPS and not dtypes.is_float(operand): raise CompileError(f"{where}: float-only op on {operand!r}")
-      if u.op in INT_ONLY_OPS and dtypes.is_float(operand): raise CompileError(f"{where}: integer-only op on {operand!r}")
+      if u.op in FLOAT_ONLY_OPS and not dtypes.is_float(operand):
+        raise CompileError(f"{where}: float-only op on {operand!r}")
+      if u.op in INT_ONLY_OPS and dtypes.is_float(operand):
+        raise CompileError(f"{where}: integer-only op on {operand!r}")
 
   @staticmethod
-  def _const(u: UOp) -> np.ndarray:
-    dt = u.dtype
-    if not isinstance(dt, DType): raise CompileError(f"a CONST must have a scalar dtype, not {dt!r}")
-    if dt in _EMULATED: return round_to_format(float(u.arg), dt)
-    return np.asarray(as_const(u.arg, dt), np_compute_type(dt))
+  def _const(value: Any, dt: DType) -> np.ndarray:
+    if dt in _EMULATED: return round_to_format(float(value), dt)
+    return np.asarray(as_const(value, dt), np_compute_type(dt))
 
 class _Run:
   """One execution of a program: `values[i]` holds uop i's current value (numpy lanes) while it is in scope."""
   def __init__(self, plan: _Plan, buffers: list[np.ndarray], var_values: tuple[int, ...]):
-    self.plan, self.uops, self.srcs, self.buffers = plan, plan.uops, plan.srcs, buffers
+    self.plan, self.uops, self.srcs, self.dtypes, self.buffers = plan, plan.uops, plan.srcs, plan.dtypes, buffers
     self.values: list[Any] = [None] * len(plan.uops)
-    for pos, value in zip(plan.var_positions, var_values): self.values[pos] = np.asarray(value, np_compute_type(plan.uops[pos].dtype))
+    for pos, value in zip(plan.var_positions, var_values):
+      self.values[pos] = np.asarray(value, np_compute_type(self.dtypes[pos]))
     for pos, const in plan.consts.items(): self.values[pos] = const
     self.depth, self.lanes = 0, 1
 
@@ -359,21 +377,22 @@ class _Run:
     """Run uops [start, stop) for the lanes where `active` is true (None: all lanes)."""
     i = start
     while i < stop:
-      u = self.uops[i]
-      if u.op is Ops.RANGE:
+      op, srcs = self.uops[i].op, self.srcs[i]
+      if op is Ops.RANGE:
         self.loop(i, active)
         i = self.plan.loop_end[i] + 1
         continue
-      if u.op in GroupOp.ALU:
-        self.values[i] = exec_numpy_alu(u.op, u.dtype, u.src[-1].dtype, [self.values[s] for s in self.srcs[i]])
-      elif u.op is Ops.LOAD: self.values[i] = self.load(i, active)
-      elif u.op is Ops.STORE: self.store(i, active)
-      elif u.op is Ops.INDEX: self.values[i] = [self.values[s] for s in self.srcs[i][1:]]
-      elif u.op is Ops.CAST: self.values[i] = cast_values(self.values[self.srcs[i][0]], u.src[0].dtype, u.dtype)
-      elif u.op is Ops.BITCAST: self.values[i] = bitcast_values(self.values[self.srcs[i][0]], u.src[0].dtype, u.dtype)
-      elif u.op is Ops.DEFINE_ACC: self.values[i] = self.values[self.srcs[i][0]]
-      elif u.op is Ops.ASSIGN:
-        acc, new = self.srcs[i][0], self.values[self.srcs[i][1]]
+      if op in GroupOp.ALU:
+        self.values[i] = exec_numpy_alu(op, self.dtypes[i], self.dtypes[srcs[-1]], [self.values[s] for s in srcs])
+      elif op is Ops.LOAD: self.values[i] = self.load(i, active)
+      elif op is Ops.STORE: self.store(i, active)
+      elif op is Ops.INDEX: self.values[i] = [self.values[s] for s in srcs[1:]]
+      elif op is Ops.CAST: self.values[i] = cast_values(self.values[srcs[0]], self.dtypes[srcs[0]], self.dtypes[i])
+      elif op is Ops.BITCAST:
+        self.values[i] = bitcast_values(self.values[srcs[0]], self.dtypes[srcs[0]], self.dtypes[i])
+      elif op is Ops.DEFINE_ACC: self.values[i] = self.values[srcs[0]]
+      elif op is Ops.ASSIGN:
+        acc, new = srcs[0], self.values[srcs[1]]
         self.values[acc] = self.values[i] = new if active is None else np.where(active, new, self.values[acc])
       i += 1
 
@@ -383,7 +402,7 @@ class _Run:
     if per_lane: biggest = int(end.max() if active is None else np.where(active, end, 0).max(initial=0))
     else: biggest = int(end)
     if biggest <= 0: return
-    index_type, body_end = np_compute_type(self.uops[i].dtype), self.plan.loop_end[i]
+    index_type, body_end = np_compute_type(self.dtypes[i]), self.plan.loop_end[i]
     if self.plan.vectorise[i] and self.depth < self.plan.lane_axes and self.lanes * biggest <= MAX_LANES:
       shape = [1] * self.plan.lane_axes
       shape[self.depth] = biggest
@@ -403,79 +422,84 @@ class _Run:
       self.block(i + 1, body_end, inner)
 
   def _lanes(self, index_pos: int, active: np.ndarray | None) -> tuple[int, np.ndarray, np.ndarray, np.ndarray | None]:
-    index_uop = self.uops[index_pos]
+    """The slot, memory, index lanes and lane mask (gate and active lanes; None: all) of an INDEX."""
     idx_and_gate = self.values[index_pos]
     gate = idx_and_gate[1] if len(idx_and_gate) > 1 else None
     mask = active if gate is None else (gate if active is None else gate & active)
-    slot = index_uop.src[0].arg
+    slot = self.uops[index_pos].src[0].arg
     return slot, self.buffers[slot], np.asarray(idx_and_gate[0]), mask
 
-  def _check_bounds(self, i: int, slot: int, buf: np.ndarray, idx: np.ndarray, mask: np.ndarray | None, verb: str) -> None:
+  def _check_bounds(self, i: int, slot: int, buf: np.ndarray, idx: np.ndarray, mask: np.ndarray | None) -> None:
     size = buf.shape[0]
     bad = (idx < 0) | (idx >= size)
     if mask is not None: bad = bad & mask
     if not bad.any(): return
     offending = np.broadcast_to(idx, bad.shape)[bad]
-    base = self.uops[i].src[0].src[0].dtype.base
+    verb = "read" if self.uops[i].op is Ops.LOAD else "wrote"
     expr = render_expr(self.uops[i].src[0].src[1])
     raise MemoryAccessError(
-      f"kernel {self.plan.name!r} {verb} out of bounds: buffer slot {slot} holds {size} elements of {base.name} (valid "
-      f"indices 0..{size - 1}) but uop {i} ({self.uops[i].op.name}) used index {int(offending[0])}"
-      f" ({offending.size} lane(s) out of range); index expression: {expr[:300]}. Fix the indexing or gate the access.")
+      f"kernel {self.plan.name!r} {verb} out of bounds: buffer slot {slot} holds {size} elements of "
+      f"{self.plan.params[slot].name} (valid indices 0..{size - 1}) but uop {i} ({self.uops[i].op.name}) used index "
+      f"{int(offending[0])} ({offending.size} lane(s) out of range); index expression: {expr[:300]}. "
+      "Fix the indexing or gate the access.")
 
   def load(self, i: int, active: np.ndarray | None) -> np.ndarray:
-    dt = self.uops[i].dtype
+    dt = self.dtypes[i]
     slot, buf, idx, mask = self._lanes(self.srcs[i][0], active)
     if mask is None:
-      self._check_bounds(i, slot, buf, idx, None, "read")
+      self._check_bounds(i, slot, buf, idx, None)
       return from_storage(buf[idx], dt)
     shape = np.broadcast_shapes(idx.shape, np.shape(mask))
     idx, mask = np.broadcast_to(idx, shape), np.broadcast_to(mask, shape)
     zero = np.zeros(shape, np_compute_type(dt))
     if not mask.any(): return zero  # every lane is gated off: memory is not touched at all
-    self._check_bounds(i, slot, buf, idx, mask, "read")
+    self._check_bounds(i, slot, buf, idx, mask)
     return np.where(mask, from_storage(buf[np.where(mask, idx, 0)], dt), zero)
 
   def store(self, i: int, active: np.ndarray | None) -> None:
     slot, buf, idx, mask = self._lanes(self.srcs[i][0], active)
-    bits = to_storage(self.values[self.srcs[i][1]], self.uops[i].src[1].dtype)
+    bits = to_storage(self.values[self.srcs[i][1]], self.dtypes[self.srcs[i][1]])
     shape = np.broadcast_shapes(idx.shape, bits.shape, *(() if mask is None else (np.shape(mask),)))
     idx, bits = np.broadcast_to(idx, shape), np.broadcast_to(bits, shape)
     if mask is not None:
       lanes = np.broadcast_to(mask, shape)
       idx, bits = idx[lanes], bits[lanes]
       if idx.size == 0: return
-    self._check_bounds(i, slot, buf, idx, None, "wrote")
+    self._check_bounds(i, slot, buf, idx, None)
     if not buf.flags.writeable:
-      raise DeviceError(f"kernel {self.plan.name!r} writes buffer slot {slot}, but the memory passed for it is read-only")
+      raise DeviceError(f"kernel {self.plan.name!r} writes buffer slot {slot}, but the memory passed is read-only")
     buf[idx] = bits
 
 def _host_array(buf: Any, dt: DType, slot: int, name: str) -> np.ndarray:
+  """A numpy view of the memory passed for one buffer slot, in the slot's storage type."""
   try: mv = memoryview(buf)
-  except TypeError as e: raise DeviceError(f"PYTHON kernel {name!r}: buffer slot {slot} is a {type(buf).__name__}, not host memory") from e
+  except TypeError as e:
+    raise DeviceError(f"PYTHON kernel {name!r}: buffer slot {slot} is a {type(buf).__name__}, not host memory") from e
   if mv.format != "B" or mv.ndim != 1: mv = mv.cast("B")
   storage = np.dtype(np_storage_type(dt))
   return np.frombuffer(mv, dtype=storage, count=mv.nbytes // storage.itemsize)
 
 class PythonProgram:
-  """A PYTHON kernel: parses the program text once, then interprets it on each call."""
+  """A PYTHON kernel: parses and checks the program text once, then interprets it on each call."""
   def __init__(self, name: str, lib: bytes):
     self.name = name
     self.plan = _Plan(name, decode_program(lib.decode()))
-    self.params = {u.arg: u.dtype.base for u in self.plan.uops if u.op is Ops.PARAM}
 
   def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] | None = None,
                vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
     start = time.perf_counter()
-    if len(bufs) <= self.plan.max_slot:
-      raise DeviceError(f"PYTHON kernel {self.name!r} takes {self.plan.max_slot + 1} buffers, got {len(bufs)}")
+    if len(bufs) <= max(self.plan.params, default=-1):
+      raise DeviceError(f"PYTHON kernel {self.name!r} takes {max(self.plan.params) + 1} buffers, got {len(bufs)}")
     if len(vals) != len(self.plan.var_positions):
-      raise DeviceError(f"PYTHON kernel {self.name!r} takes {len(self.plan.var_positions)} variable values, got {len(vals)}")
+      raise DeviceError(f"PYTHON kernel {self.name!r} takes {len(self.plan.var_positions)} variable values, "
+                        f"got {len(vals)}")
     for pos, value in zip(self.plan.var_positions, vals):
       var_name, lo, hi = self.plan.uops[pos].arg
       if not lo <= value <= hi:
-        raise DeviceError(f"PYTHON kernel {self.name!r}: variable {var_name!r} = {value} is outside its range [{lo}, {hi}]")
-    arrays = [_host_array(b, self.params[slot], slot, self.name) if slot in self.params else np.empty(0) for slot, b in enumerate(bufs)]
+        raise DeviceError(f"PYTHON kernel {self.name!r}: variable {var_name!r} = {value} is outside its range "
+                          f"[{lo}, {hi}]")
+    arrays = [_host_array(buf, self.plan.params[slot], slot, self.name) if slot in self.plan.params else np.empty(0)
+              for slot, buf in enumerate(bufs)]
     with np.errstate(all="ignore"):
       _Run(self.plan, arrays, tuple(vals)).block(0, len(self.plan.uops), None)
     return time.perf_counter() - start if wait else None
@@ -485,7 +509,8 @@ class PythonProgram:
 class PythonAllocator(Allocator):
   """Host memory in bytearrays; a handle is a writable byte memoryview, so views and zero-copy access are slices."""
   def _alloc(self, size: int, options: BufferSpec) -> memoryview:
-    if options.external_ptr is not None: return memoryview((ctypes.c_char * size).from_address(options.external_ptr)).cast("B")
+    if options.external_ptr is not None:
+      return memoryview((ctypes.c_char * size).from_address(options.external_ptr)).cast("B")
     return memoryview(bytearray(size))
   def _as_buffer(self, src: memoryview) -> memoryview: return src
   def _offset(self, buf: memoryview, size: int, offset: int) -> memoryview: return buf[offset:offset + size]

@@ -56,6 +56,18 @@ def entry_point_sources() -> list[BackendSource]:
     dist_name = dist.name if dist is not None else "<unknown distribution>"
     dist_version = dist.version if dist is not None else "?"
     sources.append(BackendSource(ep.name.strip().lower(), ep.value, dist_name, dist_version))
+  return sorted(sources, key=lambda s: (s.name, s.distribution))  # sys.path listing order is not stable
+
+def env_plugin_sources(value: str) -> list[BackendSource]:
+  """Backends named in ``EMBER_PLUGINS=name=module[,name=module]``, loaded without an installed distribution (for
+  running from a source checkout, e.g. ``EMBER_PLUGINS=cpu=ember_cpu.plugin``). One replaces an installed entry point
+  of the same name."""
+  sources = []
+  for item in filter(None, (p.strip() for p in value.split(","))):
+    name, sep, module = item.partition("=")
+    if not sep or not name.strip() or not module.strip():
+      raise PluginError(f"cannot parse EMBER_PLUGINS item {item!r}; expected name=module, e.g. cpu=ember_cpu.plugin")
+    sources.append(BackendSource(name.strip().lower(), module.strip(), "EMBER_PLUGINS", "source"))
   return sources
 
 # ** core version checks (a small subset of PEP 440: enough for requires_core, no 'packaging' dependency) **
@@ -143,18 +155,20 @@ def _plugin_warning(msg: str) -> None:
 class BackendRegistry:
   """Discovers and loads backends, and holds what they registered.
 
-  ``sources`` defaults to the installed entry points; core's builtin plugin is always added first (unless
-  ``builtin=False``). ``allow``/``deny`` are comma lists of backend names (``EMBER_BACKENDS`` /
-  ``EMBER_DISABLE_BACKENDS``); the allow-list applies to installed backends, not to core's builtin one, which only the
-  deny-list can switch off. ``strict`` raises at loading on any broken, incompatible or conflicting backend.
+  ``sources`` defaults to the installed entry points; ``plugins`` (``EMBER_PLUGINS``) adds or replaces backends by
+  module name; core's builtin plugin is always added first (unless ``builtin=False``). ``allow``/``deny`` are comma
+  lists of backend names (``EMBER_BACKENDS`` / ``EMBER_DISABLE_BACKENDS``); the allow-list applies to installed
+  backends, not to core's builtin one, which only the deny-list can switch off. ``strict`` raises at loading on any
+  broken, incompatible or conflicting backend.
   """
   def __init__(self, sources: Iterable[BackendSource] | None = None, *, allow: str = "", deny: str = "",
-               strict: bool = False, builtin: bool = True):
+               strict: bool = False, builtin: bool = True, plugins: str = ""):
     self._sources = None if sources is None else list(sources)
+    self.plugins = plugins
     self.allow, self.deny, self.strict, self.builtin = _split_names(allow), _split_names(deny), strict, builtin
     self.loaded = False
     self._lock = threading.RLock()
-    self._strict_error: PluginError | None = None
+    self._strict_error: str | None = None
     self.backends: list[BackendRecord] = []
     self.devices: dict[str, list[DeviceEntry]] = {}
     self.renderers: dict[str, list[RendererEntry]] = {}
@@ -163,9 +177,11 @@ class BackendRegistry:
     self.conflicts: dict[tuple[str, ...], str] = {}
 
   @classmethod
-  def from_env(cls) -> BackendRegistry:
+  def from_env(cls, strict: bool | None = None) -> BackendRegistry:
+    """Configured by EMBER_BACKENDS, EMBER_DISABLE_BACKENDS, EMBER_PLUGINS and (unless given) EMBER_STRICT_BACKENDS."""
+    strict = bool(getenv("EMBER_STRICT_BACKENDS", 0)) if strict is None else strict
     return cls(allow=getenv("EMBER_BACKENDS", ""), deny=getenv("EMBER_DISABLE_BACKENDS", ""),
-               strict=bool(getenv("EMBER_STRICT_BACKENDS", 0)))
+               plugins=getenv("EMBER_PLUGINS", ""), strict=strict)
 
   # ** loading **
 
@@ -173,7 +189,7 @@ class BackendRegistry:
     """Import every enabled backend and run its registration hooks (once). Under ``strict``, raise `PluginError`."""
     with self._lock:
       if not self.loaded: self._load_all()
-      if self._strict_error is not None: raise self._strict_error
+      if self._strict_error is not None: raise PluginError(self._strict_error)
       return self
 
   def _load_all(self) -> None:
@@ -181,7 +197,9 @@ class BackendRegistry:
     from ember import plugin
     self.pm: pluggy.PluginManager = pluggy.PluginManager(plugin.PROJECT_NAME)
     self.pm.add_hookspecs(plugin.EmberHookSpec)
+    extra = env_plugin_sources(self.plugins)
     installed = entry_point_sources() if self._sources is None else self._sources
+    installed = [s for s in installed if s.name not in {e.name for e in extra}] + extra
     sources = ([builtin_source()] if self.builtin else []) + installed
     self.backends = [BackendRecord(s) for s in sources]
     self._apply_filters()
@@ -195,11 +213,11 @@ class BackendRegistry:
     problems += list(self.conflicts.values())
     if self.strict and problems:
       listed = "\n  ".join(problems)
-      self._strict_error = PluginError(f"EMBER_STRICT_BACKENDS=1 and some backends have problems:\n  {listed}"
-                                       "\nfix: repair or uninstall them, or unset EMBER_STRICT_BACKENDS to skip them "
-                                       "with a warning")
+      self._strict_error = (f"EMBER_STRICT_BACKENDS=1 and some backends have problems:\n  {listed}\n"
+                            "fix: repair or uninstall them, or unset EMBER_STRICT_BACKENDS to skip them with a warning")
       return
-    for msg in problems: _plugin_warning(f"{msg}; its devices are unavailable (`python -m ember devices` reports more)")
+    for msg in problems[:len(broken)]: _plugin_warning(f"{msg}; its devices are unavailable (python -m ember devices)")
+    for msg in problems[len(broken):]: _plugin_warning(f"{msg} (see `python -m ember devices`)")
 
   def _apply_filters(self) -> None:
     installed = {r.name for r in self.backends}
@@ -306,7 +324,8 @@ class BackendRegistry:
     for entries in self.renderers.values(): entries.sort(key=lambda r: (-r.priority, -backend_priority[r.backend]))
     labels = {r.name: r.label for r in self.backends}
     def check(kind: str, key: tuple[str, ...], owners: list[str]) -> None:
-      if len(set(owners)) < 2: return
+      # a conflict on a device already covers its renderers, compilers and queues
+      if len(set(owners)) < 2 or (key[0] != "device" and ("device", key[1]) in self.conflicts): return
       who = ", ".join(labels[o] for o in owners)
       self.conflicts[key] = (f"{kind} is registered by {len(owners)} backends: {who}; ember will not choose one; "
                              f"fix: uninstall one of those distributions or set EMBER_DISABLE_BACKENDS={owners[-1]}")
@@ -405,7 +424,7 @@ class BackendRegistry:
     out = []
     for rec in self.backends:
       devices = tuple(DeviceReport(d.name, d.backend, d.priority, self.interfaces(d.name),
-                                   tuple(r.name for r in self.renderers.get(d.name, [])),
+                                   tuple(dict.fromkeys(r.name for r in self.renderers.get(d.name, []))),
                                    self.conflicts.get(("device", d.name), "")) for d in rec.devices)
       info, src = rec.info, rec.source
       out.append(BackendReport(rec.name, src.distribution, src.version, src.builtin, rec.status, rec.reason,
