@@ -90,7 +90,8 @@ assert os.path.dirname(os.path.dirname(ember.__file__)).endswith("site-packages"
 assert os.path.exists(os.path.join(os.path.dirname(ember.__file__), "py.typed")), "ember-core must ship py.typed"
 backends = {ep.name: ep.value for ep in md.entry_points(group="ember.backends")}
 assert backends.get("cpu") == "ember_cpu.plugin", backends
-assert any(ep.value == "ember.testing.plugin" for ep in md.entry_points(group="pytest11")), "pytest11 entry point missing"
+pytest_plugins = [ep.value for ep in md.entry_points(group="pytest11")]
+assert "ember.testing.plugin" in pytest_plugins, f"pytest11 entry point missing: {pytest_plugins}"
 out = subprocess.run([sys.executable, "-m", "ember", "devices", "--json"], capture_output=True, text=True)
 report = json.loads(out.stdout)
 status = {b["name"]: b["status"] for b in report["backends"]}
@@ -107,7 +108,7 @@ print("wheel smoke test ok:", status, "default:", report["default"])
 def wheels(session: nox.Session) -> None:
   """Build every distribution's wheel, install them (not editable) into a fresh venv, and smoke-test them."""
   session.install("build")
-  outdir = session.create_tmp()
+  outdir = os.path.abspath(session.create_tmp())
   dist = os.path.join(outdir, "dist")
   packages = sorted(os.path.dirname(p) for p in glob.glob(os.path.join(ROOT, "packages", "*", "pyproject.toml")))
   for package in packages: session.run("python", "-m", "build", "--wheel", "--outdir", dist, package)

@@ -20,9 +20,7 @@ PROBE_TIMEOUT_S = 120.0
 
 def _registry() -> Any:
   from ember.device.registry import BackendRegistry
-  from ember.helpers import getenv
-  # the doctor reports problems instead of raising on them, whatever EMBER_STRICT_BACKENDS says
-  return BackendRegistry(allow=getenv("EMBER_BACKENDS", ""), deny=getenv("EMBER_DISABLE_BACKENDS", ""), strict=False)
+  return BackendRegistry.from_env(strict=False)  # the doctor reports problems instead of raising on them
 
 def _failure(e: BaseException) -> dict[str, Any]: return {"ok": False, "reason": f"{type(e).__name__}: {e}"}
 
@@ -127,7 +125,7 @@ def format_report(report: dict[str, Any]) -> str:
     for d in b["devices"]:
       state = "ok" if d["ok"] else f"unavailable: {d['reason']}"
       ifaces = ", ".join(d["interfaces"]) or "-"
-      lines.append(f"  {d['name']:<8} priority {d['priority']:>3}  interfaces: {ifaces}  {state}")
+      lines.append(f"  {d['name']:<8} priority {d['priority']:>4}  interfaces: {ifaces}  {state}")
       if d["conflict"]: lines.append(f"    CONFLICT: {d['conflict']}")
       for i in d["interfaces"]: lines.append(f"    interface {i:<8} DEV={i}+{d['name']}")
       for r in d["renderers"]:

@@ -33,7 +33,8 @@ installing a backend costs nothing until one of its devices is used::
 How core uses a backend (the lifecycle every hook docstring below refers to):
 
 1. *Discovery* (first use of ``ember.Device``): core reads entry-point metadata only. ``EMBER_BACKENDS`` (a comma
-   allow-list of backend names) and ``EMBER_DISABLE_BACKENDS`` (a comma deny-list) decide which backends load at all.
+   allow-list of backend names) and ``EMBER_DISABLE_BACKENDS`` (a comma deny-list) decide which backends load at all;
+   ``EMBER_PLUGINS=name=module,...`` adds backends that are not installed (running from a source checkout).
 2. *Loading* (still at first use of ``Device``, or when ``python -m ember devices`` lists devices): core imports each
    enabled plugin module, registers it with a pluggy ``PluginManager`` for the project ``"ember"``, calls
    ``ember_backend_info`` and checks the plugin API version and ``requires_core``; then calls the four
@@ -61,6 +62,8 @@ from ember.errors import (AxisError, CompileError, DeviceError, DTypeError, Embe
                           MemoryAccessError, PluginError, ShapeError)
 from ember.helpers import NUM_CPU_THREADS, Target, getenv
 from ember.renderer import Estimates, ProgramSpec, Renderer
+from ember.renderer.cstyle import CStyleLanguage
+from ember.renderer.llvmir import LLVMRenderer
 from ember.uop.ops import AxisType, GroupOp, Ops, UOp
 from ember.uop.rewrite import PatternMatcher, UPat, graph_rewrite
 
@@ -290,6 +293,7 @@ class EmberHookSpec:
     Returns: a `ProbeResult`, or ``None`` for devices this backend knows nothing about. ``firstresult``: core stops at
     the first implementation returning non-None (pluggy calls the most recently loaded backend first); if every
     implementation returns None the device counts as usable. May import native libraries; must not open the device.
+    ``device_target(device).interface`` says which interface ``DEV`` asked for (a MOCK interface needs no hardware).
     A probe that raises counts as "not usable", with the exception as the reason.
     """
     raise NotImplementedError
@@ -304,8 +308,9 @@ __all__ = [
   "PROJECT_NAME", "PLUGIN_API_VERSION", "hookimpl", "hookspec", "PluginWarning", "BackendInfo", "ProbeResult",
   "DeviceFactory", "RendererFactory", "CompilerFactory", "DeviceRegistry", "RendererRegistry", "CompilerRegistry",
   "QueueRegistry", "DeviceEntry", "RendererEntry", "CompilerEntry", "QueueEntry", "EmberHookSpec", "device_target",
-  "Renderer", "ProgramSpec", "Estimates", "Allocator", "LRUAllocator", "BufferSpec", "Buffer", "Compiler", "Compiled",
-  "Program", "from_mv", "mv_address", "UOp", "Ops", "GroupOp", "AxisType", "UPat", "PatternMatcher", "graph_rewrite",
-  "DType", "PtrDType", "dtypes", "EmberError", "ShapeError", "AxisError", "DTypeError", "DeviceError", "PluginError",
-  "CompileError", "MemoryAccessError", "JitError", "GradientError", "Target", "getenv", "NUM_CPU_THREADS",
+  "Renderer", "ProgramSpec", "Estimates", "CStyleLanguage", "LLVMRenderer", "Allocator", "LRUAllocator", "BufferSpec",
+  "Buffer", "Compiler", "Compiled", "Program", "from_mv", "mv_address", "UOp", "Ops", "GroupOp", "AxisType", "UPat",
+  "PatternMatcher", "graph_rewrite", "DType", "PtrDType", "dtypes", "EmberError", "ShapeError", "AxisError",
+  "DTypeError", "DeviceError", "PluginError", "CompileError", "MemoryAccessError", "JitError", "GradientError",
+  "Target", "getenv", "NUM_CPU_THREADS",
 ]

@@ -135,6 +135,8 @@ class Tensor:
   def contiguous_backward(self) -> Tensor: return Tensor(UOp(Ops.CONTIGUOUS_BACKWARD, self.dtype, (self.uop,)))
   def _buffer(self):
     from ember.schedule import buffer_of
+    # a pending assign realizes into its own buffer: read that, not a copy of it
+    if self.uop.op is Ops.ASSIGN: self.realize()
     t = self.cast(strong_dtype(self.dtype)) if self.dtype.weak else self
     t = t if _is_contiguous_buffer(t.uop) else t.contiguous()
     t.realize()
@@ -177,6 +179,8 @@ class Tensor:
       return self
     if other.shape != self.shape: raise ShapeError(f"assign shape mismatch: target {self.shape} <- value {other.shape}")
     if other.device != self.device: raise DeviceError(f"assign device mismatch: target on {self.device}, value on {other.device}")
+    # a pending assign (x[a] = 1; x[b] = 2) lands first, so this one writes on top of it
+    if self.uop.op is Ops.ASSIGN: self.realize()
     if not _is_contiguous_buffer(self.uop): self.realize() if _is_buffer_view(self.uop) else self.replace(self.contiguous()).realize()
     value = other.cast(self.dtype) if other.dtype is not self.dtype else other
     _realize_readers_of(self.uop.buffers, exclude=(self, other))
@@ -211,9 +215,11 @@ class Tensor:
     n = max(math.ceil((stop - start) / step), 0)
     dt = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else (dtypes.default_float if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.default_int)
     if n == 0: return Tensor.empty(0, dtype=dt, **kwargs)
-    # cumulative sum of ones along a padded/reshaped axis: index math, no data
-    ones = Tensor.full((n,), step, dtype=dt, **kwargs)
-    return ones._cumsum0() + (start - step)
+    # the loop index itself (a tensor-level RANGE over a DEVICE): index math, no data, no reduction
+    dev = _canon_device(kwargs.pop("device", None))
+    idx = Tensor(UOp(Ops.RANGE, dtypes.int32, (UOp(Ops.DEVICE, arg=dev),), n), **kwargs)
+    if dtypes.is_int(dt) and isinstance(start, int) and isinstance(step, int): return (idx.cast(dt) * step + start).cast(dt)
+    return idx.cast(dt) * step + start
   @staticmethod
   def eye(n: int, m: int | None = None, **kwargs: Any) -> Tensor:
     m = n if m is None else m
@@ -254,6 +260,141 @@ class Tensor:
     r = (1 - u[0]).log().mul(-2).sqrt()
     ret = r * (u[1] * (2 * math.pi)).cos()
     return ret.cast(to_dtype(dtype) if dtype is not None else dtypes.default_float).requires_grad_(kwargs.get("requires_grad"))
+  def full_like(self, fill_value: Any, **kwargs: Any) -> Tensor:
+    """A tensor of this one's shape (and dtype and device unless given) filled with `fill_value`.
+
+    >>> Tensor([[1, 2], [3, 4]]).full_like(7).tolist()
+    [[7, 7], [7, 7]]
+    """
+    dt = to_dtype(kwargs.pop("dtype")) if kwargs.get("dtype") is not None else strong_dtype(self.dtype)
+    return Tensor.full(self.shape, fill_value, dtype=dt, device=kwargs.pop("device", self.device), **kwargs)
+  def zeros_like(self, **kwargs: Any) -> Tensor:
+    """Zeros of this tensor's shape, dtype and device (override with `dtype=`, `device=`).
+
+    >>> Tensor([1.5, 2.5]).zeros_like().tolist()
+    [0.0, 0.0]
+    """
+    return self.full_like(0, **kwargs)
+  def ones_like(self, **kwargs: Any) -> Tensor:
+    """Ones of this tensor's shape, dtype and device.
+
+    >>> Tensor([1, 2]).ones_like().tolist()
+    [1, 1]
+    """
+    return self.full_like(1, **kwargs)
+  def empty_like(self, **kwargs: Any) -> Tensor:
+    """An uninitialised tensor of this tensor's shape, dtype and device.
+
+    >>> Tensor([1.0, 2.0]).empty_like().shape
+    (2,)
+    """
+    dt = to_dtype(kwargs.pop("dtype")) if kwargs.get("dtype") is not None else strong_dtype(self.dtype)
+    return Tensor.empty(*self.shape, dtype=dt, device=kwargs.pop("device", self.device), **kwargs)
+  @staticmethod
+  def linspace(start: int | float, stop: int | float, steps: int, **kwargs: Any) -> Tensor:
+    """`steps` evenly spaced values from `start` to `stop` inclusive (torch's symmetric formula: the second half counts
+    back from `stop`, so both ends are exact).
+
+    >>> Tensor.linspace(0, 1, 5).tolist()
+    [0.0, 0.25, 0.5, 0.75, 1.0]
+    """
+    if steps < 0: raise ShapeError(f"linspace needs steps >= 0, got {steps}")
+    dt = to_dtype(kwargs.pop("dtype")) if kwargs.get("dtype") is not None else dtypes.default_float
+    if steps <= 1: return Tensor.full((steps,), start, dtype=dt, **kwargs)
+    step = (stop - start) / (steps - 1)
+    idx = Tensor.arange(steps, device=kwargs.get("device"), dtype=dtypes.float32 if dt is not dtypes.float64 else dt)
+    front = idx * step + start
+    back = stop - (steps - 1 - idx) * step
+    ret = (idx < steps // 2).where(front, back)
+    return ret.cast(dt).requires_grad_(kwargs.get("requires_grad"))
+  def meshgrid(self, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+    """Coordinate grids from 1-d tensors: `indexing="ij"` (matrix, torch default) or `"xy"` (Cartesian).
+
+    >>> a, b = Tensor([1, 2]).meshgrid(Tensor([3, 4, 5]))
+    >>> a.shape, b.tolist()
+    ((2, 3), [[3, 4, 5], [3, 4, 5]])
+    """
+    if indexing not in ("ij", "xy"): raise ValueError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
+    ts = [t.flatten() for t in (self, *args)]
+    shape = [t.shape[0] for t in ts]
+    if indexing == "xy" and len(ts) >= 2: shape[0], shape[1] = shape[1], shape[0]
+    out = []
+    for i, t in enumerate(ts):
+      pos = (1 if i == 0 else 0 if i == 1 else i) if indexing == "xy" and len(ts) >= 2 else i
+      view = [1] * len(ts)
+      view[pos] = t.shape[0]
+      out.append(t.reshape(view).expand(shape))
+    return tuple(out)
+  @staticmethod
+  def randint(*shape: Any, low: int = 0, high: int = 10, dtype: DType | str | None = None, **kwargs: Any) -> Tensor:
+    """Uniform random integers in [low, high).
+
+    >>> Tensor.manual_seed(0); Tensor.randint(4, low=0, high=3).shape
+    (4,)
+    """
+    if high <= low: raise ValueError(f"randint needs low < high, got low={low}, high={high}")
+    dt = to_dtype(dtype) if dtype is not None else dtypes.int32
+    if not dtypes.is_int(dt): raise DTypeError(f"randint needs an int dtype, got {dt!r}")
+    u = Tensor.rand(*shape, dtype=dtypes.float64 if high - low > 2 ** 22 else dtypes.float32, device=kwargs.get("device"))
+    return ((u * (high - low)).floor().cast(dtypes.int64) + low).cast(dt)
+  @staticmethod
+  def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, **kwargs: Any) -> Tensor:
+    """Normal samples with the given mean and standard deviation.
+
+    >>> Tensor.normal(2, 3, mean=1.0, std=0.5).shape
+    (2, 3)
+    """
+    rg = kwargs.pop("requires_grad", None)
+    return (Tensor.randn(*shape, **kwargs) * std + mean).cast(to_dtype(kwargs.get("dtype") or dtypes.default_float)).requires_grad_(rg)
+  @staticmethod
+  def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, **kwargs: Any) -> Tensor:
+    """Uniform samples in [low, high).
+
+    >>> Tensor.uniform(3, low=-1.0, high=1.0).shape
+    (3,)
+    """
+    rg = kwargs.pop("requires_grad", None)
+    dt = to_dtype(kwargs.pop("dtype")) if kwargs.get("dtype") is not None else dtypes.default_float
+    return (Tensor.rand(*shape, dtype=dtypes.float32, **kwargs) * (high - low) + low).cast(dt).requires_grad_(rg)
+  @staticmethod
+  def scaled_uniform(*shape: Any, **kwargs: Any) -> Tensor:
+    """Uniform in [-1, 1) scaled by 1/sqrt(numel).
+
+    >>> Tensor.scaled_uniform(4, 4).shape
+    (4, 4)
+    """
+    shp = _shape_arg(shape)
+    return Tensor.uniform(*shp, low=-1.0, high=1.0, **kwargs).mul(prod(shp) ** -0.5)
+  @staticmethod
+  def glorot_uniform(*shape: Any, **kwargs: Any) -> Tensor:
+    """Xavier/Glorot uniform: U(-b, b) with b = sqrt(6 / (fan_in + fan_out)), fan_out = shape[0].
+
+    >>> Tensor.glorot_uniform(8, 4).shape
+    (8, 4)
+    """
+    shp = _shape_arg(shape)
+    bound = (6 / (shp[0] + prod(shp[1:]))) ** 0.5
+    return Tensor.uniform(*shp, low=-1.0, high=1.0, **kwargs).mul(bound)
+  @staticmethod
+  def kaiming_uniform(*shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
+    """He/Kaiming uniform for leaky-relu slope `a`: U(-b, b), b = sqrt(3) * sqrt(2 / (1 + a^2)) / sqrt(fan_in).
+
+    >>> Tensor.kaiming_uniform(8, 4).shape
+    (8, 4)
+    """
+    shp = _shape_arg(shape)
+    bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(shp[1:]))
+    return Tensor.uniform(*shp, low=-bound, high=bound, **kwargs)
+  @staticmethod
+  def kaiming_normal(*shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
+    """He/Kaiming normal for leaky-relu slope `a`: N(0, std), std = sqrt(2 / (1 + a^2)) / sqrt(fan_in).
+
+    >>> Tensor.kaiming_normal(8, 4).shape
+    (8, 4)
+    """
+    shp = _shape_arg(shape)
+    std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(prod(shp[1:]))
+    return Tensor.normal(*shp, mean=0.0, std=std, **kwargs)
 
   # ** movement **
   def reshape(self, shape: Any, *args: Any) -> Tensor:
@@ -346,8 +487,25 @@ class Tensor:
     return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
 
   def __getitem__(self, indices: Any) -> Tensor:
+    """Basic and advanced indexing with numpy/torch semantics: ints, slices with steps, None, Ellipsis, and int
+    tensors or lists (broadcast together; boolean masks are not supported, use masked_select).
+
+    >>> Tensor([[1, 2, 3], [4, 5, 6]])[1, ::-2].tolist()
+    [6, 4]
+    """
     from ember.tensor_index import getitem
     return getitem(self, indices)
+  def __setitem__(self, indices: Any, value: Any) -> None:
+    """Write `value` (broadcast to the indexed region, cast to this dtype) into the indexed elements, in place: the
+    whole tensor is reassigned as where(mask, value, self), so the buffer and its readers see the update.
+
+    >>> t = Tensor.zeros(4).contiguous().realize()
+    >>> t[1:3] = 5.0
+    >>> t.tolist()
+    [0.0, 5.0, 5.0, 0.0]
+    """
+    from ember.tensor_index import setitem
+    setitem(self, indices, value)
 
   @staticmethod
   def cat(*tensors: Tensor, dim: int = 0) -> Tensor:
@@ -372,6 +530,345 @@ class Tensor:
     ts = (self, *others)
     d = self._resolve_dim(dim, extra=1)
     return Tensor.cat(*[t.unsqueeze(d) for t in ts], dim=d)
+  def _slice_dim(self, dim: int, start: sint, stop: sint) -> Tensor:
+    return self.shrink(tuple((start, stop) if i == dim else (0, s) for i, s in enumerate(self.shape)))
+  def repeat(self, repeats: Any, *args: Any) -> Tensor:
+    """Tile the tensor `repeats[i]` times along each dim (torch.Tensor.repeat; extra leading repeats add dims).
+
+    >>> Tensor([1, 2]).repeat(2, 2).tolist()
+    [[1, 2, 1, 2], [1, 2, 1, 2]]
+    """
+    reps = _shape_arg((repeats, *args) if args else ((repeats,) if isinstance(repeats, int) else tuple(repeats)))
+    if len(reps) < self.ndim: raise ShapeError(f"repeat needs at least {self.ndim} repeats for shape {self.shape}, got {reps}")
+    base = self.reshape((1,) * (len(reps) - self.ndim) + self.shape)
+    inter = [v for s in base.shape for v in (1, s)]
+    tiled = [v for r, s in zip(reps, base.shape) for v in (r, s)]
+    return base.reshape(inter).expand(tiled).reshape(tuple(r * s for r, s in zip(reps, base.shape)))
+  def repeat_interleave(self, repeats: int, dim: int | None = None) -> Tensor:
+    """Repeat each element `repeats` times along `dim` (the flattened tensor if None).
+
+    >>> Tensor([1, 2]).repeat_interleave(2).tolist()
+    [1, 1, 2, 2]
+    """
+    if not isinstance(repeats, int) or repeats < 0:
+      raise ShapeError(f"repeat_interleave needs a non-negative int repeats (tensor repeats have a data-dependent shape), got {repeats!r}")
+    x = self.flatten() if dim is None else self
+    d = 0 if dim is None else x._resolve_dim(dim)
+    out = x.unsqueeze(d + 1).expand(*x.shape[:d + 1], repeats, *x.shape[d + 1:])
+    return out.reshape(*x.shape[:d], x.shape[d] * repeats, *x.shape[d + 1:])
+  def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+    """Split along `dim` into pieces of `sizes` (an int: equal pieces, the last may be smaller; a list: those sizes).
+
+    >>> [t.tolist() for t in Tensor([1, 2, 3, 4, 5]).split(2)]
+    [[1, 2], [3, 4], [5]]
+    """
+    d = self._resolve_dim(dim)
+    n = int(self.shape[d])
+    if isinstance(sizes, int):
+      if sizes <= 0: raise ShapeError(f"split size must be positive, got {sizes}")
+      sizes = [min(sizes, n - i) for i in range(0, n, sizes)] or [0]
+    if sum(sizes) != n: raise ShapeError(f"split sizes {list(sizes)} sum to {sum(sizes)}, not dim {d} of shape {self.shape}")
+    offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+    return tuple(self._slice_dim(d, o, o + s) for o, s in zip(offsets, sizes))
+  def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+    """Split into `chunks` pieces of ceil(n / chunks) along `dim` (possibly fewer pieces, like torch.chunk).
+
+    >>> [t.tolist() for t in Tensor([1, 2, 3, 4, 5]).chunk(2)]
+    [[1, 2, 3], [4, 5]]
+    """
+    if chunks <= 0: raise ShapeError(f"chunk needs chunks > 0, got {chunks}")
+    d = self._resolve_dim(dim)
+    return self.split(max(1, -(-int(self.shape[d]) // chunks)), d)
+  def unfold(self, dim: int, size: int, step: int) -> Tensor:
+    """Sliding windows of `size` with stride `step` along `dim`; the window becomes a new last dim (Tensor.unfold).
+
+    >>> Tensor([1, 2, 3, 4, 5]).unfold(0, 2, 2).tolist()
+    [[1, 2], [3, 4]]
+    """
+    d = self._resolve_dim(dim)
+    n = int(self.shape[d])
+    if size > n or size < 0 or step <= 0: raise ShapeError(f"unfold size {size}, step {step} do not fit dim {d} of shape {self.shape}")
+    count = (n - size) // step + 1
+    wins = [self._slice_dim(d, k * step, k * step + size) for k in range(count)]
+    out = wins[0].stack(*wins[1:], dim=d)  # (..., count, size, ...)
+    return out.permute([i for i in range(out.ndim) if i != d + 1] + [d + 1])
+  def diag(self, diagonal: int = 0) -> Tensor:
+    """1-d input: a square matrix with it on the `diagonal`; 2-d input: that diagonal as a 1-d tensor (torch.diag).
+
+    >>> Tensor([1, 2]).diag().tolist()
+    [[1, 0], [0, 2]]
+    """
+    if self.ndim == 2: return self.diagonal(diagonal)
+    if self.ndim != 1: raise ShapeError(f"diag needs a 1-d or 2-d tensor, got shape {self.shape}")
+    n = int(self.shape[0])
+    eye = Tensor.arange(n, device=self.device).reshape(n, 1) == Tensor.arange(n, device=self.device).reshape(1, n)
+    mat = eye.where(self.reshape(1, n), self._zero())
+    k = abs(diagonal)
+    return mat.pad(((0, k), (k, 0)) if diagonal >= 0 else ((k, 0), (0, k)))
+  def _zero(self) -> Any: return False if self.dtype is dtypes.bool else 0
+  def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    """The `offset` diagonal of the (dim1, dim2) planes, as a new last dim (torch.diagonal).
+
+    >>> Tensor([[1, 2], [3, 4]]).diagonal().tolist()
+    [1, 4]
+    """
+    d1, d2 = self._resolve_dim(dim1), self._resolve_dim(dim2)
+    if d1 == d2: raise AxisError(f"diagonal dims must differ, got dim1={dim1}, dim2={dim2} for shape {self.shape}")
+    x = self.permute([i for i in range(self.ndim) if i not in (d1, d2)] + [d1, d2])
+    rows, cols = int(x.shape[-2]), int(x.shape[-1])
+    r0, c0 = (0, offset) if offset >= 0 else (-offset, 0)
+    length = max(0, min(rows - r0, cols - c0))
+    lead = x.shape[:-2]
+    if length == 0: return Tensor.empty(*lead, 0, dtype=strong_dtype(self.dtype), device=self.device)
+    x = x.shrink(tuple((0, s) for s in lead) + ((r0, r0 + length), (c0, c0 + length)))
+    # flat index i * (L + 1) is element (i, i): pad the flattened plane by L and view it as rows of L + 1
+    flat = x.reshape(*lead, length * length).pad(((0, 0),) * len(lead) + ((0, length),))
+    return flat.reshape(*lead, length, length + 1).shrink(tuple((0, s) for s in lead) + ((0, length), (0, 1))).reshape(*lead, length)
+  def _tri_mask(self, diagonal: int, lower: bool) -> Tensor:
+    if self.ndim < 2: raise ShapeError(f"tril/triu need at least 2 dims, got shape {self.shape}")
+    r, c = int(self.shape[-2]), int(self.shape[-1])
+    rows = Tensor.arange(r, device=self.device).reshape(r, 1)
+    cols = Tensor.arange(c, device=self.device).reshape(1, c)
+    return (cols - rows <= diagonal) if lower else (cols - rows >= diagonal)
+  def tril(self, diagonal: int = 0) -> Tensor:
+    """Keep the lower triangle (col - row <= diagonal) of the last two dims, zero the rest.
+
+    >>> Tensor([[1, 2], [3, 4]]).tril().tolist()
+    [[1, 0], [3, 4]]
+    """
+    return self._tri_mask(diagonal, True).where(self, self._zero())
+  def triu(self, diagonal: int = 0) -> Tensor:
+    """Keep the upper triangle (col - row >= diagonal) of the last two dims, zero the rest.
+
+    >>> Tensor([[1, 2], [3, 4]]).triu().tolist()
+    [[1, 2], [0, 4]]
+    """
+    return self._tri_mask(diagonal, False).where(self, self._zero())
+  def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+    """Rotate elements by `shifts` along `dims` (the flattened tensor when dims is None), like torch.roll.
+
+    >>> Tensor([1, 2, 3, 4]).roll(1).tolist()
+    [4, 1, 2, 3]
+    """
+    if dims is None: return self.flatten().roll(shifts, 0).reshape(self.shape)
+    sh = [shifts] if isinstance(shifts, int) else list(shifts)
+    ds = [dims] if isinstance(dims, int) else list(dims)
+    if len(sh) != len(ds): raise ShapeError(f"roll needs as many shifts as dims, got shifts={sh}, dims={ds}")
+    x = self
+    for s, dim in zip(sh, ds):
+      d = x._resolve_dim(dim)
+      n = int(x.shape[d])
+      if n == 0 or s % n == 0: continue
+      k = s % n
+      x = Tensor.cat(x._slice_dim(d, n - k, n), x._slice_dim(d, 0, n - k), dim=d)
+    return x
+  def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
+    """Split dim `dim` into `sizes` (one may be -1).
+
+    >>> Tensor.arange(6).unflatten(0, (2, 3)).shape
+    (2, 3)
+    """
+    d = self._resolve_dim(dim)
+    return self.reshape(*self.shape[:d], *sizes, *self.shape[d + 1:])
+  def _check_index_tensor(self, index: Tensor, dim: int, op: str) -> None:
+    if not dtypes.is_int(index.dtype): raise DTypeError(f"{op} index must be an int tensor, got {index.dtype!r}")
+    if index.ndim != self.ndim: raise ShapeError(f"{op}: index shape {index.shape} must have as many dims as input {self.shape}")
+    for i, (a, b) in enumerate(zip(index.shape, self.shape)):
+      if i != dim and a > b: raise ShapeError(f"{op}: index shape {index.shape} exceeds input shape {self.shape} at dim {i}")
+  def gather(self, dim: int, index: Tensor) -> Tensor:
+    """out[..., i, ...] = self[..., index[..., i, ...], ...] along `dim` (torch.gather); out has index's shape.
+
+    >>> Tensor([[1, 2], [3, 4]]).gather(1, Tensor([[1, 0], [0, 0]])).tolist()
+    [[2, 1], [3, 3]]
+    """
+    d = self._resolve_dim(dim)
+    self._check_index_tensor(index, d, "gather")
+    n = int(self.shape[d])
+    x = self.shrink(tuple((0, n) if i == d else (0, s) for i, s in enumerate(index.shape)))
+    xb = x.unsqueeze(-1).transpose(d, -1)  # dim d -> 1, values of dim d on the new last axis
+    onehot = index.unsqueeze(-1) == Tensor.arange(n, device=self.device, dtype=index.dtype)
+    picked = onehot.where(xb, self._zero())
+    return picked.max(-1) if self.dtype is dtypes.bool else picked.sum(-1, dtype=picked.dtype)
+  def _scatter_mask(self, d: int, index: Tensor) -> Tensor:
+    """(*index.shape, n): True where index[p] == m, n the size of dim `d` of self."""
+    n = int(self.shape[d])
+    return index.unsqueeze(-1) == Tensor.arange(n, device=self.device, dtype=index.dtype)
+  def _scatter_place(self, d: int, index: Tensor, per_pos: Tensor) -> Tensor:
+    """Move the trailing n axis of a (*index.shape-with-dim-d-reduced-to-1, n) tensor onto dim d, padded to self."""
+    placed = per_pos.transpose(d, -1).squeeze(-1)
+    return placed.pad(tuple((0, 0) if i == d else (0, s - t) for i, (s, t) in enumerate(zip(self.shape, placed.shape))))
+  def _src_like(self, src: Any, index: Tensor) -> Tensor:
+    if isinstance(src, Tensor):
+      if src.ndim != index.ndim or any(a > b for a, b in zip(index.shape, src.shape)):
+        raise ShapeError(f"scatter: src shape {src.shape} must cover index shape {index.shape}")
+      return src.shrink(tuple((0, s) for s in index.shape)).cast(self.dtype)
+    return Tensor.full(index.shape, src, dtype=self.dtype, device=self.device)
+  def scatter(self, dim: int, index: Tensor, src: Any, reduce: str | None = None) -> Tensor:
+    """Write src[p] to self[..., index[p], ...] along `dim` (torch.scatter). With duplicate indices the last write
+    wins; `reduce="add"` or `"multiply"` combines instead.
+
+    >>> Tensor.zeros(3).scatter(0, Tensor([2, 0]), Tensor([5.0, 7.0])).tolist()
+    [7.0, 0.0, 5.0]
+    """
+    if reduce is not None:
+      mode = {"add": "sum", "multiply": "prod"}.get(reduce)
+      if mode is None: raise ValueError(f"scatter reduce must be None, 'add' or 'multiply', got {reduce!r}")
+      return self.scatter_reduce(dim, index, src, mode)
+    d = self._resolve_dim(dim)
+    self._check_index_tensor(index, d, "scatter")
+    values = self._src_like(src, index)
+    mask = self._scatter_mask(d, index)  # (*I, n)
+    k = int(index.shape[d])
+    pos = Tensor.arange(k, device=self.device, dtype=dtypes.int32).reshape((k,) + (1,) * (index.ndim - d))
+    last = mask.where(pos, -1).max(d, keepdim=True)  # the last p along d that writes m
+    chosen = mask & (pos == last)
+    written = self._scatter_place(d, index, chosen.any(d, keepdim=True))
+    total = chosen.where(values.unsqueeze(-1), self._zero())
+    total = total.max(d, keepdim=True) if self.dtype is dtypes.bool else total.sum(d, keepdim=True, dtype=self.dtype)
+    return written.where(self._scatter_place(d, index, total), self)
+  def scatter_reduce(self, dim: int, index: Tensor, src: Any, reduce: str, include_self: bool = True) -> Tensor:
+    """Combine src[p] into self[..., index[p], ...] along `dim` with `reduce` in sum|prod|mean|amax|amin
+    (torch.scatter_reduce); `include_self=False` ignores self's old value where something is written.
+
+    >>> Tensor([1.0, 1.0]).scatter_reduce(0, Tensor([0, 0, 1]), Tensor([2.0, 3.0, 4.0]), "sum").tolist()
+    [6.0, 5.0]
+    """
+    if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+      raise ValueError(f"scatter_reduce reduce must be sum, prod, mean, amax or amin, got {reduce!r}")
+    d = self._resolve_dim(dim)
+    self._check_index_tensor(index, d, "scatter_reduce")
+    values = self._src_like(src, index).unsqueeze(-1)
+    mask = self._scatter_mask(d, index)
+    count = self._scatter_place(d, index, mask.cast(dtypes.int32).sum(d, keepdim=True))
+    written = count > 0
+    dt = self.dtype
+    if reduce in ("sum", "mean"):
+      part = self._scatter_place(d, index, mask.where(values, 0).sum(d, keepdim=True, dtype=dt))
+      out = part + self if include_self else part
+      if reduce == "mean":
+        n = count + 1 if include_self else count.maximum(1)
+        out = out // n if dtypes.is_int(dt) else out / n
+    elif reduce == "prod":
+      part = self._scatter_place(d, index, mask.where(values, 1).prod(d, keepdim=True, dtype=dt))
+      out = part * self if include_self else part
+    else:
+      fill = dtypes.min(dt) if reduce == "amax" else dtypes.max(dt)
+      if dtypes.is_float(dt): fill = -math.inf if reduce == "amax" else math.inf
+      sel = mask.where(values, fill)
+      red = sel.max(d, keepdim=True) if reduce == "amax" else sel.min(d, keepdim=True)
+      part = self._scatter_place(d, index, red)
+      out = (part.maximum(self) if reduce == "amax" else part.minimum(self)) if include_self else part
+    return written.where(out.cast(dt), self)
+  def one_hot(self, num_classes: int = -1) -> Tensor:
+    """One-hot encoding along a new last dim, in this tensor's int dtype (`num_classes=-1`: max + 1).
+
+    >>> Tensor([0, 2]).one_hot(3).tolist()
+    [[1, 0, 0], [0, 0, 1]]
+    """
+    if not dtypes.is_int(self.dtype): raise DTypeError(f"one_hot needs an int tensor of class indices, got {self.dtype!r}")
+    if num_classes == -1: num_classes = int(self.max().item()) + 1
+    dt = strong_dtype(self.dtype)
+    return (self.unsqueeze(-1) == Tensor.arange(num_classes, device=self.device, dtype=dt)).cast(dt)
+  def masked_fill(self, mask: Tensor, value: Any) -> Tensor:
+    """`value` where `mask` is True, self elsewhere; the dtype stays self's.
+
+    >>> Tensor([1, 2, 3]).masked_fill(Tensor([True, False, True]), 0).tolist()
+    [0, 2, 0]
+    """
+    if mask.dtype is not dtypes.bool: raise DTypeError(f"masked_fill mask must be bool, got {mask.dtype!r}")
+    v = value.cast(self.dtype) if isinstance(value, Tensor) else Tensor(_const_uop(value, self.dtype, self.device))
+    return mask.where(v, self)
+  def _flat_true_positions(self, count: int) -> Tensor:
+    """Flat positions of the first `count` True entries of this bool tensor (-1 for missing rows), as int32."""
+    flat = self.flatten()
+    n = int(flat.shape[0])
+    rank = flat.cast(dtypes.int32).cumsum() - 1
+    k = Tensor.arange(count, device=self.device, dtype=dtypes.int32).reshape(count, 1)
+    hit = flat.reshape(1, n) & (rank.reshape(1, n) == k)  # (count, n)
+    pos = Tensor.arange(n, device=self.device, dtype=dtypes.int32).reshape(1, n)
+    return hit.any(1).where(hit.where(pos, 0).sum(1, dtype=dtypes.int32), -1)
+  def masked_select(self, mask: Tensor) -> Tensor:
+    """The elements where `mask` (broadcast to self) is True, as a 1-d tensor. The size depends on the data, so this
+    realizes `mask`.
+
+    >>> Tensor([1, 2, 3]).masked_select(Tensor([True, False, True])).tolist()
+    [1, 3]
+    """
+    if mask.dtype is not dtypes.bool: raise DTypeError(f"masked_select mask must be bool, got {mask.dtype!r}")
+    shp = broadcast_shape(self.shape, mask.shape)
+    x, m = self._broadcast_to(shp).flatten(), mask._broadcast_to(shp).flatten()
+    count = int(m.cast(dtypes.int32).sum().item())
+    if count == 0: return Tensor.empty(0, dtype=strong_dtype(self.dtype), device=self.device)
+    return x[m._flat_true_positions(count)]
+  def nonzero(self, size: int | None = None, fill_value: int = -1) -> Tensor:
+    """Indices of the nonzero elements, shape (count, ndim), int32, in row-major order. Without `size` the count is
+    read from the data (a sync); with `size` the result has exactly that many rows, padded with `fill_value`.
+
+    >>> Tensor([[0, 1], [2, 0]]).nonzero().tolist()
+    [[0, 1], [1, 0]]
+    """
+    m = self != 0
+    count = size if size is not None else int(m.cast(dtypes.int32).sum().item())
+    if count == 0: return Tensor.empty(0, self.ndim, dtype=dtypes.int32, device=self.device)
+    flat = m._flat_true_positions(count)
+    coords = []
+    stride = 1
+    for s in reversed(self.shape):
+      coords.append((flat // stride) % int(s))
+      stride *= int(s)
+    ret = Tensor.stack(*reversed(coords), dim=1) if coords else flat.reshape(count, 0)
+    return (flat < 0).unsqueeze(1).where(fill_value, ret).cast(dtypes.int32)
+  def _sort_rank(self, d: int, descending: bool) -> Tensor:
+    """Stable rank of each element along the last axis of a (..., n) tensor: NaN sorts as the largest value."""
+    n = int(self.shape[-1])
+    a, b = self.unsqueeze(-1), self.unsqueeze(-2)  # (..., i, 1) vs (..., 1, j)
+    if dtypes.is_float(self.dtype):
+      a_nan, b_nan = a.isnan(), b.isnan()
+      b_before = ((b > a) | (b_nan & a_nan.logical_not())) if descending else ((b < a) | (a_nan & b_nan.logical_not()))
+      ties = (a == b) | (a_nan & b_nan)
+    else:
+      b_before = (b > a) if descending else (b < a)
+      ties = a == b
+    i = Tensor.arange(n, device=self.device, dtype=dtypes.int32)
+    earlier = i.reshape(1, n) < i.reshape(n, 1)  # (i, j): j < i
+    return (b_before | (ties & earlier)).cast(dtypes.int32).sum(-1, dtype=dtypes.int32)
+  def sort(self, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
+    """Stable sort along `dim`: (values, int32 indices). NaN sorts as the largest value, like torch.
+
+    >>> [t.tolist() for t in Tensor([3, 1, 2]).sort()]
+    [[1, 2, 3], [1, 2, 0]]
+    """
+    if self.ndim == 0: return self, Tensor(0, dtype=dtypes.int32, device=self.device)
+    d = self._resolve_dim(dim)
+    x = self.transpose(d, -1) if self.ndim > 1 else self
+    n = int(x.shape[-1])
+    rank = x.detach()._sort_rank(d, descending)  # (..., n): where element i lands
+    slot = rank.unsqueeze(-2) == Tensor.arange(n, device=self.device, dtype=dtypes.int32).reshape(n, 1)  # (..., r, i)
+    vals = slot.where(x.unsqueeze(-2), x._zero())
+    vals = vals.max(-1) if x.dtype is dtypes.bool else vals.sum(-1, dtype=x.dtype)
+    idx = slot.where(Tensor.arange(n, device=self.device, dtype=dtypes.int32), 0).sum(-1, dtype=dtypes.int32)
+    if self.ndim > 1: vals, idx = vals.transpose(d, -1), idx.transpose(d, -1)
+    return vals, idx
+  def argsort(self, dim: int = -1, descending: bool = False) -> Tensor:
+    """The int32 indices that sort the tensor along `dim` (stable).
+
+    >>> Tensor([3, 1, 2]).argsort().tolist()
+    [1, 2, 0]
+    """
+    return self.sort(dim, descending)[1]
+  def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Tensor, Tensor]:
+    """The `k` largest (or smallest) elements along `dim` and their int32 indices, always in sorted order (which
+    `sorted=False` also allows).
+
+    >>> [t.tolist() for t in Tensor([1, 5, 3]).topk(2)]
+    [[5, 3], [1, 2]]
+    """
+    d = self._resolve_dim(dim) if self.ndim else 0
+    n = int(self.shape[d]) if self.ndim else 1
+    if not 0 <= k <= n: raise ShapeError(f"topk k={k} is out of range for dim {d} of size {n} (shape {self.shape})")
+    vals, idx = self.sort(d, descending=largest)
+    if self.ndim == 0: return vals, idx
+    return vals._slice_dim(d, 0, k), idx._slice_dim(d, 0, k)
 
   # ** elementwise **
   def _const_like(self, x: Any) -> Tensor: return Tensor(_const_uop(x, dtypes.from_py(x), self.device))
@@ -492,7 +989,10 @@ class Tensor:
     x = self.cast(least_upper_float(self.dtype))
     return (1 + (x * (-1 / math.log(2))).exp2()).reciprocal()
   def relu(self) -> Tensor: return self.maximum(0)
-  def abs(self) -> Tensor: return self if dtypes.is_unsigned(self.dtype) or self.dtype is dtypes.bool else (self < 0).where(-self, self)
+  def abs(self) -> Tensor:
+    if dtypes.is_unsigned(self.dtype) or self.dtype is dtypes.bool: return self
+    # the sign bit, not `< 0`, so that abs(-0.0) is +0.0
+    return (self._signbit() if dtypes.is_float(self.dtype) else self < 0).where(-self, self)
   def floor(self) -> Tensor:
     if not dtypes.is_float(self.dtype): return self
     t = self.trunc()
@@ -503,6 +1003,437 @@ class Tensor:
     return (self > t).where(t + 1, t)
   def square(self) -> Tensor: return self * self
   def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
+  def _float(self) -> Tensor: return self.cast(least_upper_float(self.dtype))
+  def fmod(self, x: Any, reverse: bool = False) -> Tensor:
+    """C-style remainder: the result has the sign of the dividend (torch.fmod), unlike `%` which follows the divisor.
+
+    >>> Tensor([-3.0, 3.0]).fmod(2).tolist()
+    [-1.0, 1.0]
+    """
+    a, b = self._broadcasted(x, reverse)
+    if dtypes.is_int(a.dtype): return a._alu(Ops.MOD, b)
+    if a.dtype is dtypes.bool: raise DTypeError("fmod of bool tensors is not supported; cast to int first")
+    return a - (a / b).trunc() * b
+  def _signbit(self) -> Tensor:
+    """True where the sign bit is set (so -0.0 and negative NaN count as negative)."""
+    if not dtypes.is_float(self.dtype): return self < 0 if not dtypes.is_unsigned(self.dtype) else self != self
+    x = self.cast(strong_dtype(self.dtype))
+    return x.bitcast({1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[x.dtype.itemsize]) < 0
+  def copysign(self, x: Any) -> Tensor:
+    """The magnitude of self with the sign of `x` (the sign bit, so -0.0 counts as negative).
+
+    >>> Tensor([1.0, -2.0]).copysign(Tensor([-0.0, 3.0])).tolist()
+    [-1.0, 2.0]
+    """
+    a, b = self._broadcasted(x)
+    mag = a.abs()
+    if dtypes.is_unsigned(a.dtype): return mag
+    return b._signbit().where(-mag, mag)
+  def logaddexp(self, x: Any) -> Tensor:
+    """log(exp(self) + exp(x)) without overflow.
+
+    >>> round(Tensor([1000.0]).logaddexp(1000.0).item(), 3)
+    1000.693
+    """
+    a, b = self._broadcasted(x)
+    a, b = a._float(), b._float()
+    # any finite shift gives the same value; detaching it keeps the gradient exactly softmax(a, b)
+    m = a.maximum(b).detach()
+    m = m.isinf().where(0, m)
+    return ((a - m).exp() + (b - m).exp()).log() + m
+  def lerp(self, end: Any, weight: Any) -> Tensor:
+    """self + weight * (end - self), evaluated from the nearer end like torch (exact at weight 0 and 1).
+
+    >>> Tensor([0.0, 10.0]).lerp(Tensor([10.0, 20.0]), 0.5).tolist()
+    [5.0, 15.0]
+    """
+    a, b = self._broadcasted(end)
+    w = weight if isinstance(weight, Tensor) else Tensor(_const_uop(weight, dtypes.from_py(weight), self.device))
+    diff = b - a
+    return (w.abs() < 0.5).where(a + w * diff, b - diff * (1 - w))
+  def isclose(self, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
+    """Elementwise |self - other| <= atol + rtol * |other| (torch.isclose, including infinities and `equal_nan`).
+
+    >>> Tensor([1.0, 1.1]).isclose(Tensor([1.0 + 1e-7, 1.0])).tolist()
+    [True, False]
+    """
+    a, b = self._broadcasted(other)
+    eq = a == b
+    if a.dtype is dtypes.bool: return eq
+    af, bf = a._float(), b._float()
+    close = eq | (af.isfinite() & bf.isfinite() & ((af - bf).abs() <= atol + rtol * bf.abs()))
+    return close | (af.isnan() & bf.isnan()) if equal_nan else close
+  def clip(self, min_: Any = None, max_: Any = None) -> Tensor:
+    """Clamp values into [min_, max_]; either bound may be None or a tensor. NaN stays NaN; with min_ > max_ the result
+    is max_ (torch.clamp). The gradient flows where min_ <= x <= max_.
+
+    >>> Tensor([-2, 0, 5]).clip(-1, 3).tolist()
+    [-1, 0, 3]
+    """
+    if min_ is None and max_ is None: raise ValueError("clip needs at least one of min_ or max_")
+    ret = self
+    if min_ is not None:
+      a, lo = ret._broadcasted(min_)
+      ret = (a < lo).where(lo, a)
+    if max_ is not None:
+      a, hi = ret._broadcasted(max_)
+      ret = (a > hi).where(hi, a)
+    return ret
+  def clamp(self, min_: Any = None, max_: Any = None) -> Tensor:
+    """Alias of `clip`.
+
+    >>> Tensor([0.5, 2.0]).clamp(max_=1.0).tolist()
+    [0.5, 1.0]
+    """
+    return self.clip(min_, max_)
+  def sign(self) -> Tensor:
+    """-1, 0 or 1 by sign (0 for NaN and -0.0, like torch); the dtype is kept and the gradient is zero.
+
+    >>> Tensor([-3, 0, 2]).sign().tolist()
+    [-1, 0, 1]
+    """
+    if self.dtype is dtypes.bool: return self
+    if dtypes.is_unsigned(self.dtype): return (self > 0).cast(self.dtype)
+    return (self > 0).where(1, (self < 0).where(-1, 0)).cast(self.dtype)
+  def round(self, decimals: int = 0) -> Tensor:
+    """Round half to even (banker's rounding, like torch.round); `decimals` rounds to that many places.
+
+    >>> Tensor([0.5, 1.5, 2.5, -0.5, 2.6]).round().tolist()
+    [0.0, 2.0, 2.0, -0.0, 3.0]
+    """
+    if not dtypes.is_float(self.dtype): return self
+    if decimals != 0: return (self * 10 ** decimals).round() / 10 ** decimals
+    f = self.floor()
+    d = self - f
+    odd = (f * 0.5).floor() * 2 != f
+    up = (d > 0.5) | ((d == 0.5) & odd)
+    return up.where(f + 1, f).copysign(self)
+  def log10(self) -> Tensor:
+    """Base-10 logarithm.
+
+    >>> Tensor([100.0]).log10().tolist()
+    [2.0]
+    """
+    return self.log2() * math.log10(2)
+  def tan(self) -> Tensor:
+    """Tangent, sin/cos.
+
+    >>> round(Tensor([0.5]).tan().item(), 5)
+    0.5463
+    """
+    return self.sin() / self.cos()
+  def atan(self) -> Tensor:
+    """Arctangent, by argument reduction (1/x for |x| > 1, two half-angle steps) and a Taylor series.
+
+    >>> round(Tensor([1.0]).atan().item(), 5)
+    0.7854
+    """
+    x = self._float()
+    ax = x.abs()
+    big = ax > 1
+    t = big.where(big.where(ax, 1).reciprocal(), ax)
+    # atan(t) = 2 * atan(t / (1 + sqrt(1 + t^2))): twice takes |t| <= 1 to <= tan(pi/16) ~ 0.199
+    for _ in range(2): t = t / ((t * t + 1).sqrt() + 1)
+    t2 = t * t
+    series: Any = 1 / 25
+    for k in range(11, -1, -1): series = series * t2 + ((-1) ** k) / (2 * k + 1)
+    r = series * t * 4
+    r = big.where(math.pi / 2 - r, r)
+    return x._signbit().where(-r, r)
+  def asin(self) -> Tensor:
+    """Arcsine (NaN outside [-1, 1]).
+
+    >>> round(Tensor([0.5]).asin().item(), 5)
+    0.5236
+    """
+    x = self._float()
+    return (x / ((1 - x) * (1 + x)).sqrt()).atan()
+  def acos(self) -> Tensor:
+    """Arccosine, 2 * atan(sqrt((1 - x) / (1 + x))) (accurate near 1).
+
+    >>> round(Tensor([0.5]).acos().item(), 5)
+    1.0472
+    """
+    x = self._float()
+    return ((1 - x) / (1 + x)).sqrt().atan() * 2
+  def sinh(self) -> Tensor:
+    """Hyperbolic sine (a short series near 0 keeps relative accuracy).
+
+    >>> round(Tensor([1.0]).sinh().item(), 5)
+    1.1752
+    """
+    x = self._float()
+    near0 = x.abs() < 0.5
+    # the series only sees small inputs, so the unused branch never feeds inf into the backward pass
+    xs = near0.where(x, 0)
+    x2 = xs * xs
+    small = xs * (1 + x2 / 6 * (1 + x2 / 20 * (1 + x2 / 42 * (1 + x2 / 72))))
+    return near0.where(small, (x.exp() - (-x).exp()) / 2)
+  def cosh(self) -> Tensor:
+    """Hyperbolic cosine.
+
+    >>> round(Tensor([1.0]).cosh().item(), 5)
+    1.54308
+    """
+    x = self._float()
+    return (x.exp() + (-x).exp()) / 2
+  def asinh(self) -> Tensor:
+    """Inverse hyperbolic sine, sign(x) * log(|x| + sqrt(x^2 + 1)).
+
+    >>> round(Tensor([1.0]).asinh().item(), 5)
+    0.88137
+    """
+    x = self._float()
+    ax = x.abs()
+    r = (ax + (ax * ax + 1).sqrt()).log()
+    return x._signbit().where(-r, r)
+  def acosh(self) -> Tensor:
+    """Inverse hyperbolic cosine (NaN below 1).
+
+    >>> round(Tensor([2.0]).acosh().item(), 5)
+    1.31696
+    """
+    x = self._float()
+    return (x + ((x - 1) * (x + 1)).sqrt()).log()
+  def atanh(self) -> Tensor:
+    """Inverse hyperbolic tangent, 0.5 * log((1 + x) / (1 - x)).
+
+    >>> round(Tensor([0.5]).atanh().item(), 5)
+    0.54931
+    """
+    x = self._float()
+    return ((1 + x) / (1 - x)).log() * 0.5
+  def erf(self) -> Tensor:
+    """Gauss error function: a Maclaurin series for |x| < 1, Abramowitz-Stegun 7.1.26 (abs error < 1.5e-7) beyond.
+
+    >>> round(Tensor([1.0]).erf().item(), 5)
+    0.8427
+    """
+    x = self._float()
+    ax = x.abs()
+    xs = (ax < 1).where(x, 0)
+    xs2 = xs * xs
+    coef = [((-1) ** n) / (math.factorial(n) * (2 * n + 1)) for n in range(12)]
+    series: Any = coef[-1]
+    for c in reversed(coef[:-1]): series = series * xs2 + c
+    series = series * xs * (2 / math.sqrt(math.pi))
+    x2 = x * x
+    t = (ax * 0.3275911 + 1).reciprocal()
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    tail = 1 - poly * (-x2).exp()
+    return (ax < 1).where(series, x._signbit().where(-tail, tail))
+  def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+    """True at +inf (if `detect_positive`) and -inf (if `detect_negative`).
+
+    >>> Tensor([1.0, float("inf"), -float("inf")]).isinf(detect_negative=False).tolist()
+    [False, True, False]
+    """
+    if not dtypes.is_float(self.dtype): return self.full_like(False, dtype=dtypes.bool)
+    pos = (self == math.inf) if detect_positive else self.full_like(False, dtype=dtypes.bool)
+    return pos | (self == -math.inf) if detect_negative else pos
+  def isnan(self) -> Tensor:
+    """True where the value is NaN.
+
+    >>> Tensor([1.0, float("nan")]).isnan().tolist()
+    [False, True]
+    """
+    return self != self
+  def isfinite(self) -> Tensor:
+    """True where the value is neither infinite nor NaN.
+
+    >>> Tensor([1.0, float("inf"), float("nan")]).isfinite().tolist()
+    [True, False, False]
+    """
+    return (self.isinf() | self.isnan()).logical_not()
+  def logical_and(self, x: Any) -> Tensor:
+    """Elementwise AND of truth values (nonzero is True).
+
+    >>> Tensor([1, 0, 2]).logical_and(Tensor([1, 1, 0])).tolist()
+    [True, False, False]
+    """
+    a, b = self._broadcasted(x)
+    return a.cast(dtypes.bool) & b.cast(dtypes.bool)
+  def logical_or(self, x: Any) -> Tensor:
+    """Elementwise OR of truth values.
+
+    >>> Tensor([1, 0, 0]).logical_or(Tensor([0, 0, 3])).tolist()
+    [True, False, True]
+    """
+    a, b = self._broadcasted(x)
+    return a.cast(dtypes.bool) | b.cast(dtypes.bool)
+  def logical_xor(self, x: Any) -> Tensor:
+    """Elementwise XOR of truth values.
+
+    >>> Tensor([1, 0, 1]).logical_xor(Tensor([1, 1, 0])).tolist()
+    [False, True, True]
+    """
+    a, b = self._broadcasted(x)
+    return a.cast(dtypes.bool) != b.cast(dtypes.bool)
+  def bitwise_not(self) -> Tensor:
+    """Bitwise NOT of an int tensor (logical NOT for bool), like `~`.
+
+    >>> Tensor([0, 5]).bitwise_not().tolist()
+    [-1, -6]
+    """
+    return ~self
+
+  # ** activations **
+  def relu6(self) -> Tensor:
+    """min(max(x, 0), 6).
+
+    >>> Tensor([-1.0, 3.0, 7.0]).relu6().tolist()
+    [0.0, 3.0, 6.0]
+    """
+    return self.relu() - (self - 6).relu()
+  def leaky_relu(self, neg_slope: float = 0.01) -> Tensor:
+    """x for x > 0, neg_slope * x otherwise.
+
+    >>> Tensor([-2.0, 2.0]).leaky_relu(0.5).tolist()
+    [-1.0, 2.0]
+    """
+    return (self > 0).where(self, self * neg_slope)
+  def elu(self, alpha: float = 1.0) -> Tensor:
+    """x for x > 0, alpha * (exp(x) - 1) otherwise.
+
+    >>> round(Tensor([-1.0]).elu().item(), 5)
+    -0.63212
+    """
+    return (self > 0).where(self, ((self > 0).where(0, self).exp() - 1) * alpha)
+  def celu(self, alpha: float = 1.0) -> Tensor:
+    """x for x > 0, alpha * (exp(x / alpha) - 1) otherwise.
+
+    >>> round(Tensor([-1.0]).celu(2.0).item(), 5)
+    -0.78694
+    """
+    return (self > 0).where(self, (((self > 0).where(0, self) / alpha).exp() - 1) * alpha)
+  def selu(self) -> Tensor:
+    """Scaled ELU with the self-normalising constants (alpha ~ 1.6733, scale ~ 1.0507).
+
+    >>> round(Tensor([1.0]).selu().item(), 5)
+    1.0507
+    """
+    alpha, scale = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+    return self.elu(alpha) * scale
+  def silu(self) -> Tensor:
+    """x * sigmoid(x).
+
+    >>> round(Tensor([1.0]).silu().item(), 5)
+    0.73106
+    """
+    return self * self.sigmoid()
+  def swish(self) -> Tensor:
+    """Alias of `silu`.
+
+    >>> round(Tensor([1.0]).swish().item(), 5)
+    0.73106
+    """
+    return self.silu()
+  def gelu(self, approximate: str = "none") -> Tensor:
+    """GELU, exact x * Phi(x) (`approximate="none"`) or the tanh approximation (`"tanh"`).
+
+    >>> round(Tensor([1.0]).gelu().item(), 5)
+    0.84134
+    """
+    if approximate == "tanh":
+      return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
+    if approximate != "none": raise ValueError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
+    return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
+  def quick_gelu(self) -> Tensor:
+    """x * sigmoid(1.702 * x).
+
+    >>> round(Tensor([1.0]).quick_gelu().item(), 5)
+    0.84579
+    """
+    return self * (self * 1.702).sigmoid()
+  def hardswish(self) -> Tensor:
+    """x * relu6(x + 3) / 6.
+
+    >>> Tensor([-4.0, 0.0, 4.0]).hardswish().tolist()
+    [-0.0, 0.0, 4.0]
+    """
+    return self * (self + 3).relu6() * (1 / 6)
+  def hardsigmoid(self) -> Tensor:
+    """relu6(x + 3) / 6.
+
+    >>> Tensor([-4.0, 0.0, 4.0]).hardsigmoid().tolist()
+    [0.0, 0.5, 1.0]
+    """
+    return (self + 3).relu6() * (1 / 6)
+  def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+    """Clamp to [min_val, max_val].
+
+    >>> Tensor([-2.0, 0.5, 2.0]).hardtanh().tolist()
+    [-1.0, 0.5, 1.0]
+    """
+    return self.clip(min_val, max_val)
+  def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold (torch's linear cut-over).
+
+    >>> round(Tensor([0.0]).softplus().item(), 5)
+    0.69315
+    """
+    bx = self * beta
+    return (bx > threshold).where(self, bx.logaddexp(0) * (1 / beta))
+  def mish(self) -> Tensor:
+    """x * tanh(softplus(x)).
+
+    >>> round(Tensor([1.0]).mish().item(), 5)
+    0.86510
+    """
+    return self * self.softplus().tanh()
+  def softsign(self) -> Tensor:
+    """x / (1 + |x|).
+
+    >>> Tensor([1.0, -3.0]).softsign().tolist()
+    [0.5, -0.75]
+    """
+    return self / (self.abs() + 1)
+  def logsigmoid(self) -> Tensor:
+    """log(sigmoid(x)), computed stably as -softplus(-x).
+
+    >>> round(Tensor([0.0]).logsigmoid().item(), 5)
+    -0.69315
+    """
+    return -(-self).softplus()
+  def _softmax_axis(self, axis: int | None, dim: int | None) -> int:
+    if dim is not None: return dim
+    return -1 if axis is None else axis
+  def softmax(self, axis: int | None = -1, dtype: DType | str | None = None, dim: int | None = None) -> Tensor:
+    """exp(x) / sum(exp(x)) along `axis` (`dim=` is an alias), shifted by the max for stability.
+
+    >>> Tensor([[1.0, 1.0]]).softmax().tolist()
+    [[0.5, 0.5]]
+    """
+    ax = self._softmax_axis(axis, dim)
+    x = self.cast(dtype) if dtype is not None else self._float()
+    e = (x - x.max(ax, keepdim=True).detach()).exp()
+    return e / e.sum(ax, keepdim=True)
+  def log_softmax(self, axis: int | None = -1, dtype: DType | str | None = None, dim: int | None = None) -> Tensor:
+    """log(softmax(x)) along `axis`, computed as x - max - log(sum(exp(x - max))).
+
+    >>> round(Tensor([1.0, 1.0]).log_softmax().tolist()[0], 5)
+    -0.69315
+    """
+    ax = self._softmax_axis(axis, dim)
+    x = self.cast(dtype) if dtype is not None else self._float()
+    shifted = x - x.max(ax, keepdim=True).detach()
+    return shifted - shifted.exp().sum(ax, keepdim=True).log()
+  def softmin(self, axis: int | None = -1, dtype: DType | str | None = None, dim: int | None = None) -> Tensor:
+    """softmax(-x).
+
+    >>> Tensor([0.0, 0.0]).softmin().tolist()
+    [0.5, 0.5]
+    """
+    return (-self).softmax(axis, dtype, dim)
+  def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+    """x / max(||x||_p, eps) along `dim` (torch.nn.functional.normalize).
+
+    >>> Tensor([[3.0, 4.0]]).normalize().tolist()
+    [[0.6, 0.8]]
+    """
+    x = self._float()
+    norm = x.square().sum(dim, keepdim=True).sqrt() if p == 2 else x.abs().pow(p).sum(dim, keepdim=True).pow(1 / p)
+    return x / norm.maximum(eps)
 
   # ** reductions **
   def _reduce_axes(self, axis: Any) -> tuple[int, ...]:
@@ -545,6 +1476,165 @@ class Tensor:
     windows = padded.reshape(1, 2 * n - 1).expand(n, 2 * n - 1).reshape(n * (2 * n - 1))
     windows = windows.pad(((0, n),)).reshape(n, 2 * n).shrink(((0, n), (0, n)))
     return windows.sum(1)
+  def _axis_count(self, axis: Any) -> int:
+    return int(prod(self.shape[a] for a in self._reduce_axes(axis))) if self.ndim else 1
+  def var(self, axis: Any = None, keepdim: bool = False, correction: int | float = 1) -> Tensor:
+    """Variance over `axis`, dividing by N - correction (Bessel's correction by default).
+
+    >>> Tensor([1.0, 2.0, 3.0, 4.0]).var().item()
+    1.6666666269302368
+    """
+    x = self._float()
+    dev = x - x.mean(axis, keepdim=True)
+    return dev.square().sum(axis, keepdim=keepdim).div(max(0, self._axis_count(axis) - correction))
+  def std(self, axis: Any = None, keepdim: bool = False, correction: int | float = 1) -> Tensor:
+    """Standard deviation over `axis`: sqrt(var).
+
+    >>> Tensor([1.0, 3.0]).std().item()
+    1.4142135381698608
+    """
+    return self.var(axis, keepdim, correction).sqrt()
+  def var_mean(self, axis: Any = None, keepdim: bool = False, correction: int | float = 1) -> tuple[Tensor, Tensor]:
+    """(var, mean) over `axis`.
+
+    >>> [t.item() for t in Tensor([1.0, 3.0]).var_mean()]
+    [2.0, 2.0]
+    """
+    return self.var(axis, keepdim, correction), self._float().mean(axis, keepdim)
+  def std_mean(self, axis: Any = None, keepdim: bool = False, correction: int | float = 1) -> tuple[Tensor, Tensor]:
+    """(std, mean) over `axis`.
+
+    >>> [round(t.item(), 4) for t in Tensor([1.0, 3.0]).std_mean()]
+    [1.4142, 2.0]
+    """
+    return self.std(axis, keepdim, correction), self._float().mean(axis, keepdim)
+  def any(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    """True if any element along `axis` is nonzero.
+
+    >>> Tensor([[0, 1], [0, 0]]).any(axis=1).tolist()
+    [True, False]
+    """
+    return (self != 0).cast(dtypes.uint8)._reduce(Ops.MAX, axis, keepdim).cast(dtypes.bool)
+  def all(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    """True if every element along `axis` is nonzero.
+
+    >>> Tensor([[1, 1], [0, 1]]).all(axis=1).tolist()
+    [True, False]
+    """
+    return (self == 0).any(axis, keepdim).logical_not()
+  def _arg_first(self, hit: Tensor, axis: int | None, keepdim: bool) -> Tensor:
+    """The first index along `axis` where `hit` is True (as int32)."""
+    if axis is None:
+      ret = Tensor._arg_first(self.flatten(), hit.flatten(), 0, False)
+      return ret.reshape((1,) * self.ndim) if keepdim else ret
+    ax = self._resolve_dim(axis)
+    n = int(self.shape[ax])
+    # count down from n so the max picks the smallest index
+    down = Tensor.arange(n, 0, -1, device=self.device, dtype=dtypes.int32).reshape((n,) + (1,) * (self.ndim - ax - 1))
+    return (n - hit.where(down, 0).max(ax, keepdim)).cast(dtypes.int32)
+  def argmax(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
+    """Index of the first maximum along `axis` (over the flattened tensor if None), as int32. NaN counts as largest.
+
+    >>> Tensor([[1, 5, 5], [7, 2, 0]]).argmax(axis=1).tolist()
+    [1, 0]
+    """
+    if self.ndim == 0: return Tensor(0, dtype=dtypes.int32, device=self.device)
+    x = self.cast(strong_dtype(self.dtype))
+    m = x.max(axis, keepdim=True)
+    hit = (x == m) | (x.isnan() & m.isnan()) if dtypes.is_float(x.dtype) else x == m
+    return self._arg_first(hit, axis, keepdim)
+  def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
+    """Index of the first minimum along `axis`, as int32.
+
+    >>> Tensor([3, 1, 1]).argmin().item()
+    1
+    """
+    if self.ndim == 0: return Tensor(0, dtype=dtypes.int32, device=self.device)
+    x = self.cast(strong_dtype(self.dtype))
+    m = x.min(axis, keepdim=True)
+    hit = (x == m) | (x.isnan() & m.isnan()) if dtypes.is_float(x.dtype) else x == m
+    return self._arg_first(hit, axis, keepdim)
+  def logsumexp(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    """log(sum(exp(x))) over `axis`, shifted by the max so it neither overflows nor underflows.
+
+    >>> round(Tensor([1000.0, 1000.0]).logsumexp().item(), 3)
+    1000.693
+    """
+    x = self._float()
+    m = x.max(axis, keepdim=True).detach()
+    m = m.isinf().where(0, m)
+    ret = (x - m).exp().sum(axis, keepdim=True).log() + m
+    return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in self._reduce_axes(axis)))
+  def _scan_windows(self, axis: int, fill: Any) -> Tensor:
+    """(..., n, n) with the scanned axis last: row i holds x[:i+1] and `fill` after it."""
+    x = self.transpose(axis, -1) if self.ndim > 1 else self
+    n = int(x.shape[-1])
+    j = Tensor.arange(n, device=self.device, dtype=dtypes.int32)
+    in_prefix = j.reshape(1, n) <= j.reshape(n, 1)  # (i, j): j <= i
+    return in_prefix.where(x.unsqueeze(-2).expand(*x.shape[:-1], n, n), fill)
+  def _scan(self, op: Ops, axis: int, fill: Any) -> Tensor:
+    if self.ndim == 0: return self
+    ax = self._resolve_dim(axis)
+    if self.shape[ax] == 0: return self
+    w = self._scan_windows(ax, fill)
+    out = w._reduce(op, -1) if op is not Ops.ADD else w.sum(-1, dtype=w.dtype)
+    return out.transpose(ax, -1) if self.ndim > 1 else out
+  def cumsum(self, axis: int = 0) -> Tensor:
+    """Inclusive cumulative sum along `axis` (ints accumulate in at least int32, like the sum's dtype).
+
+    >>> Tensor([1, 2, 3]).cumsum().tolist()
+    [1, 3, 6]
+    """
+    return self.cast(sum_acc_dtype(self.dtype))._scan(Ops.ADD, axis, 0)
+  def cumprod(self, axis: int = 0) -> Tensor:
+    """Inclusive cumulative product along `axis`.
+
+    >>> Tensor([1, 2, 3]).cumprod().tolist()
+    [1, 2, 6]
+    """
+    return self.cast(sum_acc_dtype(self.dtype))._scan(Ops.MUL, axis, 1)
+  def _cum_extreme(self, axis: int, largest: bool) -> tuple[Tensor, Tensor]:
+    x = self.cast(strong_dtype(self.dtype))
+    ax = x._resolve_dim(axis) if x.ndim else 0
+    if x.ndim == 0: return x, Tensor(0, dtype=dtypes.int32, device=self.device)
+    if largest: vals = x._scan(Ops.MAX, ax, dtypes.min(x.dtype) if not dtypes.is_float(x.dtype) else -math.inf)
+    elif dtypes.is_float(x.dtype) or dtypes.is_int(x.dtype) and not dtypes.is_unsigned(x.dtype): vals = -((-x)._cum_extreme(ax, True)[0])
+    elif x.dtype is dtypes.bool: vals = x.logical_not()._cum_extreme(ax, True)[0].logical_not()
+    else: vals = dtypes.max(x.dtype) - (dtypes.max(x.dtype) - x)._cum_extreme(ax, True)[0]
+    # index: the last j <= i where x[j] equals the running extreme (torch's tie rule)
+    n = int(x.shape[ax])
+    xw = x._scan_windows(ax, x.dtype.const(0))  # (..., i, j), entries past i are masked below
+    vw = (vals.transpose(ax, -1) if x.ndim > 1 else vals).unsqueeze(-1)
+    j = Tensor.arange(n, device=self.device, dtype=dtypes.int32)
+    in_prefix = j.reshape(1, n) <= j.reshape(n, 1)
+    hit = in_prefix & ((xw == vw) | (xw.isnan() & vw.isnan()) if dtypes.is_float(x.dtype) else xw == vw)
+    idx = hit.where(j, -1).max(-1)
+    return vals, (idx.transpose(ax, -1) if x.ndim > 1 else idx)
+  def cummax(self, axis: int = 0) -> tuple[Tensor, Tensor]:
+    """Running maximum along `axis` and the int32 index where it was reached (the latest on ties, like torch).
+
+    >>> [t.tolist() for t in Tensor([1, 3, 2, 3]).cummax()]
+    [[1, 3, 3, 3], [0, 1, 1, 3]]
+    """
+    return self._cum_extreme(axis, True)
+  def cummin(self, axis: int = 0) -> tuple[Tensor, Tensor]:
+    """Running minimum along `axis` and the int32 index where it was reached.
+
+    >>> [t.tolist() for t in Tensor([3, 1, 2]).cummin()]
+    [[3, 1, 1], [0, 1, 1]]
+    """
+    return self._cum_extreme(axis, False)
+  def logcumsumexp(self, axis: int = 0) -> Tensor:
+    """log(cumsum(exp(x))) along `axis`, each prefix shifted by its own max (no overflow or underflow).
+
+    >>> [round(v, 4) for v in Tensor([0.0, 0.0]).logcumsumexp().tolist()]
+    [0.0, 0.6931]
+    """
+    x = self._float()
+    if x.ndim == 0: return x
+    ax = x._resolve_dim(axis)
+    out = x._scan_windows(ax, -math.inf).logsumexp(-1)
+    return out.transpose(ax, -1) if x.ndim > 1 else out
 
   # ** linear algebra **
   def dot(self, w: Tensor) -> Tensor:
@@ -558,6 +1648,381 @@ class Tensor:
     y = y.reshape(*y.shape[:-2], *([1] * min(x.ndim - 1, y.ndim - 1, 1)), *y.shape[-min(y.ndim, 2):]).transpose(-1, -min(y.ndim, 2))
     return (x.cast(dt) * y.cast(dt)).sum(-1, dtype=sum_acc_dtype(dt) if not dtypes.is_float(dt) else None).cast(dt)
   def matmul(self, x: Tensor, reverse: bool = False) -> Tensor: return x.dot(self) if reverse else self.dot(x)
+  @staticmethod
+  def einsum(formula: str, *operands: Tensor | Sequence[Tensor]) -> Tensor:
+    """Einstein summation: "ij,jk->ik", implicit outputs ("ij,jk"), "..." broadcast dims and repeated letters within
+    one operand (a diagonal, e.g. "ii->" is the trace).
+
+    >>> Tensor.einsum("ij,j->i", Tensor([[1, 2], [3, 4]]), Tensor([1, 1])).tolist()
+    [3, 7]
+    """
+    ops = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else list(operands)
+    spec = formula.replace(" ", "")
+    lhs, arrow, rhs = spec.partition("->")
+    ins = lhs.split(",")
+    if len(ins) != len(ops): raise ShapeError(f"einsum {formula!r} names {len(ins)} operands but {len(ops)} were given")
+    # "..." becomes as many upper-case placeholder letters as the operand has extra dims
+    ell_ndim = max((t.ndim - len(s.replace("...", "")) for s, t in zip(ins, ops) if "..." in s), default=0)
+    ell = "".join(chr(ord("A") + i) for i in range(ell_ndim))
+    letters: list[str] = []
+    for s, t in zip(ins, ops):
+      extra = t.ndim - len(s.replace("...", ""))
+      full = s.replace("...", ell[ell_ndim - extra:]) if "..." in s else s
+      if len(full) != t.ndim: raise ShapeError(f"einsum operand {s!r} has {len(full)} letters but shape {t.shape}")
+      letters.append(full)
+    if arrow: out = rhs.replace("...", ell)
+    else:
+      counts = {c: "".join(letters).count(c) for c in "".join(letters)}
+      out = ell + "".join(sorted(c for c, k in counts.items() if k == 1 and c not in ell))
+    alphabet = sorted(set("".join(letters)), key=lambda c: (c not in out, out.index(c) if c in out else c))
+    sizes: dict[str, sint] = {}
+    aligned = []
+    for s, t in zip(letters, ops):
+      # repeated letters in one operand: keep the diagonal
+      while len(set(s)) != len(s):
+        c = next(c for c in s if s.count(c) > 1)
+        i, j = s.index(c), s.index(c, s.index(c) + 1)
+        t = t.diagonal(0, i, j)
+        s = s[:i] + s[i + 1:j] + s[j + 1:] + c
+      for c, n in zip(s, t.shape):
+        if sizes.setdefault(c, n) != n and n != 1 and sizes[c] != 1:
+          raise ShapeError(f"einsum {formula!r}: letter {c!r} is {sizes[c]} in one operand and {n} in another")
+        if sizes[c] == 1: sizes[c] = n
+      order = sorted(s, key=alphabet.index)
+      t = t.permute([s.index(c) for c in order])
+      aligned.append(t.reshape([t.shape[order.index(c)] if c in s else 1 for c in alphabet]))
+    dt = least_upper_dtype(*(t.dtype for t in aligned))
+    acc = aligned[0].cast(dt)
+    for t in aligned[1:]: acc = acc * t.cast(dt)
+    reduce_axes = [i for i, c in enumerate(alphabet) if c not in out]
+    ret = acc.sum(reduce_axes, dtype=sum_acc_dtype(dt) if not dtypes.is_float(dt) else None).cast(dt) if reduce_axes else acc
+    return ret._broadcast_to(tuple(sizes[c] for c in out)) if ret.shape != tuple(sizes[c] for c in out) else ret
+
+  # ** convolution and pooling **
+  def _pool(self, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
+    """Sliding windows over the last len(kernel) dims: (..., *spatial) -> (..., *out, *kernel), built from movement ops
+    only. Per dim: tile the input e times, view it as rows of (i + d), and row a column o*s is x[o*s + a*d]."""
+    nd = len(kernel)
+    x = self
+    lead = x.ndim - nd
+    for j, (k, s, d) in enumerate(zip(kernel, stride, dilation)):
+      ax = lead + j * 2  # earlier dims are already (out, kernel) pairs
+      i = int(x.shape[ax])
+      o = (i - d * (k - 1) - 1) // s + 1
+      if o <= 0: raise ShapeError(f"pool window {k} (dilation {d}) is larger than the padded input size {i}")
+      e = -(-(k * (i + d)) // i)
+      pre, post = x.shape[:ax], x.shape[ax + 1:]
+      x = x.reshape(*pre, 1, i, *post).expand(*pre, e, i, *post).reshape(*pre, e * i, *post)
+      x = x._slice_dim(ax, 0, k * (i + d)).reshape(*pre, k, i + d, *post)
+      x = x._slice_dim(ax + 1, 0, o * s).reshape(*pre, k, o, s, *post)._slice_dim(ax + 2, 0, 1).reshape(*pre, k, o, *post)
+      x = x.transpose(ax, ax + 1)  # (..., o, k, ...)
+    order = list(range(lead)) + [lead + 2 * j for j in range(nd)] + [lead + 2 * j + 1 for j in range(nd)]
+    return x.permute(order)
+  @staticmethod
+  def _tuple_arg(v: int | Sequence[int], n: int, name: str) -> tuple[int, ...]:
+    if isinstance(v, int): return (v,) * n
+    if len(v) != n: raise ShapeError(f"{name} {tuple(v)} needs {n} entries, one per spatial dim")
+    return tuple(int(a) for a in v)
+  @staticmethod
+  def _pad_pairs(padding: int | Sequence[int], n: int) -> list[tuple[int, int]]:
+    """Per spatial dim (before, after): an int, one int per dim (symmetric) or 2*n ints (torch F.pad order, last dim
+    first: left, right, top, bottom, ...)."""
+    if isinstance(padding, int): return [(padding, padding)] * n
+    pads = [int(p) for p in padding]
+    if len(pads) == n: return [(p, p) for p in pads]
+    if len(pads) == 2 * n: return [(pads[2 * (n - 1 - j)], pads[2 * (n - 1 - j) + 1]) for j in range(n)]
+    raise ShapeError(f"padding {tuple(pads)} needs 1, {n} or {2 * n} entries for {n} spatial dims")
+  def conv2d(self, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: int | Sequence[int] = 1,
+             dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0) -> Tensor:
+    """N-d convolution (1d/2d/3d from the weight's rank): input (N, Cin, *spatial), weight (Cout, Cin/groups,
+    *kernel). `padding`: int, one per dim, or 2 per dim in F.pad order (asymmetric).
+
+    >>> Tensor.ones(1, 1, 3, 3).conv2d(Tensor.ones(1, 1, 2, 2)).tolist()
+    [[[[4.0, 4.0], [4.0, 4.0]]]]
+    """
+    nd = weight.ndim - 2
+    if nd < 1 or self.ndim != nd + 2:
+      raise ShapeError(f"conv2d: input {self.shape} and weight {weight.shape} need ranks n+2 and n+2 (n spatial dims)")
+    bs, cin = self.shape[:2]
+    cout, cin_g = weight.shape[:2]
+    if cin != cin_g * groups or cout % groups != 0:
+      raise ShapeError(f"conv2d: input channels {cin} != weight channels {cin_g} * groups {groups} (weight {weight.shape}), "
+                       f"or out channels {cout} not divisible by groups")
+    kernel = tuple(int(k) for k in weight.shape[2:])
+    pads = Tensor._pad_pairs(padding, nd)
+    x = self.pad(((0, 0), (0, 0), *pads))
+    win = x._pool(kernel, Tensor._tuple_arg(stride, nd, "stride"), Tensor._tuple_arg(dilation, nd, "dilation"))
+    out_sp = win.shape[2:2 + nd]
+    # (N, G, 1, Cin/G, *out, *k) * (1, G, Cout/G, Cin/G, *1, *k) summed over Cin/G and the kernel
+    win = win.reshape(bs, groups, 1, cin_g, *out_sp, *kernel)
+    w = weight.reshape(1, groups, cout // groups, cin_g, *([1] * nd), *kernel)
+    dt = least_upper_dtype(win.dtype, w.dtype)
+    prodt = win.cast(dt) * w.cast(dt)
+    axes = [3] + list(range(4 + nd, 4 + 2 * nd))
+    out = prodt.sum(axes, dtype=sum_acc_dtype(dt) if not dtypes.is_float(dt) else None).cast(dt).reshape(bs, cout, *out_sp)
+    return out if bias is None else out + bias.reshape(1, cout, *([1] * nd))
+  def conv_transpose2d(self, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: int | Sequence[int] = 1,
+                       dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
+                       output_padding: int | Sequence[int] = 0) -> Tensor:
+    """Transposed convolution (the gradient of conv2d): weight (Cin, Cout/groups, *kernel); `output_padding` adds
+    rows/cols on the far side of each spatial dim.
+
+    >>> Tensor.ones(1, 1, 2, 2).conv_transpose2d(Tensor.ones(1, 1, 2, 2)).shape
+    (1, 1, 3, 3)
+    """
+    nd = weight.ndim - 2
+    if self.ndim != nd + 2: raise ShapeError(f"conv_transpose2d: input {self.shape} and weight {weight.shape} ranks differ")
+    cin, cout_g = weight.shape[:2]
+    if self.shape[1] != cin: raise ShapeError(f"conv_transpose2d: input channels {self.shape[1]} != weight {weight.shape} dim 0")
+    kernel = tuple(int(k) for k in weight.shape[2:])
+    st, dl = Tensor._tuple_arg(stride, nd, "stride"), Tensor._tuple_arg(dilation, nd, "dilation")
+    pd, op = Tensor._tuple_arg(padding, nd, "padding"), Tensor._tuple_arg(output_padding, nd, "output_padding")
+    x = self
+    # spread the input: s-1 zeros between neighbours
+    for j, s in enumerate(st):
+      if s == 1: continue
+      ax = 2 + j
+      i = int(x.shape[ax])
+      x = x.unsqueeze(ax + 1).pad(tuple((0, s - 1) if a == ax + 1 else (0, 0) for a in range(x.ndim + 1)))
+      x = x.reshape(*x.shape[:ax], i * s, *x.shape[ax + 2:])._slice_dim(ax, 0, (i - 1) * s + 1)
+    pads = [(d * (k - 1) - p, d * (k - 1) - p + o) for k, d, p, o in zip(kernel, dl, pd, op)]
+    x = x.pad(((0, 0), (0, 0), *pads))
+    # (Cin, Cout/G, *k) -> (Cout, Cin/G, *k), flipped in space
+    w = weight.reshape(groups, cin // groups, cout_g, *kernel).transpose(1, 2).reshape(groups * cout_g, cin // groups, *kernel)
+    w = w.flip(list(range(2, 2 + nd)))
+    return x.conv2d(w, bias, groups=groups, dilation=dl)
+  def _pool_geometry(self, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None, padding: int | Sequence[int],
+                     dilation: int | Sequence[int], ceil_mode: bool) -> tuple[tuple[int, ...], ...]:
+    """(kernel, stride, dilation, pad_before, pad_after) for the last len(kernel) dims; pad_after includes the extra
+    room ceil_mode needs (torch: the last window must start inside the input or its left padding)."""
+    nd = 2 if isinstance(kernel_size, int) else len(kernel_size)
+    k = Tensor._tuple_arg(kernel_size, nd, "kernel_size")
+    s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) else Tensor._tuple_arg(stride, nd, "stride")
+    d = Tensor._tuple_arg(dilation, nd, "dilation")
+    p = Tensor._tuple_arg(padding, nd, "padding")
+    after = []
+    for kk, ss, dd, pp, i in zip(k, s, d, p, self.shape[-nd:]):
+      if pp * 2 > kk: raise ShapeError(f"pool padding {pp} must be at most half the kernel size {kk}")
+      span = int(i) + 2 * pp - dd * (kk - 1) - 1
+      o = (-(-span // ss) if ceil_mode else span // ss) + 1
+      if ceil_mode and (o - 1) * ss >= int(i) + pp: o -= 1
+      after.append(pp + max(0, (o - 1) * ss + dd * (kk - 1) + 1 - (int(i) + 2 * pp)))
+    return k, s, d, p, tuple(after)
+  def max_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
+                 dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, ceil_mode: bool = False,
+                 return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+    """Max over windows of the last len(kernel_size) dims (stride defaults to the kernel). With `return_indices`, also
+    the int32 flat index (over the unpadded spatial dims) of each max, the first on ties, like torch.
+
+    >>> Tensor([[[[1.0, 2.0], [3.0, 4.0]]]]).max_pool2d().tolist()
+    [[[[4.0]]]]
+    """
+    k, s, d, p, after = self._pool_geometry(kernel_size, stride, padding, dilation, ceil_mode)
+    nd = len(k)
+    pads = ((0, 0),) * (self.ndim - nd) + tuple(zip(p, after))
+    low = -math.inf if dtypes.is_float(self.dtype) else dtypes.min(strong_dtype(self.dtype))
+    win = self.pad(pads, value=low)._pool(k, s, d)
+    flat_k = win.reshape(*win.shape[:win.ndim - nd], int(prod(k)))
+    out = flat_k.max(-1)
+    if not return_indices: return out
+    spatial = self.shape[-nd:]
+    ids = Tensor.arange(int(prod(spatial)), device=self.device, dtype=dtypes.int32).reshape(spatial)
+    id_win = ids.pad(tuple(zip(p, after)), value=-1)._pool(k, s, d).reshape(*win.shape[self.ndim - nd:win.ndim - nd], int(prod(k)))
+    first = flat_k.detach()._arg_first(flat_k.detach() == out.detach().unsqueeze(-1), -1, False)
+    pick = first.unsqueeze(-1) == Tensor.arange(int(prod(k)), device=self.device, dtype=dtypes.int32)
+    return out, pick.where(id_win, 0).sum(-1, dtype=dtypes.int32)
+  def max_unpool2d(self, indices: Tensor, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
+                   dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
+                   output_size: Sequence[int] | None = None) -> Tensor:
+    """The inverse of max_pool2d(return_indices=True): each value goes to its flat index, zeros elsewhere.
+
+    >>> v, i = Tensor([[[[1.0, 2.0], [3.0, 4.0]]]]).max_pool2d(return_indices=True)
+    >>> v.max_unpool2d(i).tolist()
+    [[[[0.0, 0.0], [0.0, 4.0]]]]
+    """
+    if indices.shape != self.shape: raise ShapeError(f"max_unpool2d: indices {indices.shape} must match values {self.shape}")
+    nd = 2 if isinstance(kernel_size, int) else len(kernel_size)
+    k = Tensor._tuple_arg(kernel_size, nd, "kernel_size")
+    s = k if stride is None else Tensor._tuple_arg(stride, nd, "stride")
+    d, p = Tensor._tuple_arg(dilation, nd, "dilation"), Tensor._tuple_arg(padding, nd, "padding")
+    if output_size is None:
+      spatial = tuple((int(i) - 1) * ss - 2 * pp + dd * (kk - 1) + 1 for i, ss, pp, dd, kk in zip(self.shape[-nd:], s, p, d, k))
+    else: spatial = tuple(int(v) for v in output_size[-nd:])
+    lead = self.shape[:-nd]
+    flat = Tensor.zeros(*lead, int(prod(spatial)), dtype=strong_dtype(self.dtype), device=self.device)
+    return flat.scatter(len(lead), indices.flatten(len(lead)), self.flatten(len(lead))).reshape(*lead, *spatial)
+  def avg_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
+                 padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+                 dilation: int | Sequence[int] = 1) -> Tensor:
+    """Mean over windows of the last len(kernel_size) dims. The divisor counts padding when `count_include_pad`, but
+    never the extra room ceil_mode adds (torch's rule).
+
+    >>> Tensor([[[[1.0, 2.0], [3.0, 4.0]]]]).avg_pool2d().tolist()
+    [[[[2.5]]]]
+    """
+    k, s, d, p, after = self._pool_geometry(kernel_size, stride, padding, dilation, ceil_mode)
+    nd = len(k)
+    x = self._float()
+    win = x.pad(((0, 0),) * (self.ndim - nd) + tuple(zip(p, after)))._pool(k, s, d)
+    total = win.sum(list(range(win.ndim - nd, win.ndim)))
+    spatial = tuple(int(v) for v in self.shape[-nd:])
+    ones = Tensor.ones(*spatial, dtype=x.dtype, device=self.device)
+    if count_include_pad: ones = ones.pad(tuple(zip(p, p)), value=1.0).pad(tuple((0, a - pp) for pp, a in zip(p, after)))
+    else: ones = ones.pad(tuple(zip(p, after)))
+    count = ones._pool(k, s, d).sum(list(range(nd, 2 * nd)))
+    return total / count
+  def interpolate(self, size: int | Sequence[int] | None = None, mode: str = "linear", align_corners: bool = False,
+                  scale_factor: float | Sequence[float] | None = None) -> Tensor:
+    """Resize the trailing spatial dims (all but N, C) to `size` (or by `scale_factor`), like F.interpolate:
+    mode linear/bilinear/trilinear (separable linear, `align_corners`), nearest or nearest-exact.
+
+    >>> Tensor([[[1.0, 3.0]]]).interpolate(size=3, align_corners=True).tolist()
+    [[[1.0, 2.0, 3.0]]]
+    """
+    nd = self.ndim - 2
+    if nd < 1: raise ShapeError(f"interpolate needs (N, C, *spatial) input, got shape {self.shape}")
+    if mode not in ("linear", "bilinear", "trilinear", "nearest", "nearest-exact"):
+      raise ValueError(f"interpolate mode must be linear, bilinear, trilinear, nearest or nearest-exact, got {mode!r}")
+    ins = [int(v) for v in self.shape[2:]]
+    if size is not None:
+      outs = [int(size)] * nd if isinstance(size, int) else [int(v) for v in size]
+      scales = [i / o for i, o in zip(ins, outs)]
+    elif scale_factor is not None:
+      sf = [float(scale_factor)] * nd if isinstance(scale_factor, (int, float)) else [float(v) for v in scale_factor]
+      outs = [int(math.floor(i * f)) for i, f in zip(ins, sf)]
+      scales = [1 / f for f in sf]
+    else: raise ValueError("interpolate needs size or scale_factor")
+    if len(outs) != nd: raise ShapeError(f"interpolate size {outs} needs {nd} entries for input shape {self.shape}")
+    x = self if mode.startswith("nearest") else self._float()
+    for j, (i, o, sc) in enumerate(zip(ins, outs, scales)):
+      ax = 2 + j
+      if mode == "nearest": src = [min(int(math.floor(t * sc)), i - 1) for t in range(o)]
+      elif mode == "nearest-exact": src = [min(int(math.floor((t + 0.5) * sc)), i - 1) for t in range(o)]
+      if mode.startswith("nearest"):
+        x = x[(slice(None),) * ax + (src,)]
+        continue
+      if align_corners: pos = [t * (i - 1) / (o - 1) if o > 1 else 0.0 for t in range(o)]
+      else: pos = [max((t + 0.5) * sc - 0.5, 0.0) for t in range(o)]
+      lo = [min(int(math.floor(v)), i - 1) for v in pos]
+      hi = [min(v + 1, i - 1) for v in lo]
+      frac = Tensor([v - f for v, f in zip(pos, lo)], dtype=x.dtype, device=self.device).reshape(o, *([1] * (nd - 1 - j)))
+      x = x[(slice(None),) * ax + (lo,)] * (1 - frac) + x[(slice(None),) * ax + (hi,)] * frac
+    return x
+  def dropout(self, p: float = 0.5) -> Tensor:
+    """Zero each element with probability `p` and scale the rest by 1/(1-p), only while `Tensor.training`.
+
+    >>> Tensor.ones(3).dropout(0.5).tolist()  # not training: unchanged
+    [1.0, 1.0, 1.0]
+    """
+    if not 0 <= p <= 1: raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+    if not Tensor.training or p == 0: return self
+    if p == 1: return self * 0
+    keep = Tensor.rand(*self.shape, device=self.device) >= p
+    return keep.where(self, 0) * (1 / (1 - p))
+  def scaled_dot_product_attention(self, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
+                                   is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Tensor:
+    """softmax(q @ k^T * scale + mask) @ v with q = self (..., L, E). A bool `attn_mask` keeps where True, a float one
+    is added; `is_causal` masks the future; `enable_gqa` repeats key/value heads to match the query's.
+
+    >>> q = Tensor.ones(1, 2, 4)
+    >>> q.scaled_dot_product_attention(q, q).shape
+    (1, 2, 4)
+    """
+    if self.shape[-1] != key.shape[-1]: raise ShapeError(f"sdpa: query {self.shape} and key {key.shape} feature dims differ")
+    if enable_gqa and self.ndim >= 3 and key.shape[-3] != self.shape[-3]:
+      rep = int(self.shape[-3]) // int(key.shape[-3])
+      key, value = key.repeat_interleave(rep, -3), value.repeat_interleave(rep, -3)
+    sc = scale if scale is not None else 1 / math.sqrt(int(self.shape[-1]))
+    scores = (self @ key.transpose(-2, -1)) * sc
+    if is_causal:
+      L, S = int(self.shape[-2]), int(key.shape[-2])
+      scores = Tensor.ones(L, S, dtype=dtypes.bool, device=self.device).tril().where(scores, -math.inf)
+    if attn_mask is not None:
+      scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype is dtypes.bool else scores + attn_mask
+    return scores.softmax(-1).dropout(dropout_p) @ value
+
+  # ** losses **
+  def _reduce_loss(self, reduction: str) -> Tensor:
+    if reduction == "none": return self
+    if reduction == "sum": return self.sum()
+    if reduction == "mean": return self.mean()
+    raise ValueError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
+  def binary_crossentropy(self, Y: Tensor, reduction: str = "mean") -> Tensor:
+    """-(y log p + (1 - y) log(1 - p)) for probabilities p = self, logs clamped at -100 like torch.
+
+    >>> round(Tensor([0.5]).binary_crossentropy(Tensor([1.0])).item(), 5)
+    0.69315
+    """
+    if Y.shape != self.shape: raise ShapeError(f"binary_crossentropy: input {self.shape} and target {Y.shape} differ")
+    p = self._float()
+    return (-(Y * p.log().maximum(-100) + (1 - Y) * (1 - p).log().maximum(-100)))._reduce_loss(reduction)
+  def binary_crossentropy_logits(self, Y: Tensor, reduction: str = "mean", pos_weight: Tensor | None = None) -> Tensor:
+    """Binary cross-entropy on logits (sigmoid folded in, numerically stable); `pos_weight` scales the positive term.
+
+    >>> round(Tensor([0.0]).binary_crossentropy_logits(Tensor([1.0])).item(), 5)
+    0.69315
+    """
+    if Y.shape != self.shape: raise ShapeError(f"binary_crossentropy_logits: input {self.shape} and target {Y.shape} differ")
+    x = self._float()
+    log_sig_neg = (-x).softplus()  # -log(sigmoid(x))
+    if pos_weight is None: loss = (1 - Y) * x + log_sig_neg
+    else: loss = (1 - Y) * x + (1 + (pos_weight - 1) * Y) * log_sig_neg
+    return loss._reduce_loss(reduction)
+  def nll_loss(self, Y: Tensor, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean",
+               label_smoothing: float = 0.0) -> Tensor:
+    """Negative log likelihood of log-probabilities (N, C, ...) (or (C,)) at class indices Y, class dim 1. `weight`
+    weighs classes, `ignore_index` targets count nowhere, mean divides by the summed weight of the counted targets.
+
+    >>> Tensor([[-1.0, -2.0]]).nll_loss(Tensor([1])).item()
+    2.0
+    """
+    if not dtypes.is_int(Y.dtype): raise DTypeError(f"nll_loss target must hold int class indices, got {Y.dtype!r}")
+    logp = self.unsqueeze(0) if self.ndim == 1 else self
+    tgt = Y.unsqueeze(0) if self.ndim == 1 else Y
+    if tgt.shape != logp.shape[:1] + logp.shape[2:]:
+      raise ShapeError(f"nll_loss: input {self.shape} needs target shape {logp.shape[:1] + logp.shape[2:]}, got {Y.shape}")
+    c = int(logp.shape[1])
+    classes = Tensor.arange(c, device=self.device, dtype=tgt.dtype).reshape(1, c, *([1] * (logp.ndim - 2)))
+    onehot = tgt.unsqueeze(1) == classes  # (N, C, ...)
+    keep = (tgt != ignore_index).cast(logp.dtype)  # (N, ...)
+    w = weight.cast(logp.dtype).reshape(1, c, *([1] * (logp.ndim - 2))) if weight is not None else None
+    picked = onehot.where(logp if w is None else logp * w, 0).sum(1)
+    loss = -picked * keep
+    w_t = onehot.where(w, 0).sum(1) * keep if w is not None else keep
+    if label_smoothing:
+      smooth = -(logp if w is None else logp * w).sum(1) * keep
+      loss = loss * (1 - label_smoothing) + smooth * (label_smoothing / c)
+    if reduction == "mean": return loss.sum() / w_t.sum()
+    if reduction == "none" and self.ndim == 1: return loss.reshape(())
+    return loss._reduce_loss(reduction)
+  def cross_entropy(self, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0, weight: Tensor | None = None,
+                    ignore_index: int = -100) -> Tensor:
+    """Cross-entropy of logits (N, C, ...) (class dim 1) against class indices or class probabilities (same shape as
+    the logits), with torch's `label_smoothing`, `weight` and `ignore_index` semantics.
+
+    >>> round(Tensor([[0.0, 0.0]]).cross_entropy(Tensor([1])).item(), 5)
+    0.69315
+    """
+    logp = self.log_softmax(1 if self.ndim > 1 else 0)
+    if dtypes.is_int(Y.dtype): return logp.nll_loss(Y, weight, ignore_index, reduction, label_smoothing)
+    if Y.shape != self.shape: raise ShapeError(f"cross_entropy: probability targets {Y.shape} must match logits {self.shape}")
+    cdim = 1 if self.ndim > 1 else 0
+    c = int(self.shape[cdim])
+    y = Y * (1 - label_smoothing) + label_smoothing / c
+    if weight is not None: logp = logp * weight.reshape(c, *([1] * (self.ndim - cdim - 1)))
+    loss = -(y * logp).sum(cdim)
+    return loss.sum() / (int(prod(loss.shape)) or 1) if reduction == "mean" else loss._reduce_loss(reduction)
+  def sparse_categorical_crossentropy(self, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
+                                      reduction: str = "mean") -> Tensor:
+    """Cross-entropy of logits (..., C) (class dim last) against int class indices Y (...); targets equal to
+    `ignore_index` are skipped and the mean is over the others.
+
+    >>> round(Tensor([[0.0, 0.0]]).sparse_categorical_crossentropy(Tensor([0])).item(), 5)
+    0.69315
+    """
+    x = self.reshape(-1, self.shape[-1]) if self.ndim != 2 else self
+    loss = x.cross_entropy(Y.flatten(), "none" if reduction == "none" else reduction, label_smoothing, ignore_index=ignore_index)
+    return loss.reshape(Y.shape) if reduction == "none" else loss
 
   # ** operators **
   def __neg__(self) -> Tensor: return self.neg()
@@ -601,7 +2066,9 @@ class Tensor:
     # negative base: defined for integral exponents, sign from the exponent's parity
     e_int = e.trunc() == e
     odd = (e.abs() - 2 * (e.abs() * 0.5).trunc()) == 1
-    neg_res = e_int.where(odd.where(-mag, mag), math.nan)
+    # a non-integral power of a negative base: log2 of the negative base makes the NaN at run time (a NaN constant
+    # here would give the graph a NaN value range, which comparisons downstream cannot reason about)
+    neg_res = e_int.where(odd.where(-mag, mag), (e * b.log2()).exp2())
     ret = (b < 0).where(neg_res, mag)
     ret = ((b == 0) & (e == 0)).where(1.0, ret)
     if dtypes.is_int(base.dtype): return ret.cast(base.dtype)
@@ -616,9 +2083,14 @@ class Tensor:
       gradient = Tensor(1.0, device=self.device, dtype=self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float).expand(self.shape)
     grads = compute_gradient(self.uop, gradient.uop, {t.uop for t in targets})
     out = []
+    graph: set[UOp] | None = None
     for t in targets:
       g = grads.get(t.uop)
-      if g is None: raise GradientError(f"tensor {t.shape} {t.dtype!r} is not part of the graph of this output")
+      if g is None:
+        graph = set(self.uop.toposort()) if graph is None else graph
+        if t.uop not in graph: raise GradientError(f"tensor {t.shape} {t.dtype!r} is not part of the graph of this output")
+        # reached only through comparisons or other piecewise-constant ops: the gradient is zero
+        g = Tensor.zeros(*t.shape, dtype=t.dtype if dtypes.is_float(t.dtype) else dtypes.default_float, device=t.device).uop
       out.append(Tensor(g).cast(t.dtype) if dtypes.is_float(t.dtype) else Tensor(g))
     return out
   def backward(self, gradient: Tensor | None = None) -> Tensor:
@@ -702,7 +2174,9 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
 
 def _realize_readers_of(bufs: frozenset[UOp], exclude: tuple[Tensor, ...]) -> None:
   """Before a buffer is overwritten, run the pending computations that still read its old value."""
-  pending = [t for t in list(all_tensors) if t not in exclude and not _is_done(t.uop) and t.uop.buffers & bufs]
+  # identity, not `in`: Tensor.__eq__ is elementwise
+  excluded = {id(t) for t in exclude}
+  pending = [t for t in list(all_tensors) if id(t) not in excluded and not _is_done(t.uop) and t.uop.buffers & bufs]
   if pending: Tensor._realize_all(*pending)
 
 _rng_state = [SEED.value, 0]

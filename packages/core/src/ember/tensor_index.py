@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any, TYPE_CHECKING
 from ember.errors import AxisError
 from ember.dtype import dtypes
-from ember.uop.ops import UOp
+from ember.uop.ops import Ops, UOp
 if TYPE_CHECKING:
   from ember.tensor import Tensor
 
@@ -33,8 +33,8 @@ def getitem(x: Tensor, indices: Any) -> Tensor:
   idx = _norm_index(indices)
   consumed = sum(1 for i in idx if i is not None and i is not Ellipsis)
   if consumed > x.ndim: raise IndexError(f"too many indices for tensor of shape {x.shape}: {consumed} given")
-  if Ellipsis in idx:
-    e = idx.index(Ellipsis)
+  if any(i is Ellipsis for i in idx):
+    e = next(k for k, i in enumerate(idx) if i is Ellipsis)  # identity: `in`/index() would call Tensor.__eq__
     idx = idx[:e] + [slice(None)] * (x.ndim - consumed) + idx[e + 1:]
   else:
     idx = idx + [slice(None)] * (x.ndim - consumed)
@@ -111,3 +111,50 @@ def _gather_dims(x: Tensor, tensor_dims: list[tuple[int, Tensor]], squeeze: list
     order = list(range(nb, nb + before)) + list(range(nb)) + list(range(nb + before, ret.ndim))
     ret = ret.permute(order)
   return ret
+
+def _basic_region(x: Tensor, idx: list[Any]) -> list[tuple[int, int]] | None:
+  """For indices of ints, unit-step slices, None and Ellipsis: the (start, stop) each dim of x keeps; None otherwise."""
+  consumed = sum(1 for i in idx if i is not None and i is not Ellipsis)
+  if consumed > x.ndim: raise IndexError(f"too many indices for tensor of shape {x.shape}: {consumed} given")
+  if any(i is Ellipsis for i in idx):
+    e = next(k for k, i in enumerate(idx) if i is Ellipsis)  # identity: `in`/index() would call Tensor.__eq__
+    idx = idx[:e] + [slice(None)] * (x.ndim - consumed) + idx[e + 1:]
+  region: list[tuple[int, int]] = []
+  for i in idx:
+    if i is None: continue
+    n = int(x.shape[len(region)])
+    if isinstance(i, slice):
+      start, stop, step = i.indices(n)
+      if step != 1: return None
+      region.append((start, max(start, stop)))
+    elif isinstance(i, int) and not isinstance(i, bool):
+      if not -n <= i < n: raise AxisError(f"index {i} is out of bounds for dim {len(region)} of size {n}")
+      v = i + n if i < 0 else i
+      region.append((v, v + 1))
+    else:
+      return None
+  return region + [(0, int(s)) for s in x.shape[len(region):]]
+
+def setitem(x: Tensor, indices: Any, value: Any) -> None:
+  """x[indices] = value as one full-size masked assign: where(mask, value placed at the indexed elements, x)."""
+  from ember.tensor import Tensor
+  # land a pending write first: the new value is computed from x's current contents
+  if x.uop.op is Ops.ASSIGN: x.realize()
+  idx = _norm_index(indices)
+  target = getitem(x, indices)
+  v = value if isinstance(value, Tensor) else Tensor(value, device=x.device, dtype=x.dtype)
+  v = v.cast(x.dtype)._broadcast_to(target.shape)
+  region = _basic_region(x, idx)
+  if region is not None:
+    # unit-step slices and ints: pad the value (and a mask) out to the full shape
+    v = v.reshape(tuple(e - b for b, e in region))
+    pads = tuple((b, int(s) - e) for (b, e), s in zip(region, x.shape))
+    mask = Tensor.full(v.shape, True, dtype=dtypes.bool, device=x.device).pad(pads)
+    new = mask.where(v.pad(pads), x)
+  else:
+    # steps and tensor indices: scatter into the flattened tensor at the flat positions those indices select
+    n = int(x.numel())
+    # contiguous: the positions come out of a gather reduction; computing them once keeps the scatter kernel simple
+    positions = getitem(Tensor.arange(n, device=x.device, dtype=dtypes.int32).reshape(x.shape), indices).contiguous()
+    new = x.flatten().scatter(0, positions.flatten(), v.flatten()).reshape(x.shape)
+  x.assign(new.cast(x.dtype))

@@ -65,13 +65,19 @@ class EmulatedFloat:
   @property
   def overflow_code(self) -> int: return self.max_code if self.finite_only else self.inf_code
   @property
-  def nan_code(self) -> int: return (1 << (self.exp + self.man)) - 1 if self.finite_only else self.inf_code | (1 << (self.man - 1))
+  def nan_code(self) -> int:
+    return (1 << (self.exp + self.man)) - 1 if self.finite_only else self.inf_code | (1 << (self.man - 1))
   @property
   def sign_shift(self) -> int: return 31 - self.exp - self.man
   @property
   def sign_bit(self) -> int: return 1 << (self.exp + self.man)
   @property
   def subnormal_scale(self) -> float: return 2.0 ** (1 - self.bias - self.man)  # value of the lsb of a subnormal
+
+def value_dtype(u: UOp) -> DType:
+  """The dtype of a uop used as a value (a pointer dtype here is a malformed program)."""
+  if isinstance(u.dtype, PtrDType): raise CompileError(f"{u.op.name} of pointer dtype {u.dtype!r} is used as a value")
+  return u.dtype
 
 def float32_literal(v: float) -> str:
   """The shortest decimal that reads back as exactly this float32 value."""
@@ -131,12 +137,14 @@ class CStyleLanguage(Renderer):
   # these dtypes run the unary math functions in float32 (C has no half sqrt/exp2/...)
   math_via_float: frozenset[DType] = frozenset({dtypes.float16})
   # ALU results of these dtypes get an explicit cast when inlined: C computes them in a wider type
-  narrow_dtypes: frozenset[DType] = frozenset({dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.float16})
+  narrow_dtypes: frozenset[DType] = frozenset({dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16,
+                                               dtypes.float16})
   # operands of these ops are named, never inlined: MAX repeats them, a RANGE bound is evaluated once
   named_operands: frozenset[Ops] = frozenset({Ops.MAX, Ops.RANGE})
   code_for_op: dict[Ops, Callable[..., str]] = {
     Ops.NEG: lambda x, dtype: f"(!{x})" if dtype is dtypes.bool else f"(-{x})",
-    Ops.EXP2: _libm("exp2"), Ops.LOG2: _libm("log2"), Ops.SIN: _libm("sin"), Ops.SQRT: _libm("sqrt"), Ops.TRUNC: _libm("trunc"),
+    Ops.EXP2: _libm("exp2"), Ops.LOG2: _libm("log2"), Ops.SIN: _libm("sin"), Ops.SQRT: _libm("sqrt"),
+    Ops.TRUNC: _libm("trunc"),
     Ops.RECIPROCAL: lambda x, dtype: f"({'1.0' if dtype is dtypes.float64 else '1.0f'}/{x})",
     Ops.ADD: lambda a, b, dtype: f"({a}+{b})", Ops.SUB: lambda a, b, dtype: f"({a}-{b})",
     Ops.MUL: lambda a, b, dtype: f"({a}*{b})", Ops.FDIV: lambda a, b, dtype: f"({a}/{b})",
@@ -178,7 +186,8 @@ class CStyleLanguage(Renderer):
     fn = f"__ember_bitcast_{src.name}_{dst.name}"
     if fn not in ctx.helpers:
       s, d = self.render_dtype(src), self.render_dtype(dst)
-      ctx.helpers[fn] = f"{self.helper_prefix}{d} {fn}({s} x) {{ {d} r; __builtin_memcpy(&r, &x, sizeof(r)); return r; }}"
+      body = f"{{ {d} r; __builtin_memcpy(&r, &x, sizeof(r)); return r; }}"
+      ctx.helpers[fn] = f"{self.helper_prefix}{d} {fn}({s} x) {body}"
     return f"{fn}({x})"
 
   def _to_float(self, x: str, dt: DType, ctx: _Ctx) -> str:
@@ -186,17 +195,20 @@ class CStyleLanguage(Renderer):
     fn = f"__ember_{dt.name}_to_f32"
     if fn not in ctx.helpers:
       fmt, u32, f32 = EmulatedFloat.of(dt), self.type_map[dtypes.uint32], self.type_map[dtypes.float32]
-      def bits(expr: str) -> str: return self.render_bitcast(expr, dtypes.uint32, dtypes.float32, ctx)
-      if not fmt.has_subnormal_path:
-        body = [f"return {bits(f'(({u32})x) << 16')};"]
-      else:
-        emax, mmax = (1 << fmt.exp) - 1, (1 << fmt.man) - 1
-        body = [f"{u32} sign = (({u32})x & {fmt.sign_bit}u) << {fmt.sign_shift}, e = (({u32})x >> {fmt.man}) & {emax}u, m = ({u32})x & {mmax}u;"]
-        if fmt.finite_only: body.append(f"if (e == {emax}u && m == {mmax}u) return {bits('sign | 0x7fc00000u')};")
-        else: body.append(f"if (e == {emax}u) return {bits(f'sign | 0x7f800000u | (m << {fmt.shift})')};")
-        body.append(f"if (e == 0u) {{ {f32} v = ({f32})m * {float32_literal(fmt.subnormal_scale)}f; return sign ? -v : v; }}")
-        body.append(f"return {bits(f'sign | ((e + {127 - fmt.bias}u) << 23) | (m << {fmt.shift})')};")
-      ctx.helpers[fn] = f"{self.helper_prefix}{f32} {fn}({self.render_dtype(fmt.storage)} x) {{\n  " + "\n  ".join(body) + "\n}"
+      def from_bits(expr: str) -> str: return self.render_bitcast(expr, dtypes.uint32, dtypes.float32, ctx)
+      head = f"{self.helper_prefix}{f32} {fn}({self.render_dtype(fmt.storage)} x) {{\n"
+      if not fmt.has_subnormal_path:  # bfloat16: the upper half of a float32
+        ctx.helpers[fn] = head + f"  return {from_bits(f'(({u32})x) << 16')};\n}}"
+        return f"{fn}({x})"
+      emax, mmax = (1 << fmt.exp) - 1, (1 << fmt.man) - 1
+      if fmt.finite_only: special = f"if (e == {emax:#x}u && m == {mmax:#x}u) return {from_bits('sign | 0x7fc00000u')};"
+      else: special = f"if (e == {emax:#x}u) return {from_bits(f'sign | 0x7f800000u | (m << {fmt.shift})')};"
+      ctx.helpers[fn] = head + f"""  {u32} sign = (({u32})x & {fmt.sign_bit:#x}u) << {fmt.sign_shift};
+  {u32} e = (({u32})x >> {fmt.man}) & {emax:#x}u, m = ({u32})x & {mmax:#x}u;
+  {special}
+  if (e == 0u) {{ {f32} v = ({f32})m * {float32_literal(fmt.subnormal_scale)}f; return sign ? -v : v; }}
+  return {from_bits(f'sign | ((e + {127 - fmt.bias}u) << 23) | (m << {fmt.shift})')};
+}}"""
     return f"{fn}({x})"
 
   def _from_float(self, x: str, dt: DType, ctx: _Ctx) -> str:
@@ -205,20 +217,27 @@ class CStyleLanguage(Renderer):
     if fn not in ctx.helpers:
       fmt, u32, f32 = EmulatedFloat.of(dt), self.type_map[dtypes.uint32], self.type_map[dtypes.float32]
       store = self.render_dtype(fmt.storage)
-      body = [f"{u32} u = {self.render_bitcast('x', dtypes.float32, dtypes.uint32, ctx)}, a = u & 0x7fffffffu, "
-              f"sign = (u >> {fmt.sign_shift}) & {fmt.sign_bit}u, r;",
-              f"if (a > 0x7f800000u) return ({store})(sign | {fmt.nan_code}u);"]
-      normal = [f"r = ((a + {(1 << (fmt.shift - 1)) - 1}u + ((a >> {fmt.shift}) & 1u)) >> {fmt.shift}) - {fmt.rebias}u;",
-                f"if (r > {fmt.max_code}u) r = {fmt.overflow_code}u;"]
-      if not fmt.has_subnormal_path: body += normal
-      else:
-        body += [f"if (a >= {fmt.min_normal_bits}u) {{", *("  " + s for s in normal), "} else {",
-                 f"  {u32} s = {fmt.subnormal_shift_base}u - (a >> 23), mant = (a & 0x7fffffu) | 0x800000u;",
-                 "  if (s > 25u) s = 25u;",
-                 f"  {u32} rem = mant & ((1u << s) - 1u), half = 1u << (s - 1u);",
-                 "  r = (mant >> s) + (rem > half || (rem == half && ((mant >> s) & 1u)));", "}"]
-      body.append(f"return ({store})(sign | r);")
-      ctx.helpers[fn] = f"{self.helper_prefix}{store} {fn}({f32} x) {{\n  " + "\n  ".join(body) + "\n}"
+      # normal: round the float32 bits to the code's lsb (ties to even), rebias, clamp overflow
+      half_lsb = (1 << (fmt.shift - 1)) - 1
+      normal = f"""r = ((a + {half_lsb:#x}u + ((a >> {fmt.shift}) & 1u)) >> {fmt.shift}) - {fmt.rebias:#x}u;
+    if (r > {fmt.max_code:#x}u) r = {fmt.overflow_code:#x}u;"""
+      if fmt.has_subnormal_path:  # subnormal: shift the mantissa (implicit bit included) right, to nearest even
+        rounding = f"""if (a >= {fmt.min_normal_bits:#x}u) {{
+    {normal}
+  }} else {{
+    {u32} s = {fmt.subnormal_shift_base}u - (a >> 23), mant = (a & 0x7fffffu) | 0x800000u;
+    if (s > 25u) s = 25u;
+    {u32} rem = mant & ((1u << s) - 1u), half = 1u << (s - 1u);
+    r = (mant >> s) + (rem > half || (rem == half && ((mant >> s) & 1u)));
+  }}"""
+      else: rounding = normal.replace("\n  ", "\n")
+      ctx.helpers[fn] = f"""{self.helper_prefix}{store} {fn}({f32} x) {{
+  {u32} u = {self.render_bitcast('x', dtypes.float32, dtypes.uint32, ctx)}, a = u & 0x7fffffffu, r;
+  {u32} sign = (u >> {fmt.sign_shift}) & {fmt.sign_bit:#x}u;
+  if (a > 0x7f800000u) return ({store})(sign | {fmt.nan_code:#x}u);
+  {rounding}
+  return ({store})(sign | r);
+}}"""
     return f"{fn}({x})"
 
   # ** the program **
@@ -239,7 +258,8 @@ class CStyleLanguage(Renderer):
       if u.op is Ops.DEFINE_ACC: reads_acc[u] = frozenset({u})
       elif u.op is Ops.ASSIGN: reads_acc[u] = frozenset({u.src[0]})
       else:  # named values are snapshots; the string of an inlined one or of an INDEX carries its sources' reads
-        reads_acc[u] = frozenset().union(*(reads_acc[s] for s in u.src if s in reads_acc and (s in inlined or s.op in _by_name)))
+        carried = [reads_acc[s] for s in u.src if s in reads_acc and (s in inlined or s.op in _by_name)]
+        reads_acc[u] = frozenset().union(*carried)
       if not (u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST)) or len(users[u]) != 1: continue
       user = users[u][0]
       if user.op in self.named_operands: continue
@@ -266,7 +286,8 @@ class CStyleLanguage(Renderer):
       if u.op is Ops.DEFINE_VAR:
         ctx.names[u] = var_name(u.arg[0], reserved)
         params.append(f"{self.arg_int_prefix}{self.render_dtype(u.dtype)} {ctx.names[u]}")
-    if self.has_threads: params += [f"{self.arg_int_prefix}{self.render_dtype(dtypes.int32)} {a}" for a in self.thread_args]
+    if self.has_threads:
+      params += [f"{self.arg_int_prefix}{self.render_dtype(dtypes.int32)} {a}" for a in self.thread_args]
     params += list(self.extra_args)
     for u in uops: self._render_uop(u, ctx)
     if ctx.depth != 1: raise CompileError(f"{type(self).__name__}: kernel {name} has a RANGE without its END")
@@ -279,7 +300,7 @@ class CStyleLanguage(Renderer):
 
   def _src(self, u: UOp, ctx: _Ctx) -> str:
     if u in ctx.names: return ctx.names[u]
-    if u.op is Ops.CONST: return self.render_const(u.arg, u.dtype)  # type: ignore[arg-type]
+    if u.op is Ops.CONST: return self.render_const(u.arg, value_dtype(u))
     raise CompileError(f"{type(self).__name__}: {u.op.name} is used before it appears in the linear program")
 
   def _define(self, u: UOp, expr: str, prefix: str, ctx: _Ctx) -> None:
@@ -293,7 +314,7 @@ class CStyleLanguage(Renderer):
   def _render_uop(self, u: UOp, ctx: _Ctx) -> None:
     op = u.op
     if op in (Ops.PARAM, Ops.DEFINE_VAR, Ops.SINK, Ops.NOOP): return
-    if op is Ops.CONST: ctx.names[u] = self.render_const(u.arg, u.dtype)  # type: ignore[arg-type]
+    if op is Ops.CONST: ctx.names[u] = self.render_const(u.arg, value_dtype(u))
     elif op is Ops.RANGE: self._render_range(u, ctx)
     elif op is Ops.END:
       ctx.depth -= 1
@@ -319,7 +340,8 @@ class CStyleLanguage(Renderer):
     ridx, end, int_t = f"ridx{axis}", self._src(u.src[0], ctx), self.render_dtype(u.dtype)
     ctx.names[u] = ridx
     if axis_type is AxisType.THREAD:
-      if not self.has_threads: raise CompileError(f"{type(self).__name__} has no threads but the kernel has a THREAD range")
+      if not self.has_threads:
+        raise CompileError(f"{type(self).__name__} has no threads but the kernel has a THREAD range")
       core_id, num_cores = self.thread_args
       ctx.emit(f"{int_t} {ridx}_chunk = ({end}+{num_cores}-1)/{num_cores};")
       ctx.emit(f"{int_t} {ridx}_end = ({core_id}+1)*{ridx}_chunk < {end} ? ({core_id}+1)*{ridx}_chunk : {end};")
@@ -331,8 +353,8 @@ class CStyleLanguage(Renderer):
   def _render_load(self, u: UOp, ctx: _Ctx) -> None:
     idx = u.src[0]
     expr = self._src(idx, ctx)
-    if u.dtype in self.emulated_floats: expr = self._to_float(expr, u.dtype, ctx)
-    if (gate := ctx.gates.get(idx)) is not None: expr = f"({gate} ? {expr} : {self.render_const(0, u.dtype)})"
+    if (dt := value_dtype(u)) in self.emulated_floats: expr = self._to_float(expr, dt, ctx)
+    if (gate := ctx.gates.get(idx)) is not None: expr = f"({gate} ? {expr} : {self.render_const(0, value_dtype(u))})"
     ctx.names[u] = ctx.fresh("val")
     ctx.emit(f"{self.render_dtype(u.dtype)} {ctx.names[u]} = {expr};")
 
@@ -348,23 +370,26 @@ class CStyleLanguage(Renderer):
     if (fn := self.code_for_op.get(u.op)) is None:
       raise CompileError(f"{type(self).__name__} has no code for {u.op.name}; codegen must rewrite it first")
     srcs = [self._src(s, ctx) for s in u.src]
-    dt = self.compute_dtype(u.src[-1].dtype)  # the operands' dtype (WHERE's condition is src[0])
+    dt, out_dt = self.compute_dtype(value_dtype(u.src[-1])), value_dtype(u)  # WHERE's condition is src[0]
     if u.op in GroupOp.Unary and u.op not in (Ops.NEG, Ops.RECIPROCAL) and dt in self.math_via_float:
-      return self.render_cast(fn(self.render_cast(srcs[0], dtypes.float32), dtype=dtypes.float32), u.dtype)
+      return self.render_cast(fn(self.render_cast(srcs[0], dtypes.float32), dtype=dtypes.float32), out_dt)
+    if u.op is Ops.MULACC and out_dt in self.narrow_dtypes:  # round the product, as a MUL of this dtype would
+      srcs[0] = self.render_cast(self.code_for_op[Ops.MUL](srcs[0], srcs[1], dtype=dt), out_dt)
+      fn, srcs = self.code_for_op[Ops.ADD], [srcs[0], srcs[2]]
     expr = fn(*srcs, dtype=dt)
-    if u in ctx.inlined and u.dtype in self.narrow_dtypes and u.op not in GroupOp.Comparison | {Ops.WHERE, Ops.MAX}:
-      expr = self.render_cast(expr, u.dtype)
+    if u in ctx.inlined and out_dt in self.narrow_dtypes and u.op not in GroupOp.Comparison | {Ops.WHERE, Ops.MAX}:
+      expr = self.render_cast(expr, out_dt)
     return expr
 
   def _render_cast_op(self, u: UOp, ctx: _Ctx) -> str:
-    x, src, dst = self._src(u.src[0], ctx), u.src[0].dtype, u.dtype
+    x, src, dst = self._src(u.src[0], ctx), value_dtype(u.src[0]), value_dtype(u)
     if dst in self.emulated_floats:  # round to the narrow format, keep computing in float32
       return self._to_float(self._from_float(self.render_cast(x, dtypes.float32), dst, ctx), dst, ctx)
     if self.compute_dtype(src) is self.compute_dtype(dst): return x
     return self.render_cast(x, dst)
 
   def _render_bitcast_op(self, u: UOp, ctx: _Ctx) -> str:
-    x, src, dst = self._src(u.src[0], ctx), u.src[0].dtype, u.dtype
+    x, src, dst = self._src(u.src[0], ctx), value_dtype(u.src[0]), value_dtype(u)
     if src.itemsize != dst.itemsize: raise CompileError(f"BITCAST needs equal itemsizes, got {src!r} -> {dst!r}")
     if src in self.emulated_floats:  # the register holds a float32: its bits are the rounded storage value
       x, src = self._from_float(x, src, ctx), self.storage_dtype(src)

@@ -1,0 +1,109 @@
+"""The CPU device: host memory, and kernels loaded into this process and run on a shared thread pool."""
+from __future__ import annotations
+import ctypes
+import mmap
+import os
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+from ember.plugin import BufferSpec, Compiled, Compiler, DeviceError, LRUAllocator, Renderer
+from ember_cpu.renderer import ARGFMT_SUFFIX, cpu_threads
+
+ALIGN = 64
+_MMAP_MIN = 1 << 20  # from here on, fresh pages from mmap: page aligned and zeroed lazily
+
+class CPUAllocator(LRUAllocator):
+  """Host memory, 64-byte aligned. A handle is a ctypes byte array; its address is what kernels receive."""
+  def _alloc(self, size: int, options: BufferSpec) -> Any:
+    if options.external_ptr is not None: return (ctypes.c_uint8 * size).from_address(options.external_ptr)
+    if size >= _MMAP_MIN: return (ctypes.c_uint8 * size).from_buffer(mmap.mmap(-1, size))
+    raw = (ctypes.c_uint8 * (size + ALIGN))()
+    return (ctypes.c_uint8 * size).from_buffer(raw, -ctypes.addressof(raw) % ALIGN)  # the view keeps `raw` alive
+  def _as_buffer(self, opaque: Any) -> memoryview: return memoryview(opaque).cast("B")
+  def _offset(self, opaque: Any, size: int, offset: int) -> Any:
+    return (ctypes.c_uint8 * size).from_buffer(opaque, offset)
+  def _copyin(self, dest: Any, src: memoryview) -> None:
+    if src.readonly: memoryview(dest).cast("B")[:src.nbytes] = src.cast("B")  # ctypes cannot take a read-only address
+    else: ctypes.memmove(dest, ctypes.addressof(ctypes.c_char.from_buffer(src)), src.nbytes)
+  def _copyout(self, dest: memoryview, src: Any) -> None:
+    ctypes.memmove(ctypes.addressof(ctypes.c_char.from_buffer(dest)), src, dest.nbytes)
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+def _thread_pool() -> ThreadPoolExecutor:
+  global _pool
+  with _pool_lock:
+    if _pool is None: _pool = ThreadPoolExecutor(max_workers=cpu_threads(), thread_name_prefix="ember_cpu")
+    return _pool
+
+_ctypes_of = {"P": ctypes.c_void_p, "i": ctypes.c_int32, "q": ctypes.c_int64}
+
+def _address(buf: Any) -> int: return buf if isinstance(buf, int) else ctypes.addressof(buf)
+
+class _CPUKernel:
+  """Runs a loaded kernel: buffers, then vals, then `core_id, num_cores`, on `global_size[0]` threads."""
+  name: str
+  fxn: Any
+  argfmt: str
+  def __call__(self, *bufs: Any, global_size: tuple[int, ...] | None = (1, 1, 1),
+               local_size: tuple[int, ...] | None = None, vals: tuple[int, ...] = (),
+               wait: bool = False) -> float | None:
+    if len(self.argfmt) != len(bufs) + len(vals) + 2:
+      raise DeviceError(f"kernel {self.name} takes {len(self.argfmt) - 2} buffers and values ({self.argfmt!r}), "
+                        f"got {len(bufs)} buffers and {len(vals)} values")
+    args = [_address(b) for b in bufs] + list(vals)
+    threads = global_size[0] if global_size else 1
+    start = time.perf_counter()
+    if threads <= 1: self._run_chunk(args, 0, 1)
+    else:  # ctypes drops the GIL for the call, so these run in parallel
+      pool = _thread_pool()
+      for f in [pool.submit(self._run_chunk, args, core_id, threads) for core_id in range(threads)]: f.result()
+    return time.perf_counter() - start if wait else None
+  def _run_chunk(self, args: list[int], core_id: int, num_cores: int) -> None: self.fxn(*args, core_id, num_cores)
+
+class CPUProgram(_CPUKernel):
+  """A kernel compiled to a shared object, loaded into this process with ctypes."""
+  def __init__(self, name: str, lib: bytes):
+    self.name = name
+    with tempfile.NamedTemporaryFile(prefix="ember_", suffix=".so", delete=False) as f:
+      f.write(lib)
+    try: self.lib = ctypes.CDLL(f.name)
+    except OSError as e: raise DeviceError(f"cannot load the shared object of kernel {name}: {e}") from e
+    finally: os.unlink(f.name)  # the mapping stays valid after the file is gone
+    try:
+      self.fxn = getattr(self.lib, name)
+      fmt = ctypes.c_char.in_dll(self.lib, name + ARGFMT_SUFFIX)
+    except (AttributeError, ValueError) as e:
+      raise DeviceError(f"shared object has no kernel {name} with its {name}{ARGFMT_SUFFIX} signature; "
+                        "render it with a CPU renderer") from e
+    self.argfmt = ctypes.cast(ctypes.addressof(fmt), ctypes.c_char_p).value.decode()  # type: ignore[union-attr]
+    self.fxn.argtypes = [_ctypes_of[c] for c in self.argfmt]
+    self.fxn.restype = None
+
+class LLVMProgram(_CPUKernel):
+  """A kernel in (optimised) LLVM IR, compiled to machine code by llvmlite's MCJIT in this process."""
+  def __init__(self, name: str, lib: bytes):
+    import llvmlite.binding as llvm
+    from ember_cpu.compiler import new_target_machine
+    self.name = name
+    try:
+      mod = llvm.parse_assembly(lib.decode())
+      fn = mod.get_function(name)
+    except (RuntimeError, NameError) as e: raise DeviceError(f"cannot load LLVM IR of kernel {name}: {e}") from e
+    types = {"ptr": "P", "i32": "i", "i64": "q"}
+    self.argfmt = "".join(types[str(a.type).split(" ")[0]] for a in fn.arguments)
+    self.engine = llvm.create_mcjit_compiler(mod, new_target_machine())  # owns the module, the machine and the code
+    self.engine.finalize_object()
+    self.fxn = ctypes.CFUNCTYPE(None, *[_ctypes_of[c] for c in self.argfmt])(self.engine.get_function_address(name))
+
+class CPUDevice(Compiled):
+  """The CPU: host memory, and a runtime chosen by what the compiler produces (a shared object or LLVM IR)."""
+  runtimes = {"elf-so": CPUProgram, "llvm-ir": LLVMProgram}
+  def __init__(self, device: str, renderer: Renderer, compiler: Compiler):
+    if (runtime := self.runtimes.get(compiler.binary_format)) is None:
+      raise DeviceError(f"CPU cannot run {compiler.binary_format!r} binaries from {type(compiler).__name__}; "
+                        f"use a compiler that produces one of {sorted(self.runtimes)}")
+    super().__init__(device, CPUAllocator(), renderer, compiler, runtime)

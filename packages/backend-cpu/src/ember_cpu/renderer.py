@@ -1,0 +1,53 @@
+"""The CPU renderers: C for the system compiler, LLVM IR for llvmlite. Both take `core_id, num_cores` last.
+
+The CPU runtime's calling convention: buffers (pointers) in slot order, then the DEFINE_VAR values, then
+`core_id, num_cores` (every kernel takes them; only a THREAD range reads them). The C renderer also exports
+`<name>_argfmt`, a struct-style format of those arguments ("P" pointer, "i" int32, "q" int64), so the runtime can
+pass each value at its own width.
+"""
+from __future__ import annotations
+import os
+from typing import Callable
+from ember.plugin import CStyleLanguage, LLVMRenderer, DType, Ops, UOp, dtypes, NUM_CPU_THREADS
+
+ARGFMT_SUFFIX = "_argfmt"
+
+def cpu_threads() -> int:
+  """How many threads a kernel runs on: NUM_CPU_THREADS, else every core."""
+  return NUM_CPU_THREADS.value or os.cpu_count() or 1
+
+def kernel_argfmt(uops: list[UOp], has_threads: bool) -> str:
+  """The argument format of a kernel under the CPU calling convention."""
+  fmt = "P" * sum(1 for u in uops if u.op is Ops.PARAM)
+  fmt += "".join("q" if u.dtype.itemsize == 8 else "i" for u in uops if u.op is Ops.DEFINE_VAR)
+  return fmt + ("ii" if has_threads else "")
+
+def _builtin(name: str) -> Callable[..., str]:
+  return lambda x, dtype: f"__builtin_{name}{'' if dtype is dtypes.float64 else 'f'}({x})"
+
+class ClangRenderer(CStyleLanguage):
+  """C for clang or gcc: builtins instead of libm headers, `_Float16` for half, bfloat16/fp8 as raw bits."""
+  device = "CPU"
+  suffix = "c"
+  has_threads = True
+  infinity = "__builtin_inff()"
+  nan = '__builtin_nanf("")'
+  type_map: dict[DType, str] = {**CStyleLanguage.type_map, dtypes.bool: "_Bool", dtypes.float16: "_Float16"}
+  code_for_op = {**CStyleLanguage.code_for_op, Ops.EXP2: _builtin("exp2"), Ops.LOG2: _builtin("log2"),
+                 Ops.SIN: _builtin("sin"), Ops.SQRT: _builtin("sqrt"), Ops.TRUNC: _builtin("trunc")}
+  def __init__(self) -> None:
+    self.global_max = (cpu_threads(),)
+  def render(self, uops: list[UOp], name: str = "kernel") -> str:
+    src = super().render(uops, name)
+    return src + f'const char {name}{ARGFMT_SUFFIX}[] = "{kernel_argfmt(uops, self.has_threads)}";\n'
+
+class CPULLVMRenderer(LLVMRenderer):
+  """LLVM IR for the host: triple and datalayout come from llvmlite's host target machine."""
+  device = "CPU"
+  suffix = "ll"
+  has_threads = True
+  def __init__(self) -> None:
+    from ember_cpu.compiler import host_target_machine
+    machine = host_target_machine()
+    self.triple, self.datalayout = machine.triple, str(machine.target_data)
+    self.global_max = (cpu_threads(),)

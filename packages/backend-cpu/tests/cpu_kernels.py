@@ -1,0 +1,108 @@
+"""Building hand-written linear programs and running them on the CPU device, for the tests of this package."""
+from __future__ import annotations
+import functools
+from typing import Any
+import numpy as np
+from ember.plugin import AxisType, DType, Ops, UOp, dtypes
+from ember_cpu.compiler import ClangCompiler, LLVMCompiler
+from ember_cpu.device import CPUDevice
+from ember_cpu.renderer import ClangRenderer, CPULLVMRenderer
+
+RENDERERS = ("C", "LLVM")
+EMULATED = (dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2)
+
+@functools.cache
+def device(kind: str) -> CPUDevice:
+  if kind == "C": return CPUDevice("CPU", ClangRenderer(), ClangCompiler())
+  return CPUDevice("CPU", CPULLVMRenderer(), LLVMCompiler())
+
+def linear(*items: UOp) -> list[UOp]:
+  """A linear program: each item after whatever of its sources is not listed yet."""
+  out: dict[UOp, None] = {}
+  for item in items:
+    for u in item.toposort():
+      out.setdefault(u, None)
+  return list(out)
+
+def param(slot: int, dt: DType, size: int) -> UOp: return UOp(Ops.PARAM, dt.ptr(size), arg=slot)
+def end(rng: UOp) -> UOp: return UOp(Ops.END, src=(rng,))
+def alu(op: Ops, *srcs: UOp) -> UOp: return srcs[0].alu(op, *srcs[1:])
+def const(dt: DType, v: Any) -> UOp: return UOp.const(dt, v)
+
+def np_dtype(dt: DType) -> Any:
+  """The numpy dtype of a buffer of `dt` (bfloat16 and fp8 as their raw bits)."""
+  if dt is dtypes.bfloat16: return np.uint16
+  if dt in (dtypes.fp8e4m3, dtypes.fp8e5m2): return np.uint8
+  return np.dtype(dt.fmt)
+
+def compile_program(kind: str, prog: list[UOp], name: str = "k") -> Any:
+  dev = device(kind)
+  return dev.runtime(name, dev.compiler.compile(dev.renderer.render(prog, name)))
+
+def run(kind: str, prog: list[UOp], bufs: list[np.ndarray], vals: tuple[int, ...] = (), threads: int = 1) -> list[np.ndarray]:
+  """Run a program with buffer `i` (slot i) initialised from bufs[i]; return every buffer afterwards."""
+  prg, alloc = compile_program(kind, prog), device(kind).allocator
+  handles = []
+  for a in bufs:
+    h = alloc.alloc(a.nbytes)
+    alloc._copyin(h, memoryview(np.ascontiguousarray(a)).cast("B"))
+    handles.append(h)
+  prg(*handles, global_size=(threads, 1, 1), vals=vals, wait=True)
+  outs = []
+  for a, h in zip(bufs, handles):
+    out = np.empty_like(a)
+    alloc._copyout(memoryview(out).cast("B"), h)
+    outs.append(out)
+  return outs
+
+def elementwise(fns: list[Any], in_dts: list[DType], out_dts: list[DType], n: int) -> list[UOp]:
+  """out_k[i] = fns[k](loads of every input at i), over a THREAD range of n."""
+  outs = [param(k, dt, n) for k, dt in enumerate(out_dts)]
+  ins = [param(len(out_dts) + k, dt, n) for k, dt in enumerate(in_dts)]
+  rng = UOp.range(n, 0, AxisType.THREAD)
+  loads = [p.index(rng).load() for p in ins]
+  return linear(*[o.index(rng).store(fn(*loads)) for o, fn in zip(outs, fns)], end(rng))
+
+# ** oracles for bfloat16 and fp8, from the definition of each format **
+# A value of a code is (1 + m/2^M) * 2^(e-bias), subnormal m * 2^(1-bias-M). float32 -> code picks the nearest value,
+# ties to the even code; e4m3fn (no inf) saturates to its max like `ember.dtype.as_const`, the others overflow to inf.
+
+@functools.cache
+def _table(dt: DType) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """(value of every code, sorted candidate magnitudes, their codes); an IEEE format's inf is a candidate at 2^(emax+1)."""
+  exp, man = dtypes.finfo(dt)
+  bias, codes = 2 ** (exp - 1) - 1, np.arange(1 << (exp + man + 1), dtype=np.int64)
+  e, m, neg = (codes >> man) & ((1 << exp) - 1), codes & ((1 << man) - 1), codes >> (exp + man)
+  vals = np.where(e == 0, m * 2.0 ** (1 - bias - man), (1 + m / 2.0 ** man) * 2.0 ** (e - bias))
+  top = e == (1 << exp) - 1
+  if dt is dtypes.fp8e4m3: vals = np.where(top & (m == (1 << man) - 1), np.nan, vals)
+  else: vals = np.where(top, np.where(m == 0, np.inf, np.nan), vals)
+  vals = np.where(neg == 1, -vals, vals)
+  positive = (neg == 0) & np.isfinite(vals)
+  mags, mag_codes = vals[positive], codes[positive]
+  if dt is not dtypes.fp8e4m3:
+    mags, mag_codes = np.append(mags, 2.0 ** ((1 << exp) - 1 - bias)), np.append(mag_codes, ((1 << exp) - 1) << man)
+  return vals, mags, mag_codes
+
+def decode(bits: np.ndarray, dt: DType) -> np.ndarray:
+  """Raw bits of an emulated dtype -> float32 values."""
+  return _table(dt)[0][bits.astype(np.int64)].astype(np.float32)
+
+def encode(values: np.ndarray, dt: DType) -> np.ndarray:
+  """float32 values -> raw bits of an emulated dtype, rounding to nearest even."""
+  vals, mags, mag_codes = _table(dt)
+  x = np.asarray(values, dtype=np.float32).astype(np.float64)
+  a = np.abs(x)
+  if dt is dtypes.fp8e4m3: a = np.minimum(a, mags[-1])
+  hi = np.clip(np.searchsorted(mags, a), 1, len(mags) - 1)
+  lo_v, hi_v, lo_c, hi_c = mags[hi - 1], mags[hi], mag_codes[hi - 1], mag_codes[hi]
+  mid = (lo_v + hi_v) / 2
+  code = np.where(a < mid, lo_c, np.where(a > mid, hi_c, np.where(lo_c % 2 == 0, lo_c, hi_c)))
+  code = np.where(a > mags[-1], mag_codes[-1], code)  # inf, and beyond the last candidate
+  exp, man = dtypes.finfo(dt)
+  code = np.where(np.isnan(x), int(np.flatnonzero(np.isnan(vals))[0]), code | (np.signbit(x).astype(np.int64) << (exp + man)))
+  return code.astype(np_dtype(dt))
+
+def as_values(a: np.ndarray, dt: DType) -> np.ndarray:
+  """Buffer contents as comparable numbers (emulated dtypes decoded)."""
+  return decode(a, dt) if dt in EMULATED else a

@@ -1,0 +1,406 @@
+"""LLVMRenderer: the shared base of renderers that print a linear program as LLVM IR text (the CPU and AMD targets).
+
+Loops use an alloca'd counter and accumulators are allocas: the O2 pipeline (mem2reg) turns them into phis. There are
+no fast-math flags, so results match C compiled with `-ffp-contract=off` to the bit. Gated loads and stores branch
+around the memory access. MAX propagates NaN with `fcmp uno` + `select` (llvm.maxnum would drop it).
+
+A subclass sets data: `triple`, `datalayout`, `calling_conv`, `buffer_type`, `fn_attrs`, `code_for_op` entries.
+bfloat16 and fp8 are stored as raw bits and computed in float32 through small internal functions (round to nearest
+even), emitted only when a kernel uses them.
+"""
+from __future__ import annotations
+import re
+import struct
+from dataclasses import dataclass, field
+from typing import Callable
+from ember.dtype import DType, PtrDType, AnyDType, dtypes
+from ember.errors import CompileError
+from ember.renderer import Renderer
+from ember.renderer.cstyle import EmulatedFloat, value_dtype as _dt, var_name
+from ember.uop.ops import Ops, UOp, AxisType, GroupOp
+
+_emulated = frozenset({dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2})
+
+def ltype(dt: AnyDType) -> str:
+  """The LLVM type of a value of `dt` in a register (emulated floats compute as float)."""
+  if isinstance(dt, PtrDType): return "ptr"
+  if dt is dtypes.bool: return "i1"
+  if dtypes.is_int(dt): return f"i{dt.bitsize}"
+  if dt in _emulated or dt is dtypes.float32: return "float"
+  if dt is dtypes.float16: return "half"
+  if dt is dtypes.float64: return "double"
+  raise CompileError(f"LLVMRenderer has no LLVM type for {dt!r}")
+
+def mem_type(dt: DType) -> str:
+  """The LLVM type of an element of `dt` in memory: bool is a byte, emulated floats are their raw bits."""
+  if dt is dtypes.bool: return "i8"
+  if dt in _emulated: return f"i{dt.bitsize}"
+  return ltype(dt)
+
+def lconst(value: bool | int | float, dt: DType) -> str:
+  """An LLVM constant: ints in two's complement, floats as exact hex (doubles' bits, or 0xH bits for half)."""
+  if dt is dtypes.bool: return "true" if value else "false"
+  if dtypes.is_int(dt):
+    v = int(value) & ((1 << dt.bitsize) - 1)
+    return str(v - (1 << dt.bitsize) if v >= 1 << (dt.bitsize - 1) else v)
+  if dt is dtypes.float16: return "0xH" + struct.pack(">e", value).hex().upper()
+  return "0x" + struct.pack(">d", float(value)).hex().upper()
+
+def _signed(dt: DType) -> bool: return dt.kind == "i"
+
+def _arith(int_op: str, float_op: str, uint_op: str | None = None) -> Callable[..., str]:
+  def fn(ret: str, a: str, b: str, dtype: DType) -> str:
+    op = float_op if dtypes.is_float(dtype) else (int_op if uint_op is None or _signed(dtype) else uint_op)
+    return f"{ret} = {op} {ltype(dtype)} {a}, {b}"
+  return fn
+
+def _cmp(int_pred: str, float_pred: str, uint_pred: str | None = None) -> Callable[..., str]:
+  def fn(ret: str, a: str, b: str, dtype: DType) -> str:
+    if dtypes.is_float(dtype): return f"{ret} = fcmp {float_pred} {ltype(dtype)} {a}, {b}"
+    return f"{ret} = icmp {int_pred if uint_pred is None or _signed(dtype) else uint_pred} {ltype(dtype)} {a}, {b}"
+  return fn
+
+_intrinsic_suffix = {"half": "f16", "float": "f32", "double": "f64"}
+
+def _intrinsic(name: str) -> Callable[..., str]:
+  def fn(ret: str, x: str, dtype: DType) -> str:
+    t = ltype(dtype)
+    return f"{ret} = call {t} @llvm.{name}.{_intrinsic_suffix[t]}({t} {x})"
+  return fn
+
+def _neg(ret: str, x: str, dtype: DType) -> str:
+  if dtypes.is_float(dtype): return f"{ret} = fneg {ltype(dtype)} {x}"
+  if dtype is dtypes.bool: return f"{ret} = xor i1 {x}, true"
+  return f"{ret} = sub {ltype(dtype)} 0, {x}"
+
+def _max(ret: str, a: str, b: str, dtype: DType) -> str:
+  t = ltype(dtype)
+  if dtypes.is_float(dtype):  # (a > b || a != a) ? a : b
+    return "\n".join([f"{ret}.gt = fcmp ogt {t} {a}, {b}", f"{ret}.nan = fcmp uno {t} {a}, {a}",
+                      f"{ret}.c = or i1 {ret}.gt, {ret}.nan", f"{ret} = select i1 {ret}.c, {t} {a}, {t} {b}"])
+  pred = "sgt" if _signed(dtype) else "ugt"
+  return f"{ret}.c = icmp {pred} {t} {a}, {b}\n{ret} = select i1 {ret}.c, {t} {a}, {t} {b}"
+
+def _mulacc(ret: str, a: str, b: str, c: str, dtype: DType) -> str:
+  f = "f" if dtypes.is_float(dtype) else ""
+  return f"{ret}.m = {f}mul {ltype(dtype)} {a}, {b}\n{ret} = {f}add {ltype(dtype)} {ret}.m, {c}"
+
+@dataclass
+class _Ctx:
+  names: dict[UOp, str] = field(default_factory=dict)
+  counters: dict[str, int] = field(default_factory=dict)
+  allocas: list[str] = field(default_factory=list)
+  lines: list[str] = field(default_factory=list)
+  helpers: dict[str, str] = field(default_factory=dict)
+  block: str = "entry"
+  loops: dict[UOp, tuple[str, str]] = field(default_factory=dict)  # RANGE -> (its value, its stop value)
+  def fresh(self, prefix: str) -> str:
+    n = self.counters.get(prefix, 0)
+    self.counters[prefix] = n + 1
+    return f"%{prefix}{n}"
+  def emit(self, text: str) -> None: self.lines.extend("  " + line for line in text.split("\n"))
+  def label(self, name: str) -> None:
+    self.lines.append(f"{name}:")
+    self.block = name
+
+class LLVMRenderer(Renderer):
+  """Renders a linear program as one LLVM IR function. Subclasses set the target data below."""
+  triple: str = ""
+  datalayout: str = ""
+  calling_conv: str = ""         # e.g. "amdgpu_kernel"
+  buffer_type: str = "ptr"       # e.g. "ptr addrspace(1)"
+  fn_attrs: str = "nounwind"
+  thread_args: tuple[str, str] = ("core_id", "num_cores")
+  math_via_float: frozenset[DType] = frozenset({dtypes.float16})  # unary math runs in float32 for these
+  code_for_op: dict[Ops, Callable[..., str]] = {
+    Ops.NEG: _neg, Ops.EXP2: _intrinsic("exp2"), Ops.LOG2: _intrinsic("log2"), Ops.SIN: _intrinsic("sin"),
+    Ops.SQRT: _intrinsic("sqrt"), Ops.TRUNC: _intrinsic("trunc"),
+    Ops.RECIPROCAL: lambda ret, x, dtype: f"{ret} = fdiv {ltype(dtype)} {lconst(1.0, dtype)}, {x}",
+    Ops.ADD: _arith("add", "fadd"), Ops.SUB: _arith("sub", "fsub"), Ops.MUL: _arith("mul", "fmul"),
+    Ops.FDIV: _arith("fdiv", "fdiv"), Ops.IDIV: _arith("sdiv", "fdiv", "udiv"), Ops.MOD: _arith("srem", "frem", "urem"),
+    Ops.MAX: _max, Ops.CMPLT: _cmp("slt", "olt", "ult"), Ops.CMPNE: _cmp("ne", "une"), Ops.CMPEQ: _cmp("eq", "oeq"),
+    Ops.AND: _arith("and", "and"), Ops.OR: _arith("or", "or"), Ops.XOR: _arith("xor", "xor"),
+    Ops.SHL: _arith("shl", "shl"), Ops.SHR: _arith("ashr", "ashr", "lshr"),
+    Ops.WHERE: lambda ret, c, a, b, dtype: f"{ret} = select i1 {c}, {ltype(dtype)} {a}, {ltype(dtype)} {b}",
+    Ops.MULACC: _mulacc}
+
+  def render(self, uops: list[UOp], name: str = "kernel") -> str:
+    ctx = _Ctx()
+    params: list[str] = []
+    for u in sorted((u for u in uops if u.op is Ops.PARAM), key=lambda u: u.arg):
+      ctx.names[u] = f"%data{u.arg}"
+      params.append(f"{self.buffer_type} %data{u.arg}")
+    for u in uops:
+      if u.op is Ops.DEFINE_VAR:
+        ctx.names[u] = "%" + var_name(u.arg[0], frozenset(self.thread_args))
+        params.append(f"{ltype(u.dtype)} {ctx.names[u]}")
+    if self.has_threads: params += [f"i32 %{a}" for a in self.thread_args]
+    for u in uops: self._render_uop(u, ctx)
+    if ctx.loops: raise CompileError(f"{type(self).__name__}: kernel {name} has a RANGE without its END")
+    body = "\n".join(ctx.lines)
+    intrinsics = re.findall(r"call (\w+) @(llvm\.[\w.]+)\((\w+) ", body)
+    declares = sorted({f"declare {ret} @{fn}({arg})" for ret, fn, arg in intrinsics})
+    head = [f'target datalayout = "{self.datalayout}"'] if self.datalayout else []
+    head += [f'target triple = "{self.triple}"'] if self.triple else []
+    cc = f"{self.calling_conv} " if self.calling_conv else ""
+    fn = [f"define {cc}void @{name}({', '.join(params)}) {self.fn_attrs} {{", "entry:", *ctx.allocas, body,
+          "  ret void", "}"]
+    return "\n".join([*head, *declares, *ctx.helpers.values(), *fn]) + "\n"
+
+  # ** values **
+  def _val(self, u: UOp, ctx: _Ctx) -> str:
+    """The LLVM value of a source; an accumulator is loaded here, so each use reads its current value."""
+    if u.op in (Ops.DEFINE_ACC, Ops.ASSIGN):
+      acc = u if u.op is Ops.DEFINE_ACC else u.src[0]
+      ret = ctx.fresh(f"acc{acc.arg}.r")
+      ctx.emit(f"{ret} = load {ltype(acc.dtype)}, ptr %acc{acc.arg}")
+      return ret
+    if u in ctx.names: return ctx.names[u]
+    if u.op is Ops.CONST: return lconst(u.arg, u.dtype)  # type: ignore[arg-type]
+    raise CompileError(f"{type(self).__name__}: {u.op.name} is used before it appears in the linear program")
+
+  def _render_uop(self, u: UOp, ctx: _Ctx) -> None:
+    op = u.op
+    if op in (Ops.PARAM, Ops.DEFINE_VAR, Ops.SINK, Ops.NOOP): return
+    if op is Ops.CONST: ctx.names[u] = lconst(u.arg, u.dtype)  # type: ignore[arg-type]
+    elif op is Ops.RANGE: self._render_range(u, ctx)
+    elif op is Ops.END: self._render_end(u.src[0], ctx)
+    elif op is Ops.DEFINE_ACC:
+      ctx.allocas.append(f"  %acc{u.arg} = alloca {ltype(u.dtype)}")
+      ctx.emit(f"store {ltype(u.dtype)} {self._val(u.src[0], ctx)}, ptr %acc{u.arg}")
+    elif op is Ops.ASSIGN:
+      acc = u.src[0]
+      ctx.emit(f"store {ltype(acc.dtype)} {self._val(u.src[1], ctx)}, ptr %acc{acc.arg}")
+    elif op is Ops.INDEX: self._render_index(u, ctx)
+    elif op is Ops.LOAD: self._render_load(u, ctx)
+    elif op is Ops.STORE: self._render_store(u, ctx)
+    elif op in GroupOp.ALU: self._render_alu(u, ctx)
+    elif op is Ops.CAST: ctx.names[u] = self._convert(self._val(u.src[0], ctx), _dt(u.src[0]), _dt(u), ctx)
+    elif op is Ops.BITCAST: ctx.names[u] = self._bitcast(self._val(u.src[0], ctx), _dt(u.src[0]), _dt(u), ctx)
+    else: raise CompileError(f"{type(self).__name__} cannot render {op.name}: it is not an op of the linear program")
+
+  def _render_range(self, u: UOp, ctx: _Ctx) -> None:
+    axis, axis_type = u.arg
+    t, ridx, dt = ltype(u.dtype), f"%ridx{axis}", _dt(u)
+    end = self._convert(self._val(u.src[0], ctx), _dt(u.src[0]), dt, ctx)
+    start, stop = "0", end
+    if axis_type is AxisType.THREAD:  # this thread's chunk: [core_id*chunk, min(end, (core_id+1)*chunk))
+      if not self.has_threads:
+        raise CompileError(f"{type(self).__name__} has no threads but the kernel has a THREAD range")
+      core_id = self._convert(f"%{self.thread_args[0]}", dtypes.int32, dt, ctx)
+      num_cores = self._convert(f"%{self.thread_args[1]}", dtypes.int32, dt, ctx)
+      ctx.emit("\n".join([
+        f"{ridx}.n1 = add {t} {end}, {num_cores}", f"{ridx}.n2 = sub {t} {ridx}.n1, 1",
+        f"{ridx}.chunk = sdiv {t} {ridx}.n2, {num_cores}", f"{ridx}.start = mul {t} {core_id}, {ridx}.chunk",
+        f"{ridx}.hi = add {t} {ridx}.start, {ridx}.chunk", f"{ridx}.lt = icmp slt {t} {ridx}.hi, {end}",
+        f"{ridx}.stop = select i1 {ridx}.lt, {t} {ridx}.hi, {t} {end}"]))
+      start, stop = f"{ridx}.start", f"{ridx}.stop"
+    ctx.allocas.append(f"  {ridx}.addr = alloca {t}")
+    ctx.emit(f"store {t} {start}, ptr {ridx}.addr\nbr label %loop{axis}")
+    ctx.label(f"loop{axis}")
+    ctx.emit(f"{ridx} = load {t}, ptr {ridx}.addr\n%loop{axis}.c = icmp slt {t} {ridx}, {stop}\n"
+             f"br i1 %loop{axis}.c, label %loop{axis}.body, label %loop{axis}.exit")
+    ctx.label(f"loop{axis}.body")
+    ctx.names[u] = ridx
+    ctx.loops[u] = (ridx, stop)
+
+  def _render_end(self, rng: UOp, ctx: _Ctx) -> None:
+    if rng not in ctx.loops: raise CompileError(f"{type(self).__name__}: END of a RANGE that is not open")
+    ridx, _ = ctx.loops.pop(rng)
+    t, axis = ltype(rng.dtype), rng.arg[0]
+    ctx.emit(f"{ridx}.next = add {t} {ridx}, 1\nstore {t} {ridx}.next, ptr {ridx}.addr\nbr label %loop{axis}")
+    ctx.label(f"loop{axis}.exit")
+
+  def _render_index(self, u: UOp, ctx: _Ctx) -> None:
+    buf, idx_dt = u.src[0], _dt(u.src[1])
+    idx = self._convert(self._val(u.src[1], ctx), idx_dt, dtypes.int64 if _signed(idx_dt) else dtypes.uint64, ctx)
+    ret, elem = ctx.fresh("idx"), mem_type(buf.dtype.base if isinstance(buf.dtype, PtrDType) else buf.dtype)
+    ctx.emit(f"{ret} = getelementptr {elem}, {self.buffer_type} {self._val(buf, ctx)}, i64 {idx}")
+    ctx.names[u] = ret
+
+  def _gate(self, index: UOp, ctx: _Ctx) -> str | None:
+    return self._val(index.src[2], ctx) if len(index.src) == 3 else None
+
+  def _render_load(self, u: UOp, ctx: _Ctx) -> None:
+    dt = _dt(u)
+    ret, gate, ptr = ctx.fresh("val"), self._gate(u.src[0], ctx), ctx.names[u.src[0]]
+    def load_and_convert() -> str:
+      ctx.emit(f"{ret}.m = load {mem_type(dt)}, {self.buffer_type} {ptr}")
+      if dt is dtypes.bool:
+        ctx.emit(f"{ret}.v = icmp ne i8 {ret}.m, 0")
+        return f"{ret}.v"
+      if dt in _emulated: return self._helper_call(f"{ret}.m", dt, to_float=True, ctx=ctx)
+      return f"{ret}.m"
+    if gate is None:
+      ctx.names[u] = load_and_convert()
+      return
+    before, then, join = ctx.block, f"{ret[1:]}.then", f"{ret[1:]}.join"
+    ctx.emit(f"br i1 {gate}, label %{then}, label %{join}")
+    ctx.label(then)
+    value, then_end = load_and_convert(), then
+    ctx.emit(f"br label %{join}")
+    ctx.label(join)
+    zero = lconst(0, dtypes.float32 if dt in _emulated else dt)
+    ctx.emit(f"{ret} = phi {ltype(dt)} [ {value}, %{then_end} ], [ {zero}, %{before} ]")
+    ctx.names[u] = ret
+
+  def _render_store(self, u: UOp, ctx: _Ctx) -> None:
+    index, dt = u.src[0], _dt(u.src[1])
+    value = self._val(u.src[1], ctx)
+    if dt is dtypes.bool:
+      ret = ctx.fresh("st")
+      ctx.emit(f"{ret} = zext i1 {value} to i8")
+      value = ret
+    elif dt in _emulated: value = self._helper_call(value, dt, to_float=False, ctx=ctx)
+    store = f"store {mem_type(dt)} {value}, {self.buffer_type} {ctx.names[index]}"
+    if (gate := self._gate(index, ctx)) is None:
+      ctx.emit(store)
+      return
+    label = ctx.fresh("store")[1:]
+    ctx.emit(f"br i1 {gate}, label %{label}.then, label %{label}.join")
+    ctx.label(f"{label}.then")
+    ctx.emit(f"{store}\nbr label %{label}.join")
+    ctx.label(f"{label}.join")
+
+  def _render_alu(self, u: UOp, ctx: _Ctx) -> None:
+    if (fn := self.code_for_op.get(u.op)) is None:
+      raise CompileError(f"{type(self).__name__} has no code for {u.op.name}; codegen must rewrite it first")
+    srcs = [self._val(s, ctx) for s in u.src]
+    dt = _dt(u.src[-1])  # the operands' dtype (WHERE's condition is src[0])
+    if u.op in (Ops.SHL, Ops.SHR) and u.src[1].dtype is not u.src[0].dtype:  # LLVM shifts need equal operand types
+      srcs[1], dt = self._convert(srcs[1], _dt(u.src[1]), _dt(u.src[0]), ctx), _dt(u.src[0])
+    ret = ctx.fresh("alu")
+    if u.op in GroupOp.Unary and u.op not in (Ops.NEG, Ops.RECIPROCAL) and dt in self.math_via_float:
+      wide = self._convert(srcs[0], dt, dtypes.float32, ctx)
+      ctx.emit(fn(f"{ret}.f", wide, dtype=dtypes.float32))
+      ctx.names[u] = self._convert(f"{ret}.f", dtypes.float32, dt, ctx)
+      return
+    ctx.emit(fn(ret, *srcs, dtype=dtypes.float32 if dt in _emulated else dt))
+    ctx.names[u] = ret
+
+  # ** conversions **
+  def _convert(self, x: str, src: DType, dst: DType, ctx: _Ctx) -> str:
+    """A value conversion with C semantics (float->int truncates, ->bool is != 0); emulated dtypes round."""
+    if dst in _emulated:
+      bits = self._helper_call(self._convert(x, src, dtypes.float32, ctx), dst, to_float=False, ctx=ctx)
+      return self._helper_call(bits, dst, to_float=True, ctx=ctx)
+    s = dtypes.float32 if src in _emulated else src
+    if s is dst or (ltype(s) == ltype(dst) and dtypes.is_int(s) and dtypes.is_int(dst)): return x  # same bits
+    ret, ts, td = ctx.fresh("cast"), ltype(s), ltype(dst)
+    if dst is dtypes.bool:
+      ctx.emit(f"{ret} = fcmp une {ts} {x}, {lconst(0.0, s)}" if dtypes.is_float(s) else f"{ret} = icmp ne {ts} {x}, 0")
+    elif dtypes.is_float(s) and dtypes.is_float(dst):
+      ctx.emit(f"{ret} = {'fpext' if dst.itemsize > s.itemsize else 'fptrunc'} {ts} {x} to {td}")
+    elif dtypes.is_float(s): ctx.emit(f"{ret} = {'fptosi' if _signed(dst) else 'fptoui'} {ts} {x} to {td}")
+    elif dtypes.is_float(dst): ctx.emit(f"{ret} = {'sitofp' if _signed(s) else 'uitofp'} {ts} {x} to {td}")
+    elif dst.itemsize < s.itemsize: ctx.emit(f"{ret} = trunc {ts} {x} to {td}")
+    else: ctx.emit(f"{ret} = {'sext' if _signed(s) else 'zext'} {ts} {x} to {td}")
+    return ret
+
+  def _bitcast(self, x: str, src: DType, dst: DType, ctx: _Ctx) -> str:
+    if src.itemsize != dst.itemsize: raise CompileError(f"BITCAST needs equal itemsizes, got {src!r} -> {dst!r}")
+    if src in _emulated:  # the register holds a float32: its bits are the rounded storage value
+      x, src = self._helper_call(x, src, to_float=False, ctx=ctx), EmulatedFloat.of(src).storage
+    elif src is dtypes.bool: x, src = self._convert(x, src, dtypes.uint8, ctx), dtypes.uint8
+    if dst in _emulated:
+      storage = EmulatedFloat.of(dst).storage
+      return self._helper_call(self._bitcast(x, src, storage, ctx), dst, to_float=True, ctx=ctx)
+    if dst is dtypes.bool: return self._convert(self._bitcast(x, src, dtypes.uint8, ctx), dtypes.uint8, dst, ctx)
+    if ltype(src) == ltype(dst): return x
+    ret = ctx.fresh("cast")
+    ctx.emit(f"{ret} = bitcast {ltype(src)} {x} to {ltype(dst)}")
+    return ret
+
+  def _helper_call(self, x: str, dt: DType, to_float: bool, ctx: _Ctx) -> str:
+    """Call the conversion between an emulated dtype's bits and float32, defining it on first use."""
+    fmt = EmulatedFloat.of(dt)
+    bits = f"i{dt.bitsize}"
+    fn = f"@__ember_{dt.name}_to_f32" if to_float else f"@__ember_f32_to_{dt.name}"
+    if fn not in ctx.helpers:
+      body = _to_float_ir(fmt, bits) if to_float else _from_float_ir(fmt, bits)
+      sig = f"float {fn}({bits} %x)" if to_float else f"{bits} {fn}(float %x)"
+      ctx.helpers[fn] = f"define internal {sig} alwaysinline nounwind {{\n{body}}}"
+    ret = ctx.fresh("cvt")
+    ctx.emit(f"{ret} = call float {fn}({bits} {x})" if to_float else f"{ret} = call {bits} {fn}(float {x})")
+    return ret
+
+def _to_float_ir(fmt: EmulatedFloat, bits: str) -> str:
+  if not fmt.has_subnormal_path:  # bfloat16: the upper half of a float32
+    return f"  %w = zext {bits} %x to i32\n  %b = shl i32 %w, 16\n  %f = bitcast i32 %b to float\n  ret float %f\n"
+  emax, mmax = (1 << fmt.exp) - 1, (1 << fmt.man) - 1
+  if fmt.finite_only:  # e4m3fn: all ones is NaN, there is no inf
+    special = f"""%mag = and i32 %w, {fmt.sign_bit - 1}
+  %isnan = icmp eq i32 %mag, {fmt.nan_code}
+  %nb1 = select i1 %isnan, i32 2143289344, i32 %nb0"""
+  else:  # the top exponent is inf (mantissa 0) or NaN
+    special = f"""%isspec = icmp eq i32 %e, {emax}
+  %sb = or i32 2139095040, %mb
+  %nb1 = select i1 %isspec, i32 %sb, i32 %nb0"""
+  return f"""  %w = zext {bits} %x to i32
+  %sign0 = and i32 %w, {fmt.sign_bit}
+  %sign = shl i32 %sign0, {fmt.sign_shift}
+  %e0 = lshr i32 %w, {fmt.man}
+  %e = and i32 %e0, {emax}
+  %m = and i32 %w, {mmax}
+  %eb0 = add i32 %e, {127 - fmt.bias}
+  %eb = shl i32 %eb0, 23
+  %mb = shl i32 %m, {fmt.shift}
+  %nb0 = or i32 %eb, %mb
+  {special}
+  %nb = or i32 %nb1, %sign
+  %nf = bitcast i32 %nb to float
+  %mf = uitofp i32 %m to float
+  %sf0 = fmul float %mf, {lconst(fmt.subnormal_scale, dtypes.float32)}
+  %sfn = fneg float %sf0
+  %isneg = icmp ne i32 %sign0, 0
+  %sf = select i1 %isneg, float %sfn, float %sf0
+  %isz = icmp eq i32 %e, 0
+  %r = select i1 %isz, float %sf, float %nf
+  ret float %r
+"""
+
+def _from_float_ir(fmt: EmulatedFloat, bits: str) -> str:
+  # normal: round the float32 bits to the code's lsb (ties to even), rebias, clamp overflow
+  ir = f"""  %u = bitcast float %x to i32
+  %a = and i32 %u, 2147483647
+  %s0 = lshr i32 %u, {fmt.sign_shift}
+  %sign = and i32 %s0, {fmt.sign_bit}
+  %l0 = lshr i32 %a, {fmt.shift}
+  %l = and i32 %l0, 1
+  %r0 = add i32 %a, {(1 << (fmt.shift - 1)) - 1}
+  %r1 = add i32 %r0, %l
+  %r2 = lshr i32 %r1, {fmt.shift}
+  %r3 = sub i32 %r2, {fmt.rebias}
+  %ov = icmp ugt i32 %r3, {fmt.max_code}
+  %rn = select i1 %ov, i32 {fmt.overflow_code}, i32 %r3
+"""
+  rounded = "%rn"
+  if fmt.has_subnormal_path:  # subnormal: shift the mantissa (with its implicit bit) right, rounding to nearest even
+    ir += f"""  %ea = lshr i32 %a, 23
+  %s1 = sub i32 {fmt.subnormal_shift_base}, %ea
+  %big = icmp ugt i32 %s1, 25
+  %s = select i1 %big, i32 25, i32 %s1
+  %mm = and i32 %a, 8388607
+  %mant = or i32 %mm, 8388608
+  %q = lshr i32 %mant, %s
+  %one = shl i32 1, %s
+  %mask = sub i32 %one, 1
+  %rem = and i32 %mant, %mask
+  %half = lshr i32 %one, 1
+  %gt = icmp ugt i32 %rem, %half
+  %eq = icmp eq i32 %rem, %half
+  %odd = trunc i32 %q to i1
+  %tie = and i1 %eq, %odd
+  %up = or i1 %gt, %tie
+  %upi = zext i1 %up to i32
+  %rs = add i32 %q, %upi
+  %isn = icmp uge i32 %a, {fmt.min_normal_bits}
+  %rv = select i1 %isn, i32 %rn, i32 %rs
+"""
+    rounded = "%rv"
+  return ir + f"""  %isnan = icmp ugt i32 %a, 2139095040
+  %rr = select i1 %isnan, i32 {fmt.nan_code}, i32 {rounded}
+  %o = or i32 %rr, %sign
+  %t = trunc i32 %o to {bits}
+  ret {bits} %t
+"""

@@ -1,0 +1,51 @@
+"""The pytest plugin of the conformance kit (entry point ``pytest11: ember = ember.testing.plugin``).
+
+Adds ``--ember-device=DEV`` (a ``DEV`` string: ``CPU``, ``CPU:LLVM``, ``NULL``...) and the fixtures ``ember_device``
+(the canonical device name the kit tests open) and ``ember_capabilities`` (what that device declares). Installed with
+ember-core, it is loaded by every pytest run, so it does nothing until the option is given or a kit test asks for a
+fixture: no ember import happens before then.
+"""
+from __future__ import annotations
+import os
+from typing import Any
+import pytest
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+  group = parser.getgroup("ember", "ember backend conformance kit")
+  group.addoption("--ember-device", action="store", default=None, metavar="DEV",
+                  help="device to run the ember conformance kit against, as a DEV string (CPU, CPU:LLVM, NULL...); "
+                       "default: $DEV, else PYTHON")
+
+def _target_string(config: pytest.Config) -> str:
+  return config.getoption("--ember-device") or os.environ.get("DEV", "") or "PYTHON"
+
+def pytest_configure(config: pytest.Config) -> None:
+  config.addinivalue_line("markers", "ember_tier(name): the conformance-kit tier a test belongs to")
+  if config.getoption("--ember-device") is None: return
+  from ember.device import Device
+  from ember.helpers import SPEC
+  Device.DEFAULT = config.getoption("--ember-device")  # selects interface/renderer/arch exactly as DEV would
+  SPEC.value = max(int(SPEC.value), 1)  # the IR spec checker is on for a conformance run
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+  if config.getoption("--ember-device") is None: return None
+  return f"ember conformance kit: --ember-device={config.getoption('--ember-device')}"
+
+@pytest.fixture(scope="session")
+def ember_device(pytestconfig: pytest.Config) -> str:
+  """The canonical name of the device under test (``"CPU"``, ``"NULL"``); a device that cannot be opened fails the test with the reason."""
+  from ember.device import Device
+  from ember.errors import DeviceError
+  from ember.helpers import parse_target
+  target = parse_target(_target_string(pytestconfig))
+  if pytestconfig.getoption("--ember-device") is None: Device.DEFAULT = _target_string(pytestconfig)
+  name = target.device_str
+  try: Device[name]
+  except DeviceError as e: pytest.fail(f"the device under test {name} does not open: {e}")
+  return name
+
+@pytest.fixture(scope="session")
+def ember_capabilities(ember_device: str) -> Any:
+  """`ember.testing.Capabilities` of the device under test."""
+  from ember.testing import capabilities
+  return capabilities(ember_device)

@@ -1,0 +1,127 @@
+"""The linear program (docs/linear-program.md): ordering, loop nesting, accumulators and hoisting, and what
+`get_program` reports about it."""
+from __future__ import annotations
+import numpy as np
+import pytest
+from ember import Tensor, Variable
+from ember.codegen import full_rewrite, get_program
+from ember.codegen.linearize import linearize
+from ember.device import Device
+from ember.dtype import dtypes, PtrDType
+from ember.errors import CompileError
+from ember.uop.ops import Ops, UOp, GroupOp, AxisType
+
+LINEAR_OPS = {Ops.PARAM, Ops.DEFINE_VAR, Ops.CONST, Ops.RANGE, Ops.END, Ops.DEFINE_ACC, Ops.ASSIGN, Ops.INDEX, Ops.LOAD,
+              Ops.STORE, Ops.CAST, Ops.BITCAST} | GroupOp.ALU
+
+def ast_of(t: Tensor) -> UOp:
+  ks = [it for it in t.schedule() if it.kind == "kernel"]
+  assert len(ks) == 1
+  return ks[0].ast
+
+def lin(t: Tensor) -> list[UOp]:
+  uops, _ = full_rewrite(ast_of(t), Device["PYTHON"].renderer)
+  return uops
+
+def check_well_formed(uops: list[UOp]) -> None:
+  pos = {u: i for i, u in enumerate(uops)}
+  assert len(pos) == len(uops), "a uop appears twice"
+  open_ranges: list[UOp] = []
+  defined_in: dict[UOp, int] = {}  # loop depth at which each value is defined
+  for i, u in enumerate(uops):
+    assert u.op in LINEAR_OPS, u.op
+    for s in u.src:
+      assert s in pos and pos[s] < i, f"uop {i} ({u.op}) uses a later or missing source"
+      # a value defined inside a loop is not used after the loop closed (accumulators are declared outside)
+      assert defined_in[s] <= len(open_ranges) or u.op is Ops.END
+    if u.op is Ops.END:
+      assert open_ranges and open_ranges[-1] is u.src[0], "END closes the innermost open range"
+      open_ranges.pop()
+    defined_in[u] = len(open_ranges)
+    if u.op is Ops.RANGE: open_ranges.append(u)
+  assert not open_ranges, "every RANGE has an END"
+
+def test_elementwise_program():
+  a, b = Tensor(np.ones((4, 5), np.float32)), Tensor(np.ones((4, 5), np.float32))
+  uops = lin(a * b + 1)
+  check_well_formed(uops)
+  params = [u for u in uops if u.op is Ops.PARAM]
+  assert [p.arg for p in params] == [0, 1, 2]
+  assert uops[:3] == params  # arguments come first, in slot order
+  assert all(isinstance(p.dtype, PtrDType) for p in params)
+  assert sum(u.op is Ops.STORE for u in uops) == 1
+  assert sum(u.op is Ops.RANGE for u in uops) == sum(u.op is Ops.END for u in uops) >= 1
+  assert not any(u.op is Ops.DEFINE_ACC for u in uops)
+
+def test_reduce_program_has_an_accumulator_loop():
+  x = Tensor(np.ones((4, 6), np.float32))
+  uops = lin((x * 2).sum(1))
+  check_well_formed(uops)
+  accs = [u for u in uops if u.op is Ops.DEFINE_ACC]
+  assert len(accs) == 1 and accs[0].src[0].op is Ops.CONST and accs[0].src[0].arg == 0
+  assigns = [u for u in uops if u.op is Ops.ASSIGN]
+  assert len(assigns) == 1 and assigns[0].src[0] is accs[0]
+  reduce_rng = [u for u in uops if u.op is Ops.RANGE and u.arg[1] is AxisType.REDUCE]
+  assert len(reduce_rng) == 1
+  pos = {u: i for i, u in enumerate(uops)}
+  assert pos[accs[0]] < pos[reduce_rng[0]] < pos[assigns[0]]
+  assert not any(u.op is Ops.REDUCE for u in uops)
+
+@pytest.mark.parametrize("op,identity", [("max", -np.inf), ("prod", 1)])
+def test_reduce_identities(op, identity):
+  x = Tensor(np.ones((3, 4), np.float32))
+  uops = lin(getattr(x, op)(1))
+  (acc,) = [u for u in uops if u.op is Ops.DEFINE_ACC]
+  assert acc.src[0].arg == identity
+
+def test_loop_invariant_loads_are_hoisted_out_of_the_reduce():
+  # out[i] = sum_j a[i] * b[j]: the load of a[i] does not depend on j and must come before the j loop
+  a, b = Tensor(np.ones((4, 1), np.float32)), Tensor(np.ones((1, 6), np.float32))
+  uops = lin((a * b).sum(1))
+  check_well_formed(uops)
+  (red,) = [u for u in uops if u.op is Ops.RANGE and u.arg[1] is AxisType.REDUCE]
+  pos = {u: i for i, u in enumerate(uops)}
+  loads = [u for u in uops if u.op is Ops.LOAD]
+  assert len(loads) == 2
+  invariant = [ld for ld in loads if red not in ld.toposort()]
+  assert len(invariant) == 1 and pos[invariant[0]] < pos[red]
+
+def test_matmul_and_padded_programs_are_well_formed():
+  a, b = Tensor(np.ones((3, 4), np.float32)), Tensor(np.ones((4, 5), np.float32))
+  check_well_formed(lin((a @ b).relu()))
+  gated = lin(Tensor(np.ones((3, 4), np.float32)).pad(((1, 1), (2, 0))) + 1)
+  check_well_formed(gated)
+  idx = [u for u in gated if u.op is Ops.INDEX and len(u.src) == 3]
+  assert idx and all(u.src[2].dtype is dtypes.bool for u in idx)  # padding gates the load
+
+def test_symbolic_shape_becomes_a_define_var():
+  n = Variable("n", 1, 10)
+  t = Tensor(np.ones(10, np.float32)).shrink(((0, n.bind(4)),)).sum()
+  ast = ast_of(t)
+  uops, _ = full_rewrite(ast, Device["PYTHON"].renderer)
+  check_well_formed(uops)
+  dvs = [u for u in uops if u.op is Ops.DEFINE_VAR]
+  assert [d.arg[0] for d in dvs] == ["n"]
+  first_non_arg = next(i for i, u in enumerate(uops) if u.op not in (Ops.PARAM, Ops.DEFINE_VAR))
+  assert all(uops.index(d) < first_non_arg for d in dvs)
+
+def test_linearize_needs_a_sink():
+  with pytest.raises(CompileError):
+    linearize(UOp.const(dtypes.int32, 1))
+
+def test_get_program_reports_slots_name_and_estimates():
+  x = Tensor(np.ones((4, 6), np.float32))
+  ast = ast_of((x * 2).sum(1))
+  spec = get_program(ast, Device["PYTHON"].renderer, "PYTHON")
+  assert spec.name.startswith("r_")
+  assert spec.outs == [0] and spec.ins == [1] and spec.globals == [0, 1]
+  assert spec.estimates.ops >= 4 * 6  # at least one float op per reduced element
+  assert spec.estimates.mem == 4 * 4 + 24 * 4  # every byte of both buffers
+  e = get_program(ast_of(x + 1), Device["PYTHON"].renderer, "PYTHON")
+  assert e.name.startswith("E_")
+
+def test_render_is_deterministic():
+  x = Tensor(np.ones((4, 6), np.float32))
+  ast = ast_of(x.exp().sum(0))
+  r = Device["PYTHON"].renderer
+  assert get_program(ast, r).src == get_program(ast, r).src

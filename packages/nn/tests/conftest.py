@@ -1,0 +1,42 @@
+"""Settings for ember-nn's tests, applied before anything imports ember: backends load strictly and the IR spec
+checker is on. When ember-nn is not installed, its source folder is put on sys.path so `ember.nn` resolves next to
+ember-core (whose `ember/__init__.py` extends its `__path__`).
+
+Tests marked `slow` (full training runs) run only when selected: `pytest -m slow`.
+"""
+from __future__ import annotations
+import os
+import sys
+from pathlib import Path
+os.environ.setdefault("EMBER_STRICT_BACKENDS", "1")
+os.environ.setdefault("SPEC", "1")
+
+NN_SRC = Path(__file__).resolve().parents[1] / "src"
+if not any(os.path.isdir(os.path.join(p or ".", "ember", "nn")) for p in sys.path): sys.path.insert(0, str(NN_SRC))
+
+import pytest  # noqa: E402
+
+GOLDEN = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "golden"  # ../shared beside the repo root
+
+def pytest_configure(config: pytest.Config) -> None:
+  config.addinivalue_line("markers", "slow: a full training run (minutes); runs only with `-m slow`")
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+  if "slow" in (config.option.markexpr or ""): return
+  skip = pytest.mark.skip(reason="slow test: select it with `pytest -m slow`")
+  for item in items:
+    if "slow" in item.keywords: item.add_marker(skip)
+
+@pytest.fixture
+def training():
+  """Training mode for the duration of a test."""
+  from ember import Tensor
+  prev, Tensor.training = Tensor.training, True
+  yield
+  Tensor.training = prev
+
+@pytest.fixture
+def golden() -> Path:
+  """The folder of golden (oracle) files, shared/data/golden beside the repository."""
+  if not GOLDEN.is_dir(): pytest.skip(f"golden files are absent ({GOLDEN})")
+  return GOLDEN

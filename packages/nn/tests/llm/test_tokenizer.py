@@ -1,0 +1,93 @@
+"""The byte-level BPE tokenizer: the hand-written pre-tokenizer against the `regex` module running the GPT-2
+pattern, BPE merges by rank, special tokens, UTF-8 round trips and streaming decode."""
+from __future__ import annotations
+import numpy as np
+import pytest
+from ember.nn.llm.tokenizer import BPETokenizer, TokenizerError, bytes_to_unicode, render_chatml, split_digits, split_gpt2
+
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+TEXTS = ["Once upon a time", "Hello,  world!\n\n  indented\tline  ", "it's they're I'll we've 'quoted' don't",
+         "café naïve Ünïcödé façade", "東京は日本の首都です。", "emoji 🙂👍🏽 and 👨‍👩‍👧 family", "x = 3.14159 + 42;  // ½ ², ³",
+         "   leading and trailing   ", "a\u00a0b\u2003c", "tabs\t\tand\r\nnewlines\n", "!!!???...", "' s '", ""]
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_split_gpt2_matches_regex(text):
+  regex = pytest.importorskip("regex")
+  assert split_gpt2(text) == regex.findall(GPT2_PATTERN, text)
+
+def test_split_gpt2_random_unicode_matches_regex():
+  regex = pytest.importorskip("regex")
+  rng = np.random.default_rng(0)
+  alphabet = list("ab Z9'  \n\t.,!é東🙂½\u00a0-") + ["'s", "'ll", "  "]
+  for _ in range(300):
+    text = "".join(rng.choice(alphabet, size=int(rng.integers(0, 20))))
+    assert split_gpt2(text) == regex.findall(GPT2_PATTERN, text), repr(text)
+
+def test_split_digits():
+  assert split_digits("ab12 c3") == ["ab", "1", "2", " c", "3"]
+  assert split_digits("²x") == ["²", "x"]
+
+def test_bpe_merges_by_rank(byte_tokenizer):
+  tok = byte_tokenizer
+  # merges: "Ġ t" (0), "h e" (1), "Ġt he" (2), "i n" (3), "Ġ a" (4): " the" -> Ġt + he -> Ġthe
+  assert tok.encode(" the") == [tok.vocab["Ġthe"]]
+  assert tok.encode(" then") == [tok.vocab["Ġthe"], tok.vocab["n"]]
+  assert tok.encode("inin") == [tok.vocab["in"], tok.vocab["in"]]
+  assert tok.encode(" a") == [tok.vocab["Ġa"]]
+  assert tok.encode("ab") == [tok.vocab["a"], tok.vocab["b"]]
+
+def test_special_tokens(byte_tokenizer):
+  tok = byte_tokenizer
+  ids = tok.encode("<|im_start|>user\nhi<|im_end|>")
+  assert ids[0] == 1 and ids[-1] == 2
+  assert tok.decode(ids) == "<|im_start|>user\nhi<|im_end|>"
+  plain = tok.encode("<|im_end|>", special=False)
+  assert 2 not in plain and tok.decode(plain) == "<|im_end|>"
+  assert tok.encode("hi", add_bos=True)[0] == 1
+  assert 2 in tok.stop_ids and 0 in tok.stop_ids  # eos and <|endoftext|>
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_round_trip_byte_vocab(byte_tokenizer, text):
+  assert byte_tokenizer.decode(byte_tokenizer.encode(text)) == text
+
+def test_decode_invalid_utf8_replaces(byte_tokenizer):
+  tok = byte_tokenizer
+  emoji = "🙂".encode("utf-8")
+  byte_ids = [tok.vocab[bytes_to_unicode()[b]] for b in emoji]
+  assert tok.decode(byte_ids) == "🙂"
+  assert tok.decode(byte_ids[:2]) == "\ufffd"  # a truncated 4-byte sequence
+  assert tok.decode([tok.vocab[bytes_to_unicode()[0xFF]], tok.vocab["a"]]) == "\ufffda"
+  with pytest.raises(TokenizerError, match="outside the vocabulary"): tok.decode([10**6])
+
+def test_stream_decoder_holds_partial_characters(byte_tokenizer):
+  tok = byte_tokenizer
+  ids = tok.encode("a🙂b")
+  dec = tok.stream_decoder()
+  pieces = [dec.push(i) for i in ids]
+  assert "".join(pieces) + dec.flush() == "a🙂b"
+  assert pieces[0] == "a" and pieces[1:4] == ["", "", ""] and pieces[4] == "🙂"
+
+def test_unsupported_vocabularies():
+  with pytest.raises(TokenizerError, match="only byte-level BPE"): BPETokenizer.from_gguf_metadata({"tokenizer.ggml.model": "llama"})
+  with pytest.raises(TokenizerError, match="pre-tokenizer"): BPETokenizer(["a"], [], pre="mystery")
+
+def test_render_chatml():
+  template = ("{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nBe kind.<|im_end|>\n' }}"
+              "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}")
+  msgs = [{"role": "user", "content": "Hi"}]
+  assert render_chatml(template, msgs) == "<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+  with_system = [{"role": "system", "content": "S"}] + msgs
+  assert render_chatml(template, with_system, add_generation_prompt=False).startswith("<|im_start|>system\nS<|im_end|>")
+  with pytest.raises(TokenizerError, match="not ChatML"): render_chatml("[INST] {{ message }} [/INST]", msgs)
+
+# ** the real SmolLM2 vocabulary (needs only the GGUF file, not the model weights) **
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_round_trip_smollm2_vocab(smollm2_file, text):
+  tok = BPETokenizer.from_gguf_metadata(smollm2_file.metadata)
+  assert tok.decode(tok.encode(text)) == text
+
+def test_smollm2_prompt_ids(smollm2_file, golden):
+  tok = BPETokenizer.from_gguf_metadata(smollm2_file.metadata)
+  assert tok.encode(golden["prompt"]) == golden["prompt_ids"]
+  assert tok.decode(golden["greedy_20_ids"]) == golden["greedy_20_text"]

@@ -1,0 +1,106 @@
+"""Optimizers against torch.optim over 10 steps of a small two-layer model, LAMB against a numpy reference."""
+from __future__ import annotations
+from typing import Any, Callable
+import numpy as np
+import pytest
+from ember import Tensor
+from ember.nn import BatchNorm1d, Linear
+from ember.nn.optim import LAMB, SGD, Adam, AdamW, OptimizerError, OptimizerGroup
+from ember.nn.state import get_parameters
+
+torch = pytest.importorskip("torch")
+
+STEPS = 10
+RNG = np.random.default_rng(0)
+W1, B1, W2 = (RNG.standard_normal(s).astype(np.float32) for s in ((5, 4), (5,), (3, 5)))
+X = RNG.standard_normal((8, 4)).astype(np.float32)
+T = RNG.standard_normal((8, 3)).astype(np.float32)
+
+def _ember_run(make_opt: Callable[[list[Tensor]], Any], steps: int = STEPS) -> list[np.ndarray]:
+  w1, b1, w2 = (Tensor(a.copy(), requires_grad=True) for a in (W1, B1, W2))
+  opt = make_opt([w1, b1, w2])
+  for _ in range(steps):
+    opt.zero_grad()
+    loss = ((((Tensor(X) @ w1.T + b1).tanh() @ w2.T) - Tensor(T)) ** 2).mean()
+    loss.backward()
+    opt.step()
+  return [w1.numpy(), b1.numpy(), w2.numpy()]
+
+def _torch_run(make_opt: Callable[[list[Any]], Any], steps: int = STEPS) -> list[np.ndarray]:
+  w1, b1, w2 = (torch.tensor(a.copy(), requires_grad=True) for a in (W1, B1, W2))
+  opt = make_opt([w1, b1, w2])
+  for _ in range(steps):
+    opt.zero_grad()
+    loss = ((((torch.from_numpy(X) @ w1.T + b1).tanh() @ w2.T) - torch.from_numpy(T)) ** 2).mean()
+    loss.backward()
+    opt.step()
+  return [w1.detach().numpy(), b1.detach().numpy(), w2.detach().numpy()]
+
+CASES = {
+  "sgd": (lambda p: SGD(p, lr=0.1), lambda p: torch.optim.SGD(p, lr=0.1)),
+  "sgd_momentum_wd": (lambda p: SGD(p, lr=0.05, momentum=0.9, weight_decay=0.01),
+                      lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=0.01)),
+  "sgd_nesterov": (lambda p: SGD(p, lr=0.05, momentum=0.8, nesterov=True), lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.8, nesterov=True)),
+  "adam": (lambda p: Adam(p, lr=0.01), lambda p: torch.optim.Adam(p, lr=0.01)),
+  "adam_l2": (lambda p: Adam(p, lr=0.01, weight_decay=0.1), lambda p: torch.optim.Adam(p, lr=0.01, weight_decay=0.1)),
+  "adamw": (lambda p: AdamW(p, lr=0.01, b1=0.8, weight_decay=0.1), lambda p: torch.optim.AdamW(p, lr=0.01, betas=(0.8, 0.999), weight_decay=0.1)),
+}
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_optimizer_matches_torch(case):
+  ours, ref = CASES[case]
+  for a, b in zip(_ember_run(ours), _torch_run(ref)): np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+
+def _lamb_reference(lr: float, b1: float, b2: float, eps: float, wd: float) -> list[np.ndarray]:
+  """LAMB in float64 numpy with torch computing the gradients."""
+  params = [a.astype(np.float64) for a in (W1, B1, W2)]
+  m = [np.zeros_like(p) for p in params]
+  v = [np.zeros_like(p) for p in params]
+  for t in range(1, STEPS + 1):
+    ts = [torch.tensor(p, requires_grad=True) for p in params]
+    loss = ((((torch.from_numpy(X).double() @ ts[0].T + ts[1]).tanh() @ ts[2].T) - torch.from_numpy(T).double()) ** 2).mean()
+    loss.backward()
+    for i, p in enumerate(params):
+      g = ts[i].grad.numpy()
+      m[i] = b1 * m[i] + (1 - b1) * g
+      v[i] = b2 * v[i] + (1 - b2) * g * g
+      up = (m[i] / (1 - b1 ** t)) / (np.sqrt(v[i] / (1 - b2 ** t)) + eps) + wd * p
+      r1, r2 = np.linalg.norm(p), np.linalg.norm(up)
+      params[i] = p - lr * (r1 / r2 if r1 > 0 and r2 > 0 else 1.0) * up
+  return params
+
+def test_lamb_matches_reference():
+  ours = _ember_run(lambda p: LAMB(p, lr=0.02, weight_decay=0.01))
+  for a, b in zip(ours, _lamb_reference(0.02, 0.9, 0.999, 1e-6, 0.01)): np.testing.assert_allclose(a, b, atol=2e-5, rtol=0)
+
+def test_optimizer_group_matches_torch_param_groups():
+  ours = _ember_run(lambda p: OptimizerGroup(AdamW([p[0], p[2]], lr=0.01, weight_decay=0.2), AdamW([p[1]], lr=0.01, weight_decay=0.0)))
+  ref = _torch_run(lambda p: torch.optim.AdamW([{"params": [p[0], p[2]], "weight_decay": 0.2}, {"params": [p[1]], "weight_decay": 0.0}], lr=0.01))
+  for a, b in zip(ours, ref): np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+
+def test_step_skips_params_without_grad_and_zero_grad_clears():
+  a, b = Tensor([1.0, 2.0], requires_grad=True), Tensor([3.0], requires_grad=True)
+  opt = SGD([a, b], lr=0.5)
+  (a * a).sum().backward()
+  opt.step()
+  np.testing.assert_allclose(a.numpy(), [1.0 - 0.5 * 2.0, 2.0 - 0.5 * 4.0])
+  np.testing.assert_allclose(b.numpy(), [3.0])
+  opt.zero_grad()
+  assert a.grad is None and b.grad is None
+
+def test_step_realizes_batchnorm_running_stats(training):
+  lin, bn = Linear(3, 4), BatchNorm1d(4)
+  opt = SGD(get_parameters([lin, bn]), lr=0.1)
+  assert bn.running_mean in opt.buffers and lin.weight in opt.params
+  x = np.random.default_rng(3).standard_normal((6, 3)).astype(np.float32)
+  h = x @ lin.weight.numpy().T + lin.bias.numpy()
+  bn(lin(Tensor(x))).sum().backward()
+  opt.step()
+  assert bn.running_mean.uop.is_realized
+  np.testing.assert_allclose(bn.running_mean.numpy(), 0.1 * h.mean(0), atol=1e-5)
+  np.testing.assert_allclose(bn.running_var.numpy(), 0.9 + 0.1 * h.var(0, ddof=1), atol=1e-5)
+
+def test_optimizer_errors():
+  with pytest.raises(OptimizerError, match="no parameters"): SGD([Tensor([1.0]).requires_grad_(False)])
+  with pytest.raises(OptimizerError, match="nesterov"): SGD([Tensor([1.0])], nesterov=True)
+  with pytest.raises(OptimizerError, match="b1"): Adam([Tensor([1.0])], b1=1.0)
