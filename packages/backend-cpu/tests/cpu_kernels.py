@@ -39,7 +39,8 @@ def compile_program(kind: str, prog: list[UOp], name: str = "k") -> Any:
   dev = device(kind)
   return dev.runtime(name, dev.compiler.compile(dev.renderer.render(prog, name)))
 
-def run(kind: str, prog: list[UOp], bufs: list[np.ndarray], vals: tuple[int, ...] = (), threads: int = 1) -> list[np.ndarray]:
+def run(kind: str, prog: list[UOp], bufs: list[np.ndarray], vals: tuple[int, ...] = (),
+        threads: int = 1) -> list[np.ndarray]:
   """Run a program with buffer `i` (slot i) initialised from bufs[i]; return every buffer afterwards."""
   prg, alloc = compile_program(kind, prog), device(kind).allocator
   handles = []
@@ -69,7 +70,7 @@ def elementwise(fns: list[Any], in_dts: list[DType], out_dts: list[DType], n: in
 
 @functools.cache
 def _table(dt: DType) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """(value of every code, sorted candidate magnitudes, their codes); an IEEE format's inf is a candidate at 2^(emax+1)."""
+  """(value of every code, sorted candidate magnitudes, their codes); IEEE formats' inf is a candidate at 2^(emax+1)."""
   exp, man = dtypes.finfo(dt)
   bias, codes = 2 ** (exp - 1) - 1, np.arange(1 << (exp + man + 1), dtype=np.int64)
   e, m, neg = (codes >> man) & ((1 << exp) - 1), codes & ((1 << man) - 1), codes >> (exp + man)
@@ -100,7 +101,8 @@ def encode(values: np.ndarray, dt: DType) -> np.ndarray:
   code = np.where(a < mid, lo_c, np.where(a > mid, hi_c, np.where(lo_c % 2 == 0, lo_c, hi_c)))
   code = np.where(a > mags[-1], mag_codes[-1], code)  # inf, and beyond the last candidate
   exp, man = dtypes.finfo(dt)
-  code = np.where(np.isnan(x), int(np.flatnonzero(np.isnan(vals))[0]), code | (np.signbit(x).astype(np.int64) << (exp + man)))
+  code = code | (np.signbit(x).astype(np.int64) << (exp + man))
+  code = np.where(np.isnan(x), int(np.flatnonzero(np.isnan(vals))[0]), code)
   return code.astype(np_dtype(dt))
 
 def as_values(a: np.ndarray, dt: DType) -> np.ndarray:

@@ -6,7 +6,8 @@ from ember.plugin import Ops, dtypes, DType
 from cpu_kernels import RENDERERS, EMULATED, alu, as_values, decode, elementwise, encode, np_dtype, run
 
 N = 64
-INTS = [dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64]
+INTS = [dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
+        dtypes.uint64]
 FLOATS = [dtypes.float16, dtypes.float32, dtypes.float64, dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2]
 
 def c_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -56,7 +57,8 @@ def test_int_ops(kind: str, dt: DType) -> None:
   got = run(kind, prog, bufs)
   with np.errstate(all="ignore"):
     for k, (op, (_, oracle)) in enumerate(INT_OPS.items()):
-      np.testing.assert_array_equal(got[k], np.asarray(oracle(a, b, c, s)).astype(np_dtype(outs_dt[k])), err_msg=f"{op} {dt}")
+      want = np.asarray(oracle(a, b, c, s)).astype(np_dtype(outs_dt[k]))
+      np.testing.assert_array_equal(got[k], want, err_msg=f"{op} {dt}")
 
 FLOAT_OPS = {
   Ops.ADD: (lambda a, b, c: alu(Ops.ADD, a, b), lambda a, b, c: a + b),
@@ -124,10 +126,14 @@ def test_unary_ops(kind: str, dt: DType) -> None:
       np.testing.assert_allclose(as_values(got[k], dt), want, rtol=rtol, atol=0, equal_nan=True, err_msg=f"{op} {dt}")
 
 BOOL_OPS = {
-  Ops.AND: (lambda a, b: alu(Ops.AND, a, b), lambda a, b: a & b), Ops.OR: (lambda a, b: alu(Ops.OR, a, b), lambda a, b: a | b),
-  Ops.XOR: (lambda a, b: alu(Ops.XOR, a, b), lambda a, b: a ^ b), Ops.NEG: (lambda a, b: alu(Ops.NEG, a), lambda a, b: ~a),
-  Ops.CMPNE: (lambda a, b: alu(Ops.CMPNE, a, b), lambda a, b: a != b), Ops.CMPEQ: (lambda a, b: alu(Ops.CMPEQ, a, b), lambda a, b: a == b),
-  Ops.CMPLT: (lambda a, b: alu(Ops.CMPLT, a, b), lambda a, b: a < b), Ops.MAX: (lambda a, b: alu(Ops.MAX, a, b), lambda a, b: a | b),
+  Ops.AND: (lambda a, b: alu(Ops.AND, a, b), lambda a, b: a & b),
+  Ops.OR: (lambda a, b: alu(Ops.OR, a, b), lambda a, b: a | b),
+  Ops.XOR: (lambda a, b: alu(Ops.XOR, a, b), lambda a, b: a ^ b),
+  Ops.NEG: (lambda a, b: alu(Ops.NEG, a), lambda a, b: ~a),
+  Ops.CMPNE: (lambda a, b: alu(Ops.CMPNE, a, b), lambda a, b: a != b),
+  Ops.CMPEQ: (lambda a, b: alu(Ops.CMPEQ, a, b), lambda a, b: a == b),
+  Ops.CMPLT: (lambda a, b: alu(Ops.CMPLT, a, b), lambda a, b: a < b),
+  Ops.MAX: (lambda a, b: alu(Ops.MAX, a, b), lambda a, b: a | b),
   Ops.WHERE: (lambda a, b: a.where(b, alu(Ops.NEG, b)), lambda a, b: np.where(a, b, ~b)),
 }
 

@@ -1,9 +1,9 @@
-"""Constants, casts and bitcasts of every dtype on both CPU renderers, against numpy (bf16/fp8 from their definition)."""
+"""Constants, casts and bitcasts of every dtype on both CPU renderers, against numpy (bf16/fp8 by definition)."""
 from __future__ import annotations
 import math
 import numpy as np
 import pytest
-from ember.plugin import AxisType, DType, Ops, UOp, dtypes
+from ember.plugin import AxisType, DType, UOp, dtypes
 from cpu_kernels import (RENDERERS, EMULATED, as_values, const, decode, elementwise, encode, end, linear, np_dtype,
                          param, run)
 
@@ -41,7 +41,8 @@ def src_values(dt: DType) -> np.ndarray:
   """Buffer contents of `dt` to cast: both signs, fractions, and (for ints) values that wrap in narrower ints."""
   if dt is dtypes.bool: return np.array([True, False, True, False])
   if dtypes.is_float(dt):
-    x = np.array([0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 7.75, -7.75, 100.0, -100.0, 0.099, 3.0, 120.0, -120.0, 1.0], np.float32)
+    x = np.array([0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 7.75, -7.75, 100.0, -100.0, 0.099, 3.0, 120.0, -120.0, 1.0],
+                 np.float32)
     return encode(x, dt) if dt in EMULATED else x.astype(np_dtype(dt))
   info = np.iinfo(np_dtype(dt))
   x = [0, 1, -1, 2, 100, -100, 127, -128, 300, -300, 70000, info.min, info.max, 255, 65535, 2 ** 31]

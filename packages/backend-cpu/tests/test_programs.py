@@ -100,14 +100,15 @@ def test_variables_int32_and_int64(kind: str) -> None:
 def test_threads_agree_with_one_thread(kind: str) -> None:
   # a 2D kernel: the THREAD range over rows, a LOOP range over columns (out = a.T * 2 + b)
   rows, cols = 37, 5
-  out, a, b = param(0, dtypes.float32, rows * cols), param(1, dtypes.float32, rows * cols), param(2, dtypes.float32, rows * cols)
+  out, a, b = (param(slot, dtypes.float32, rows * cols) for slot in range(3))
   r, c = UOp.range(rows, 0, AxisType.THREAD), UOp.range(cols, 1, AxisType.LOOP)
   value = a.index(c * rows + r).load() * 2.0 + b.index(r * cols + c).load()
   prog = linear(r, c, out.index(r * cols + c).store(value), end(c), end(r))
   rng = np.random.default_rng(4)
   x, y = rng.normal(size=(cols, rows)).astype(np.float32), rng.normal(size=(rows, cols)).astype(np.float32)
-  results = [run(kind, prog, [np.zeros(rows * cols, np.float32), x.ravel(), y.ravel()], threads=t)[0] for t in (1, 2, 3, 64)]
-  for got in results: np.testing.assert_array_equal(got, (x.T * np.float32(2) + y).ravel())
+  for threads in (1, 2, 3, 64):
+    got = run(kind, prog, [np.zeros(rows * cols, np.float32), x.ravel(), y.ravel()], threads=threads)[0]
+    np.testing.assert_array_equal(got, (x.T * np.float32(2) + y).ravel(), err_msg=f"{threads} threads")
 
 @pytest.mark.parametrize("kind", RENDERERS)
 def test_wait_returns_seconds_and_argument_count_is_checked(kind: str) -> None:

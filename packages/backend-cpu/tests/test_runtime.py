@@ -1,6 +1,7 @@
 """The CPU allocator, the compilers (errors, disk cache) and the plugin hooks."""
 from __future__ import annotations
 import ctypes
+import os
 import numpy as np
 import pytest
 from ember.helpers import Context
@@ -108,6 +109,17 @@ def test_no_c_compiler_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None
   with pytest.raises(CompileError, match="install one .*DEV=CPU:LLVM"):
     ClangCompiler()
 
+def test_a_compiler_that_cannot_build_kernels_is_skipped(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+  if cpu_compiler.find_c_compiler() is None: pytest.skip("needs a working C compiler on PATH")
+  old_clang = tmp_path / "clang"  # stands in for a clang without _Float16: it rejects everything
+  old_clang.write_text("#!/bin/sh\necho \"error: _Float16 is not supported on this target\" >&2\nexit 1\n")
+  old_clang.chmod(0o755)
+  monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+  assert cpu_compiler.find_c_compiler() == str(old_clang)
+  assert ClangCompiler().cc != str(old_clang)
+  with pytest.raises(CompileError, match="_Float16 is not supported.*install clang >= 15 or gcc >= 12"):
+    ClangCompiler(str(old_clang))
+
 # ** device and plugin wiring **
 
 class _Registry:
@@ -127,8 +139,7 @@ def test_plugin_registers_device_renderers_and_compilers() -> None:
   assert isinstance(by_name["C"][2](""), ClangRenderer) and isinstance(by_name["LLVM"][2](""), CPULLVMRenderer)
   compiler_of = {e[1]: e[2] for e in compilers.entries}
   name, factory, _ = devices.entries[0]
-  for renderer_name, renderer_cls, compiler_cls, runtime in (("C", ClangRenderer, ClangCompiler, CPUProgram),
-                                                            ("LLVM", CPULLVMRenderer, LLVMCompiler, LLVMProgram)):
+  for renderer_name, compiler_cls, runtime in (("C", ClangCompiler, CPUProgram), ("LLVM", LLVMCompiler, LLVMProgram)):
     renderer = by_name[renderer_name][2]("")
     dev = factory(name, renderer, compiler_of[renderer_name](renderer))
     assert isinstance(dev, CPUDevice) and isinstance(dev.compiler, compiler_cls) and dev.runtime is runtime

@@ -33,7 +33,8 @@ def test_itemsize_min_max_match_numpy(dt):
   assert dtypes.from_np(npdt) is dt
 
 def test_groups_and_predicates():
-  assert set(dtypes.floats) == {dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64}
+  assert set(dtypes.floats) == {dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.float16, dtypes.bfloat16, dtypes.float32,
+                                dtypes.float64}
   assert set(dtypes.uints) == {dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64}
   assert set(dtypes.sints) == {dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64}
   assert dtypes.weaks == (dtypes.weakint, dtypes.weakfloat)
@@ -216,7 +217,8 @@ def test_pad_of_int_with_inf_is_weakfloat():  # item 5
                   constant_values=-np.inf)
   np.testing.assert_array_equal(t.numpy(), expect)
 
-@pytest.mark.parametrize("a,b,dt", [(3.1, 3.2, dtypes.weakfloat), (3.1, 3, dtypes.weakfloat), (3.1, True, dtypes.weakfloat),
+@pytest.mark.parametrize("a,b,dt", [(3.1, 3.2, dtypes.weakfloat), (3.1, 3, dtypes.weakfloat),
+                                    (3.1, True, dtypes.weakfloat),
                                     (3, 2, dtypes.weakint), (3, True, dtypes.weakint)])
 def test_where_with_two_scalars(a, b, dt):  # item 6
   cond = Tensor([True, False, True])

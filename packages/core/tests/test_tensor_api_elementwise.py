@@ -9,8 +9,8 @@ from ember import Tensor, dtypes
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-def check(ours: Callable[..., Any], ref: Callable[..., Any], *arrays: np.ndarray, atol: float = 1e-5, rtol: float = 1e-5,
-          grad: bool = True, grad_tol: float = 1e-4) -> None:
+def check(ours: Callable[..., Any], ref: Callable[..., Any], *arrays: np.ndarray, atol: float = 1e-5,
+          rtol: float = 1e-5, grad: bool = True, grad_tol: float = 1e-4) -> None:
   """Run `ours` on ember tensors and `ref` on torch tensors; compare values, dtypes and (float inputs) gradients."""
   floats = [a.dtype.kind == "f" for a in arrays]
   ts = [Tensor(a, requires_grad=f or None) for a, f in zip(arrays, floats)]
@@ -103,7 +103,8 @@ def test_binary_broadcast_and_ints() -> None:
   check(lambda a: a.clamp(min_=0), lambda a: torch.clamp(a, min=0), INTS)
   check(lambda a: a.sign(), torch.sign, INTS)
   neg_zero = np.array([-0.0, 0.0, -1.0], dtype=np.float32)
-  np.testing.assert_array_equal(np.signbit(Tensor([2.0, 2.0, 2.0]).copysign(Tensor(neg_zero)).numpy()), [True, False, True])
+  signs = np.signbit(Tensor([2.0, 2.0, 2.0]).copysign(Tensor(neg_zero)).numpy())
+  np.testing.assert_array_equal(signs, [True, False, True])
   np.testing.assert_array_equal(Tensor(np.array([2], np.uint8)).copysign(Tensor(np.array([1], np.uint32))).numpy(), [2])
 
 def test_logaddexp_infinities() -> None:

@@ -7,12 +7,15 @@ import struct
 from pathlib import Path
 import numpy as np
 import pytest
-from ember.nn.datasets import DatasetError, batches, fashion_mnist, find_fashion_mnist, parse_idx, read_idx, synthetic_classification
+from ember.nn.datasets import (DatasetError, batches, fashion_mnist, find_fashion_mnist, parse_idx, read_idx,
+                                synthetic_classification)
 
 def _idx(arr: np.ndarray, code: int) -> bytes:
-  return bytes([0, 0, code, arr.ndim]) + struct.pack(f">{arr.ndim}I", *arr.shape) + arr.astype(arr.dtype.newbyteorder(">")).tobytes()
+  header = bytes([0, 0, code, arr.ndim]) + struct.pack(f">{arr.ndim}I", *arr.shape)
+  return header + arr.astype(arr.dtype.newbyteorder(">")).tobytes()
 
-@pytest.mark.parametrize("dtype,code", [(np.uint8, 0x08), (np.int8, 0x09), (np.int16, 0x0B), (np.int32, 0x0C), (np.float32, 0x0D), (np.float64, 0x0E)])
+@pytest.mark.parametrize("dtype,code", [(np.uint8, 0x08), (np.int8, 0x09), (np.int16, 0x0B), (np.int32, 0x0C),
+                                        (np.float32, 0x0D), (np.float64, 0x0E)])
 def test_parse_idx_every_type(dtype, code):
   arr = (np.random.default_rng(0).standard_normal((3, 4, 2)) * 100).astype(dtype)
   out = parse_idx(_idx(arr, code))
@@ -25,7 +28,8 @@ def test_read_idx_gzip_and_errors(tmp_path: Path):
   np.testing.assert_array_equal(read_idx(str(tmp_path / "a.gz")), arr)
   with pytest.raises(DatasetError, match="truncated at offset 34"): parse_idx(_idx(arr, 0x08)[:-6], "cut")
   with pytest.raises(DatasetError, match="bad IDX magic"): parse_idx(b"\x01\x00\x08\x01\x00\x00\x00\x00")
-  with pytest.raises(DatasetError, match="unknown IDX element type 0x07"): parse_idx(b"\x00\x00\x07\x01\x00\x00\x00\x00")
+  with pytest.raises(DatasetError, match="unknown IDX element type 0x07"):
+    parse_idx(b"\x00\x00\x07\x01\x00\x00\x00\x00")
   (tmp_path / "bad.gz").write_bytes(gzip.compress(_idx(arr, 0x08))[:-8])
   with pytest.raises(DatasetError, match="corrupt gzip"): read_idx(str(tmp_path / "bad.gz"))
 
@@ -34,7 +38,7 @@ def _installed() -> bool:
   except DatasetError: return False
   return True
 
-@pytest.mark.skipif(not _installed(), reason="Fashion-MNIST is not installed (apt-get install -y dataset-fashion-mnist)")
+@pytest.mark.skipif(not _installed(), reason="Fashion-MNIST is absent (apt-get install -y dataset-fashion-mnist)")
 def test_fashion_mnist_matches_golden(golden: Path):
   expected = json.loads((golden / "fashion-mnist.json").read_text())
   x_train, y_train, x_test, y_test = fashion_mnist(verify=False)
@@ -50,8 +54,10 @@ def test_fashion_mnist_missing_names_the_package(tmp_path: Path):
   with pytest.raises(DatasetError, match="cannot read Fashion-MNIST file"): fashion_mnist(str(tmp_path))
 
 def test_fashion_mnist_checksum_mismatch(tmp_path: Path):
-  files = {"train-images-idx3-ubyte.gz": np.zeros((2, 28, 28), np.uint8), "train-labels-idx1-ubyte.gz": np.zeros(2, np.uint8),
-           "t10k-images-idx3-ubyte.gz": np.zeros((1, 28, 28), np.uint8), "t10k-labels-idx1-ubyte.gz": np.zeros(1, np.uint8)}
+  files = {"train-images-idx3-ubyte.gz": np.zeros((2, 28, 28), np.uint8),
+           "train-labels-idx1-ubyte.gz": np.zeros(2, np.uint8),
+           "t10k-images-idx3-ubyte.gz": np.zeros((1, 28, 28), np.uint8),
+           "t10k-labels-idx1-ubyte.gz": np.zeros(1, np.uint8)}
   for name, arr in files.items(): (tmp_path / name).write_bytes(gzip.compress(_idx(arr, 0x08)))
   with pytest.raises(DatasetError, match="does not match the published"): fashion_mnist(str(tmp_path))
   assert fashion_mnist(str(tmp_path), verify=False)[0].shape == (2, 28, 28)

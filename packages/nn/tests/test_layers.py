@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from ember import Context, Tensor, dtypes
 from ember.errors import ShapeError, DTypeError
-from ember.nn import (BatchNorm2d, BatchNorm1d, Conv1d, Conv2d, Dropout, Embedding, GroupNorm, InstanceNorm, LayerNorm, Linear,
-                      LSTMCell, RMSNorm, Sequential)
+from ember.nn import (BatchNorm2d, BatchNorm1d, Conv1d, Conv2d, Dropout, Embedding, GroupNorm, InstanceNorm, LayerNorm,
+                      Linear, LSTMCell, RMSNorm, Sequential)
 from ember.nn.state import get_state_dict
 
 torch = pytest.importorskip("torch")
@@ -14,7 +14,8 @@ torch = pytest.importorskip("torch")
 def _copy_into(torch_module, layer) -> None:
   with torch.no_grad():
     for name, t in get_state_dict(layer).items():
-      target = torch_module.get_parameter(name) if name in dict(torch_module.named_parameters()) else torch_module.get_buffer(name)
+      is_param = name in dict(torch_module.named_parameters())
+      target = torch_module.get_parameter(name) if is_param else torch_module.get_buffer(name)
       target.copy_(torch.from_numpy(t.numpy()))
 
 def _check_grads(layer, torch_module, x_np: np.ndarray, atol: float = 1e-5, **call) -> None:
@@ -30,9 +31,11 @@ def _check_grads(layer, torch_module, x_np: np.ndarray, atol: float = 1e-5, **ca
   np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), atol=atol, rtol=1e-4)
   for name, p in get_state_dict(layer).items():
     if p.requires_grad:
-      np.testing.assert_allclose(p.grad.numpy(), torch_module.get_parameter(name).grad.numpy(), atol=atol, rtol=1e-4, err_msg=name)
+      expected = torch_module.get_parameter(name).grad.numpy()
+      np.testing.assert_allclose(p.grad.numpy(), expected, atol=atol, rtol=1e-4, err_msg=name)
 
-def _rand(*shape: int, seed: int = 0) -> np.ndarray: return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+def _rand(*shape: int, seed: int = 0) -> np.ndarray:
+  return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 def test_linear_matches_torch():
   layer, ref = Linear(6, 4), torch.nn.Linear(6, 4)

@@ -21,7 +21,7 @@ def _ember_run(make_opt: Callable[[list[Tensor]], Any], steps: int = STEPS) -> l
   opt = make_opt([w1, b1, w2])
   for _ in range(steps):
     opt.zero_grad()
-    loss = ((((Tensor(X) @ w1.T + b1).tanh() @ w2.T) - Tensor(T)) ** 2).mean()
+    loss = (((Tensor(X) @ w1.T + b1).tanh() @ w2.T) - Tensor(T)).square().mean()
     loss.backward()
     opt.step()
   return [w1.numpy(), b1.numpy(), w2.numpy()]
@@ -40,10 +40,12 @@ CASES = {
   "sgd": (lambda p: SGD(p, lr=0.1), lambda p: torch.optim.SGD(p, lr=0.1)),
   "sgd_momentum_wd": (lambda p: SGD(p, lr=0.05, momentum=0.9, weight_decay=0.01),
                       lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=0.01)),
-  "sgd_nesterov": (lambda p: SGD(p, lr=0.05, momentum=0.8, nesterov=True), lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.8, nesterov=True)),
+  "sgd_nesterov": (lambda p: SGD(p, lr=0.05, momentum=0.8, nesterov=True),
+                   lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.8, nesterov=True)),
   "adam": (lambda p: Adam(p, lr=0.01), lambda p: torch.optim.Adam(p, lr=0.01)),
   "adam_l2": (lambda p: Adam(p, lr=0.01, weight_decay=0.1), lambda p: torch.optim.Adam(p, lr=0.01, weight_decay=0.1)),
-  "adamw": (lambda p: AdamW(p, lr=0.01, b1=0.8, weight_decay=0.1), lambda p: torch.optim.AdamW(p, lr=0.01, betas=(0.8, 0.999), weight_decay=0.1)),
+  "adamw": (lambda p: AdamW(p, lr=0.01, b1=0.8, weight_decay=0.1),
+            lambda p: torch.optim.AdamW(p, lr=0.01, betas=(0.8, 0.999), weight_decay=0.1)),
 }
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -58,7 +60,8 @@ def _lamb_reference(lr: float, b1: float, b2: float, eps: float, wd: float) -> l
   v = [np.zeros_like(p) for p in params]
   for t in range(1, STEPS + 1):
     ts = [torch.tensor(p, requires_grad=True) for p in params]
-    loss = ((((torch.from_numpy(X).double() @ ts[0].T + ts[1]).tanh() @ ts[2].T) - torch.from_numpy(T).double()) ** 2).mean()
+    hidden = (torch.from_numpy(X).double() @ ts[0].T + ts[1]).tanh()
+    loss = ((hidden @ ts[2].T - torch.from_numpy(T).double()) ** 2).mean()
     loss.backward()
     for i, p in enumerate(params):
       g = ts[i].grad.numpy()
@@ -71,11 +74,14 @@ def _lamb_reference(lr: float, b1: float, b2: float, eps: float, wd: float) -> l
 
 def test_lamb_matches_reference():
   ours = _ember_run(lambda p: LAMB(p, lr=0.02, weight_decay=0.01))
-  for a, b in zip(ours, _lamb_reference(0.02, 0.9, 0.999, 1e-6, 0.01)): np.testing.assert_allclose(a, b, atol=2e-5, rtol=0)
+  for a, b in zip(ours, _lamb_reference(0.02, 0.9, 0.999, 1e-6, 0.01)):
+    np.testing.assert_allclose(a, b, atol=2e-5, rtol=0)
 
 def test_optimizer_group_matches_torch_param_groups():
-  ours = _ember_run(lambda p: OptimizerGroup(AdamW([p[0], p[2]], lr=0.01, weight_decay=0.2), AdamW([p[1]], lr=0.01, weight_decay=0.0)))
-  ref = _torch_run(lambda p: torch.optim.AdamW([{"params": [p[0], p[2]], "weight_decay": 0.2}, {"params": [p[1]], "weight_decay": 0.0}], lr=0.01))
+  ours = _ember_run(lambda p: OptimizerGroup(AdamW([p[0], p[2]], lr=0.01, weight_decay=0.2),
+                                             AdamW([p[1]], lr=0.01, weight_decay=0.0)))
+  groups = lambda p: [{"params": [p[0], p[2]], "weight_decay": 0.2}, {"params": [p[1]], "weight_decay": 0.0}]
+  ref = _torch_run(lambda p: torch.optim.AdamW(groups(p), lr=0.01))
   for a, b in zip(ours, ref): np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
 
 def test_step_skips_params_without_grad_and_zero_grad_clears():

@@ -20,8 +20,8 @@ def test_installed_wheels_import(tmp_path: Path):
   assert "ember/nn/__init__.py" in names and "ember/nn/py.typed" in names and "ember/__init__.py" not in names
   subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target", str(target),
                   *map(str, wheels.glob("*.whl"))], check=True, capture_output=True, timeout=300)
-  code = ("import ember; from ember import nn; from ember.nn.optim import Adam, AdamW; from ember.nn.state import safe_load; "
-          "print(nn.__file__); print(Adam.__module__)")
+  code = ("import ember; from ember import nn; from ember.nn.optim import Adam, AdamW; "
+          "from ember.nn.state import safe_load; print(nn.__file__); print(Adam.__module__)")
   res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                        env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"})
   assert res.returncode == 0, res.stderr

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from ember import Tensor, dtypes
 from ember.nn import BatchNorm2d, Conv2d, Linear, Sequential
-from ember.nn.state import (SafetensorsError, StateDictError, get_parameters, get_state_dict, load_state_dict, safe_load,
-                            safe_load_metadata, safe_save)
+from ember.nn.state import (SafetensorsError, StateDictError, get_parameters, get_state_dict, load_state_dict,
+                            safe_load, safe_load_metadata, safe_save)
 
 class Net:
   def __init__(self):
@@ -21,8 +21,9 @@ class Net:
 def test_state_dict_keys_and_parameters():
   net = Net()
   sd = get_state_dict(net)
-  expected = {"conv.weight", "conv.bias", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var", "bn.num_batches_tracked",
-              "head.0.weight", "head.0.bias", "head.1.weight", "head.1.bias", "alias.weight", "alias.bias"}
+  expected = {"conv.weight", "conv.bias", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var",
+              "bn.num_batches_tracked", "head.0.weight", "head.0.bias", "head.1.weight", "head.1.bias", "alias.weight",
+              "alias.bias"}
   assert set(sd) == expected
   params = get_parameters(net)
   assert len(params) == len(expected) - 2 and len({id(p) for p in params}) == len(params)
@@ -30,12 +31,14 @@ def test_state_dict_keys_and_parameters():
 def test_load_state_dict_round_trip():
   a, b = Net(), Net()
   load_state_dict(b, get_state_dict(a))
-  for k, v in get_state_dict(a).items(): np.testing.assert_array_equal(get_state_dict(b)[k].numpy(), v.numpy(), err_msg=k)
+  for k, v in get_state_dict(a).items():
+    np.testing.assert_array_equal(get_state_dict(b)[k].numpy(), v.numpy(), err_msg=k)
   assert all(t.uop.is_realized for t in get_state_dict(b).values())
 
 def test_load_state_dict_reports_every_problem():
   model = Sequential(Linear(4, 3), Linear(3, 2))
-  sd = {"0.weight": Tensor.zeros(3, 5), "0.bias": Tensor.zeros(3), "1.weight": Tensor.zeros(2, 3, dtype=dtypes.float16), "extra": Tensor.zeros(1)}
+  sd = {"0.weight": Tensor.zeros(3, 5), "0.bias": Tensor.zeros(3), "1.weight": Tensor.zeros(2, 3, dtype=dtypes.float16),
+        "extra": Tensor.zeros(1)}
   with pytest.raises(StateDictError) as e: load_state_dict(model, sd)
   msg = str(e.value)
   assert "missing keys: 1.bias" in msg and "unexpected keys: extra" in msg
@@ -52,11 +55,13 @@ ROUND_TRIP = [np.float32, np.float16, np.float64, np.int8, np.uint8, np.int16, n
 def test_safetensors_written_by_us_read_by_reference(tmp_path: Path):
   st = pytest.importorskip("safetensors.numpy")
   rng = np.random.default_rng(0)
-  arrays = {f"t{i}.{np.dtype(dt).name}": (rng.standard_normal((3, 4)) * 50).astype(dt) for i, dt in enumerate(ROUND_TRIP)}
+  arrays = {f"t{i}.{np.dtype(dt).name}": (rng.standard_normal((3, 4)) * 50).astype(dt)
+            for i, dt in enumerate(ROUND_TRIP)}
   arrays["scalar"] = np.array(2.5, dtype=np.float32)
   arrays["empty"] = np.zeros((0, 3), dtype=np.float32)
   path = str(tmp_path / "ours.safetensors")
-  safe_save({k: Tensor(v) if v.shape != () else Tensor(v.reshape(1)).reshape(()) for k, v in arrays.items()}, path, {"format": "np"})
+  ours = {k: Tensor(v) if v.shape != () else Tensor(v.reshape(1)).reshape(()) for k, v in arrays.items()}
+  safe_save(ours, path, {"format": "np"})
   back = st.load_file(path)
   assert set(back) == set(arrays)
   for k, v in arrays.items():
@@ -69,15 +74,17 @@ def test_safetensors_written_by_reference_read_lazily(tmp_path: Path):
   st = pytest.importorskip("safetensors.torch")
   g = torch.Generator().manual_seed(0)
   tensors = {"w.f32": torch.randn(4, 5, generator=g), "w.bf16": torch.randn(3, 7, generator=g).bfloat16(),
-             "w.f16": torch.randn(6, generator=g).half(), "w.e4m3": (torch.randn(2, 8, generator=g) * 10).to(torch.float8_e4m3fn),
-             "w.e5m2": (torch.randn(5, generator=g) * 100).to(torch.float8_e5m2), "ids": torch.arange(-5, 5, dtype=torch.int64)}
+             "w.f16": torch.randn(6, generator=g).half(),
+             "w.e4m3": (torch.randn(2, 8, generator=g) * 10).to(torch.float8_e4m3fn),
+             "w.e5m2": (torch.randn(5, generator=g) * 100).to(torch.float8_e5m2),
+             "ids": torch.arange(-5, 5, dtype=torch.int64)}
   path = str(tmp_path / "ref.safetensors")
   st.save_file(tensors, path)
   loaded = safe_load(path)
   # lazy: nothing has been read; each tensor is a copy of its own byte range of the mapped file
   assert not any(t.uop.is_realized for t in loaded.values())
-  expected_dtypes = {"w.f32": dtypes.float32, "w.bf16": dtypes.bfloat16, "w.f16": dtypes.float16, "w.e4m3": dtypes.fp8e4m3,
-                     "w.e5m2": dtypes.fp8e5m2, "ids": dtypes.int64}
+  expected_dtypes = {"w.f32": dtypes.float32, "w.bf16": dtypes.bfloat16, "w.f16": dtypes.float16,
+                     "w.e4m3": dtypes.fp8e4m3, "w.e5m2": dtypes.fp8e5m2, "ids": dtypes.int64}
   for k, ref in tensors.items():
     assert loaded[k].dtype is expected_dtypes[k] and loaded[k].shape == tuple(ref.shape), k
     np.testing.assert_array_equal(loaded[k].float().numpy() if ref.is_floating_point() else loaded[k].numpy(),
@@ -109,7 +116,7 @@ def _header(**entries: object) -> bytes: return json.dumps(entries).encode()
   (lambda p: _write(p, b"{not json"), "JSON header at offset 8"),
   (lambda p: _write(p, _header(x={"dtype": "Q9", "shape": [1], "data_offsets": [0, 1]}), b"\0"), "dtype 'Q9'"),
   (lambda p: _write(p, _header(x={"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}), b"\0" * 4), "needs 8 bytes"),
-  (lambda p: _write(p, _header(x={"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}), b"\0" * 8), "past the end of the file"),
+  (lambda p: _write(p, _header(x={"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}), b"\0" * 8), "past the end"),
   (lambda p: _write(p, _header(x={"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}), b"\0" * 4), "invalid shape"),
   (lambda p: _write(p, _header(x={"shape": [1]})), "needs dtype, shape and data_offsets"),
 ])

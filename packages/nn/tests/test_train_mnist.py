@@ -20,7 +20,7 @@ def _installed() -> bool:
   return True
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _installed(), reason="Fashion-MNIST is not installed (apt-get install -y dataset-fashion-mnist)")
+@pytest.mark.skipif(not _installed(), reason="Fashion-MNIST is absent (apt-get install -y dataset-fashion-mnist)")
 def test_fashion_mnist_two_epochs_reach_80_percent(capsys):
   acc = main(["--epochs", "2", "--log-every", "100"])
   out = capsys.readouterr().out

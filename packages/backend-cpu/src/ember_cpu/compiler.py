@@ -27,7 +27,7 @@ def _is_x86() -> bool: return platform.machine().lower() in ("x86_64", "amd64", 
 
 def c_flags() -> tuple[str, ...]:
   """Flags that keep C's float semantics exact (no contraction, no fast-math) and signed overflow wrapping."""
-  flags = ("-O2", "-shared", "-fPIC", "-std=c11", "-ffp-contract=off", "-fno-math-errno", "-fwrapv", "-lm")
+  flags = ("-O3", "-shared", "-fPIC", "-std=c11", "-ffp-contract=off", "-fno-math-errno", "-fwrapv", "-lm")
   return flags + (("-march=native", *_AMX_OFF) if _is_x86() else ("-mcpu=native",))
 
 @functools.cache
@@ -49,14 +49,35 @@ def _digest(*parts: str) -> str: return hashlib.sha256("\0".join(parts).encode()
 
 def _numbered(src: str) -> str: return "\n".join(f"{i + 1:4d} {line}" for i, line in enumerate(src.splitlines()))
 
+# what every kernel may need: C11, the flags above, and _Float16 (clang >= 15 and gcc >= 12 on x86)
+_PROBE_SRC = "_Float16 ember_probe(_Float16 x) { return x * (_Float16)2; }\n"
+
+@functools.cache
+def _cannot_build_kernels(cc: str) -> str | None:
+  """None if `cc` compiles what ClangRenderer emits with our flags, else the compiler's complaint."""
+  with tempfile.TemporaryDirectory(prefix="ember_cc_") as tmp:
+    try:
+      cmd = [cc, "-x", "c", "-", "-o", os.path.join(tmp, "probe.so"), *c_flags()]
+      proc = subprocess.run(cmd, input=_PROBE_SRC.encode(), capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+      return str(e)
+  return None if proc.returncode == 0 else proc.stderr.decode(errors="replace").strip()
+
 class ClangCompiler(Compiler):
-  """Compiles C with the system compiler (clang, else gcc, else cc) into a shared object, returned as bytes."""
+  """Compiles C with the system compiler into a shared object, returned as bytes: clang, else gcc, else cc, skipping
+  one that cannot build the kernels (an old clang or gcc without _Float16)."""
   binary_format = "elf-so"
   def __init__(self, cc: str | None = None) -> None:
-    found = cc or find_c_compiler()
-    if found is None:
+    candidates = [cc] if cc is not None else [p for name in C_COMPILERS if (p := shutil.which(name)) is not None]
+    if not candidates:
       raise CompileError("no C compiler found for DEV=CPU:C (looked for clang, gcc and cc on PATH); "
                          "install one (e.g. `apt-get install clang` or `gcc`), or use DEV=CPU:LLVM")
+    problems = {c: _cannot_build_kernels(c) for c in candidates}
+    found = next((c for c, problem in problems.items() if problem is None), None)
+    if found is None:
+      details = "; ".join(f"{c}: {problem}" for c, problem in problems.items())
+      raise CompileError(f"no C compiler on PATH can build CPU kernels ({details}); install clang >= 15 or gcc >= 12, "
+                         "or use DEV=CPU:LLVM")
     self.cc, self.flags = found, c_flags()
     key = _digest(_compiler_version(found), *self.flags, _host_cpu_id())
     super().__init__(f"compile_c_{os.path.basename(found)}_{key}")

@@ -101,6 +101,10 @@ grad_rules: dict[Ops, Callable] = {
   Ops.COPY: lambda g, n: (g.to(n.src[0].device), None),
 }
 
+# piecewise-constant or non-differentiable ops: no gradient flows through them (it is zero, not an error)
+NO_GRADIENT = {Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR,
+               Ops.BITCAST, Ops.ASSIGN, Ops.DETACH, Ops.CONST, Ops.BUFFER}
+
 def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
   """Gradients of `root` (seeded with `root_grad`) with respect to every node on a path to a target."""
   # nodes that lead to a target: only these need gradients
@@ -114,9 +118,7 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
     if not leads[node] or not node.src: continue
     rule = grad_rules.get(node.op)
     if rule is None:
-      if any(leads.get(s, False) for s in node.src) and node.op not in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.IDIV, Ops.MOD, Ops.AND,
-                                                                         Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.BITCAST, Ops.ASSIGN,
-                                                                         Ops.DETACH, Ops.CONST, Ops.BUFFER):
+      if any(leads.get(s, False) for s in node.src) and node.op not in NO_GRADIENT:
         from ember.errors import GradientError
         raise GradientError(f"no gradient rule for {node.op.name}")
       continue

@@ -335,7 +335,8 @@ class Tensor:
     if high <= low: raise ValueError(f"randint needs low < high, got low={low}, high={high}")
     dt = to_dtype(dtype) if dtype is not None else dtypes.int32
     if not dtypes.is_int(dt): raise DTypeError(f"randint needs an int dtype, got {dt!r}")
-    u = Tensor.rand(*shape, dtype=dtypes.float64 if high - low > 2 ** 22 else dtypes.float32, device=kwargs.get("device"))
+    wide = high - low > 2 ** 22  # float32 has 23 random bits: wider ranges draw in float64
+    u = Tensor.rand(*shape, dtype=dtypes.float64 if wide else dtypes.float32, device=kwargs.get("device"))
     return ((u * (high - low)).floor().cast(dtypes.int64) + low).cast(dt)
   @staticmethod
   def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, **kwargs: Any) -> Tensor:
@@ -345,7 +346,8 @@ class Tensor:
     (2, 3)
     """
     rg = kwargs.pop("requires_grad", None)
-    return (Tensor.randn(*shape, **kwargs) * std + mean).cast(to_dtype(kwargs.get("dtype") or dtypes.default_float)).requires_grad_(rg)
+    dt = to_dtype(kwargs.get("dtype") or dtypes.default_float)
+    return (Tensor.randn(*shape, **kwargs) * std + mean).cast(dt).requires_grad_(rg)
   @staticmethod
   def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, **kwargs: Any) -> Tensor:
     """Uniform samples in [low, high).
@@ -539,7 +541,8 @@ class Tensor:
     [[1, 2, 1, 2], [1, 2, 1, 2]]
     """
     reps = _shape_arg((repeats, *args) if args else ((repeats,) if isinstance(repeats, int) else tuple(repeats)))
-    if len(reps) < self.ndim: raise ShapeError(f"repeat needs at least {self.ndim} repeats for shape {self.shape}, got {reps}")
+    if len(reps) < self.ndim:
+      raise ShapeError(f"repeat needs at least {self.ndim} repeats for shape {self.shape}, got {reps}")
     base = self.reshape((1,) * (len(reps) - self.ndim) + self.shape)
     inter = [v for s in base.shape for v in (1, s)]
     tiled = [v for r, s in zip(reps, base.shape) for v in (r, s)]
@@ -551,7 +554,8 @@ class Tensor:
     [1, 1, 2, 2]
     """
     if not isinstance(repeats, int) or repeats < 0:
-      raise ShapeError(f"repeat_interleave needs a non-negative int repeats (tensor repeats have a data-dependent shape), got {repeats!r}")
+      raise ShapeError(f"repeat_interleave needs a non-negative int repeats (tensor repeats have a data-dependent "
+                       f"shape), got {repeats!r}")
     x = self.flatten() if dim is None else self
     d = 0 if dim is None else x._resolve_dim(dim)
     out = x.unsqueeze(d + 1).expand(*x.shape[:d + 1], repeats, *x.shape[d + 1:])
@@ -567,7 +571,8 @@ class Tensor:
     if isinstance(sizes, int):
       if sizes <= 0: raise ShapeError(f"split size must be positive, got {sizes}")
       sizes = [min(sizes, n - i) for i in range(0, n, sizes)] or [0]
-    if sum(sizes) != n: raise ShapeError(f"split sizes {list(sizes)} sum to {sum(sizes)}, not dim {d} of shape {self.shape}")
+    if sum(sizes) != n:
+      raise ShapeError(f"split sizes {list(sizes)} sum to {sum(sizes)}, not dim {d} of shape {self.shape}")
     offsets = [sum(sizes[:i]) for i in range(len(sizes))]
     return tuple(self._slice_dim(d, o, o + s) for o, s in zip(offsets, sizes))
   def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
@@ -587,7 +592,8 @@ class Tensor:
     """
     d = self._resolve_dim(dim)
     n = int(self.shape[d])
-    if size > n or size < 0 or step <= 0: raise ShapeError(f"unfold size {size}, step {step} do not fit dim {d} of shape {self.shape}")
+    if size > n or size < 0 or step <= 0:
+      raise ShapeError(f"unfold size {size}, step {step} do not fit dim {d} of shape {self.shape}")
     count = (n - size) // step + 1
     wins = [self._slice_dim(d, k * step, k * step + size) for k in range(count)]
     out = wins[0].stack(*wins[1:], dim=d)  # (..., count, size, ...)
@@ -619,11 +625,12 @@ class Tensor:
     r0, c0 = (0, offset) if offset >= 0 else (-offset, 0)
     length = max(0, min(rows - r0, cols - c0))
     lead = x.shape[:-2]
-    if length == 0: return Tensor.empty(*lead, 0, dtype=strong_dtype(self.dtype), device=self.device)
+    if length == 0: return x.shrink(tuple((0, s) for s in lead) + ((0, 0), (0, 0))).reshape(*lead, 0)
     x = x.shrink(tuple((0, s) for s in lead) + ((r0, r0 + length), (c0, c0 + length)))
     # flat index i * (L + 1) is element (i, i): pad the flattened plane by L and view it as rows of L + 1
     flat = x.reshape(*lead, length * length).pad(((0, 0),) * len(lead) + ((0, length),))
-    return flat.reshape(*lead, length, length + 1).shrink(tuple((0, s) for s in lead) + ((0, length), (0, 1))).reshape(*lead, length)
+    rows = flat.reshape(*lead, length, length + 1)
+    return rows.shrink(tuple((0, s) for s in lead) + ((0, length), (0, 1))).reshape(*lead, length)
   def _tri_mask(self, diagonal: int, lower: bool) -> Tensor:
     if self.ndim < 2: raise ShapeError(f"tril/triu need at least 2 dims, got shape {self.shape}")
     r, c = int(self.shape[-2]), int(self.shape[-1])
@@ -672,9 +679,11 @@ class Tensor:
     return self.reshape(*self.shape[:d], *sizes, *self.shape[d + 1:])
   def _check_index_tensor(self, index: Tensor, dim: int, op: str) -> None:
     if not dtypes.is_int(index.dtype): raise DTypeError(f"{op} index must be an int tensor, got {index.dtype!r}")
-    if index.ndim != self.ndim: raise ShapeError(f"{op}: index shape {index.shape} must have as many dims as input {self.shape}")
+    if index.ndim != self.ndim:
+      raise ShapeError(f"{op}: index shape {index.shape} must have as many dims as input {self.shape}")
     for i, (a, b) in enumerate(zip(index.shape, self.shape)):
-      if i != dim and a > b: raise ShapeError(f"{op}: index shape {index.shape} exceeds input shape {self.shape} at dim {i}")
+      if i != dim and a > b:
+        raise ShapeError(f"{op}: index shape {index.shape} exceeds input shape {self.shape} at dim {i}")
   def gather(self, dim: int, index: Tensor) -> Tensor:
     """out[..., i, ...] = self[..., index[..., i, ...], ...] along `dim` (torch.gather); out has index's shape.
 
@@ -765,7 +774,8 @@ class Tensor:
     >>> Tensor([0, 2]).one_hot(3).tolist()
     [[1, 0, 0], [0, 0, 1]]
     """
-    if not dtypes.is_int(self.dtype): raise DTypeError(f"one_hot needs an int tensor of class indices, got {self.dtype!r}")
+    if not dtypes.is_int(self.dtype):
+      raise DTypeError(f"one_hot needs an int tensor of class indices, got {self.dtype!r}")
     if num_classes == -1: num_classes = int(self.max().item()) + 1
     dt = strong_dtype(self.dtype)
     return (self.unsqueeze(-1) == Tensor.arange(num_classes, device=self.device, dtype=dt)).cast(dt)
@@ -1564,7 +1574,8 @@ class Tensor:
     m = x.max(axis, keepdim=True).detach()
     m = m.isinf().where(0, m)
     ret = (x - m).exp().sum(axis, keepdim=True).log() + m
-    return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in self._reduce_axes(axis)))
+    axes = self._reduce_axes(axis)
+    return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
   def _scan_windows(self, axis: int, fill: Any) -> Tensor:
     """(..., n, n) with the scanned axis last: row i holds x[:i+1] and `fill` after it."""
     x = self.transpose(axis, -1) if self.ndim > 1 else self
@@ -1598,7 +1609,8 @@ class Tensor:
     ax = x._resolve_dim(axis) if x.ndim else 0
     if x.ndim == 0: return x, Tensor(0, dtype=dtypes.int32, device=self.device)
     if largest: vals = x._scan(Ops.MAX, ax, dtypes.min(x.dtype) if not dtypes.is_float(x.dtype) else -math.inf)
-    elif dtypes.is_float(x.dtype) or dtypes.is_int(x.dtype) and not dtypes.is_unsigned(x.dtype): vals = -((-x)._cum_extreme(ax, True)[0])
+    elif dtypes.is_float(x.dtype) or dtypes.is_int(x.dtype) and not dtypes.is_unsigned(x.dtype):
+      vals = -((-x)._cum_extreme(ax, True)[0])
     elif x.dtype is dtypes.bool: vals = x.logical_not()._cum_extreme(ax, True)[0].logical_not()
     else: vals = dtypes.max(x.dtype) - (dtypes.max(x.dtype) - x)._cum_extreme(ax, True)[0]
     # index: the last j <= i where x[j] equals the running extreme (torch's tie rule)
@@ -1695,7 +1707,8 @@ class Tensor:
     acc = aligned[0].cast(dt)
     for t in aligned[1:]: acc = acc * t.cast(dt)
     reduce_axes = [i for i, c in enumerate(alphabet) if c not in out]
-    ret = acc.sum(reduce_axes, dtype=sum_acc_dtype(dt) if not dtypes.is_float(dt) else None).cast(dt) if reduce_axes else acc
+    acc_dt = sum_acc_dtype(dt) if not dtypes.is_float(dt) else None
+    ret = acc.sum(reduce_axes, dtype=acc_dt).cast(dt) if reduce_axes else acc
     return ret._broadcast_to(tuple(sizes[c] for c in out)) if ret.shape != tuple(sizes[c] for c in out) else ret
 
   # ** convolution and pooling **
@@ -1714,7 +1727,8 @@ class Tensor:
       pre, post = x.shape[:ax], x.shape[ax + 1:]
       x = x.reshape(*pre, 1, i, *post).expand(*pre, e, i, *post).reshape(*pre, e * i, *post)
       x = x._slice_dim(ax, 0, k * (i + d)).reshape(*pre, k, i + d, *post)
-      x = x._slice_dim(ax + 1, 0, o * s).reshape(*pre, k, o, s, *post)._slice_dim(ax + 2, 0, 1).reshape(*pre, k, o, *post)
+      x = x._slice_dim(ax + 1, 0, o * s).reshape(*pre, k, o, s, *post)
+      x = x._slice_dim(ax + 2, 0, 1).reshape(*pre, k, o, *post)
       x = x.transpose(ax, ax + 1)  # (..., o, k, ...)
     order = list(range(lead)) + [lead + 2 * j for j in range(nd)] + [lead + 2 * j + 1 for j in range(nd)]
     return x.permute(order)
@@ -1746,8 +1760,8 @@ class Tensor:
     bs, cin = self.shape[:2]
     cout, cin_g = weight.shape[:2]
     if cin != cin_g * groups or cout % groups != 0:
-      raise ShapeError(f"conv2d: input channels {cin} != weight channels {cin_g} * groups {groups} (weight {weight.shape}), "
-                       f"or out channels {cout} not divisible by groups")
+      raise ShapeError(f"conv2d: input channels {cin} != weight channels {cin_g} * groups {groups} "
+                       f"(input {self.shape}, weight {weight.shape}), or out channels {cout} not divisible by groups")
     kernel = tuple(int(k) for k in weight.shape[2:])
     pads = Tensor._pad_pairs(padding, nd)
     x = self.pad(((0, 0), (0, 0), *pads))
@@ -1759,11 +1773,12 @@ class Tensor:
     dt = least_upper_dtype(win.dtype, w.dtype)
     prodt = win.cast(dt) * w.cast(dt)
     axes = [3] + list(range(4 + nd, 4 + 2 * nd))
-    out = prodt.sum(axes, dtype=sum_acc_dtype(dt) if not dtypes.is_float(dt) else None).cast(dt).reshape(bs, cout, *out_sp)
+    acc_dt = sum_acc_dtype(dt) if not dtypes.is_float(dt) else None
+    out = prodt.sum(axes, dtype=acc_dt).cast(dt).reshape(bs, cout, *out_sp)
     return out if bias is None else out + bias.reshape(1, cout, *([1] * nd))
-  def conv_transpose2d(self, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: int | Sequence[int] = 1,
-                       dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
-                       output_padding: int | Sequence[int] = 0) -> Tensor:
+  def conv_transpose2d(self, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
+                       stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,
+                       padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0) -> Tensor:
     """Transposed convolution (the gradient of conv2d): weight (Cin, Cout/groups, *kernel); `output_padding` adds
     rows/cols on the far side of each spatial dim.
 
@@ -1771,9 +1786,11 @@ class Tensor:
     (1, 1, 3, 3)
     """
     nd = weight.ndim - 2
-    if self.ndim != nd + 2: raise ShapeError(f"conv_transpose2d: input {self.shape} and weight {weight.shape} ranks differ")
+    if self.ndim != nd + 2:
+      raise ShapeError(f"conv_transpose2d: input {self.shape} and weight {weight.shape} ranks differ")
     cin, cout_g = weight.shape[:2]
-    if self.shape[1] != cin: raise ShapeError(f"conv_transpose2d: input channels {self.shape[1]} != weight {weight.shape} dim 0")
+    if self.shape[1] != cin:
+      raise ShapeError(f"conv_transpose2d: input channels {self.shape[1]} != weight {weight.shape} dim 0")
     kernel = tuple(int(k) for k in weight.shape[2:])
     st, dl = Tensor._tuple_arg(stride, nd, "stride"), Tensor._tuple_arg(dilation, nd, "dilation")
     pd, op = Tensor._tuple_arg(padding, nd, "padding"), Tensor._tuple_arg(output_padding, nd, "output_padding")
@@ -1788,16 +1805,19 @@ class Tensor:
     pads = [(d * (k - 1) - p, d * (k - 1) - p + o) for k, d, p, o in zip(kernel, dl, pd, op)]
     x = x.pad(((0, 0), (0, 0), *pads))
     # (Cin, Cout/G, *k) -> (Cout, Cin/G, *k), flipped in space
-    w = weight.reshape(groups, cin // groups, cout_g, *kernel).transpose(1, 2).reshape(groups * cout_g, cin // groups, *kernel)
+    w = weight.reshape(groups, cin // groups, cout_g, *kernel).transpose(1, 2)
+    w = w.reshape(groups * cout_g, cin // groups, *kernel)
     w = w.flip(list(range(2, 2 + nd)))
     return x.conv2d(w, bias, groups=groups, dilation=dl)
-  def _pool_geometry(self, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None, padding: int | Sequence[int],
-                     dilation: int | Sequence[int], ceil_mode: bool) -> tuple[tuple[int, ...], ...]:
+  def _pool_geometry(self, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None,
+                     padding: int | Sequence[int], dilation: int | Sequence[int],
+                     ceil_mode: bool) -> tuple[tuple[int, ...], ...]:
     """(kernel, stride, dilation, pad_before, pad_after) for the last len(kernel) dims; pad_after includes the extra
     room ceil_mode needs (torch: the last window must start inside the input or its left padding)."""
     nd = 2 if isinstance(kernel_size, int) else len(kernel_size)
     k = Tensor._tuple_arg(kernel_size, nd, "kernel_size")
-    s = k if stride is None or (not isinstance(stride, int) and len(stride) == 0) else Tensor._tuple_arg(stride, nd, "stride")
+    no_stride = stride is None or (not isinstance(stride, int) and len(stride) == 0)
+    s = k if no_stride or stride is None else Tensor._tuple_arg(stride, nd, "stride")
     d = Tensor._tuple_arg(dilation, nd, "dilation")
     p = Tensor._tuple_arg(padding, nd, "padding")
     after = []
@@ -1827,26 +1847,29 @@ class Tensor:
     if not return_indices: return out
     spatial = self.shape[-nd:]
     ids = Tensor.arange(int(prod(spatial)), device=self.device, dtype=dtypes.int32).reshape(spatial)
-    id_win = ids.pad(tuple(zip(p, after)), value=-1)._pool(k, s, d).reshape(*win.shape[self.ndim - nd:win.ndim - nd], int(prod(k)))
+    out_sp = win.shape[self.ndim - nd:win.ndim - nd]
+    id_win = ids.pad(tuple(zip(p, after)), value=-1)._pool(k, s, d).reshape(*out_sp, int(prod(k)))
     first = flat_k.detach()._arg_first(flat_k.detach() == out.detach().unsqueeze(-1), -1, False)
     pick = first.unsqueeze(-1) == Tensor.arange(int(prod(k)), device=self.device, dtype=dtypes.int32)
     return out, pick.where(id_win, 0).sum(-1, dtype=dtypes.int32)
-  def max_unpool2d(self, indices: Tensor, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
-                   dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
-                   output_size: Sequence[int] | None = None) -> Tensor:
+  def max_unpool2d(self, indices: Tensor, kernel_size: int | Sequence[int] = (2, 2),
+                   stride: int | Sequence[int] | None = None, dilation: int | Sequence[int] = 1,
+                   padding: int | Sequence[int] = 0, output_size: Sequence[int] | None = None) -> Tensor:
     """The inverse of max_pool2d(return_indices=True): each value goes to its flat index, zeros elsewhere.
 
     >>> v, i = Tensor([[[[1.0, 2.0], [3.0, 4.0]]]]).max_pool2d(return_indices=True)
     >>> v.max_unpool2d(i).tolist()
     [[[[0.0, 0.0], [0.0, 4.0]]]]
     """
-    if indices.shape != self.shape: raise ShapeError(f"max_unpool2d: indices {indices.shape} must match values {self.shape}")
+    if indices.shape != self.shape:
+      raise ShapeError(f"max_unpool2d: indices {indices.shape} must match values {self.shape}")
     nd = 2 if isinstance(kernel_size, int) else len(kernel_size)
     k = Tensor._tuple_arg(kernel_size, nd, "kernel_size")
     s = k if stride is None else Tensor._tuple_arg(stride, nd, "stride")
     d, p = Tensor._tuple_arg(dilation, nd, "dilation"), Tensor._tuple_arg(padding, nd, "padding")
     if output_size is None:
-      spatial = tuple((int(i) - 1) * ss - 2 * pp + dd * (kk - 1) + 1 for i, ss, pp, dd, kk in zip(self.shape[-nd:], s, p, d, k))
+      geo = zip(self.shape[-nd:], s, p, d, k)
+      spatial = tuple((int(i) - 1) * ss - 2 * pp + dd * (kk - 1) + 1 for i, ss, pp, dd, kk in geo)
     else: spatial = tuple(int(v) for v in output_size[-nd:])
     lead = self.shape[:-nd]
     flat = Tensor.zeros(*lead, int(prod(spatial)), dtype=strong_dtype(self.dtype), device=self.device)
@@ -1867,7 +1890,8 @@ class Tensor:
     total = win.sum(list(range(win.ndim - nd, win.ndim)))
     spatial = tuple(int(v) for v in self.shape[-nd:])
     ones = Tensor.ones(*spatial, dtype=x.dtype, device=self.device)
-    if count_include_pad: ones = ones.pad(tuple(zip(p, p)), value=1.0).pad(tuple((0, a - pp) for pp, a in zip(p, after)))
+    if count_include_pad:
+      ones = ones.pad(tuple(zip(p, p)), value=1.0).pad(tuple((0, a - pp) for pp, a in zip(p, after)))
     else: ones = ones.pad(tuple(zip(p, after)))
     count = ones._pool(k, s, d).sum(list(range(nd, 2 * nd)))
     return total / count
@@ -1905,7 +1929,8 @@ class Tensor:
       else: pos = [max((t + 0.5) * sc - 0.5, 0.0) for t in range(o)]
       lo = [min(int(math.floor(v)), i - 1) for v in pos]
       hi = [min(v + 1, i - 1) for v in lo]
-      frac = Tensor([v - f for v, f in zip(pos, lo)], dtype=x.dtype, device=self.device).reshape(o, *([1] * (nd - 1 - j)))
+      frac = Tensor([v - f for v, f in zip(pos, lo)], dtype=x.dtype, device=self.device)
+      frac = frac.reshape(o, *([1] * (nd - 1 - j)))
       x = x[(slice(None),) * ax + (lo,)] * (1 - frac) + x[(slice(None),) * ax + (hi,)] * frac
     return x
   def dropout(self, p: float = 0.5) -> Tensor:
@@ -1919,8 +1944,9 @@ class Tensor:
     if p == 1: return self * 0
     keep = Tensor.rand(*self.shape, device=self.device) >= p
     return keep.where(self, 0) * (1 / (1 - p))
-  def scaled_dot_product_attention(self, key: Tensor, value: Tensor, attn_mask: Tensor | None = None, dropout_p: float = 0.0,
-                                   is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> Tensor:
+  def scaled_dot_product_attention(self, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                                   dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+                                   enable_gqa: bool = False) -> Tensor:
     """softmax(q @ k^T * scale + mask) @ v with q = self (..., L, E). A bool `attn_mask` keeps where True, a float one
     is added; `is_causal` masks the future; `enable_gqa` repeats key/value heads to match the query's.
 
@@ -1928,7 +1954,8 @@ class Tensor:
     >>> q.scaled_dot_product_attention(q, q).shape
     (1, 2, 4)
     """
-    if self.shape[-1] != key.shape[-1]: raise ShapeError(f"sdpa: query {self.shape} and key {key.shape} feature dims differ")
+    if self.shape[-1] != key.shape[-1]:
+      raise ShapeError(f"sdpa: query {self.shape} and key {key.shape} feature dims differ")
     if enable_gqa and self.ndim >= 3 and key.shape[-3] != self.shape[-3]:
       rep = int(self.shape[-3]) // int(key.shape[-3])
       key, value = key.repeat_interleave(rep, -3), value.repeat_interleave(rep, -3)
@@ -1962,7 +1989,8 @@ class Tensor:
     >>> round(Tensor([0.0]).binary_crossentropy_logits(Tensor([1.0])).item(), 5)
     0.69315
     """
-    if Y.shape != self.shape: raise ShapeError(f"binary_crossentropy_logits: input {self.shape} and target {Y.shape} differ")
+    if Y.shape != self.shape:
+      raise ShapeError(f"binary_crossentropy_logits: input {self.shape} and target {Y.shape} differ")
     x = self._float()
     log_sig_neg = (-x).softplus()  # -log(sigmoid(x))
     if pos_weight is None: loss = (1 - Y) * x + log_sig_neg
@@ -1980,7 +2008,8 @@ class Tensor:
     logp = self.unsqueeze(0) if self.ndim == 1 else self
     tgt = Y.unsqueeze(0) if self.ndim == 1 else Y
     if tgt.shape != logp.shape[:1] + logp.shape[2:]:
-      raise ShapeError(f"nll_loss: input {self.shape} needs target shape {logp.shape[:1] + logp.shape[2:]}, got {Y.shape}")
+      raise ShapeError(f"nll_loss: input {self.shape} needs target shape {logp.shape[:1] + logp.shape[2:]}, got "
+                       f"{Y.shape}")
     c = int(logp.shape[1])
     classes = Tensor.arange(c, device=self.device, dtype=tgt.dtype).reshape(1, c, *([1] * (logp.ndim - 2)))
     onehot = tgt.unsqueeze(1) == classes  # (N, C, ...)
@@ -1995,8 +2024,8 @@ class Tensor:
     if reduction == "mean": return loss.sum() / w_t.sum()
     if reduction == "none" and self.ndim == 1: return loss.reshape(())
     return loss._reduce_loss(reduction)
-  def cross_entropy(self, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0, weight: Tensor | None = None,
-                    ignore_index: int = -100) -> Tensor:
+  def cross_entropy(self, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0,
+                    weight: Tensor | None = None, ignore_index: int = -100) -> Tensor:
     """Cross-entropy of logits (N, C, ...) (class dim 1) against class indices or class probabilities (same shape as
     the logits), with torch's `label_smoothing`, `weight` and `ignore_index` semantics.
 
@@ -2005,7 +2034,8 @@ class Tensor:
     """
     logp = self.log_softmax(1 if self.ndim > 1 else 0)
     if dtypes.is_int(Y.dtype): return logp.nll_loss(Y, weight, ignore_index, reduction, label_smoothing)
-    if Y.shape != self.shape: raise ShapeError(f"cross_entropy: probability targets {Y.shape} must match logits {self.shape}")
+    if Y.shape != self.shape:
+      raise ShapeError(f"cross_entropy: probability targets {Y.shape} must match logits {self.shape}")
     cdim = 1 if self.ndim > 1 else 0
     c = int(self.shape[cdim])
     y = Y * (1 - label_smoothing) + label_smoothing / c
@@ -2021,7 +2051,7 @@ class Tensor:
     0.69315
     """
     x = self.reshape(-1, self.shape[-1]) if self.ndim != 2 else self
-    loss = x.cross_entropy(Y.flatten(), "none" if reduction == "none" else reduction, label_smoothing, ignore_index=ignore_index)
+    loss = x.cross_entropy(Y.flatten(), reduction, label_smoothing, ignore_index=ignore_index)
     return loss.reshape(Y.shape) if reduction == "none" else loss
 
   # ** operators **
@@ -2088,9 +2118,11 @@ class Tensor:
       g = grads.get(t.uop)
       if g is None:
         graph = set(self.uop.toposort()) if graph is None else graph
-        if t.uop not in graph: raise GradientError(f"tensor {t.shape} {t.dtype!r} is not part of the graph of this output")
+        if t.uop not in graph:
+          raise GradientError(f"tensor {t.shape} {t.dtype!r} is not part of the graph of this output")
         # reached only through comparisons or other piecewise-constant ops: the gradient is zero
-        g = Tensor.zeros(*t.shape, dtype=t.dtype if dtypes.is_float(t.dtype) else dtypes.default_float, device=t.device).uop
+        zero_dt = t.dtype if dtypes.is_float(t.dtype) else dtypes.default_float
+        g = Tensor.zeros(*t.shape, dtype=zero_dt, device=t.device).uop
       out.append(Tensor(g).cast(t.dtype) if dtypes.is_float(t.dtype) else Tensor(g))
     return out
   def backward(self, gradient: Tensor | None = None) -> Tensor:

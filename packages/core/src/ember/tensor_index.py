@@ -19,7 +19,8 @@ def _strided(x: Tensor, dim: int, start: int, stop: int, step: int) -> Tensor:
     x = x.flip(dim)
     start, stop, step = n - 1 - start, n - 1 - stop, -step
   count = max(0, -(-(stop - start) // step))
-  x = x.shrink(tuple((start, min(start + count * step, n) if count else start) if i == dim else (0, s) for i, s in enumerate(x.shape)))
+  end = min(start + count * step, n) if count else start
+  x = x.shrink(tuple((start, end) if i == dim else (0, s) for i, s in enumerate(x.shape)))
   if step == 1 or count == 0: return x
   # pad the dim to count*step, view it as (count, step) and keep column 0
   length = x.shape[dim]
@@ -99,7 +100,8 @@ def _gather_dims(x: Tensor, tensor_dims: list[tuple[int, Tensor]], squeeze: list
     onehot = ti.reshape(*ishape, 1) == Tensor.arange(n, device=x.device).reshape((1,) * len(ishape) + (n,))
     # ret: (*ishape, n_j, rest...) -> select along the first remaining indexed axis
     oh = onehot.reshape(*ishape, n, *([1] * (len(tensor_dims) - j - 1 + len(other_shape))))
-    ret = oh.where(ret, 0).sum(len(ishape), dtype=ret.dtype) if ret.dtype is not dtypes.bool else oh.where(ret, False).max(len(ishape))
+    if ret.dtype is dtypes.bool: ret = oh.where(ret, False).max(len(ishape))
+    else: ret = oh.where(ret, 0).sum(len(ishape), dtype=ret.dtype)
   # ret: (*ishape, *other_shape); other dims carry the squeezed int-indexed dims too
   keep_other = [k for k in others if k not in squeeze]
   ret = ret.reshape(*ishape, *[x.shape[k] for k in others])

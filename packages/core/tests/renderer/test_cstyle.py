@@ -65,7 +65,8 @@ def test_emulated_float_codes_follow_the_formats() -> None:
   assert (e5m2.max_code, e5m2.inf_code, e5m2.overflow_code, e5m2.bias) == (0x7B, 0x7C, 0x7C, 15)
   assert (bf16.inf_code, bf16.nan_code, bf16.storage, bf16.has_subnormal_path) == (0x7F80, 0x7FC0, dtypes.uint16, False)
   # the smallest normal of e4m3 is 2^-6, its subnormal step 2^-9
-  assert struct.unpack("f", struct.pack("I", e4m3.min_normal_bits))[0] == 2.0 ** -6 and e4m3.subnormal_scale == 2.0 ** -9
+  assert struct.unpack("f", struct.pack("I", e4m3.min_normal_bits))[0] == 2.0 ** -6
+  assert e4m3.subnormal_scale == 2.0 ** -9
 
 def _elementwise(dt, n: int = 8) -> list[UOp]:
   out, inp = param(0, dt, n), param(1, dt, n)
@@ -85,11 +86,11 @@ def test_accumulator_read_is_not_moved_past_its_assign() -> None:
   acc = UOp(Ops.DEFINE_ACC, dtypes.int32, (UOp.const(dtypes.int32, 0),), 0)
   rng = UOp.range(n, 0, AxisType.LOOP)
   before, x = acc * 3, inp.index(rng).load()
-  lines = PlainC().render(linear(acc, rng, before, x, UOp(Ops.ASSIGN, dtypes.int32, (acc, acc + x)), out.index(rng).store(before),
-                                 end(rng))).splitlines()
+  assign = UOp(Ops.ASSIGN, dtypes.int32, (acc, acc + x))
+  lines = PlainC().render(linear(acc, rng, before, x, assign, out.index(rng).store(before), end(rng))).splitlines()
   snapshot = next(i for i, line in enumerate(lines) if re.search(r"int alu\d+ = \(acc0\*3\);", line))
-  assign = next(i for i, line in enumerate(lines) if line.strip().startswith("acc0 = "))
-  assert snapshot < assign
+  assigned = next(i for i, line in enumerate(lines) if line.strip().startswith("acc0 = "))
+  assert snapshot < assigned
 
 def test_single_use_expressions_are_inlined() -> None:
   src = PlainC().render(_elementwise(dtypes.float32))

@@ -23,7 +23,8 @@ def test_constants() -> None:
   assert lconst(1.0, dtypes.float32) == "0x3FF0000000000000"
   assert lconst(math.inf, dtypes.float64) == "0x7FF0000000000000"
   assert lconst(1.0, dtypes.float16) == "0xH3C00"
-  assert lconst(2 ** 64 - 1, dtypes.uint64) == "-1" and lconst(255, dtypes.uint8) == "-1" and lconst(-5, dtypes.int32) == "-5"
+  assert lconst(2 ** 64 - 1, dtypes.uint64) == "-1" and lconst(255, dtypes.uint8) == "-1"
+  assert lconst(-5, dtypes.int32) == "-5"
   assert lconst(True, dtypes.bool) == "true"
 
 def _kernel(dt, thread: bool = True) -> list[UOp]:
@@ -32,7 +33,8 @@ def _kernel(dt, thread: bool = True) -> list[UOp]:
   rng = UOp.range(UOp.variable("n", 1, n), 0, AxisType.THREAD if thread else AxisType.LOOP)
   x = a.index(rng, b.index(rng).load()).load()
   values = [x.maximum(x * 2), x.alu(Ops.MULACC, x, x), x.cast(dtypes.float32).cast(dt)]
-  if dtypes.is_float(dt): values += [x.alu(op) for op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC, Ops.RECIPROCAL)]
+  if dtypes.is_float(dt):
+    values += [x.alu(op) for op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC, Ops.RECIPROCAL)]
   else: values += [x // 3, x % 3, x.alu(Ops.SHR, UOp.const(dtypes.int32, 1).cast(dt))]
   total = values[0]
   for v in values[1:]: total = total + v
@@ -58,4 +60,5 @@ def test_target_data_is_printed() -> None:
   class Target(PlainLLVM):
     triple, datalayout = "x86_64-unknown-linux-gnu", "e-m:e-i64:64-n8:16:32:64-S128"
   src = Target().render(_kernel(dtypes.float32), "k")
-  assert 'target triple = "x86_64-unknown-linux-gnu"' in src and 'target datalayout = "e-m:e-i64:64-n8:16:32:64-S128"' in src
+  assert 'target triple = "x86_64-unknown-linux-gnu"' in src
+  assert 'target datalayout = "e-m:e-i64:64-n8:16:32:64-S128"' in src

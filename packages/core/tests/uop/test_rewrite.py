@@ -114,7 +114,8 @@ def test_early_reject_skips_rules_whose_source_ops_are_absent():
   assert calls == [c(1)]
 
 def test_rule_for_any_op():
-  pm = PatternMatcher([(UPat(name="n", dtype=dtypes.bool), lambda n: UOp.const(dtypes.bool, True) if n.op is not Ops.CONST else None)])
+  true = UOp.const(dtypes.bool, True)
+  pm = PatternMatcher([(UPat(name="n", dtype=dtypes.bool), lambda n: true if n.op is not Ops.CONST else None)])
   assert pm.rewrite(x.lt(3)) is UOp.const(dtypes.bool, True)
 
 # ** graph_rewrite **
@@ -178,7 +179,8 @@ def test_bottom_up_rewrites_to_a_fixed_point_too():
   assert graph_rewrite(e, pm_fold_add, bottom_up=True) is c(10)
   # a rule that unwraps a node bottom-up, then the unwrapped result is matched again
   unwrap = PatternMatcher([(UPat(Ops.NEG, src=(UPat(Ops.NEG, src=(UPat.var("a"),)),)), lambda a: a)])
-  f = UOp(Ops.NEG, dtypes.float32, (UOp(Ops.NEG, dtypes.float32, (UOp(Ops.NEG, dtypes.float32, (UOp(Ops.NEG, dtypes.float32, (x.cast(dtypes.float32),)),)),)),))
+  f = x.cast(dtypes.float32)
+  for _ in range(4): f = UOp(Ops.NEG, dtypes.float32, (f,))
   assert graph_rewrite(f, unwrap, bottom_up=True) is x.cast(dtypes.float32)
 
 def test_a_rule_that_never_settles_raises():

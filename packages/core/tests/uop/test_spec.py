@@ -43,7 +43,7 @@ def test_weak_dtypes_are_rejected_in_kernels():
   lambda: UOp(Ops.FDIV, dtypes.int32, (UOp.const(dtypes.int32, 1), UOp.const(dtypes.int32, 2))),
   lambda: UOp(Ops.ADD, dtypes.int32, (UOp.const(dtypes.int32, 1), UOp.const(dtypes.int64, 2))),  # mixed dtypes
   lambda: UOp(Ops.CMPLT, dtypes.int32, (UOp.const(dtypes.int32, 1), UOp.const(dtypes.int32, 2))),  # must be bool
-  lambda: UOp(Ops.WHERE, dtypes.int32, (UOp.const(dtypes.int32, 1), UOp.const(dtypes.int32, 1), UOp.const(dtypes.int32, 2))),
+  lambda: UOp(Ops.WHERE, dtypes.int32, (UOp.const(dtypes.int32, 1),) * 2 + (UOp.const(dtypes.int32, 2),)),  # int cond
   lambda: UOp(Ops.SHL, dtypes.float32, (UOp.const(dtypes.float32, 1.0), UOp.const(dtypes.int32, 1))),
   lambda: UOp(Ops.SINK, dtypes.void, (UOp.const(dtypes.int32, 1),)),  # a sink holds stores
   lambda: UOp(Ops.PARAM, dtypes.float32, (), 0),  # a param is a pointer

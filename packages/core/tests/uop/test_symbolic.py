@@ -66,7 +66,8 @@ x, y = Variable("x", 0, 7), Variable("y", 0, 7)
 def test_reference_render_strings(expr, expected):
   assert expr().simplify().render() == expected
 
-@pytest.mark.parametrize("lo,hi,k,bound", [(0, 5, 4, 13), (-5, 5, 4, -13), (-5, 5, -4, 13), (0, 9, 3, 7), (-6, 6, -3, -4)])
+@pytest.mark.parametrize("lo,hi,k,bound", [(0, 5, 4, 13), (-5, 5, 4, -13), (-5, 5, -4, 13), (0, 9, 3, 7),
+                                           (-6, 6, -3, -4)])
 def test_cmp_mul_folding_is_exact(lo, hi, k, bound):
   simplified((Variable("a", lo, hi) * k).lt(bound))
 

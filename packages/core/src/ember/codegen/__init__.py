@@ -42,6 +42,36 @@ def apply_opts(ast: UOp, renderer: Renderer) -> tuple[UOp, list[int] | None]:
   if n < 2 or work < 1 << 15: return ast, None
   return ast.substitute({first: first.replace(arg=(first.arg[0], AxisType.THREAD))}), [n, 1, 1]
 
+def _pow2_divisor(n: int, cap: int) -> int:
+  size = 1
+  while size * 2 <= cap and n % (size * 2) == 0: size *= 2
+  return size
+
+def apply_gpudims(ast: UOp, renderer: Renderer) -> tuple[UOp, list[int] | None, list[int] | None]:
+  """GPU renderers: the output ranges become one flat hardware index `gidx0*L + lidx0` (block, thread).
+
+  The flat index is clamped to the last element, so extra threads of a partial block recompute and rewrite the last
+  element with the same value instead of reading or writing out of bounds.
+  """
+  ranges = sorted((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] is AxisType.GLOBAL), key=lambda r: r.arg[0])
+  if any(r.src[0].op is not Ops.CONST for r in ranges): raise CompileError("GPU kernels with symbolic output shapes need kernel opts")
+  ends = [r.src[0].arg for r in ranges]
+  total = prod(ends) if ends else 1
+  cap = min(256, renderer.local_max[0] if renderer.local_max else 256)
+  local = total if total <= cap else _pow2_divisor(total, cap)
+  if local < 32 and total > cap: local = cap  # an awkward size: full blocks, clamped tail
+  local = min(local, total)
+  grid = -(-total // local)
+  flat = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, grid),), "gidx0") * local + \
+    UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, local),), "lidx0")
+  if grid * local != total: flat = flat.lt(total - 1).where(flat, UOp.const(dtypes.int32, total - 1))
+  subs: dict[UOp, UOp] = {}
+  stride = total
+  for r, n in zip(ranges, ends):
+    stride //= n
+    subs[r] = (flat // stride) % n if stride > 1 else flat % n
+  return ast.substitute(subs), [grid, 1, 1], [local, 1, 1]
+
 def estimate(uops: list[UOp]) -> Estimates:
   ops, mult, stack = 0, 1, []
   for u in uops:
@@ -54,11 +84,15 @@ def estimate(uops: list[UOp]) -> Estimates:
   mem = sum(u.dtype.size * u.dtype.base.itemsize for u in uops if u.op is Ops.PARAM and isinstance(u.dtype, PtrDType) and u.dtype.size > 0)
   return Estimates(ops, mem)
 
-def full_rewrite(ast: UOp, renderer: Renderer) -> tuple[list[UOp], list[int] | None]:
+def full_rewrite(ast: UOp, renderer: Renderer) -> tuple[list[UOp], list[int] | None, list[int] | None]:
   """The pipeline from kernel AST to linear program; each pass runs where it does for the reason on its line."""
   sink = graph_rewrite(ast, symbolic + pm_lower_alu, name="simplify index math")  # fold movement-op index math
   sink = graph_rewrite(sink, pm_gates, name="drop constant gates")  # padding that is always valid needs no gate
   sink, gsize = apply_opts(sink, renderer)  # threads / later BEAM opts
+  lsize = None
+  if renderer.has_local:
+    sink, gsize, lsize = apply_gpudims(sink, renderer)  # output ranges -> block and thread indices
+    sink = graph_rewrite(sink, symbolic, name="simplify gpu index math")
   if {Ops.EXP2, Ops.LOG2, Ops.SIN} - set(renderer.code_for_op):
     from ember.codegen.transcendental import pm_transcendental
     native = frozenset(renderer.code_for_op)
@@ -67,7 +101,7 @@ def full_rewrite(ast: UOp, renderer: Renderer) -> tuple[list[UOp], list[int] | N
   if SPEC.value: type_verify(sink, "kernel AST")
   uops = linearize(sink)
   if SPEC.value: type_verify(uops, "linear program")
-  return uops, gsize
+  return uops, gsize, lsize
 
 def kernel_name(ast: UOp) -> str:
   shape = [r.src[0].arg if r.src[0].op is Ops.CONST else "s" for r in sorted((n for n in ast.toposort() if n.op is Ops.RANGE), key=lambda r: r.arg[0])]
@@ -76,7 +110,7 @@ def kernel_name(ast: UOp) -> str:
 
 def get_program(ast: UOp, renderer: Renderer, device: str = "") -> ProgramSpec:
   """Codegen one kernel for `renderer`: the rendered source plus everything needed to launch it."""
-  uops, gsize = full_rewrite(ast, renderer)
+  uops, gsize, lsize = full_rewrite(ast, renderer)
   name = kernel_name(ast)
   try: src = renderer.render(uops, name)
   except CompileError: raise
@@ -86,7 +120,7 @@ def get_program(ast: UOp, renderer: Renderer, device: str = "") -> ProgramSpec:
   ins = sorted({u.src[0].src[0].arg for u in uops if u.op is Ops.LOAD})
   if DEBUG.value >= 4: _debug_print(src)
   return ProgramSpec(name, src, device, uops, [p.arg for p in params], [u for u in uops if u.op is Ops.DEFINE_VAR], outs, ins,
-                     gsize, None, estimate(uops))
+                     gsize, lsize, estimate(uops))
 
 def _debug_print(src: str) -> None:
   import sys

@@ -116,7 +116,8 @@ class _Ctx:
   def emit(self, line: str) -> None: self.lines.append("  " * self.depth + line)
 
 class CStyleLanguage(Renderer):
-  """Renders a linear program as one C-like function. Subclasses override the class attributes, not the methods."""
+  """Renders a linear program as one C-like function. Subclasses set the class attributes below; `render_kernel`
+  (the function around the body) and `render_bitcast` are the methods a target overrides when data is not enough."""
   kernel_prefix: str = "void "
   buffer_prefix: str = ""         # address-space qualifier before a buffer parameter, e.g. "device "
   buffer_suffix: str = ""         # after the `*`, e.g. " restrict"
@@ -124,6 +125,8 @@ class CStyleLanguage(Renderer):
   helper_prefix: str = "static inline "
   extra_args: tuple[str, ...] = ()  # parameters appended after the variables (and the thread arguments)
   thread_args: tuple[str, str] = ("core_id", "num_cores")
+  # GPU targets: how to read a SPECIAL hardware index, keyed by its first letter ('g' block, 'l' thread) and axis letter
+  code_for_workitem: dict[str, Callable[[str], str]] = {}
   infinity: str = "INFINITY"
   nan: str = "NAN"
   bool_literals: tuple[str, str] = ("0", "1")
@@ -316,6 +319,11 @@ class CStyleLanguage(Renderer):
     if op in (Ops.PARAM, Ops.DEFINE_VAR, Ops.SINK, Ops.NOOP): return
     if op is Ops.CONST: ctx.names[u] = self.render_const(u.arg, value_dtype(u))
     elif op is Ops.RANGE: self._render_range(u, ctx)
+    elif op is Ops.SPECIAL:
+      if u.arg[0] not in self.code_for_workitem:
+        raise CompileError(f"{type(self).__name__} has no hardware index {u.arg!r}; set code_for_workitem for GPU targets")
+      ctx.names[u] = u.arg
+      ctx.emit(f"{self.render_dtype(dtypes.int32)} {u.arg} = {self.code_for_workitem[u.arg[0]]('xyz'[int(u.arg[-1])])};")
     elif op is Ops.END:
       ctx.depth -= 1
       ctx.emit("}")

@@ -33,7 +33,8 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 
 @pytest.fixture(scope="session")
 def ember_device(pytestconfig: pytest.Config) -> str:
-  """The canonical name of the device under test (``"CPU"``, ``"NULL"``); a device that cannot be opened fails the test with the reason."""
+  """The canonical name of the device under test (``"CPU"``, ``"NULL"``). A device that cannot be opened fails the
+  test with the reason."""
   from ember.device import Device
   from ember.errors import DeviceError
   from ember.helpers import parse_target

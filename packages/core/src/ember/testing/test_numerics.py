@@ -7,18 +7,24 @@ from ember.testing import REFERENCE_DEVICE, assert_matches, sample, tensor
 
 pytestmark = pytest.mark.ember_tier("numerics")
 
-def _dtype_ids(caps) -> list[Any]:
-  return list(caps.dtypes)
-
 def _needs_compute(caps) -> None:
   if not caps.has_renderer or not caps.has_compiler: pytest.skip(f"{caps.device} cannot compile kernels")
   if not caps.holds_data: pytest.skip(f"{caps.device} declares that it holds no data, so results cannot be read")
+  if caps.device == REFERENCE_DEVICE:
+    pytest.skip(f"{caps.device} is the reference device; test_reference_agrees_with_numpy checks it against numpy")
 
-def _compare(device: str, dt, build: Callable[..., Any], *inputs: tuple[tuple[int, ...], dict[str, bool]], what: str) -> None:
+def _compare(device: str, dt, build: Callable[..., Any], *inputs: Inputs, what: str, errors: list[str]) -> None:
+  """Check one op; a mismatch is recorded in `errors` so one test reports every failing (op, dtype) at once."""
+  try: _compare_one(device, dt, build, *inputs, what=what)
+  except AssertionError as e: errors.append(" ".join(str(e).split())[:400])
+
+Inputs = tuple[tuple[int, ...], dict[str, bool]]  # (shape, options of `sample`)
+
+def _compare_one(device: str, dt, build: Callable[..., Any], *inputs: Inputs, what: str) -> None:
   datas = [sample(shape, dt, seed=i + 10, **kw) for i, (shape, kw) in enumerate(inputs)]
   out = build(*(tensor(d, dt, device) for d in datas))
   ref = build(*(tensor(d, dt, REFERENCE_DEVICE) for d in datas))
-  assert_matches(out, ref, f"{what} in {dt!r} on {device}")
+  assert_matches(out, ref, f"{what} in {dt!r} on {device}", computed_in=dt)
 
 def _ops(dt) -> dict[str, tuple[Callable[..., Any], list[dict[str, bool]]]]:
   from ember.dtype import dtypes
@@ -41,50 +47,63 @@ def _ops(dt) -> dict[str, tuple[Callable[..., Any], list[dict[str, bool]]]]:
                  "reciprocal": (lambda a: a.reciprocal(), [{"nonzero": True}]), "trunc": (lambda a: a.trunc(), [{}]),
                  "exp": (lambda a: a.exp(), [{}]), "sigmoid": (lambda a: a.sigmoid(), [{}])})
   else:
-    both.update({"idiv": (lambda a, b: a // b, [{}, {"positive": True}]), "mod": (lambda a, b: a % b, [{}, {"positive": True}]),
+    both.update({"idiv": (lambda a, b: a // b, [{}, {"positive": True}]),
+                 "mod": (lambda a, b: a % b, [{}, {"positive": True}]),
                  "and": (lambda a, b: a & b, [{}, {}]), "or": (lambda a, b: a | b, [{}, {}]),
-                 "xor": (lambda a, b: a ^ b, [{}, {}]), "shl": (lambda a: a << 2, [{}]), "shr": (lambda a: a >> 1, [{}])})
+                 "xor": (lambda a, b: a ^ b, [{}, {}]), "shl": (lambda a: a << 2, [{}]),
+                 "shr": (lambda a: a >> 1, [{}])})
     if not dtypes.is_unsigned(dt): both["neg"] = (lambda a: -a, [{}])
   return both
 
 def test_elementwise(ember_device, ember_capabilities):
   _needs_compute(ember_capabilities)
+  errors: list[str] = []
   for dt in ember_capabilities.dtypes:
     for name, (fn, kws) in _ops(dt).items():
-      _compare(ember_device, dt, fn, *[((3, 5), kw) for kw in kws], what=name)
+      _compare(ember_device, dt, fn, *[((3, 5), kw) for kw in kws], what=name, errors=errors)
+  assert not errors, "\n".join(errors)
 
 def test_reduce(ember_device, ember_capabilities):
   from ember.dtype import dtypes
   _needs_compute(ember_capabilities)
+  errors: list[str] = []
   for dt in ember_capabilities.dtypes:
     for axis in (0, 1, None):
-      _compare(ember_device, dt, lambda a, axis=axis: a.sum(axis), ((6, 9), {}), what=f"sum({axis})")
-      _compare(ember_device, dt, lambda a, axis=axis: a.max(axis), ((6, 9), {}), what=f"max({axis})")
+      _compare(ember_device, dt, lambda a, axis=axis: a.sum(axis), ((6, 9), {}), what=f"sum({axis})", errors=errors)
+      _compare(ember_device, dt, lambda a, axis=axis: a.max(axis), ((6, 9), {}), what=f"max({axis})", errors=errors)
       if dt is not dtypes.bool:
-        _compare(ember_device, dt, lambda a, axis=axis: a.min(axis), ((6, 9), {}), what=f"min({axis})")
+        _compare(ember_device, dt, lambda a, axis=axis: a.min(axis), ((6, 9), {}), what=f"min({axis})", errors=errors)
     if dtypes.is_float(dt):
-      _compare(ember_device, dt, lambda a: a.mean(1), ((6, 9), {}), what="mean")
-      _compare(ember_device, dt, lambda a: (a - a.max(1, keepdim=True)).exp().sum(1), ((6, 9), {}), what="softmax denominators")
+      _compare(ember_device, dt, lambda a: a.mean(1), ((6, 9), {}), what="mean", errors=errors)
+      _compare(ember_device, dt, lambda a: (a - a.max(1, keepdim=True)).exp().sum(1), ((6, 9), {}),
+               what="softmax denominators", errors=errors)
+  assert not errors, "\n".join(errors)
 
 def test_movement(ember_device, ember_capabilities):
   _needs_compute(ember_capabilities)
+  errors: list[str] = []
   movements: dict[str, Callable[[Any], Any]] = {
-    "permute": lambda a: a.permute(2, 0, 1), "reshape": lambda a: a.reshape(6, 4), "expand": lambda a: a[:, :1].expand(2, 5, 4),
+    "permute": lambda a: a.permute(2, 0, 1), "reshape": lambda a: a.reshape(6, 4),
+    "expand": lambda a: a[:, :1].expand(2, 5, 4),
     "pad": lambda a: a.pad(((1, 0), (0, 2), (1, 1))), "shrink": lambda a: a.shrink(((0, 1), (1, 3), (1, 4))),
     "flip": lambda a: a.flip((0, 2)), "strided": lambda a: a[:, ::2, ::-3],
     "chain": lambda a: a.permute(1, 0, 2).reshape(3, 8).pad(((1, 1), (0, 0))).flip(0).shrink(((1, 4), (2, 6))),
   }
   for dt in ember_capabilities.dtypes:
     for name, fn in movements.items():
-      _compare(ember_device, dt, lambda a, fn=fn: fn(a).contiguous(), ((2, 3, 4), {}), what=name)
+      _compare(ember_device, dt, lambda a, fn=fn: fn(a).contiguous(), ((2, 3, 4), {}), what=name, errors=errors)
+  assert not errors, "\n".join(errors)
 
 def test_matmul(ember_device, ember_capabilities):
   from ember.dtype import dtypes
   _needs_compute(ember_capabilities)
+  errors: list[str] = []
   for dt in ember_capabilities.dtypes:
     if dt is dtypes.bool: continue
-    _compare(ember_device, dt, lambda a, b: a @ b, ((4, 5), {}), ((5, 3), {}), what="matmul")
-    _compare(ember_device, dt, lambda a, b: (a @ b).maximum(0), ((2, 3, 4), {}), ((4, 2), {}), what="batched matmul")
+    _compare(ember_device, dt, lambda a, b: a @ b, ((4, 5), {}), ((5, 3), {}), what="matmul", errors=errors)
+    _compare(ember_device, dt, lambda a, b: (a @ b).maximum(0), ((2, 3, 4), {}), ((4, 2), {}), what="batched matmul",
+             errors=errors)
+  assert not errors, "\n".join(errors)
 
 def test_reference_agrees_with_numpy():
   """The reference itself, checked against numpy where numpy has the dtype (guards the oracle of this tier)."""

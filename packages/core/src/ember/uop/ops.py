@@ -24,7 +24,7 @@ from ember.errors import DTypeError
 class Ops(Enum):
   # defs
   NOOP = auto(); SINK = auto(); DEVICE = auto(); BUFFER = auto(); PARAM = auto(); DEFINE_VAR = auto(); BIND = auto()  # noqa: E702
-  CONST = auto(); RANGE = auto(); END = auto(); DEFINE_ACC = auto()  # noqa: E702
+  CONST = auto(); RANGE = auto(); END = auto(); DEFINE_ACC = auto(); SPECIAL = auto()  # noqa: E702
   # movement
   RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); PAD = auto(); SHRINK = auto(); FLIP = auto()  # noqa: E702
   # unary
@@ -279,6 +279,7 @@ def _vmin_vmax(u: UOp) -> tuple[Any, Any]:
   if u.op is Ops.CONST: return u.arg, u.arg
   if u.op is Ops.DEFINE_VAR: return u.arg[1], u.arg[2]
   if u.op is Ops.BIND: return u.src[0].vmin, u.src[0].vmax
+  if u.op is Ops.SPECIAL: return 0, u.src[0].vmax - 1
   if u.op is Ops.RANGE: return (0, u.src[0].vmax - 1) if u.src[0].op is not Ops.DEVICE else (0, u.arg - 1)
   if isinstance(dt, PtrDType) or dt is dtypes.void: return None, None
   dmin, dmax = dtypes.min(dt), dtypes.max(dt)

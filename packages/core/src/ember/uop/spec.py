@@ -35,6 +35,7 @@ def check_kernel_node(x: UOp) -> bool:
   if x.op is Ops.DEFINE_VAR: return dtypes.is_int(x.dtype)
   if x.op is Ops.SINK: return all(s.op in (Ops.STORE, Ops.SINK) for s in x.src)
   if x.op in (Ops.CAST, Ops.BITCAST): return len(x.src) == 1
+  if x.op is Ops.SPECIAL: return x.dtype is dtypes.int32 and isinstance(x.arg, str) and len(x.src) == 1
   if x.op in (Ops.END, Ops.DEFINE_ACC, Ops.ASSIGN): return True
   return False
 

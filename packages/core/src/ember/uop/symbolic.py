@@ -32,7 +32,7 @@ def fold_bitcast(c: UOp, x: UOp) -> UOp | None:
 def fold_by_range(x: UOp) -> UOp | None:
   """A node whose value range is a single value is that constant (ints and bools only)."""
   if x.op is Ops.CONST or isinstance(x.dtype, PtrDType) or dtypes.is_float(x.dtype) or x.dtype is dtypes.void: return None
-  if x.op in (Ops.DEFINE_VAR, Ops.BIND, Ops.LOAD, Ops.RANGE, Ops.DEFINE_ACC, Ops.ASSIGN, Ops.INDEX, Ops.REDUCE): return None
+  if x.op in (Ops.DEFINE_VAR, Ops.BIND, Ops.LOAD, Ops.RANGE, Ops.SPECIAL, Ops.DEFINE_ACC, Ops.ASSIGN, Ops.INDEX, Ops.REDUCE): return None
   lo, hi = x.vmin, x.vmax
   if lo is None or lo != hi: return None
   return UOp.const(x.dtype, lo)
@@ -215,6 +215,9 @@ symbolic = symbolic_simple + PatternMatcher([
   (UPat(Ops.ADD, name="x", dtype=(dtypes.int32, dtypes.int64, dtypes.weakint, dtypes.int16, dtypes.int8, dtypes.uint32, dtypes.uint64)),
    combine_terms),  # a*2 + a*3 -> a*5
   # ** div and mod **
+  (UPat(Ops.ADD, src=[UPat(Ops.MUL, src=(UPat(Ops.IDIV, src=(UPat.var("x"), UPat.cvar("c"))), UPat.cvar("c2"))),
+                      UPat(Ops.MOD, src=(UPat.var("x2"), UPat.cvar("c3")))]),
+   lambda x, c, c2, x2, c3: x if x is x2 and c.arg == c2.arg == c3.arg and x.vmin >= 0 else None),  # (x//c)*c + x%c -> x
   (UPat(Ops.IDIV, src=(UPat.var("x"), UPat.cvar("c"))), lambda x, c: fold_div(x, c) if _is_int(x) else None),
   (UPat(Ops.MOD, src=(UPat.var("x"), UPat.cvar("c"))), lambda x, c: fold_mod(x, c) if _is_int(x) else None),
   (UPat(Ops.IDIV, src=(UPat(Ops.IDIV, src=(UPat.var("x"), UPat.cvar("c1"))), UPat.cvar("c2"))), fold_nested_div),

@@ -10,6 +10,7 @@ from ember.dtype import dtypes
 from ember.errors import DTypeError, ShapeError
 from ember.tensor import Tensor
 from ember.nn import functional as F
+from ember.nn.functional import static_shape
 
 def _param(t: Tensor) -> Tensor: return t.requires_grad_(True)
 def _buffer(t: Tensor) -> Tensor: return t.requires_grad_(False)
@@ -32,10 +33,12 @@ class Linear:
 
 class _ConvNd:
   ndim: int
-  def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int], stride: int | Sequence[int] = 1,
-               padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, groups: int = 1, bias: bool = True):
+  def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int],
+               stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
+               groups: int = 1, bias: bool = True):
     if in_channels % groups or out_channels % groups:
-      raise ShapeError(f"{type(self).__name__}: groups={groups} must divide in_channels={in_channels} and out_channels={out_channels}")
+      raise ShapeError(f"{type(self).__name__}: groups={groups} must divide in_channels={in_channels} "
+                       f"and out_channels={out_channels}")
     kernel = (kernel_size,) * self.ndim if isinstance(kernel_size, int) else tuple(kernel_size)
     self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
     fan_in = in_channels // groups * math.prod(kernel)
@@ -71,7 +74,8 @@ class BatchNorm:
   """
   def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = True,
                track_running_stats: bool = True):
-    self.num_features, self.eps, self.momentum, self.track_running_stats = num_features, eps, momentum, track_running_stats
+    self.num_features, self.eps, self.momentum = num_features, eps, momentum
+    self.track_running_stats = track_running_stats
     self.weight = _param(F.filled((num_features,), 1.0)) if affine else None
     self.bias = _param(F.filled((num_features,), 0.0)) if affine else None
     if track_running_stats:
@@ -80,7 +84,8 @@ class BatchNorm:
       self.num_batches_tracked = _buffer(F.filled((), 0, dtype=dtypes.int64))
   def __call__(self, x: Tensor) -> Tensor:
     if x.ndim < 2 or x.shape[1] != self.num_features:
-      raise ShapeError(f"BatchNorm({self.num_features}) expects (N, {self.num_features}, ...) inputs, got shape {x.shape}")
+      raise ShapeError(f"BatchNorm({self.num_features}) expects (N, {self.num_features}, ...) inputs, "
+                       f"got shape {x.shape}")
     axes = (0,) + tuple(range(2, x.ndim))
     view = (1, self.num_features) + (1,) * (x.ndim - 2)
     if F.is_training() or not self.track_running_stats:
@@ -88,11 +93,13 @@ class BatchNorm:
       centered = x - mean
       var = centered.square().mean(axes, keepdim=True)
       if F.is_training() and self.track_running_stats:
-        count = math.prod(int(x.shape[a]) for a in axes)
-        if count < 2: raise ShapeError(f"BatchNorm in training mode needs more than one value per channel, got input shape {x.shape}")
+        count = math.prod(static_shape(x, "BatchNorm")[a] for a in axes)
+        if count < 2:
+          raise ShapeError(f"BatchNorm in training mode needs more than one value per channel, got shape {x.shape}")
         m = self.momentum
+        unbiased = var.detach().reshape(self.num_features) * (count / (count - 1))
         F.assign(self.running_mean, (1 - m) * self.running_mean + m * mean.detach().reshape(self.num_features))
-        F.assign(self.running_var, (1 - m) * self.running_var + m * (count / (count - 1)) * var.detach().reshape(self.num_features))
+        F.assign(self.running_var, (1 - m) * self.running_var + m * unbiased)
         F.assign(self.num_batches_tracked, self.num_batches_tracked + 1)
       out = centered * (var + self.eps).rsqrt()
     else:
@@ -106,12 +113,14 @@ BatchNorm3d = BatchNorm
 
 class LayerNorm:
   """Normalise over the trailing `normalized_shape` dims, then scale and shift elementwise (torch.nn.LayerNorm)."""
-  def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True):
+  def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5, elementwise_affine: bool = True,
+               bias: bool = True):
     self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     self.eps = eps
     self.weight = _param(F.filled(self.normalized_shape, 1.0)) if elementwise_affine else None
     self.bias = _param(F.filled(self.normalized_shape, 0.0)) if elementwise_affine and bias else None
-  def __call__(self, x: Tensor) -> Tensor: return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+  def __call__(self, x: Tensor) -> Tensor:
+    return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
 class RMSNorm:
   """x / sqrt(mean(x^2) + eps) * weight over the last dim (torch.nn.RMSNorm, eps defaulting to 1e-6)."""
@@ -123,7 +132,8 @@ class RMSNorm:
 class GroupNorm:
   """Normalise each of `num_groups` channel groups of (N, C, ...) inputs, then an affine per channel."""
   def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True):
-    if num_channels % num_groups: raise ShapeError(f"GroupNorm: num_groups={num_groups} must divide num_channels={num_channels}")
+    if num_channels % num_groups:
+      raise ShapeError(f"GroupNorm: num_groups={num_groups} must divide num_channels={num_channels}")
     self.num_groups, self.eps = num_groups, eps
     self.weight = _param(F.filled((num_channels,), 1.0)) if affine else None
     self.bias = _param(F.filled((num_channels,), 0.0)) if affine else None
@@ -147,7 +157,8 @@ class Embedding:
     self.vocab_size, self.embed_size = vocab_size, embed_size
     self.weight = _param(F.normal(vocab_size, embed_size))
   def __call__(self, idx: Tensor) -> Tensor:
-    if not dtypes.is_int(idx.dtype): raise DTypeError(f"Embedding needs integer ids, got {idx.dtype!r}; cast them with .int()")
+    if not dtypes.is_int(idx.dtype):
+      raise DTypeError(f"Embedding needs integer ids, got {idx.dtype!r}; cast them with .int()")
     # a one-hot matmul: differentiable with respect to the table, and it fuses into one reduction
     return F.one_hot(idx, self.vocab_size, self.weight.dtype) @ self.weight
 

@@ -10,12 +10,13 @@ TinyJit-captured step replays with their current values.
 >>> opt = Adam(get_parameters(model), lr=1e-3)
 """
 from __future__ import annotations
+import math
 from abc import ABC, abstractmethod
 from typing import Sequence
 from ember.dtype import dtypes
 from ember.errors import EmberError
 from ember.tensor import Tensor, _is_done, all_tensors
-from ember.nn.functional import assign, filled
+from ember.nn.functional import assign, filled, static_shape
 
 class OptimizerError(EmberError, ValueError):
   """An optimizer was built with no parameters or an invalid hyperparameter."""
@@ -29,7 +30,8 @@ class Optimizer(ABC):
       if p.requires_grad is None: p.requires_grad = True
     self.params = _unique([p for p in params if p.requires_grad])
     self.buffers = _unique([p for p in params if not p.requires_grad])
-    if not self.params: raise OptimizerError(f"{type(self).__name__} got no parameters to optimize (none has requires_grad)")
+    if not self.params:
+      raise OptimizerError(f"{type(self).__name__} got no parameters to optimize (none has requires_grad)")
     if lr < 0: raise OptimizerError(f"{type(self).__name__}: learning rate must be >= 0, got {lr}")
     device = self.params[0].device
     self.lr = filled((), lr, dtype=dtypes.float32, device=device)
@@ -48,7 +50,8 @@ class Optimizer(ABC):
     _realize_pending_readers(self.params)
     for i, p in enumerate(self.params):
       if p.grad is None: continue
-      if p.grad.shape != p.shape: raise OptimizerError(f"gradient shape {p.grad.shape} does not match parameter shape {p.shape}")
+      if p.grad.shape != p.shape:
+        raise OptimizerError(f"gradient shape {p.grad.shape} does not match parameter shape {p.shape}")
       assign(p, self._update(i, p, p.grad.detach()).cast(p.dtype))
     return [*self.params, *self.state, *self.buffers, self.lr]
 
@@ -58,7 +61,7 @@ class Optimizer(ABC):
 
   def _zeros_like_params(self) -> list[Tensor]:
     # flat slots: core's scheduler cannot yet read back, in the same schedule, an assign into a reshaped buffer
-    slots = [self._slot(int(p.numel()), 0.0, p.device) for p in self.params]
+    slots = [self._slot(math.prod(static_shape(p, "optimizer")), 0.0, p.device) for p in self.params]
     self.state.extend(slots)
     return slots
 
@@ -101,7 +104,8 @@ class LAMB(Optimizer):
     super().__init__(params, lr)
     for name, b in (("b1", b1), ("b2", b2)):
       if not 0 <= b < 1: raise OptimizerError(f"{type(self).__name__}: {name} must be in [0, 1), got {b}")
-    self.b1, self.b2, self.eps, self.weight_decay, self.adam, self.decoupled = b1, b2, eps, weight_decay, adam, decoupled
+    self.b1, self.b2, self.eps, self.weight_decay = b1, b2, eps, weight_decay
+    self.adam, self.decoupled = adam, decoupled
     device = self.params[0].device
     # b1^t and b2^t, advanced once per step
     self.b1_t, self.b2_t = self._slot(1, 1.0, device), self._slot(1, 1.0, device)

@@ -20,6 +20,7 @@ from ember.errors import EmberError
 from ember.schedule import attach_buffer, buffer_of
 from ember.tensor import Tensor
 from ember.uop.ops import BufferArg, Ops, UOp, next_unique
+from ember.nn.functional import static_shape
 
 class StateDictError(EmberError, ValueError):
   """A state dict does not fit the model: missing, unexpected, mis-shaped or mis-typed keys."""
@@ -55,12 +56,13 @@ def _collect(obj: Any, prefix: str, out: dict[str, Tensor], path: set[int]) -> N
   path.discard(id(obj))
 
 def get_parameters(obj: Any) -> list[Tensor]:
-  """The model's tensors (parameters and buffers such as BatchNorm running statistics), each once, in state-dict order."""
+  """The model's tensors (parameters and buffers such as BatchNorm running statistics), each once, in key order."""
   unique: dict[int, Tensor] = {}
   for t in get_state_dict(obj).values(): unique.setdefault(id(t), t)
   return list(unique.values())
 
-def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = True, cast: bool = False, realize: bool = True) -> None:
+def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = True, cast: bool = False,
+                    realize: bool = True) -> None:
   """Point each of the model's tensors at the matching entry of `state_dict` (moved to the tensor's device).
 
   Every problem is collected and raised together in one `StateDictError`: keys the model has that the dict lacks
@@ -74,17 +76,22 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
   model_sd = get_state_dict(model)
   problems: list[str] = []
   if strict:
-    if missing := [k for k in model_sd if k not in state_dict]: problems.append(f"missing keys: {', '.join(missing)}")
-    if unexpected := [k for k in state_dict if k not in model_sd]: problems.append(f"unexpected keys: {', '.join(unexpected)}")
+    if missing := [k for k in model_sd if k not in state_dict]:
+      problems.append(f"missing keys: {', '.join(missing)}")
+    if unexpected := [k for k in state_dict if k not in model_sd]:
+      problems.append(f"unexpected keys: {', '.join(unexpected)}")
   shared = [k for k in model_sd if k in state_dict]
   for k in shared:
     have, got = model_sd[k], state_dict[k]
     if have.shape != got.shape: problems.append(f"{k}: shape {got.shape} in the state dict, {have.shape} in the model")
     elif have.dtype is not got.dtype and not cast:
-      problems.append(f"{k}: dtype {got.dtype!r} in the state dict, {have.dtype!r} in the model (pass cast=True to convert)")
+      problems.append(f"{k}: dtype {got.dtype!r} in the state dict, {have.dtype!r} in the model "
+                      "(pass cast=True to convert)")
   if problems:
-    fix = " (pass strict=False to load only the keys both have)" if strict and any(p.startswith(("missing", "unexpected")) for p in problems) else ""
-    raise StateDictError(f"load_state_dict: the state dict does not fit {type(model).__name__}:\n  " + "\n  ".join(problems) + fix)
+    keys_differ = any(p.startswith(("missing", "unexpected")) for p in problems)
+    fix = "\n(pass strict=False to load only the keys both have)" if strict and keys_differ else ""
+    raise StateDictError(f"load_state_dict: the state dict does not fit {type(model).__name__}:\n  "
+                         + "\n  ".join(problems) + fix)
   loaded = []
   for k in shared:
     target, value = model_sd[k], state_dict[k]
@@ -113,17 +120,21 @@ def safe_load_metadata(path: str) -> tuple[dict[str, Any], int, dict[str, str]]:
   """Parse and check a safetensors header: (tensor entries by name, byte offset of the data, `__metadata__`)."""
   try: size = os.path.getsize(path)
   except OSError as e: raise SafetensorsError(f"cannot open safetensors file {path!r}: {e.strerror}") from e
-  if size < 8: raise SafetensorsError(f"{path}: {size} bytes is too short for a safetensors file (offset 0: no 8-byte header length)")
+  if size < 8:
+    raise SafetensorsError(f"{path}: {size} bytes is too short for a safetensors file "
+                           "(no 8-byte header length at offset 0)")
   with open(path, "rb") as f:
     (header_len,) = struct.unpack("<Q", f.read(8))
     if header_len > min(size - 8, _MAX_HEADER):
-      raise SafetensorsError(f"{path}: header length {header_len} at offset 0 runs past the end of the file ({size} bytes); "
+      raise SafetensorsError(f"{path}: header length {header_len} at offset 0 runs past the end of the file "
+                             f"({size} bytes); "
                              "the file is truncated or not safetensors")
     raw = f.read(header_len)
   try: header = json.loads(raw.decode("utf-8"))
   except (UnicodeDecodeError, json.JSONDecodeError) as e:
     raise SafetensorsError(f"{path}: the JSON header at offset 8 ({header_len} bytes) does not parse: {e}") from e
-  if not isinstance(header, dict): raise SafetensorsError(f"{path}: the header at offset 8 must be a JSON object, got {type(header).__name__}")
+  if not isinstance(header, dict):
+    raise SafetensorsError(f"{path}: the header at offset 8 must be a JSON object, got {type(header).__name__}")
   metadata = header.pop("__metadata__", None) or {}
   data_start = 8 + header_len
   data_size = size - data_start
@@ -139,14 +150,16 @@ def _check_entry(path: str, name: str, info: Any, data_start: int, data_size: in
   shape, offsets = info["shape"], info["data_offsets"]
   if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)):
     raise SafetensorsError(f"{path}: tensor {name!r} has an invalid shape {shape!r}")
-  if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets) and 0 <= offsets[0] <= offsets[1]):
+  ints = isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
+  if not (ints and 0 <= offsets[0] <= offsets[1]):
     raise SafetensorsError(f"{path}: tensor {name!r} has invalid data_offsets {offsets!r}")
   expected = math.prod(shape) * SAFETENSORS_DTYPES[info["dtype"]].itemsize
   if offsets[1] - offsets[0] != expected:
-    raise SafetensorsError(f"{path}: tensor {name!r} ({info['dtype']} {shape}) needs {expected} bytes, but data_offsets {offsets} "
-                           f"span {offsets[1] - offsets[0]}")
+    raise SafetensorsError(f"{path}: tensor {name!r} ({info['dtype']} {shape}) needs {expected} bytes, "
+                           f"but data_offsets {offsets} span {offsets[1] - offsets[0]}")
   if offsets[1] > data_size:
-    raise SafetensorsError(f"{path}: tensor {name!r} ends at offset {data_start + offsets[1]}, past the end of the file "
+    raise SafetensorsError(f"{path}: tensor {name!r} ends at offset {data_start + offsets[1]}, "
+                           "past the end of the file "
                            f"({data_start + data_size} bytes); the file is truncated")
 
 def safe_load(path: str, device: str | None = None) -> dict[str, Tensor]:
@@ -171,16 +184,19 @@ def safe_load(path: str, device: str | None = None) -> dict[str, Tensor]:
   return out
 
 def safe_save(tensors: dict[str, Tensor], path: str, metadata: dict[str, str] | None = None) -> None:
-  """Write `tensors` to a safetensors file (names sorted; header padded with spaces to 8 bytes, as the reference does)."""
+  """Write `tensors` to a safetensors file (names sorted, the header padded with spaces to 8 bytes as the reference
+  implementation pads it)."""
   entries: dict[str, Any] = {}
   blobs: list[bytes] = []
   offset = 0
   for name in sorted(tensors):
     t = tensors[name]
     dt = strong_dtype(t.dtype)
-    if dt not in _DTYPE_NAMES: raise SafetensorsError(f"safe_save: tensor {name!r} has dtype {dt!r}, which safetensors cannot store")
+    if dt not in _DTYPE_NAMES:
+      raise SafetensorsError(f"safe_save: tensor {name!r} has dtype {dt!r}, which safetensors cannot store")
     blob = _raw_bytes(t.cast(dt))
-    entries[name] = {"dtype": _DTYPE_NAMES[dt], "shape": [int(s) for s in t.shape], "data_offsets": [offset, offset + len(blob)]}
+    shape = list(static_shape(t, "safe_save"))
+    entries[name] = {"dtype": _DTYPE_NAMES[dt], "shape": shape, "data_offsets": [offset, offset + len(blob)]}
     blobs.append(blob)
     offset += len(blob)
   if metadata:
@@ -196,10 +212,10 @@ def safe_save(tensors: dict[str, Tensor], path: str, metadata: dict[str, str] | 
 
 def _raw_bytes(t: Tensor) -> bytes:
   """The tensor's elements as stored (bf16 and fp8 as their raw bits), row-major."""
-  if int(t.numel()) == 0: return b""
+  if math.prod(static_shape(t, "safe_save")) == 0: return b""
   src = t if _is_buffer(t) else t.contiguous()
   src.realize()
   return buffer_of(src.uop).numpy().tobytes()
 
-__all__ = ["StateDictError", "SafetensorsError", "get_state_dict", "get_parameters", "load_state_dict", "safe_load_metadata",
-           "safe_load", "safe_save", "SAFETENSORS_DTYPES"]
+__all__ = ["StateDictError", "SafetensorsError", "get_state_dict", "get_parameters", "load_state_dict",
+           "safe_load_metadata", "safe_load", "safe_save", "SAFETENSORS_DTYPES"]

@@ -27,7 +27,8 @@ def accuracy(model: Callable[[Tensor], Tensor], x: np.ndarray, y: np.ndarray, ba
   return float((np.concatenate(preds) == y).mean())
 
 def train(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, epochs: int = 2,
-          batch_size: int = 128, lr: float = 1e-3, seed: int = 0, log_every: int = 50, out: TextIO | None = None) -> tuple[float, list[float]]:
+          batch_size: int = 128, lr: float = 1e-3, seed: int = 0, log_every: int = 50,
+          out: TextIO | None = None) -> tuple[float, list[float]]:
   """Train `mlp()` on flattened inputs; returns (test accuracy, the loss of every step)."""
   Tensor.manual_seed(seed)
   model = mlp(int(np.prod(x_train.shape[1:])), 128, int(max(y_train.max(), y_test.max())) + 1)
@@ -45,11 +46,13 @@ def train(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: 
         losses.append(float(loss.item()))
         if out is not None and len(losses) % log_every == 0:
           recent = float(np.mean(losses[-log_every:]))
-          out.write(f"epoch {epoch + 1} step {len(losses):5d}  loss {recent:.4f}  ({time.perf_counter() - start:.1f} s)\n")
+          elapsed = time.perf_counter() - start
+          out.write(f"epoch {epoch + 1} step {len(losses):5d}  loss {recent:.4f}  ({elapsed:.1f} s)\n")
   finally:
     Tensor.training = prev
   acc = accuracy(model, x_test, y_test)
-  if out is not None: out.write(f"test accuracy {acc:.4f} after {epochs} epochs in {time.perf_counter() - start:.1f} s\n")
+  if out is not None:
+    out.write(f"test accuracy {acc:.4f} after {epochs} epochs in {time.perf_counter() - start:.1f} s\n")
   return acc, losses
 
 def main(argv: list[str] | None = None) -> float:
@@ -60,13 +63,14 @@ def main(argv: list[str] | None = None) -> float:
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--limit", type=int, default=0, help="train on the first N images only (0: all 60000)")
   parser.add_argument("--log-every", type=int, default=50)
-  parser.add_argument("--data", default=None, help="folder of the four *-ubyte.gz files (default: the Debian package's)")
+  parser.add_argument("--data", default=None, help="folder of the four *-ubyte.gz files (default: the Debian package)")
   args = parser.parse_args(argv)
   x_train, y_train, x_test, y_test = fashion_mnist(args.data)
   if args.limit: x_train, y_train = x_train[:args.limit], y_train[:args.limit]
   flat_train = x_train.reshape(len(x_train), -1).astype(np.float32) / 255.0
   flat_test = x_test.reshape(len(x_test), -1).astype(np.float32) / 255.0
-  acc, _ = train(flat_train, y_train, flat_test, y_test, args.epochs, args.batch_size, args.lr, args.seed, args.log_every, sys.stdout)
+  acc, _ = train(flat_train, y_train, flat_test, y_test, args.epochs, args.batch_size, args.lr, args.seed,
+                 args.log_every, sys.stdout)
   return acc
 
 if __name__ == "__main__":

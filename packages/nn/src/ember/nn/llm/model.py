@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 import numpy as np
-from ember import Tensor
+from ember import Tensor, TinyJit
 from ember.errors import EmberError
 from ember.nn.llm.gguf import GGUFFile
 
@@ -149,7 +149,7 @@ class Llama:
         if name in OPTIONAL_LAYER_TENSORS and key not in weights: continue
         lw[name] = Tensor(_check_shape(weights, key, shapes[name]), device=device).realize()
       self.layers.append(LlamaLayer(lw, cfg))
-    self.reset()
+    self._alloc_cache()
 
   @classmethod
   def from_gguf(cls, source: str | GGUFFile, max_context: int = 512, device: str | None = None) -> Llama:
@@ -160,12 +160,18 @@ class Llama:
     cfg = LlamaConfig.from_gguf_metadata(f.metadata, vocab_size=emb.shape[0])
     return cls(cfg, {name: f.tensor(name) for name in f.tensors}, max_context=max_context, device=device)
 
-  def reset(self) -> None:
-    """Empty the KV cache: the next forward starts at position 0."""
+  def _alloc_cache(self) -> None:
     width = self.cfg.n_kv_heads * self.cfg.head_dim
     zeros = np.zeros((self.max_context, width), np.float32)
     self.cache_k = [Tensor(zeros, device=self.device).realize() for _ in self.layers]
     self.cache_v = [Tensor(zeros, device=self.device).realize() for _ in self.layers]
+    self.pos = 0
+    self._decode_jit = TinyJit(self._step)
+
+  def reset(self) -> None:
+    """Empty the KV cache: the next forward starts at position 0. Rows past the position are never read (the causal
+    mask hides them and each row is written before it is attended to), so the buffers and the captured decode step
+    are kept."""
     self.pos = 0
 
   def rewind(self, pos: int) -> None:
@@ -191,16 +197,23 @@ class Llama:
     dev = self.device
     x = Tensor(self.embedding[ids], device=dev)
     inputs = [Tensor(a, device=dev) for a in (cos, sin, mask, place)] + [Tensor(written, device=dev)]
-    new_k, new_v = [], []
+    # a decode step is the same graph every time (only input data changes): TinyJit captures it once and replays it
+    step = self._decode_jit if T == 1 else self._step
+    logits = step(x, *inputs)
+    self.pos = start + T
+    return logits.numpy()
+
+  def _step(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, place: Tensor, written: Tensor) -> Tensor:
+    T = x.shape[0]
     for layer, ck, cv in zip(self.layers, self.cache_k, self.cache_v):
-      x, k, v = layer(x, ck, cv, *inputs)
-      new_k.append(k)
-      new_v.append(v)
+      x, k, v = layer(x, ck, cv, cos, sin, mask, place, written)
+      # the caches are updated in place (same buffers), so a captured decode step keeps writing where it reads
+      ck.assign(k)
+      cv.assign(v)
     last = x[T - 1:T]  # (1, dim): only the last position's logits are needed
     logits = (rms_norm(last, self.norm, self.cfg.rms_eps) @ self.lm_head.T).reshape(self.cfg.vocab_size)
-    Tensor.realize(logits, *new_k, *new_v)
-    self.cache_k, self.cache_v, self.pos = new_k, new_v, start + T
-    return logits.numpy()
+    Tensor.realize(logits, *self.cache_k, *self.cache_v)
+    return logits
 
 def _check_shape(weights: dict[str, np.ndarray], key: str, shape: tuple[int, ...]) -> np.ndarray:
   if key not in weights: raise ModelError(f"GGUF model lacks tensor {key!r}")
