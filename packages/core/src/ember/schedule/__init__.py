@@ -46,6 +46,10 @@ def _new_buffer_uop(node: UOp) -> UOp:
   dev = node.device
   return UOp(Ops.BUFFER, strong_dtype(node.dtype), (), BufferArg(next_unique(), dev, int(size)))  # type: ignore[arg-type]
 
+def _ubound(x: int | UOp) -> int:
+  """An int upper bound of a possibly symbolic size."""
+  return x if isinstance(x, int) else int(x.vmax)
+
 def _is_buffer_like(u: UOp) -> bool:
   """A BUFFER, possibly reshaped: already materialised in order."""
   while u.op is Ops.RESHAPE: u = u.src[0]
@@ -96,7 +100,8 @@ def find_realize(targets: list[UOp]) -> tuple[list[UOp], dict[UOp, list[UOp]]]:
       # the value may read the target's buffer only at the element it overwrites
       reads = [u for u in value.toposort() if target.base in u.src and u is not target]
       if (reads or target.base in value.src) and value.op not in (Ops.CONTIGUOUS,): realize.add(value)
-    if n.op is Ops.EXPAND and prod(n.arg) >= 2 * prod(n.src[0].shape) and _expensive_to_recompute(n.src[0]): realize.add(n.src[0].base)
+    if n.op is Ops.EXPAND and _ubound(prod(n.arg)) >= 2 * _ubound(prod(n.src[0].shape)) and _expensive_to_recompute(n.src[0]):
+      realize.add(n.src[0].base)
   for n in topo:
     if n.op is Ops.REDUCE_AXIS and n not in realize and _reduce_must_realize(n, consumers, realize): realize.add(n)
   order = [n for n in topo if n in realize and n.op is not Ops.BUFFER]
@@ -122,7 +127,7 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
   items: list[ScheduleItem] = []
   becomes: dict[UOp, UOp] = {}
   for node in order:
-    if prod(node.shape) == 0 and not isinstance(prod(node.shape), UOp):
+    if _ubound(prod(node.shape)) == 0:
       buf_uop = _new_buffer_uop(node)
       realized[node] = buf_uop
       continue
