@@ -30,6 +30,7 @@ class ClangRenderer(CStyleLanguage):
   device = "CPU"
   suffix = "c"
   has_threads = True
+  simd_width = 16
   infinity = "__builtin_inff()"
   nan = '__builtin_nanf("")'
   type_map: dict[DType, str] = {**CStyleLanguage.type_map, dtypes.bool: "_Bool", dtypes.float16: "_Float16"}
@@ -46,6 +47,7 @@ class CPULLVMRenderer(LLVMRenderer):
   device = "CPU"
   suffix = "ll"
   has_threads = True
+  simd_width = 16
   def __init__(self) -> None:
     from ember_cpu.compiler import host_target_machine
     machine = host_target_machine()

@@ -9,6 +9,7 @@ from ember.uop.rewrite import graph_rewrite, PatternMatcher, UPat
 from ember.uop.symbolic import symbolic
 from ember.uop.spec import type_verify
 from ember.codegen.linearize import linearize
+from ember.codegen.opt import hand_coded_opts
 
 # ** lowering passes **
 
@@ -88,6 +89,7 @@ def full_rewrite(ast: UOp, renderer: Renderer) -> tuple[list[UOp], list[int] | N
   """The pipeline from kernel AST to linear program; each pass runs where it does for the reason on its line."""
   sink = graph_rewrite(ast, symbolic + pm_lower_alu, name="simplify index math")  # fold movement-op index math
   sink = graph_rewrite(sink, pm_gates, name="drop constant gates")  # padding that is always valid needs no gate
+  if not NOOPT.value: sink = hand_coded_opts(sink, renderer)  # register blocking and vectorisable partial sums
   sink, gsize = apply_opts(sink, renderer)  # threads / later BEAM opts
   lsize = None
   if renderer.has_local:

@@ -5,7 +5,7 @@ not depend on a reduction's ranges is emitted before its loop (hoisted), so noth
 no value is used outside the loop that defines it.
 """
 from __future__ import annotations
-from ember.dtype import dtypes, PtrDType
+from ember.dtype import dtypes
 from ember.errors import CompileError
 from ember.uop.ops import Ops, UOp, AxisType
 
@@ -57,28 +57,40 @@ def linearize(sink: UOp) -> list[UOp]:
       out.append(new)
     return done[n]
 
+  # reductions over the same ranges that do not feed each other share one loop (an unrolled kernel has many)
+  groups: dict[tuple[UOp, ...], list[UOp]] = {}
+  for n in topo:
+    if n.op is Ops.REDUCE: groups.setdefault(n.src[1:], []).append(n)
+
   def emit_reduce(node: UOp) -> None:
-    value, rngs = node.src[0], node.src[1:]
+    rngs = node.src[1:]
     rset = frozenset(rngs)
+    group = [r for r in groups[rngs] if r not in done and not any(o in r.src[0].toposort() for o in groups[rngs] if o is not r)]
+    if node not in group: group = [node]
     # hoist everything the loop body needs that does not vary with the reduce ranges
-    for m in value.toposort():
-      if m not in done and not (deps[m] & rset) and m.op is not Ops.RANGE: emit(m)
-    init = UOp.const(node.dtype, reduce_identity(node.arg, node.dtype))  # type: ignore[arg-type]
-    emit(init)
-    acc = UOp(Ops.DEFINE_ACC, node.dtype, (done[init],), acc_count[0])
-    acc_count[0] += 1
-    out.append(acc)
+    for red in group:
+      for m in red.src[0].toposort():
+        if m not in done and not (deps[m] & rset) and m.op is not Ops.RANGE: emit(m)
+    accs = []
+    for red in group:
+      init = UOp.const(red.dtype, reduce_identity(red.arg, red.dtype))  # type: ignore[arg-type]
+      emit(init)
+      acc = UOp(Ops.DEFINE_ACC, red.dtype, (done[init],), acc_count[0])
+      acc_count[0] += 1
+      out.append(acc)
+      accs.append(acc)
     for r in rngs:
       emit(r.src[0])
       lin_r = r if done[r.src[0]] is r.src[0] else r.replace(src=(done[r.src[0]],))
       done[r] = lin_r
       out.append(lin_r)
-    val = emit(value)
-    upd = UOp(node.arg, node.dtype, (acc, val))
-    out.append(upd)
-    out.append(UOp(Ops.ASSIGN, node.dtype, (acc, upd)))
+    vals = [emit(red.src[0]) for red in group]
+    for red, acc, val in zip(group, accs, vals):
+      upd = UOp(red.arg, red.dtype, (acc, val))
+      out.append(upd)
+      out.append(UOp(Ops.ASSIGN, red.dtype, (acc, upd)))
     for r in reversed(rngs): out.append(UOp(Ops.END, dtypes.void, (done[r],)))
-    done[node] = acc
+    for red, acc in zip(group, accs): done[red] = acc
 
   globals_ = sorted((n for n in topo if n.op is Ops.RANGE and n.arg[1] in (AxisType.GLOBAL, AxisType.THREAD, AxisType.LOOP)),
                     key=lambda r: r.arg[0])
@@ -93,4 +105,3 @@ def linearize(sink: UOp) -> list[UOp]:
   for r in reversed(opened): out.append(UOp(Ops.END, dtypes.void, (r,)))
   return out
 
-def is_pointer(u: UOp) -> bool: return isinstance(u.dtype, PtrDType)

@@ -48,6 +48,8 @@ class Renderer(ABC):
   global_max: tuple[int, ...] | None = None
   local_max: tuple[int, ...] | None = None
   shared_max: int = 0
+  # lanes of the target's vector unit for 32-bit values; kernel opts unroll by it (0: no SIMD opts)
+  simd_width: int = 0
   # ops the target computes natively; codegen decomposes the transcendental ones that are missing here
   code_for_op: dict[Ops, Callable[..., str]] = {}
   extra_matcher: Any = None

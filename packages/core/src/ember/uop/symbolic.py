@@ -209,6 +209,8 @@ symbolic = symbolic_simple + PatternMatcher([
   (UPat(Ops.MUL, src=(UPat(Ops.MUL, src=(UPat.var("x"), UPat.cvar("c1"))), UPat.cvar("c2"))),
    lambda x, c1, c2: x * x.const_like(c1.arg * c2.arg) if not dtypes.is_float(x.dtype) else None),  # (x*c1)*c2 -> x*(c1*c2)
   (UPat(Ops.MUL, src=(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c1"))), UPat.cvar("c2"))), fold_mul_add),  # (x+c1)*c2 -> x*c2+c1*c2
+  (UPat(Ops.MUL, src=(UPat(Ops.ADD, src=(UPat.var("x"), UPat.var("y"))), UPat.cvar("c"))),
+   lambda x, y, c: x * c + y * c if _is_int(x) and y.op is not Ops.CONST else None),  # (x+y)*c -> x*c+y*c (ints)
   (UPat(Ops.ADD, src=(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c1"))), UPat.var("y"))), fold_assoc_sum),  # (x+c)+y -> (x+y)+c
   (UPat(Ops.MAX, src=(UPat(Ops.MAX, src=(UPat.var("x"), UPat.cvar("c1"))), UPat.cvar("c2")), name="op"),
    lambda x, c1, c2, op: fold_assoc_const(x, c1, c2, op)),
