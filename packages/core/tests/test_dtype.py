@@ -76,9 +76,7 @@ def test_every_float_can_be_the_default_float(dt):
     assert dtypes.default_float is dt
     assert Tensor(1.5).cast(dtypes.default_float).dtype is dt
 
-@pytest.mark.parametrize("dt", [pytest.param(d, marks=pytest.mark.xfail(strict=True, reason=(
-  "tensor.py Tensor.__init__: a list whose inferred dtype has no numpy fmt (bfloat16, fp8) is stored as float32 and "
-  "never cast to the inferred default float"))) if d.fmt is None else d for d in dtypes.floats])
+@pytest.mark.parametrize("dt", list(dtypes.floats))
 def test_lists_follow_every_default_float(dt):
   with Context(DEFAULT_FLOAT=dt):
     assert Tensor([1.5]).dtype is dt
@@ -108,13 +106,9 @@ def test_lub_is_commutative_idempotent_and_associative():
       # the lub is an upper bound: promoting either side to it changes nothing
       assert least_upper_dtype(ab, a) is ab and least_upper_dtype(ab, b) is ab
   for a, b, cc in itertools.product(value_dtypes, repeat=3):
-    if {a, b, cc} == {dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.bfloat16}: continue  # see the xfail below
     assert least_upper_dtype(least_upper_dtype(a, b), cc) is least_upper_dtype(a, least_upper_dtype(b, cc))
 
-@pytest.mark.xfail(strict=True, reason=(
-  "dtype.py _lattice: fp8e4m3 and fp8e5m2 both have float16 and bfloat16 as parents, so they have no least upper "
-  "bound; least_upper_dtype picks float16 by priority, which makes promotion order-dependent: "
-  "lub(lub(fp8e4m3, fp8e5m2), bfloat16) = float32 but lub(fp8e4m3, lub(fp8e5m2, bfloat16)) = bfloat16"))
+# regression: fp8 once had two float parents, which made promotion order-dependent
 def test_fp8_promotion_is_associative():
   e4, e5, bf = dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.bfloat16
   assert least_upper_dtype(least_upper_dtype(e4, e5), bf) is least_upper_dtype(e4, least_upper_dtype(e5, bf))

@@ -303,9 +303,6 @@ def test_invalid_axes():
     with pytest.raises(AxisError):
       bad()
 
-@pytest.mark.xfail(strict=True, reason=(
-  "tensor.py _alu: the bitwise check runs after promotion, so `float32 & int32` reports 'dtypes.float32 and "
-  "dtypes.float32' instead of naming the int32 operand; repro: Tensor([1.0]) & Tensor([1])"))
 def test_bitwise_error_names_both_original_operands():
   with pytest.raises(DTypeError, match=r"float32.*int32|int32.*float32"):
     Tensor(A) & Tensor(np.ones((3, 4), np.int32))

@@ -170,8 +170,9 @@ _lattice: dict[DType, tuple[DType, ...]] = {
   dtypes.int8: (dtypes.int16,), dtypes.int16: (dtypes.int32,), dtypes.int32: (dtypes.int64,), dtypes.int64: (dtypes.weakfloat,),
   dtypes.uint8: (dtypes.int16, dtypes.uint16), dtypes.uint16: (dtypes.int32, dtypes.uint32),
   dtypes.uint32: (dtypes.int64, dtypes.uint64), dtypes.uint64: (dtypes.weakfloat,),
-  dtypes.weakfloat: (dtypes.fp8e4m3, dtypes.fp8e5m2),
-  dtypes.fp8e4m3: (dtypes.float16, dtypes.bfloat16), dtypes.fp8e5m2: (dtypes.float16, dtypes.bfloat16),
+  dtypes.weakfloat: (dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.bfloat16),
+  # fp8 -> float16 only: with bfloat16 as a second parent the lub would depend on the order of promotion
+  dtypes.fp8e4m3: (dtypes.float16,), dtypes.fp8e5m2: (dtypes.float16,),
   dtypes.float16: (dtypes.float32,), dtypes.bfloat16: (dtypes.float32,), dtypes.float32: (dtypes.float64,), dtypes.float64: (),
 }
 

@@ -57,6 +57,8 @@ import pluggy
 # ** re-exports: everything a backend may build on **
 from ember.device.base import (Allocator, Buffer, BufferSpec, Compiled, Compiler, LRUAllocator, Program, from_mv,
                                mv_address)
+from ember.device.hcq import (HCQAllocator, HCQArgs, HCQBuffer, HCQCompiled, HCQGraph, HCQProgram, HCQSignal,
+                              HWQueue)
 from ember.dtype import DType, PtrDType, dtypes
 from ember.errors import (AxisError, CompileError, DeviceError, DTypeError, EmberError, GradientError, JitError,
                           MemoryAccessError, PluginError, ShapeError)
@@ -312,5 +314,6 @@ __all__ = [
   "Buffer", "Compiler", "Compiled", "Program", "from_mv", "mv_address", "UOp", "Ops", "GroupOp", "AxisType", "UPat",
   "PatternMatcher", "graph_rewrite", "DType", "PtrDType", "dtypes", "EmberError", "ShapeError", "AxisError",
   "DTypeError", "DeviceError", "PluginError", "CompileError", "MemoryAccessError", "JitError", "GradientError",
-  "Target", "getenv", "NUM_CPU_THREADS",
+  "Target", "getenv", "NUM_CPU_THREADS", "HWQueue", "HCQSignal", "HCQBuffer", "HCQArgs", "HCQProgram", "HCQAllocator",
+  "HCQCompiled", "HCQGraph",
 ]

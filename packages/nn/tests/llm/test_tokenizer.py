@@ -3,11 +3,13 @@ pattern, BPE merges by rank, special tokens, UTF-8 round trips and streaming dec
 from __future__ import annotations
 import numpy as np
 import pytest
-from ember.nn.llm.tokenizer import BPETokenizer, TokenizerError, bytes_to_unicode, render_chatml, split_digits, split_gpt2
+from ember.nn.llm.tokenizer import (BPETokenizer, TokenizerError, bytes_to_unicode, render_chatml, split_digits,
+                                    split_gpt2)
 
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 TEXTS = ["Once upon a time", "Hello,  world!\n\n  indented\tline  ", "it's they're I'll we've 'quoted' don't",
-         "café naïve Ünïcödé façade", "東京は日本の首都です。", "emoji 🙂👍🏽 and 👨‍👩‍👧 family", "x = 3.14159 + 42;  // ½ ², ³",
+         "café naïve Ünïcödé façade", "東京は日本の首都です。", "emoji 🙂👍🏽 and 👨‍👩‍👧 family",
+         "x = 3.14159 + 42;  // ½ ², ³",
          "   leading and trailing   ", "a\u00a0b\u2003c", "tabs\t\tand\r\nnewlines\n", "!!!???...", "' s '", ""]
 
 @pytest.mark.parametrize("text", TEXTS)
@@ -68,14 +70,16 @@ def test_stream_decoder_holds_partial_characters(byte_tokenizer):
   assert pieces[0] == "a" and pieces[1:4] == ["", "", ""] and pieces[4] == "🙂"
 
 def test_unsupported_vocabularies():
-  with pytest.raises(TokenizerError, match="only byte-level BPE"): BPETokenizer.from_gguf_metadata({"tokenizer.ggml.model": "llama"})
+  with pytest.raises(TokenizerError, match="only byte-level BPE"):
+    BPETokenizer.from_gguf_metadata({"tokenizer.ggml.model": "llama"})
   with pytest.raises(TokenizerError, match="pre-tokenizer"): BPETokenizer(["a"], [], pre="mystery")
 
 def test_render_chatml():
   template = ("{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nBe kind.<|im_end|>\n' }}"
               "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}")
   msgs = [{"role": "user", "content": "Hi"}]
-  assert render_chatml(template, msgs) == "<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+  expected = "<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+  assert render_chatml(template, msgs) == expected
   with_system = [{"role": "system", "content": "S"}] + msgs
   assert render_chatml(template, with_system, add_generation_prompt=False).startswith("<|im_start|>system\nS<|im_end|>")
   with pytest.raises(TokenizerError, match="not ChatML"): render_chatml("[INST] {{ message }} [/INST]", msgs)

@@ -31,12 +31,11 @@ pm_gates = PatternMatcher([
   (UPat(Ops.LOAD, name="x"), _gate_invariant_loads),
 ])
 
-def apply_opts(ast: UOp, renderer: Renderer) -> tuple[UOp, list[int] | None]:
+def apply_opts(ast: UOp, renderer: Renderer, work: int) -> tuple[UOp, list[int] | None]:
   """Kernel optimisations (the hook BEAM and hand-coded opts plug into). CPU: split the outermost range over threads."""
   if NOOPT.value or not renderer.has_threads: return ast, None
   ranges = sorted((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] is AxisType.GLOBAL), key=lambda r: r.arg[0])
   if not ranges or ranges[0].src[0].op is not Ops.CONST: return ast, None
-  work = prod(r.src[0].arg if r.src[0].op is Ops.CONST else 1 for r in ast.toposort() if r.op is Ops.RANGE)
   nthreads = NUM_CPU_THREADS.value or (renderer.global_max[0] if renderer.global_max else 1)
   first = ranges[0]
   n = min(nthreads, first.src[0].arg)
@@ -89,8 +88,9 @@ def full_rewrite(ast: UOp, renderer: Renderer) -> tuple[list[UOp], list[int] | N
   """The pipeline from kernel AST to linear program; each pass runs where it does for the reason on its line."""
   sink = graph_rewrite(ast, symbolic + pm_lower_alu, name="simplify index math")  # fold movement-op index math
   sink = graph_rewrite(sink, pm_gates, name="drop constant gates")  # padding that is always valid needs no gate
+  work = prod(r.src[0].arg if r.src[0].op is Ops.CONST else 1 for r in sink.toposort() if r.op is Ops.RANGE)
   if not NOOPT.value: sink = hand_coded_opts(sink, renderer)  # register blocking and vectorisable partial sums
-  sink, gsize = apply_opts(sink, renderer)  # threads / later BEAM opts
+  sink, gsize = apply_opts(sink, renderer, work)  # split the outermost loop over CPU threads
   lsize = None
   if renderer.has_local:
     sink, gsize, lsize = apply_gpudims(sink, renderer)  # output ranges -> block and thread indices

@@ -58,19 +58,19 @@ def linearize(sink: UOp) -> list[UOp]:
     return done[n]
 
   # reductions over the same ranges that do not feed each other share one loop (an unrolled kernel has many)
+  open_ranges: set[UOp] = set()
   groups: dict[tuple[UOp, ...], list[UOp]] = {}
   for n in topo:
     if n.op is Ops.REDUCE: groups.setdefault(n.src[1:], []).append(n)
 
   def emit_reduce(node: UOp) -> None:
     rngs = node.src[1:]
-    rset = frozenset(rngs)
     group = [r for r in groups[rngs] if r not in done and not any(o in r.src[0].toposort() for o in groups[rngs] if o is not r)]
     if node not in group: group = [node]
-    # hoist everything the loop body needs that does not vary with the reduce ranges
+    # hoist everything the loop body needs that only varies with loops already open
     for red in group:
       for m in red.src[0].toposort():
-        if m not in done and not (deps[m] & rset) and m.op is not Ops.RANGE: emit(m)
+        if m not in done and deps[m] <= open_ranges and m.op is not Ops.RANGE: emit(m)
     accs = []
     for red in group:
       init = UOp.const(red.dtype, reduce_identity(red.arg, red.dtype))  # type: ignore[arg-type]
@@ -84,7 +84,9 @@ def linearize(sink: UOp) -> list[UOp]:
       lin_r = r if done[r.src[0]] is r.src[0] else r.replace(src=(done[r.src[0]],))
       done[r] = lin_r
       out.append(lin_r)
+    open_ranges.update(rngs)
     vals = [emit(red.src[0]) for red in group]
+    open_ranges.difference_update(rngs)
     for red, acc, val in zip(group, accs, vals):
       upd = UOp(red.arg, red.dtype, (acc, val))
       out.append(upd)
@@ -101,6 +103,7 @@ def linearize(sink: UOp) -> list[UOp]:
     done[r] = lin_r
     out.append(lin_r)
     opened.append(lin_r)
+    open_ranges.add(r)
   for store in sink.src: emit(store)
   for r in reversed(opened): out.append(UOp(Ops.END, dtypes.void, (r,)))
   return out

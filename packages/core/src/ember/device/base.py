@@ -171,6 +171,7 @@ class Compiled:
   def __init__(self, device: str, allocator: Allocator, renderer: Any, compiler: Compiler | None,
                runtime: Callable[[str, bytes], Program], graph: Any = None):
     self.device, self.allocator, self.renderer, self.compiler, self.runtime, self.graph = device, allocator, renderer, compiler, runtime, graph
+  holds_data: bool = True  # False for devices that keep no memory contents (NULL)
   def synchronize(self) -> None:
     """Wait until every queued command on this device has finished (synchronous devices have nothing to wait for)."""
   def finalize(self) -> None:

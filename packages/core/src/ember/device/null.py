@@ -36,6 +36,7 @@ class NullProgram:
 class NullDevice(Compiled):
   """NULL uses the renderer and compiler it is given (so it can generate any target's code); built directly with
   None it falls back to the PYTHON renderer and compiler, which need nothing installed."""
+  holds_data = False
   def __init__(self, device: str = "NULL", renderer: Renderer | None = None, compiler: Compiler | None = None):
     from ember.device.python import PythonCompiler, PythonRenderer
     super().__init__(device, NullAllocator(), renderer if renderer is not None else PythonRenderer(),

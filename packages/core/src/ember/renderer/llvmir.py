@@ -48,9 +48,10 @@ def lconst(value: bool | int | float, dt: DType) -> str:
 
 def _signed(dt: DType) -> bool: return dt.kind == "i"
 
-def _arith(int_op: str, float_op: str, uint_op: str | None = None) -> Callable[..., str]:
+def _arith(int_op: str, float_op: str, uint_op: str | None = None, bool_op: str | None = None) -> Callable[..., str]:
   def fn(ret: str, a: str, b: str, dtype: DType) -> str:
     op = float_op if dtypes.is_float(dtype) else (int_op if uint_op is None or _signed(dtype) else uint_op)
+    if dtype is dtypes.bool and bool_op is not None: op = bool_op  # i1 arithmetic wraps; bool add is logical or
     return f"{ret} = {op} {ltype(dtype)} {a}, {b}"
   return fn
 
@@ -116,7 +117,8 @@ class LLVMRenderer(Renderer):
     Ops.NEG: _neg, Ops.EXP2: _intrinsic("exp2"), Ops.LOG2: _intrinsic("log2"), Ops.SIN: _intrinsic("sin"),
     Ops.SQRT: _intrinsic("sqrt"), Ops.TRUNC: _intrinsic("trunc"),
     Ops.RECIPROCAL: lambda ret, x, dtype: f"{ret} = fdiv {ltype(dtype)} {lconst(1.0, dtype)}, {x}",
-    Ops.ADD: _arith("add", "fadd"), Ops.SUB: _arith("sub", "fsub"), Ops.MUL: _arith("mul", "fmul"),
+    Ops.ADD: _arith("add", "fadd", bool_op="or"), Ops.SUB: _arith("sub", "fsub", bool_op="xor"),
+    Ops.MUL: _arith("mul", "fmul", bool_op="and"),
     Ops.FDIV: _arith("fdiv", "fdiv"), Ops.IDIV: _arith("sdiv", "fdiv", "udiv"), Ops.MOD: _arith("srem", "frem", "urem"),
     Ops.MAX: _max, Ops.CMPLT: _cmp("slt", "olt", "ult"), Ops.CMPNE: _cmp("ne", "une"), Ops.CMPEQ: _cmp("eq", "oeq"),
     Ops.AND: _arith("and", "and"), Ops.OR: _arith("or", "or"), Ops.XOR: _arith("xor", "xor"),

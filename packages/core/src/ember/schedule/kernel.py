@@ -115,6 +115,8 @@ def _load(buf: UOp, idx: UOp, valid: UOp | None, ctx: KernelCtx) -> UOp:
   return ctx.param(buf).index(idx, valid).load()
 
 def _lower(u: UOp, idxs: tuple[UOp, ...], valid: UOp | None, ctx: KernelCtx) -> UOp:
+  if u.op is Ops.ASSIGN and u is not ctx.output:
+    return lower(u.src[0], idxs, valid, ctx)  # an assign's value lives in its target (a view of a buffer)
   if u is not ctx.output and u in ctx.realized:
     return _load(ctx.realized[u], flat_index(idxs, u.shape), valid, ctx)
   dt: DType = strong_dtype(u.dtype)  # type: ignore[arg-type]

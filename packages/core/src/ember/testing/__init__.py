@@ -144,6 +144,7 @@ def render_and_compile(t: Tensor, device: str) -> list[tuple[ProgramSpec, bytes]
   """Render and compile every kernel `t` needs on `device` (no launch): the compile tier's unit of work."""
   from ember.codegen import get_program
   dev = open_device(device)
+  if dev.renderer is None or dev.compiler is None: raise AssertionError(f"{device} has no renderer or no compiler")
   out = []
   for it in kernel_items(t):
     spec = get_program(it.ast, dev.renderer, device)

@@ -23,9 +23,9 @@ def test_bytes_round_trip(ember_device, ember_capabilities, nbytes):
   from ember.dtype import dtypes
   _needs_data(ember_capabilities)
   data = np.random.default_rng(nbytes).integers(0, 256, nbytes, dtype=np.uint8)
-  buf = Buffer(ember_device, nbytes, dtypes.uint8).copyin(memoryview(data))
+  buf = Buffer(ember_device, nbytes, dtypes.uint8).copyin(data.data)
   out = np.empty(nbytes, np.uint8)
-  buf.copyout(memoryview(out))
+  buf.copyout(out.data)
   np.testing.assert_array_equal(out, data)
 
 def test_every_dtype_round_trips(ember_device, ember_capabilities):
@@ -33,7 +33,7 @@ def test_every_dtype_round_trips(ember_device, ember_capabilities):
   _needs_data(ember_capabilities)
   for dt in ember_capabilities.dtypes:
     raw = np.random.default_rng(dt.itemsize).integers(0, 256, 64 * dt.itemsize, dtype=np.uint8)
-    buf = Buffer(ember_device, 64, dt).copyin(memoryview(raw))
+    buf = Buffer(ember_device, 64, dt).copyin(raw.data)
     assert buf.numpy().view(np.uint8).tobytes() == raw.tobytes(), f"{dt!r} bytes changed in a round trip"
 
 def test_views_at_offsets(ember_device, ember_capabilities):
@@ -46,9 +46,9 @@ def test_views_at_offsets(ember_device, ember_capabilities):
   view.ensure_allocated()
   if not ember_capabilities.holds_data: return
   data = np.arange(64, dtype=np.int32)
-  base.copyin(memoryview(data))
+  base.copyin(data.data)
   np.testing.assert_array_equal(view.numpy(), data[8:24])
-  view.copyin(memoryview(np.full(16, -1, np.int32)))
+  view.copyin(np.full(16, -1, np.int32).data)
   expect = data.copy()
   expect[8:24] = -1
   np.testing.assert_array_equal(base.numpy(), expect)
@@ -63,9 +63,9 @@ def test_large_buffer_64mib(ember_device, ember_capabilities):
   assert buf.nbytes == 64 << 20
   if not ember_capabilities.holds_data: return
   data = np.arange(n, dtype=np.uint32) * np.uint32(2654435761)
-  buf.copyin(memoryview(data))
+  buf.copyin(data.data)
   out = np.empty(n, np.uint32)
-  buf.copyout(memoryview(out))
+  buf.copyout(out.data)
   assert np.array_equal(out, data)
 
 def test_zero_copy_host_view(ember_device, ember_capabilities):
@@ -73,7 +73,7 @@ def test_zero_copy_host_view(ember_device, ember_capabilities):
   from ember.dtype import dtypes
   if not ember_capabilities.zero_copy: pytest.skip(f"{ember_device}'s allocator has no _as_buffer (no host mapping)")
   _needs_data(ember_capabilities)
-  buf = Buffer(ember_device, 8, dtypes.float32).copyin(memoryview(np.arange(8, dtype=np.float32)))
+  buf = Buffer(ember_device, 8, dtypes.float32).copyin(np.arange(8, dtype=np.float32).data)
   mv = buf.as_buffer()
   assert mv is not None and mv.nbytes == 32
   np.testing.assert_array_equal(np.frombuffer(mv, dtype=np.float32), np.arange(8, dtype=np.float32))

@@ -40,6 +40,7 @@ def test_rendering_is_deterministic_and_compile_is_cacheable(ember_device, ember
   from ember.testing import KERNEL_CORPUS, kernel_items, open_device
   _needs_codegen(ember_capabilities)
   dev = open_device(ember_device)
+  assert dev.compiler is not None
   (item,) = kernel_items(KERNEL_CORPUS["reduce"](ember_device, dtypes.float32))
   first, second = get_program(item.ast, dev.renderer, ember_device), get_program(item.ast, dev.renderer, ember_device)
   assert first.src == second.src  # the disk cache is keyed by source text
@@ -49,5 +50,7 @@ def test_a_compile_error_is_typed(ember_device, ember_capabilities):
   from ember.errors import CompileError
   from ember.testing import open_device
   _needs_codegen(ember_capabilities)
+  compiler = open_device(ember_device).compiler
+  assert compiler is not None
   with pytest.raises(CompileError):
-    open_device(ember_device).compiler.compile_cached("this is not a program in any language }{")
+    compiler.compile_cached("this is not a program in any language }{")

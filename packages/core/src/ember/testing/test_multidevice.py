@@ -35,31 +35,40 @@ def test_compute_on_the_second_device(ember_device, ember_capabilities, second_d
   out = (Tensor(a, device=second_device) @ Tensor(a.T.copy(), device=second_device)).sum(1)
   np.testing.assert_allclose(out.numpy(), (a @ a.T).sum(1), rtol=1e-6)
 
-def test_two_threads_equal_one_thread(ember_device, ember_capabilities):
+def _run_with_threads(item, device: str, threads: int) -> tuple[np.ndarray, int]:
+  """Compile `item` under NUM_CPU_THREADS=threads, bypassing the runner cache (its key does not include the thread
+  count), and run it: (output, threads launched)."""
   from ember.codegen import get_program
   from ember.device.base import Buffer
-  from ember.dtype import dtypes
   from ember.helpers import Context
+  from ember.testing import open_device
+  dev = open_device(device)
+  assert dev.compiler is not None
+  with Context(NUM_CPU_THREADS=threads):
+    spec = get_program(item.ast, dev.renderer, device)
+  prg = dev.runtime(spec.name, dev.compiler.compile(spec.src))
+  out = Buffer(device, item.bufs[0].size, item.bufs[0].dtype).ensure_allocated()
+  inputs = [b.ensure_allocated() for b in item.bufs[1:]]
+  gsize = tuple(spec.global_size) if spec.global_size else (1, 1, 1)
+  prg(out._buf, *(b._buf for b in inputs), global_size=gsize, vals=(), wait=True)
+  return out.numpy(), gsize[0]
+
+def test_two_threads_equal_one_thread(ember_device, ember_capabilities):
   from ember.tensor import Tensor
-  from ember.testing import kernel_items, open_device
+  from ember.testing import kernel_items
   if not ember_capabilities.has_threads: pytest.skip(f"{ember_device}'s renderer does not split kernels over threads")
   if not ember_capabilities.holds_data: pytest.skip(f"{ember_device} holds no data")
-  dev = open_device(ember_device)
-  rng = np.random.default_rng(0)
-  x = rng.standard_normal((256, 256)).astype(np.float32)
-  (item,) = kernel_items(((Tensor(x, device=ember_device) * 1.5).exp() + 1).sum(1))
-  inputs = item.bufs[1:]
-  for b in inputs: b.ensure_allocated()
-  results = {}
-  for threads in (1, 2):
-    with Context(NUM_CPU_THREADS=threads):  # compiled here, not from the runner cache, so the setting applies
-      spec = get_program(item.ast, dev.renderer, ember_device)
-    prg = dev.runtime(spec.name, dev.compiler.compile(spec.src))
-    out = Buffer(ember_device, item.bufs[0].size, dtypes.float32).ensure_allocated()
-    gsize = tuple(spec.global_size) if spec.global_size else (1, 1, 1)
-    prg(out._buf, *(b._buf for b in inputs), global_size=gsize, vals=(), wait=True)
-    results[threads] = (out.numpy(), gsize)
-  assert results[2][1][0] == 2, f"the 2-thread program launches {results[2][1]} threads"
-  assert results[1][1][0] == 1
-  np.testing.assert_array_equal(results[1][0], results[2][0])
-  np.testing.assert_allclose(results[1][0], (np.exp(x * np.float32(1.5)) + 1).sum(1), rtol=1e-4)
+  x = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)
+  t = Tensor(x, device=ember_device)
+  cases = {"elementwise": (t * 1.5 + 1, x * np.float32(1.5) + 1),
+           "reduce": (((t * 1.5).exp() + 1).sum(1), (np.exp(x * np.float32(1.5)) + 1).sum(1))}
+  threaded = []
+  for name, (out, ref) in cases.items():
+    (item,) = kernel_items(out)
+    one, launched_one = _run_with_threads(item, ember_device, 1)
+    two, launched_two = _run_with_threads(item, ember_device, 2)
+    assert launched_one == 1, f"{name}: NUM_CPU_THREADS=1 launched {launched_one} threads"
+    if launched_two == 2: threaded.append(name)
+    np.testing.assert_array_equal(one.reshape(ref.shape), two.reshape(ref.shape), err_msg=f"{name}: 1 vs 2 threads")
+    np.testing.assert_allclose(one.reshape(ref.shape), ref, rtol=1e-4, err_msg=name)
+  assert threaded, "NUM_CPU_THREADS=2 never produced a program launched on 2 threads, so nothing was compared"

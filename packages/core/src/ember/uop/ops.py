@@ -287,6 +287,7 @@ def _vmin_vmax(u: UOp) -> tuple[Any, Any]:
     a, b = u.src
     amin, amax, bmin, bmax = a.vmin, a.vmax, b.vmin, b.vmax
     if None in (amin, amax, bmin, bmax): return dmin, dmax
+    if any(isinstance(v, float) and math.isnan(v) for v in (amin, amax, bmin, bmax)): return dmin, dmax  # NaN orders nothing
     if u.op is Ops.ADD: return _clamp(amin + bmin, amax + bmax, dmin, dmax)
     if u.op is Ops.SUB: return _clamp(amin - bmax, amax - bmin, dmin, dmax)
     if u.op is Ops.MUL and not dtypes.is_float(dt):

@@ -11,5 +11,6 @@ from ember.nn.llm.tokenizer import BPETokenizer, TokenizerError, render_chatml
 from ember.nn.llm.model import Llama, LlamaConfig, ModelError, ContextOverflowError
 from ember.nn.llm.generate import SamplingParams, GenerationStats, generate, sample
 
-__all__ = ["GGUFFile", "GGUFError", "GGMLType", "dequantize", "BPETokenizer", "TokenizerError", "render_chatml", "Llama",
-           "LlamaConfig", "ModelError", "ContextOverflowError", "SamplingParams", "GenerationStats", "generate", "sample"]
+__all__ = ["GGUFFile", "GGUFError", "GGMLType", "dequantize", "BPETokenizer", "TokenizerError", "render_chatml",
+           "Llama", "LlamaConfig", "ModelError", "ContextOverflowError", "SamplingParams", "GenerationStats",
+           "generate", "sample"]

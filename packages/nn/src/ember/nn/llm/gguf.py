@@ -88,7 +88,7 @@ class GGUFTensorInfo:
   @property
   def numel(self) -> int: return int(np.prod(self.shape, dtype=np.int64))
 
-# ** dequantisation: each takes the raw bytes as a (n_blocks, block_bytes) uint8 array and returns (n_blocks, block_elems) **
+# ** dequantisation: raw bytes as a (n_blocks, block_bytes) uint8 array -> (n_blocks, block_elems) float32 **
 
 def _f16(raw: np.ndarray, start: int) -> np.ndarray:
   """The float16 at byte `start` of every block, as a (n_blocks, 1) float32 column."""
@@ -116,7 +116,8 @@ def _k4_scales_mins(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   sc_lo, mn_lo = q[:, 0:4] & 63, q[:, 4:8] & 63
   sc_hi = (q[:, 8:12] & 0x0F) | ((q[:, 0:4] >> 6) << 4)
   mn_hi = (q[:, 8:12] >> 4) | ((q[:, 4:8] >> 6) << 4)
-  return np.concatenate([sc_lo, sc_hi], axis=1).astype(np.float32), np.concatenate([mn_lo, mn_hi], axis=1).astype(np.float32)
+  scales = np.concatenate([sc_lo, sc_hi], axis=1).astype(np.float32)
+  return scales, np.concatenate([mn_lo, mn_hi], axis=1).astype(np.float32)
 
 def dequant_q4_k(raw: np.ndarray) -> np.ndarray:
   n = raw.shape[0]
@@ -133,7 +134,8 @@ def dequant_q6_k(raw: np.ndarray) -> np.ndarray:
   qh = raw[:, 128:192].reshape(n, 2, 32)  # per half: 32 bytes holding four 2-bit high parts
   scales = raw[:, 192:208].view(np.int8).astype(np.float32).reshape(n, 16)
   d = _f16(raw, 208)
-  # quarter k (0..3) of a half, element l (0..31): low 4 bits from ql[l + 32*(k&1)] nibble (k>>1), high 2 bits from qh[l] >> 2k
+  # quarter k (0..3) of a half, element l (0..31): low 4 bits from nibble k>>1 of ql[l + 32*(k&1)],
+  # high 2 bits from qh[l] >> 2k
   low = np.stack([ql[:, :, :32] & 0x0F, ql[:, :, 32:] & 0x0F, ql[:, :, :32] >> 4, ql[:, :, 32:] >> 4], axis=2)
   high = np.stack([(qh >> (2 * k)) & 3 for k in range(4)], axis=2)
   q = ((low | (high << 4)).astype(np.float32) - 32.0).reshape(n, 16, 16)  # (block, 16 groups of 16)
@@ -158,7 +160,8 @@ def dequantize(raw: np.ndarray | bytes, ggml_type: GGMLType | int, shape: tuple[
   block_elems, block_bytes = BLOCK_LAYOUT[gtype]
   numel = int(np.prod(shape, dtype=np.int64))
   if numel % block_elems:
-    raise GGUFError(f"a {gtype.name} tensor of shape {shape} has {numel} elements, not a multiple of its block size {block_elems}")
+    raise GGUFError(f"a {gtype.name} tensor of shape {shape} has {numel} elements, not a multiple of its block "
+      f"size {block_elems}")
   data = np.frombuffer(raw, dtype=np.uint8) if isinstance(raw, (bytes, bytearray, memoryview)) else raw.reshape(-1)
   need = numel // block_elems * block_bytes
   if data.size != need: raise GGUFError(f"{gtype.name} tensor of shape {shape} needs {need} bytes, got {data.size}")
@@ -166,10 +169,12 @@ def dequantize(raw: np.ndarray | bytes, ggml_type: GGMLType | int, shape: tuple[
 
 def _ggml_type(t: GGMLType | int) -> GGMLType:
   try: return GGMLType(t)
-  except ValueError as e: raise GGUFError(f"unknown GGML tensor type id {int(t)}; this reader knows {[x.name for x in GGMLType]}") from e
+  except ValueError as e: raise GGUFError(f"unknown GGML tensor type id {int(t)}; this reader knows "
+    f"{[x.name for x in GGMLType]}") from e
 
 def tensor_nbytes(ggml_type: GGMLType, shape: tuple[int, ...]) -> int:
-  if ggml_type not in BLOCK_LAYOUT: raise GGUFError(f"GGUF tensor type {ggml_type.name} is not supported (unknown block layout)")
+  if ggml_type not in BLOCK_LAYOUT: raise GGUFError(f"GGUF tensor type {ggml_type.name} is not supported (unknown "
+    f"block layout)")
   block_elems, block_bytes = BLOCK_LAYOUT[ggml_type]
   return int(np.prod(shape, dtype=np.int64)) // block_elems * block_bytes
 
@@ -181,7 +186,8 @@ class _Cursor:
     self.buf, self.pos, self.path = buf, 0, path
   def take(self, n: int, what: str) -> bytes:
     if self.pos + n > self.buf.size:
-      raise GGUFError(f"{self.path}: file is truncated while reading {what} at byte {self.pos} (needs {n} bytes, size {self.buf.size})")
+      raise GGUFError(f"{self.path}: file is truncated while reading {what} at byte {self.pos} (needs {n} bytes, "
+        f"size {self.buf.size})")
     out = self.buf[self.pos:self.pos + n].tobytes()
     self.pos += n
     return out
@@ -195,7 +201,7 @@ class _Cursor:
     return self.take(n, what).decode("utf-8", errors="replace")
   def strings(self, count: int, what: str) -> list[str]:
     """An array of `count` strings: the hot path of vocabularies and merges, read without per-item method calls."""
-    mv, pos, size, out = memoryview(self.buf), self.pos, self.buf.size, []
+    mv, pos, size, out = self.buf.data, self.pos, self.buf.size, []
     for i in range(count):
       if pos + 8 > size: raise GGUFError(f"{self.path}: file is truncated in {what}[{i}] at byte {pos}")
       n = int.from_bytes(mv[pos:pos + 8], "little")
@@ -228,14 +234,16 @@ class GGUFFile:
   def __init__(self, path: str | os.PathLike[str]):
     self.path = os.fspath(path)
     if not os.path.isfile(self.path): raise GGUFError(f"GGUF file {self.path!r} does not exist")
-    if os.path.getsize(self.path) < 24: raise GGUFError(f"{self.path}: too small to be a GGUF file ({os.path.getsize(self.path)} bytes)")
+    if os.path.getsize(self.path) < 24: raise GGUFError(f"{self.path}: too small to be a GGUF file "
+      f"({os.path.getsize(self.path)} bytes)")
     self.mm = np.memmap(self.path, dtype=np.uint8, mode="r")
     cur = _Cursor(self.mm, self.path)
     magic = cur.take(4, "the magic")
     if magic != GGUF_MAGIC: raise GGUFError(f"{self.path}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")
     self.version = cur.u32("the version")
     if self.version not in SUPPORTED_VERSIONS:
-      raise GGUFError(f"{self.path}: GGUF version {self.version} is not supported (supported: {SUPPORTED_VERSIONS}); re-convert the model with a current llama.cpp")
+      raise GGUFError(f"{self.path}: GGUF version {self.version} is not supported (supported: "
+        f"{SUPPORTED_VERSIONS}); re-convert the model with a current llama.cpp")
     n_tensors, n_kv = cur.u64("the tensor count"), cur.u64("the metadata count")
     self.metadata: dict[str, Any] = {}
     self.metadata_types: dict[str, GGUFValueType] = {}
@@ -260,13 +268,15 @@ class GGUFFile:
       nbytes = tensor_nbytes(gtype, shape) if gtype in BLOCK_LAYOUT else -1
       info = GGUFTensorInfo(name, shape, gtype, self.data_offset + rel, nbytes)
       if nbytes >= 0 and info.offset + nbytes > self.mm.size:
-        raise GGUFError(f"{self.path}: tensor {name!r} ({gtype.name} {shape}) runs past the end of the file; the file is truncated")
+        raise GGUFError(f"{self.path}: tensor {name!r} ({gtype.name} {shape}) runs past the end of the file; the "
+          f"file is truncated")
       self.tensors[name] = info
 
   def raw(self, name: str) -> np.ndarray:
     """The bytes of tensor `name` as a uint8 view of the memory map (no copy)."""
     info = self._info(name)
-    if info.nbytes < 0: raise GGUFError(f"tensor {name!r} has type {info.ggml_type.name}, which this reader cannot read")
+    if info.nbytes < 0: raise GGUFError(f"tensor {name!r} has type {info.ggml_type.name}, which this reader "
+      f"cannot read")
     return self.mm[info.offset:info.offset + info.nbytes]
 
   def tensor(self, name: str) -> np.ndarray:
@@ -275,7 +285,8 @@ class GGUFFile:
     return dequantize(self.raw(name), info.ggml_type, info.shape)
 
   def _info(self, name: str) -> GGUFTensorInfo:
-    if name not in self.tensors: raise GGUFError(f"{self.path}: no tensor named {name!r} (it has {len(self.tensors)} tensors)")
+    if name not in self.tensors: raise GGUFError(f"{self.path}: no tensor named {name!r} (it has "
+      f"{len(self.tensors)} tensors)")
     return self.tensors[name]
 
   def type_counts(self) -> dict[str, int]:

@@ -46,21 +46,26 @@ class LlamaConfig:
   def from_gguf_metadata(cls, md: dict[str, Any], vocab_size: int | None = None) -> LlamaConfig:
     arch = md.get("general.architecture")
     if arch not in SUPPORTED_ARCHS:
-      raise ModelError(f"GGUF architecture {arch!r} is not supported; supported llama-family architectures: {SUPPORTED_ARCHS}")
+      raise ModelError(f"GGUF architecture {arch!r} is not supported; supported llama-family architectures: "
+        f"{SUPPORTED_ARCHS}")
     def need(key: str) -> Any:
       if f"{arch}.{key}" not in md: raise ModelError(f"GGUF metadata lacks {arch}.{key}, which the {arch} model needs")
       return md[f"{arch}.{key}"]
     n_heads = int(need("attention.head_count"))
-    vocab = vocab_size if vocab_size is not None else md.get(f"{arch}.vocab_size", len(md.get("tokenizer.ggml.tokens", [])))
+    n_tokens = len(md.get("tokenizer.ggml.tokens", []))
+    vocab = vocab_size if vocab_size is not None else md.get(f"{arch}.vocab_size", n_tokens)
     cfg = cls(n_layers=int(need("block_count")), dim=int(need("embedding_length")), n_heads=n_heads,
-              n_kv_heads=int(md.get(f"{arch}.attention.head_count_kv", n_heads)), ffn_dim=int(need("feed_forward_length")),
+              n_kv_heads=int(md.get(f"{arch}.attention.head_count_kv", n_heads)),
+              ffn_dim=int(need("feed_forward_length")),
               vocab_size=int(vocab), rope_theta=float(md.get(f"{arch}.rope.freq_base", 10000.0)),
               rms_eps=float(md.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
               context_length=int(md.get(f"{arch}.context_length", 2048)))
     if cfg.dim % cfg.n_heads or cfg.n_heads % cfg.n_kv_heads:
-      raise ModelError(f"inconsistent heads: dim {cfg.dim}, {cfg.n_heads} heads, {cfg.n_kv_heads} KV heads (need dim % heads == 0 and heads % kv_heads == 0)")
+      raise ModelError(f"inconsistent heads: dim {cfg.dim}, {cfg.n_heads} heads, {cfg.n_kv_heads} KV heads (need "
+        f"dim % heads == 0 and heads % kv_heads == 0)")
     rope_dim = int(md.get(f"{arch}.rope.dimension_count", cfg.head_dim))
-    if rope_dim != cfg.head_dim: raise ModelError(f"partial RoPE (rope.dimension_count {rope_dim} != head dim {cfg.head_dim}) is not supported")
+    if rope_dim != cfg.head_dim: raise ModelError(f"partial RoPE (rope.dimension_count {rope_dim} != head dim "
+      f"{cfg.head_dim}) is not supported")
     return cfg
 
 # ** ops composed from Tensor primitives **
@@ -128,13 +133,15 @@ class Llama:
   >>> model = Llama.from_gguf("SmolLM2-135M-Instruct.Q4_1.gguf", max_context=512)  # doctest: +SKIP
   >>> logits = model.forward([6403, 1980, 253, 655])  # doctest: +SKIP  (vocab,) float32 of the last position
   """
-  def __init__(self, cfg: LlamaConfig, weights: dict[str, np.ndarray], max_context: int = 512, device: str | None = None):
+  def __init__(self, cfg: LlamaConfig, weights: dict[str, np.ndarray], max_context: int = 512,
+               device: str | None = None):
     self.cfg, self.device = cfg, device
     self.max_context = min(max_context, cfg.context_length)
     if self.max_context <= 0: raise ModelError(f"max_context must be positive, got {max_context}")
     self.embedding = _check_shape(weights, "token_embd.weight", (cfg.vocab_size, cfg.dim))
     head = weights.get("output.weight", self.embedding)  # tied LM head when the file has no output.weight
-    self.lm_head = Tensor(_check_shape({"output.weight": head}, "output.weight", (cfg.vocab_size, cfg.dim)), device=device).realize()
+    head = _check_shape({"output.weight": head}, "output.weight", (cfg.vocab_size, cfg.dim))
+    self.lm_head = Tensor(head, device=device).realize()
     self.norm = Tensor(_check_shape(weights, "output_norm.weight", (cfg.dim,)), device=device).realize()
     kv = cfg.n_kv_heads * cfg.head_dim
     shapes = {"attn_norm": (cfg.dim,), "attn_q": (cfg.dim, cfg.dim), "attn_k": (kv, cfg.dim), "attn_v": (kv, cfg.dim),
@@ -185,7 +192,8 @@ class Llama:
     T, C, start = ids.size, self.max_context, self.pos
     if T == 0: raise ModelError("forward needs at least one token")
     if start + T > C:
-      raise ContextOverflowError(f"context overflow: {start} cached + {T} new tokens > max_context {C}; start a new conversation or raise max_context")
+      raise ContextOverflowError(f"context overflow: {start} cached + {T} new tokens > max_context {C}; start a "
+        f"new conversation or raise max_context")
     if ids.min() < 0 or ids.max() >= self.cfg.vocab_size:
       raise ModelError(f"token ids must be in [0, {self.cfg.vocab_size}), got min {ids.min()} max {ids.max()}")
     positions = np.arange(start, start + T)
@@ -218,5 +226,6 @@ class Llama:
 def _check_shape(weights: dict[str, np.ndarray], key: str, shape: tuple[int, ...]) -> np.ndarray:
   if key not in weights: raise ModelError(f"GGUF model lacks tensor {key!r}")
   arr = weights[key]
-  if tuple(arr.shape) != shape: raise ModelError(f"tensor {key!r} has shape {tuple(arr.shape)}, expected {shape} from the metadata")
+  if tuple(arr.shape) != shape: raise ModelError(f"tensor {key!r} has shape {tuple(arr.shape)}, expected {shape} "
+    f"from the metadata")
   return np.ascontiguousarray(arr, dtype=np.float32)

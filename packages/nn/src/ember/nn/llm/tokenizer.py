@@ -23,7 +23,8 @@ class TokenizerError(EmberError, ValueError):
 TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 1, 2, 3, 4, 5, 6
 # pre-tokenizers (tokenizer.ggml.pre) that split digits one by one before the GPT-2 pattern
 DIGIT_SPLITTING_PRE = frozenset({"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva"})
-GPT2_PRE = frozenset({"gpt2", "default", "gpt-2", "phi-2", "jina-es", "jina-de", "jina-v2-es", "jina-v2-de", "olmo", "poro-chat"})
+GPT2_PRE = frozenset({"gpt2", "default", "gpt-2", "phi-2", "jina-es", "jina-de", "jina-v2-es", "jina-v2-de", "olmo",
+                      "poro-chat"})
 END_OF_TURN_NAMES = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "<end_of_turn>")
 CONTRACTIONS = ("'s", "'t", "'re", "'ve", "'m", "'ll", "'d")
 
@@ -111,13 +112,16 @@ class BPETokenizer:
   'Once upon a time'
   """
   def __init__(self, tokens: list[str], merges: list[str], token_types: list[int] | None = None, pre: str = "gpt2",
-               bos_id: int | None = None, eos_id: int | None = None, add_bos: bool = False, eot_ids: Iterable[int] = ()):
+               bos_id: int | None = None, eos_id: int | None = None, add_bos: bool = False,
+               eot_ids: Iterable[int] = ()):
     if pre not in DIGIT_SPLITTING_PRE and pre not in GPT2_PRE:
-      raise TokenizerError(f"pre-tokenizer {pre!r} is not supported; supported: {sorted(DIGIT_SPLITTING_PRE | GPT2_PRE)}")
+      raise TokenizerError(f"pre-tokenizer {pre!r} is not supported; supported: "
+        f"{sorted(DIGIT_SPLITTING_PRE | GPT2_PRE)}")
     self.tokens = list(tokens)
     self.token_types = list(token_types) if token_types is not None else [TOKEN_NORMAL] * len(self.tokens)
     if len(self.token_types) != len(self.tokens):
-      raise TokenizerError(f"token_type has {len(self.token_types)} entries but the vocabulary has {len(self.tokens)} tokens")
+      raise TokenizerError(f"token_type has {len(self.token_types)} entries but the vocabulary has "
+        f"{len(self.tokens)} tokens")
     self.vocab: dict[str, int] = {}
     for i, t in enumerate(self.tokens): self.vocab.setdefault(t, i)
     self.ranks: dict[tuple[str, str], int] = {}
@@ -126,7 +130,8 @@ class BPETokenizer:
       if not sep: raise TokenizerError(f"BPE merge #{rank} {m!r} is not two symbols separated by a space")
       self.ranks.setdefault((left, right), rank)
     self.pre, self.bos_id, self.eos_id, self.add_bos = pre, bos_id, eos_id, add_bos
-    self.special = {t: i for i, t in enumerate(self.tokens) if self.token_types[i] in (TOKEN_CONTROL, TOKEN_USER_DEFINED) and t}
+    special_types = (TOKEN_CONTROL, TOKEN_USER_DEFINED)
+    self.special = {t: i for i, t in enumerate(self.tokens) if self.token_types[i] in special_types and t}
     # longest first, so "<|im_start|>" wins over any special token that is its prefix
     self._special_sorted = sorted(self.special, key=len, reverse=True)
     self._special_first = {t[0] for t in self.special}
@@ -139,13 +144,15 @@ class BPETokenizer:
   def from_gguf_metadata(cls, md: dict[str, Any]) -> BPETokenizer:
     model = md.get("tokenizer.ggml.model")
     if model != "gpt2":
-      raise TokenizerError(f"tokenizer.ggml.model is {model!r}; only byte-level BPE ('gpt2') vocabularies are supported")
+      raise TokenizerError(f"tokenizer.ggml.model is {model!r}; only byte-level BPE ('gpt2') vocabularies are "
+        f"supported")
     for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges"):
       if key not in md: raise TokenizerError(f"GGUF metadata lacks {key!r}, which a byte-level BPE tokenizer needs")
     eot = md.get("tokenizer.ggml.eot_token_id")
     return cls(md["tokenizer.ggml.tokens"], md["tokenizer.ggml.merges"], md.get("tokenizer.ggml.token_type"),
                pre=md.get("tokenizer.ggml.pre", "gpt2"), bos_id=md.get("tokenizer.ggml.bos_token_id"),
-               eos_id=md.get("tokenizer.ggml.eos_token_id"), add_bos=bool(md.get("tokenizer.ggml.add_bos_token", False)),
+               eos_id=md.get("tokenizer.ggml.eos_token_id"),
+               add_bos=bool(md.get("tokenizer.ggml.add_bos_token", False)),
                eot_ids=() if eot is None else (int(eot),))
 
   @property
@@ -206,7 +213,8 @@ class BPETokenizer:
       if s in self.vocab: ids.append(self.vocab[s])
       else:  # a merge result missing from the vocabulary: fall back to its single bytes
         for c in s:
-          if c not in self.vocab: raise TokenizerError(f"byte symbol {c!r} of word {word!r} is not in the vocabulary; the GGUF vocabulary is incomplete")
+          if c not in self.vocab: raise TokenizerError(f"byte symbol {c!r} of word {word!r} is not in the "
+            f"vocabulary; the GGUF vocabulary is incomplete")
           ids.append(self.vocab[c])
     out = tuple(ids)
     if len(self._cache) < 100_000: self._cache[word] = out
@@ -215,7 +223,8 @@ class BPETokenizer:
   # ** decode **
   def token_bytes(self, token_id: int) -> bytes:
     """The bytes token `token_id` stands for (special tokens: their text in UTF-8)."""
-    if not 0 <= token_id < len(self.tokens): raise TokenizerError(f"token id {token_id} is outside the vocabulary (size {len(self.tokens)})")
+    if not 0 <= token_id < len(self.tokens): raise TokenizerError(f"token id {token_id} is outside the vocabulary "
+      f"(size {len(self.tokens)})")
     text = self.tokens[token_id]
     if self.token_types[token_id] in (TOKEN_CONTROL, TOKEN_USER_DEFINED): return text.encode("utf-8")
     # characters outside the byte table (only in malformed vocabularies) pass through as their UTF-8
@@ -246,7 +255,8 @@ def render_chatml(template: str | None, messages: list[dict[str, str]], add_gene
   <|im_end|>\\n` pattern). A default system prompt written literally in the template is inserted when the
   conversation does not start with a system message, as SmolLM2's template does. Other templates raise."""
   if template is not None and ("<|im_start|>" not in template or "<|im_end|>" not in template):
-    raise TokenizerError("the model's chat template is not ChatML (<|im_start|>role ... <|im_end|>); only ChatML templates are supported")
+    raise TokenizerError("the model's chat template is not ChatML (<|im_start|>role ... <|im_end|>); only ChatML "
+      "templates are supported")
   out: list[str] = []
   default = _CHATML_DEFAULT_SYSTEM.search(template) if template is not None else None
   if default is not None and (not messages or messages[0].get("role") != "system"):

@@ -1,0 +1,70 @@
+"""MetalRenderer: the linear program as one Metal Shading Language (MSL) compute kernel.
+
+The kernel's calling convention, which the runtime (`ember_metal.device`) binds:
+
+* buffers in slot order, `device T* dataN [[buffer(N)]]` (`device const T*` when only read);
+* then each DEFINE_VAR, `constant int& name [[buffer(k)]]` (`long` for int64), bound with `setBytes:length:atIndex:`;
+* then the hardware indices, `uint3 gid [[threadgroup_position_in_grid]]` and
+  `uint3 lid [[thread_position_in_threadgroup]]` (the SPECIALs `gidx0` / `lidx0` read their `.x`).
+  `ProgramSpec.global_size` is the grid in threadgroups, `local_size` the threadgroup size:
+  `dispatchThreadgroups:threadsPerThreadgroup:` takes them as they are.
+
+dtypes: `half` is native; there is no double on Apple GPUs, so float64 is unsupported. bfloat16 and fp8 are emulated
+as in every C-style renderer (raw bits in memory, computed in float32, round-to-nearest-even conversions): Metal's
+own `bfloat` needs MSL 3.1 (macOS 14), and the emulation gives the same results as the PYTHON reference everywhere.
+Math uses `metal::` functions on float (half math goes through float, like the C renderers), `metal::precise::sin`
+because the fast `sin` loses accuracy away from zero; the runtime also compiles with fast math off, so NaN and inf
+behave as IEEE says and MAX can propagate NaN.
+"""
+from __future__ import annotations
+import re
+from typing import Callable
+from ember.plugin import CStyleLanguage, DType, Ops, dtypes
+
+METAL_HEADER = "#include <metal_stdlib>\nusing namespace metal;\n"
+
+def _metal(name: str) -> Callable[..., str]:
+  return lambda x, dtype: f"metal::{name}({x})"
+
+def _max(a: str, b: str, dtype: DType) -> str:
+  if dtypes.is_float(dtype): return f"((({a}>{b})||metal::isnan({a}))?{a}:{b})"  # NaN in either operand propagates
+  return f"(({a}>{b})?{a}:{b})"
+
+# a scalar parameter as CStyleLanguage prints it: "<arg_int_prefix><type> <name>"
+_scalar_param = re.compile(r"^constant (\w+) (\w+)$")
+
+class MetalRenderer(CStyleLanguage):
+  """MSL for Apple GPUs (Metal 2.3 and later; nothing here needs newer than macOS 11)."""
+  device = "METAL"
+  suffix = "metal"
+  has_local = True
+  global_max = (0xFFFFFFFF, 0xFFFF, 0xFFFF)  # threadgroups per grid
+  local_max = (1024, 1024, 64)  # threads per threadgroup; the pipeline's maxTotalThreadsPerThreadgroup caps the product
+  kernel_prefix = "kernel void "
+  buffer_prefix = "device "
+  arg_int_prefix = "constant "
+  helper_prefix = "inline "
+  thread_args = ("gid", "lid")  # not CPU threads here: reserving them keeps a DEFINE_VAR from taking these names
+  extra_args = ("uint3 gid [[threadgroup_position_in_grid]]", "uint3 lid [[thread_position_in_threadgroup]]")
+  code_for_workitem = {"g": lambda axis: f"(int)gid.{axis}", "l": lambda axis: f"(int)lid.{axis}"}
+  type_map: dict[DType, str] = {
+    dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short", dtypes.uint16: "ushort",
+    dtypes.int32: "int", dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong", dtypes.float16: "half",
+    dtypes.float32: "float"}
+  unsupported_dtypes = frozenset({dtypes.float64})
+  code_for_op = {**CStyleLanguage.code_for_op, Ops.EXP2: _metal("exp2"), Ops.LOG2: _metal("log2"),
+                 Ops.SIN: _metal("precise::sin"), Ops.SQRT: _metal("sqrt"), Ops.TRUNC: _metal("trunc"), Ops.MAX: _max}
+
+  def __init__(self, arch: str = "") -> None:
+    self.arch = arch
+
+  def render_bitcast(self, x: str, src: DType, dst: DType, ctx: object) -> str:
+    return f"as_type<{self.render_dtype(dst)}>({x})"
+
+  def render_kernel(self, name: str, params: list[str], body: list[str], helpers: list[str]) -> str:
+    """Adds the `[[buffer(i)]]` binding to each buffer and variable (variables become `constant T&`)."""
+    bound = []
+    for index, param in enumerate(params[:len(params) - len(self.extra_args)]):
+      if (scalar := _scalar_param.match(param)) is not None: param = f"constant {scalar[1]}& {scalar[2]}"
+      bound.append(f"{param} [[buffer({index})]]")
+    return METAL_HEADER + super().render_kernel(name, bound + list(self.extra_args), body, helpers)

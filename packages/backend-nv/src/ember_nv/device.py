@@ -1,0 +1,126 @@
+"""The CUDA device: NVIDIA GPUs through the CUDA driver API (libcuda, loaded with ctypes when the device opens).
+
+`probe_cuda()` is what `ember_probe` answers for CUDA: it loads libcuda and counts devices, and says plainly why not
+("no NVIDIA driver (libcuda.so not found)", "no NVIDIA GPU"). Nothing here runs at `import ember`.
+"""
+from __future__ import annotations
+import ctypes
+import functools
+import os
+from typing import Any
+from ember.plugin import BufferSpec, Compiled, Compiler, DeviceError, LRUAllocator, ProbeResult, Renderer
+from ember_nv.renderer import kernel_arg_layout
+
+LIBCUDA_NAMES = ("libcuda.so.1", "libcuda.so")
+
+@functools.cache
+def load_libcuda() -> ctypes.CDLL:
+  """libcuda with cuInit called, or a DeviceError saying why not."""
+  for name in LIBCUDA_NAMES:
+    try: lib = ctypes.CDLL(name)
+    except OSError: continue
+    check(lib, lib.cuInit(0), "cuInit")
+    return lib
+  raise DeviceError("no NVIDIA driver (libcuda.so not found); install the NVIDIA driver on a machine with an NVIDIA "
+                    "GPU, or use DEV=MOCK+NV to run the NV queues without one")
+
+def check(lib: ctypes.CDLL, status: int, what: str) -> None:
+  if status == 0: return
+  name = ctypes.c_char_p()
+  lib.cuGetErrorName(status, ctypes.byref(name))
+  raise DeviceError(f"CUDA {what} failed: {(name.value or b'?').decode()} ({status})")
+
+def probe_cuda() -> ProbeResult:
+  """Usable when libcuda loads, initialises and reports at least one device."""
+  try: lib = load_libcuda()
+  except DeviceError as e: return ProbeResult(False, str(e))
+  count = ctypes.c_int()
+  try: check(lib, lib.cuDeviceGetCount(ctypes.byref(count)), "cuDeviceGetCount")
+  except DeviceError as e: return ProbeResult(False, str(e))
+  if count.value == 0: return ProbeResult(False, "no NVIDIA GPU (the driver reports 0 devices)")
+  return ProbeResult(True, f"{count.value} NVIDIA GPU(s) through libcuda")
+
+def probe_nv(interface: str) -> ProbeResult:
+  """NV (HCQ): the MOCK interface needs nothing; the hardware interface needs the NVIDIA kernel driver."""
+  if interface.startswith("MOCK"): return ProbeResult(True, "MOCK+NV: software GPU executing the NV command stream")
+  if not os.path.exists("/dev/nvidiactl"):
+    return ProbeResult(False, "no NVIDIA kernel driver (/dev/nvidiactl not found); use DEV=MOCK+NV to run the NV "
+                              "queues without a GPU")
+  return ProbeResult(False, "the NV ioctl interface (GPFIFO over /dev/nvidia*) is not implemented yet; use DEV=CUDA "
+                            "on this machine, or DEV=MOCK+NV")
+
+class CUDAContext:
+  """One device's primary context, made current on the calling thread for every driver call."""
+  def __init__(self, index: int) -> None:
+    self.lib = load_libcuda()
+    self.device, self.context = ctypes.c_int(), ctypes.c_void_p()
+    check(self.lib, self.lib.cuDeviceGet(ctypes.byref(self.device), index), f"cuDeviceGet({index})")
+    status = self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(self.context), self.device)
+    check(self.lib, status, "cuDevicePrimaryCtxRetain")
+  def call(self, fn: str, *args: Any) -> None:
+    check(self.lib, self.lib.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+    check(self.lib, getattr(self.lib, fn)(*args), fn)
+
+class CUDAAllocator(LRUAllocator):
+  """Device memory from cuMemAlloc; handles are device addresses (ints)."""
+  def __init__(self, ctx: CUDAContext) -> None:
+    super().__init__()
+    self.ctx = ctx
+  def _alloc(self, size: int, options: BufferSpec) -> Any:
+    ptr = ctypes.c_uint64()
+    self.ctx.call("cuMemAlloc_v2", ctypes.byref(ptr), ctypes.c_size_t(max(size, 1)))
+    return ptr.value
+  def _free(self, opaque: Any, options: BufferSpec) -> None: self.ctx.call("cuMemFree_v2", ctypes.c_uint64(opaque))
+  def _copyin(self, dest: Any, src: memoryview) -> None:
+    host = bytes(src) if src.readonly else (ctypes.c_char * src.nbytes).from_buffer(src)
+    self.ctx.call("cuMemcpyHtoD_v2", ctypes.c_uint64(dest), host, ctypes.c_size_t(src.nbytes))
+  def _copyout(self, dest: memoryview, src: Any) -> None:
+    self.ctx.call("cuMemcpyDtoH_v2", (ctypes.c_char * dest.nbytes).from_buffer(dest), ctypes.c_uint64(src),
+                  ctypes.c_size_t(dest.nbytes))
+  def _offset(self, opaque: Any, size: int, offset: int) -> Any: return opaque + offset
+
+class CUDAProgram:
+  """A cubin (or PTX) loaded with cuModuleLoadData; launches pass the arguments as one parameter block."""
+  def __init__(self, ctx: CUDAContext, name: str, lib: bytes) -> None:
+    self.ctx, self.name = ctx, name
+    self.module, self.function = ctypes.c_void_p(), ctypes.c_void_p()
+    image = ctypes.create_string_buffer(lib + (b"\0" if not lib.startswith(b"\x7fELF") else b""))
+    ctx.call("cuModuleLoadData", ctypes.byref(self.module), image)
+    ctx.call("cuModuleGetFunction", ctypes.byref(self.function), self.module, name.encode())
+  def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] | None = None,
+               vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
+    args = [ctypes.c_uint64(b) for b in bufs] + [ctypes.c_int32(v) for v in vals]
+    params = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in args])
+    grid, block = (*global_size, 1, 1)[:3], (*(local_size or (1, 1, 1)), 1, 1)[:3]
+    start, end = ctypes.c_void_p(), ctypes.c_void_p()
+    if wait:
+      self.ctx.call("cuEventCreate", ctypes.byref(start), 0)
+      self.ctx.call("cuEventCreate", ctypes.byref(end), 0)
+      self.ctx.call("cuEventRecord", start, None)
+    self.ctx.call("cuLaunchKernel", self.function, *[ctypes.c_uint(x) for x in (*grid, *block)], ctypes.c_uint(0), None,
+                  params, None)
+    if not wait: return None
+    self.ctx.call("cuEventRecord", end, None)
+    self.ctx.call("cuEventSynchronize", end)
+    ms = ctypes.c_float()
+    self.ctx.call("cuEventElapsedTime", ctypes.byref(ms), start, end)
+    for event in (start, end): self.ctx.call("cuEventDestroy_v2", event)
+    return ms.value / 1e3
+
+class CUDADevice(Compiled):
+  """DEV=CUDA: one GPU through the driver API; kernels from NVRTC (cubin) or ptxas."""
+  def __init__(self, device: str, renderer: Renderer, compiler: Compiler) -> None:
+    index = int(device.partition(":")[2] or 0)
+    self.ctx = CUDAContext(index)
+    super().__init__(device, CUDAAllocator(self.ctx), renderer, compiler,
+                     lambda name, lib: CUDAProgram(self.ctx, name, lib))
+  def synchronize(self) -> None: self.ctx.call("cuCtxSynchronize")
+
+def param_block(uops: list[Any], bufs: list[int], vals: tuple[int, ...]) -> bytes:
+  """The kernel argument block (buffers' device addresses, then variable values) in the layout every NV runtime
+  uses; see `kernel_arg_layout`."""
+  layout, size = kernel_arg_layout(uops)
+  block = bytearray(size)
+  for (offset, width), value in zip(layout, [*bufs, *vals]):
+    block[offset:offset + width] = int(value).to_bytes(width, "little", signed=value < 0)
+  return bytes(block)

@@ -1,0 +1,238 @@
+"""HCQ: hardware command queues, the base of devices that drive a GPU by writing its command packets directly.
+
+Generic for NV (GPFIFO + pushbuffer methods), AMD (PM4 + SDMA) and anything alike. A backend subclasses:
+
+* `HWQueue`: a fluent builder, one hardware command per method (`wait`, `signal`, `exec`, `copy`, `timestamp`,
+  `memory_barrier`), `submit(device)` hands the packets to the hardware. Subclasses implement the `_`-methods that
+  write the packets.
+* `HCQSignal`: a 64-bit word in memory the GPU writes (signal release) and waits on (acquire); each device has a
+  timeline signal whose value counts completed submissions.
+* `HCQAllocator`, `HCQProgram` (with `fill_kernargs`, the kernel-argument writer), `HCQCompiled` and `HCQGraph`
+  (a captured JIT batched into one prebuilt queue, replayed with only its kernel arguments rewritten).
+"""
+from __future__ import annotations
+import ctypes
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Callable
+from ember.device.base import BufferSpec, Compiled, Compiler, LRUAllocator
+from ember.errors import DeviceError
+
+@dataclass(frozen=True)
+class HCQBuffer:
+  """A device allocation: its GPU virtual address and size (`meta` holds what the backend needs to free it)."""
+  va_addr: int
+  size: int
+  meta: Any = None
+  def offset(self, offset: int, size: int) -> HCQBuffer: return HCQBuffer(self.va_addr + offset, size, self.meta)
+
+class HCQSignal:
+  """A 64-bit value at `addr` (host-visible memory) that queues wait on and write to. `progress` is called while
+  waiting, for devices that do work only when polled (a MOCK)."""
+  def __init__(self, addr: int, progress: Callable[[], None] | None = None) -> None:
+    self.addr, self.progress = addr, progress
+  @property
+  def value(self) -> int: return ctypes.c_uint64.from_address(self.addr).value
+  @value.setter
+  def value(self, v: int) -> None: ctypes.c_uint64.from_address(self.addr).value = v
+  def wait(self, value: int, timeout_s: float = 30.0) -> None:
+    """Block until the signal is >= `value`, or raise a DeviceError naming both values after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while self.value < value:
+      if self.progress is not None: self.progress()
+      if time.monotonic() > deadline:
+        raise DeviceError(f"timeout waiting for signal at {self.addr:#x} to reach {value} (it is {self.value}); "
+                          "the GPU is hung or a queue waits on a signal nobody releases")
+
+class HWQueue(ABC):
+  """One queue of hardware commands. Each method enqueues exactly one command and returns `self`."""
+  def __init__(self) -> None:
+    self.commands: list[tuple[str, tuple[Any, ...]]] = []  # what was enqueued, for graphs and debugging
+  def _record(self, name: str, *args: Any) -> HWQueue:
+    self.commands.append((name, args))
+    return self
+  def wait(self, signal: HCQSignal, value: int) -> HWQueue:
+    """The queue halts until `signal` is >= `value`; commands after it do not start before."""
+    self._wait(signal, value)
+    return self._record("wait", signal, value)
+  def signal(self, signal: HCQSignal, value: int) -> HWQueue:
+    """Once every earlier command of this queue has completed and its writes are visible, `signal` becomes `value`."""
+    self._signal(signal, value)
+    return self._record("signal", signal, value)
+  def timestamp(self, signal: HCQSignal) -> HWQueue:
+    """When the earlier commands have completed, the GPU's nanosecond timer is written to `signal`'s word."""
+    self._timestamp(signal)
+    return self._record("timestamp", signal)
+  def memory_barrier(self) -> HWQueue:
+    """Writes of earlier commands are visible to later commands of this queue and to the host."""
+    self._memory_barrier()
+    return self._record("memory_barrier")
+  def exec(self, prg: HCQProgram, args: HCQArgs, global_size: tuple[int, int, int],
+           local_size: tuple[int, int, int]) -> HWQueue:
+    """Launch `prg` over `global_size` blocks of `local_size` threads reading its arguments from `args`; the launch
+    starts after earlier commands have started (a `wait` or `memory_barrier` orders it after their completion)."""
+    self._exec(prg, args, global_size, local_size)
+    return self._record("exec", prg, args, global_size, local_size)
+  def copy(self, dest: int, src: int, nbytes: int) -> HWQueue:
+    """Copy `nbytes` between GPU virtual addresses; complete (and visible) before a following `signal` fires."""
+    self._copy(dest, src, nbytes)
+    return self._record("copy", dest, src, nbytes)
+  def patch_wait(self, value: int) -> HWQueue:
+    """Change the value of the first `wait` already enqueued (a prebuilt queue waits on a new timeline value)."""
+    self._patch_value(next(i for i, (name, _) in enumerate(self.commands) if name == "wait"), value)
+    return self
+  def patch_signal(self, value: int) -> HWQueue:
+    """Change the value of the last `signal` already enqueued."""
+    self._patch_value(max(i for i, (name, _) in enumerate(self.commands) if name == "signal"), value)
+    return self
+  def submit(self, device: HCQCompiled) -> HWQueue:
+    """Hand the enqueued commands to the hardware; they run asynchronously. A queue can be submitted again."""
+    self._submit(device)
+    return self
+  @abstractmethod
+  def _wait(self, signal: HCQSignal, value: int) -> None: ...
+  @abstractmethod
+  def _signal(self, signal: HCQSignal, value: int) -> None: ...
+  @abstractmethod
+  def _timestamp(self, signal: HCQSignal) -> None: ...
+  @abstractmethod
+  def _memory_barrier(self) -> None: ...
+  @abstractmethod
+  def _exec(self, prg: HCQProgram, args: HCQArgs, global_size: tuple[int, int, int],
+            local_size: tuple[int, int, int]) -> None: ...
+  @abstractmethod
+  def _copy(self, dest: int, src: int, nbytes: int) -> None: ...
+  @abstractmethod
+  def _submit(self, device: HCQCompiled) -> None: ...
+  @abstractmethod
+  def _patch_value(self, command_index: int, value: int) -> None:
+    """Rewrite the value operand of the wait/signal that was command number `command_index`."""
+
+@dataclass
+class HCQArgs:
+  """A kernel's argument block in device memory: `buf` holds it, `layout` has (offset, size) per argument."""
+  buf: HCQBuffer
+  layout: list[tuple[int, int]]
+  def update(self, index: int, value: int) -> None:
+    """Rewrite argument `index` in place (a graph replay swaps a buffer address this way)."""
+    offset, size = self.layout[index]
+    ctypes.memmove(self.buf.va_addr + offset, int(value).to_bytes(size, "little", signed=value < 0), size)
+
+class HCQProgram:
+  """A loaded kernel. `fill_kernargs` writes the argument block (buffers' addresses, then values) into the device's
+  kernarg memory; `__call__` launches once on the device's compute queue and signals the timeline."""
+  def __init__(self, device: HCQCompiled, name: str, layout: list[tuple[int, int]], args_size: int) -> None:
+    self.device, self.name, self.layout, self.args_size = device, name, layout, args_size
+  def fill_kernargs(self, bufs: tuple[HCQBuffer, ...], vals: tuple[int, ...] = ()) -> HCQArgs:
+    if len(bufs) + len(vals) != len(self.layout):
+      raise DeviceError(f"kernel {self.name} takes {len(self.layout)} arguments, got {len(bufs)} buffers and "
+                        f"{len(vals)} values")
+    args = HCQArgs(self.device.kernargs_alloc(self.args_size), self.layout)
+    for i, value in enumerate([b.va_addr for b in bufs] + list(vals)): args.update(i, value)
+    return args
+  def __call__(self, *bufs: HCQBuffer, global_size: tuple[int, ...] = (1, 1, 1),
+               local_size: tuple[int, ...] | None = None, vals: tuple[int, ...] = (),
+               wait: bool = False) -> float | None:
+    dev = self.device
+    grid, block = _dim3(global_size), _dim3(local_size or (1, 1, 1))
+    args = self.fill_kernargs(bufs, vals)
+    q = dev.compute_queue().wait(dev.timeline_signal, dev.timeline_value - 1)
+    if wait: q.timestamp(dev.timer_signals[0])
+    q.exec(self, args, grid, block)
+    if wait: q.timestamp(dev.timer_signals[1])
+    q.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    if not wait: return None
+    dev.synchronize()
+    return (dev.timer_signals[1].value - dev.timer_signals[0].value) / 1e9
+
+def _dim3(size: tuple[int, ...]) -> tuple[int, int, int]:
+  return (int(size[0]), int(size[1]) if len(size) > 1 else 1, int(size[2]) if len(size) > 2 else 1)
+
+class HCQAllocator(LRUAllocator):
+  """Device memory addressed by GPU VA; host copies go through a host-visible staging buffer and the copy queue."""
+  def __init__(self, device: HCQCompiled) -> None:
+    super().__init__()
+    self.device = device
+  def _copyin(self, dest: HCQBuffer, src: memoryview) -> None:
+    dev, staging = self.device, self.device.staging(src.nbytes)
+    ctypes.memmove(staging.va_addr, bytes(src), src.nbytes)
+    dev.copy_queue().wait(dev.timeline_signal, dev.timeline_value - 1).copy(dest.va_addr, staging.va_addr, src.nbytes) \
+       .signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    dev.synchronize()
+  def _copyout(self, dest: memoryview, src: HCQBuffer) -> None:
+    dev, staging = self.device, self.device.staging(dest.nbytes)
+    dev.copy_queue().wait(dev.timeline_signal, dev.timeline_value - 1).copy(staging.va_addr, src.va_addr, dest.nbytes) \
+       .signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    dev.synchronize()
+    ctypes.memmove((ctypes.c_char * dest.nbytes).from_buffer(dest), staging.va_addr, dest.nbytes)
+  def _offset(self, opaque: HCQBuffer, size: int, offset: int) -> HCQBuffer: return opaque.offset(offset, size)
+
+class HCQCompiled(Compiled):
+  """An HCQ device: a timeline signal (value `timeline_value - 1` = everything submitted so far has completed once
+  reached), queue factories, kernarg and staging memory from the backend (`_host_alloc`)."""
+  def __init__(self, device: str, allocator: HCQAllocator, renderer: Any, compiler: Compiler | None,
+               runtime: Callable[[str, bytes], Any], compute_queue: Callable[[], HWQueue],
+               copy_queue: Callable[[], HWQueue], signal_memory: HCQBuffer, kernargs_size: int = 16 << 20) -> None:
+    super().__init__(device, allocator, renderer, compiler, runtime)
+    self.compute_queue, self.copy_queue = compute_queue, copy_queue
+    signals = [HCQSignal(signal_memory.va_addr + 16 * i, self._progress) for i in range(3)]
+    self.timeline_signal, self.timer_signals = signals[0], signals[1:]
+    self.timeline_signal.value = 0
+    self.timeline_value = 1
+    self._kernargs = self._host_alloc(kernargs_size)
+    self._kernargs_ptr = 0
+    self._staging: HCQBuffer | None = None
+  def next_timeline(self) -> int:
+    """The value the next submission signals on completion."""
+    self.timeline_value += 1
+    return self.timeline_value - 1
+  def synchronize(self) -> None: self.timeline_signal.wait(self.timeline_value - 1)
+  def kernargs_alloc(self, size: int) -> HCQBuffer:
+    """A 256-byte aligned slot of the kernarg ring; wrapping around first waits for every launch in flight."""
+    size = -(-size // 256) * 256
+    if self._kernargs_ptr + size > self._kernargs.size:
+      self.synchronize()
+      self._kernargs_ptr = 0
+    buf = self._kernargs.offset(self._kernargs_ptr, size)
+    self._kernargs_ptr += size
+    return buf
+  def staging(self, size: int) -> HCQBuffer:
+    if self._staging is None or self._staging.size < size: self._staging = self._host_alloc(max(size, 1 << 20))
+    return self._staging
+  def _progress(self) -> None:
+    """Called while waiting on a signal: hardware needs nothing, a MOCK executes submitted work here."""
+  def _host_alloc(self, size: int) -> HCQBuffer:
+    """Host-visible memory the GPU can read (kernargs, staging); the default is plain host memory."""
+    mem = (ctypes.c_uint8 * size)()
+    self._host_keep = getattr(self, "_host_keep", []) + [mem]
+    return HCQBuffer(ctypes.addressof(mem), size, mem)
+
+class HCQGraph:
+  """A JIT capture batched into one prebuilt compute queue: every kernel's arguments are written once; a replay
+  rewrites only the arguments whose buffers changed and resubmits the same packets."""
+  def __init__(self, device: HCQCompiled, calls: list[tuple[HCQProgram, list[HCQBuffer], tuple[int, ...],
+                                                             tuple[int, ...], tuple[int, ...]]]) -> None:
+    self.device = device
+    self.args: list[HCQArgs] = []
+    self.bufs = [list(bufs) for _, bufs, _, _, _ in calls]
+    self.queue = device.compute_queue()
+    self.wait_index = len(self.queue.commands)
+    self.queue.wait(device.timeline_signal, 0)
+    for prg, bufs, vals, grid, block in calls:
+      args = prg.fill_kernargs(tuple(bufs), vals)
+      self.args.append(args)
+      self.queue.exec(prg, args, _dim3(grid), _dim3(block)).memory_barrier()
+    self.queue.signal(device.timeline_signal, 0)
+  def __call__(self, replace: dict[int, HCQBuffer]) -> None:
+    """Replay with buffers swapped: `replace` maps id() of a captured buffer to its replacement."""
+    for args, bufs in zip(self.args, self.bufs):
+      for i, b in enumerate(bufs):
+        if id(b) in replace: args.update(i, replace[id(b)].va_addr)
+    dev = self.device
+    self.queue.patch_wait(dev.timeline_value - 1)
+    self.queue.patch_signal(dev.next_timeline())
+    self.queue.submit(dev)
+
+__all__ = ["HCQBuffer", "HCQSignal", "HWQueue", "HCQArgs", "HCQProgram", "HCQAllocator", "HCQCompiled", "HCQGraph",
+           "BufferSpec"]
