@@ -108,8 +108,10 @@ def _conformance(session: nox.Session, device: str, packages: list[str]) -> None
               env={**TEST_ENV, "DEV": device})
 
 @nox.session(name="conformance-cpu", venv_backend="venv")
-def conformance_cpu(session: nox.Session) -> None:
-  _conformance(session, "CPU", [CORE, CPU])
+@nox.parametrize("renderer", ["C", "LLVM"])
+def conformance_cpu(session: nox.Session, renderer: str) -> None:
+  """The kit against the CPU backend, once per renderer: `nox -s conformance-cpu` runs both."""
+  _conformance(session, f"CPU:{renderer}", [CORE, CPU])
 
 @nox.session(name="conformance-null", venv_backend="venv")
 def conformance_null(session: nox.Session) -> None:

@@ -7,7 +7,7 @@ pass each value at its own width.
 """
 from __future__ import annotations
 import os
-from typing import Callable
+from typing import Any, Callable
 from ember.plugin import CStyleLanguage, LLVMRenderer, DType, Ops, UOp, dtypes, NUM_CPU_THREADS
 
 ARGFMT_SUFFIX = "_argfmt"
@@ -34,10 +34,23 @@ class ClangRenderer(CStyleLanguage):
   infinity = "__builtin_inff()"
   nan = '__builtin_nanf("")'
   type_map: dict[DType, str] = {**CStyleLanguage.type_map, dtypes.bool: "_Bool", dtypes.float16: "_Float16"}
+  # kernel opts turn `acc += a*b` into MULACC: a fused multiply-add (vfmadd), which gcc's SLP vectoriser keeps in
+  # vector registers; elsewhere MULACC never appears and -ffp-contract=off keeps a*b+c exact
+  fused_mulacc = True
   code_for_op = {**CStyleLanguage.code_for_op, Ops.EXP2: _builtin("exp2"), Ops.LOG2: _builtin("log2"),
-                 Ops.SIN: _builtin("sin"), Ops.SQRT: _builtin("sqrt"), Ops.TRUNC: _builtin("trunc")}
+                 Ops.SIN: _builtin("sin"), Ops.SQRT: _builtin("sqrt"), Ops.TRUNC: _builtin("trunc"),
+                 Ops.MULACC: lambda a, b, c, dtype: f"__builtin_fma{'' if dtype is dtypes.float64 else 'f'}({a},{b},{c})"}
   def __init__(self) -> None:
     self.global_max = (cpu_threads(),)
+  def _render_uop(self, u: UOp, ctx: Any) -> None:
+    # `buf[x+c]` is printed `(buf+x)[c]`: under -fwrapv gcc cannot prove that int `x+c` and `x+c+1` are neighbours,
+    # but pointer offsets of one base are, and its SLP vectoriser then turns unrolled loads and stores into vectors
+    idx = u.src[1] if u.op is Ops.INDEX else None
+    if idx is not None and idx.op is Ops.ADD and idx.src[1].op is Ops.CONST and idx.src[0].op is not Ops.CONST:
+      super()._render_uop(u, ctx)
+      ctx.names[u] = f"({self._src(u.src[0], ctx)}+{self._src(idx.src[0], ctx)})[{self._src(idx.src[1], ctx)}]"
+      return
+    super()._render_uop(u, ctx)
   def render(self, uops: list[UOp], name: str = "kernel") -> str:
     src = super().render(uops, name)
     return src + f'const char {name}{ARGFMT_SUFFIX}[] = "{kernel_argfmt(uops, self.has_threads)}";\n'

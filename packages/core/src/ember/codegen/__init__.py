@@ -2,14 +2,14 @@
 from __future__ import annotations
 from ember.dtype import PtrDType, dtypes
 from ember.errors import CompileError
-from ember.helpers import NUM_CPU_THREADS, SPEC, DEBUG, NOOPT, prod
+from ember.helpers import BEAM, NUM_CPU_THREADS, SPEC, DEBUG, NOOPT, prod
 from ember.renderer import Renderer, ProgramSpec, Estimates
 from ember.uop.ops import Ops, UOp, AxisType, GroupOp
 from ember.uop.rewrite import graph_rewrite, PatternMatcher, UPat
 from ember.uop.symbolic import symbolic
 from ember.uop.spec import type_verify
 from ember.codegen.linearize import linearize
-from ember.codegen.opt import hand_coded_opts
+from ember.codegen.opt import Opt, hand_coded_opts, apply_opts_list, opt_threads, fuse_mulacc
 
 # ** lowering passes **
 
@@ -31,15 +31,15 @@ pm_gates = PatternMatcher([
   (UPat(Ops.LOAD, name="x"), _gate_invariant_loads),
 ])
 
-def apply_opts(ast: UOp, renderer: Renderer, work: int) -> tuple[UOp, list[int] | None]:
+def apply_opts(ast: UOp, renderer: Renderer, work: int, threads: int | None = None) -> tuple[UOp, list[int] | None]:
   """Kernel optimisations (the hook BEAM and hand-coded opts plug into). CPU: split the outermost range over threads."""
   if NOOPT.value or not renderer.has_threads: return ast, None
   ranges = sorted((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] is AxisType.GLOBAL), key=lambda r: r.arg[0])
   if not ranges or ranges[0].src[0].op is not Ops.CONST: return ast, None
-  nthreads = NUM_CPU_THREADS.value or (renderer.global_max[0] if renderer.global_max else 1)
+  nthreads = threads or NUM_CPU_THREADS.value or (renderer.global_max[0] if renderer.global_max else 1)
   first = ranges[0]
   n = min(nthreads, first.src[0].arg)
-  if n < 2 or work < 1 << 15: return ast, None
+  if n < 2 or (threads is None and work < 1 << 15): return ast, None
   return ast.substitute({first: first.replace(arg=(first.arg[0], AxisType.THREAD))}), [n, 1, 1]
 
 def _pow2_divisor(n: int, cap: int) -> int:
@@ -80,17 +80,18 @@ def estimate(uops: list[UOp]) -> Estimates:
       stack.append(n)
       mult *= max(n, 1)
     elif u.op is Ops.END and stack: mult //= max(stack.pop(), 1)
-    elif u.op in GroupOp.ALU and not dtypes.is_int(u.dtype) or u.op in (Ops.MULACC,): ops += mult
+    elif u.op in GroupOp.ALU and not dtypes.is_int(u.dtype) or u.op in (Ops.MULACC,): ops += mult * (2 if u.op is Ops.MULACC else 1)
   mem = sum(u.dtype.size * u.dtype.base.itemsize for u in uops if u.op is Ops.PARAM and isinstance(u.dtype, PtrDType) and u.dtype.size > 0)
   return Estimates(ops, mem)
 
-def full_rewrite(ast: UOp, renderer: Renderer) -> tuple[list[UOp], list[int] | None, list[int] | None]:
+def full_rewrite(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> tuple[list[UOp], list[int] | None, list[int] | None]:
   """The pipeline from kernel AST to linear program; each pass runs where it does for the reason on its line."""
   sink = graph_rewrite(ast, symbolic + pm_lower_alu, name="simplify index math")  # fold movement-op index math
   sink = graph_rewrite(sink, pm_gates, name="drop constant gates")  # padding that is always valid needs no gate
   work = prod(r.src[0].arg if r.src[0].op is Ops.CONST else 1 for r in sink.toposort() if r.op is Ops.RANGE)
-  if not NOOPT.value: sink = hand_coded_opts(sink, renderer)  # register blocking and vectorisable partial sums
-  sink, gsize = apply_opts(sink, renderer, work)  # split the outermost loop over CPU threads
+  if opts is None: opts = [] if NOOPT.value else hand_coded_opts(sink, renderer)  # register blocking, partial sums
+  sink = apply_opts_list(sink, opts)
+  sink, gsize = apply_opts(sink, renderer, work, opt_threads(opts))  # split the outermost loop over CPU threads
   lsize = None
   if renderer.has_local:
     sink, gsize, lsize = apply_gpudims(sink, renderer)  # output ranges -> block and thread indices
@@ -102,6 +103,7 @@ def full_rewrite(ast: UOp, renderer: Renderer) -> tuple[list[UOp], list[int] | N
   if renderer.extra_matcher is not None: sink = graph_rewrite(sink, renderer.extra_matcher, name="renderer rewrites")
   if SPEC.value: type_verify(sink, "kernel AST")
   uops = linearize(sink)
+  if opts and getattr(renderer, "fused_mulacc", False): uops = fuse_mulacc(uops)  # acc += a*b as one fma
   if SPEC.value: type_verify(uops, "linear program")
   return uops, gsize, lsize
 
@@ -110,9 +112,13 @@ def kernel_name(ast: UOp) -> str:
   has_reduce = any(n.op is Ops.REDUCE for n in ast.toposort())
   return ("r_" if has_reduce else "E_") + "_".join(str(s) for s in shape) if shape else "E_scalar"
 
-def get_program(ast: UOp, renderer: Renderer, device: str = "") -> ProgramSpec:
-  """Codegen one kernel for `renderer`: the rendered source plus everything needed to launch it."""
-  uops, gsize, lsize = full_rewrite(ast, renderer)
+def get_program(ast: UOp, renderer: Renderer, device: str = "", opts: list[Opt] | None = None) -> ProgramSpec:
+  """Codegen one kernel for `renderer`: the rendered source plus everything needed to launch it. `opts` overrides the
+  kernel opts; BEAM=N searches them on `device`."""
+  if opts is None and BEAM.value >= 1 and device and not NOOPT.value:
+    from ember.codegen.search import beam_search
+    opts = beam_search(ast, renderer, device, BEAM.value)
+  uops, gsize, lsize = full_rewrite(ast, renderer, opts)
   name = kernel_name(ast)
   try: src = renderer.render(uops, name)
   except CompileError: raise

@@ -1,37 +1,60 @@
-"""Kernel optimisations on the kernel AST: upcasting output ranges and splitting reductions.
+"""Kernel optimisations on the kernel AST: upcasting output ranges, splitting reductions, threads, fused accumulation.
 
-Both unroll a range by substitution (hash-consing shares everything that does not depend on the unrolled index), and
+Opts unroll a range by substitution (hash-consing shares everything that does not depend on the unrolled index), and
 the linearizer runs reductions that share their ranges in one loop, so the C compiler sees independent accumulators
 it can keep in vector registers:
 
 * `upcast(ast, rng, amt)`: output range `r` -> `r_o*amt + c` for c in 0..amt-1; each store is repeated amt times.
-  A matmul's output columns become amt accumulators over one shared k loop (register blocking).
+  A matmul's output columns become amt accumulators over one shared k loop; upcasting its rows as well gives a
+  rows x columns block of accumulators per k step (register blocking: each loaded value is used several times).
 * `split_reduce(ast, red, amt)`: a reduction over `k` -> amt partial reductions over `k_o` (k = k_o*amt + c), combined
   at the end. The partial sums of a dot product are then independent lanes a vector unit can run at once.
+* `fuse_mulacc(uops)`: in the linear program, `acc = acc + a*b` becomes one MULACC, which renderers that declare
+  `fused_mulacc` print as a fused multiply-add (what lets gcc keep a matmul's accumulators in vector registers).
 
-`hand_coded_opts` picks them for renderers that declare a SIMD width (`Renderer.simd_width`); every opt preserves
-the kernel's results up to float reassociation.
+A kernel's choice is a list of `Opt`s. `hand_coded_opts` picks one for renderers that declare a SIMD width
+(`Renderer.simd_width`); BEAM (codegen/search.py) times alternatives. Every opt preserves the kernel's results up to
+float reassociation (tests compare against the unoptimised kernel).
 """
 from __future__ import annotations
+from dataclasses import dataclass
 from ember.dtype import dtypes
 from ember.errors import CompileError
 from ember.renderer import Renderer
 from ember.uop.ops import Ops, UOp, AxisType
-from ember.uop.rewrite import graph_rewrite
+from ember.uop.rewrite import graph_rewrite, PatternMatcher, UPat
 from ember.uop.symbolic import symbolic
 
 class KernelOptError(CompileError):
   """An optimisation does not apply to this kernel (the range does not divide, is symbolic, ...)."""
 
+OPT_KINDS = ("UPCAST", "UPCAST_OUTER", "SPLIT", "THREADS")
+
+@dataclass(frozen=True)
+class Opt:
+  """One optimisation. UPCAST/UPCAST_OUTER: `axis` is the axis number of a constant output range at the time the opt
+  applies (UPCAST_OUTER makes the shortened range axis 0 and numbers every other range one up); SPLIT: every one-range float ADD/MAX reduction
+  is split into `amt` partial sums (`axis` unused, 0); THREADS: the outermost output loop runs on `amt` CPU threads."""
+  op: str
+  axis: int
+  amt: int
+  def __post_init__(self) -> None:
+    if self.op not in OPT_KINDS: raise KernelOptError(f"unknown opt {self.op!r}; use one of {', '.join(OPT_KINDS)}")
+
 def _const_end(rng: UOp) -> int:
   if rng.src[0].op is not Ops.CONST: raise KernelOptError(f"range {rng.arg} has a symbolic end")
   return rng.src[0].arg
+
+def output_ranges(ast: UOp) -> list[UOp]:
+  """The kernel's constant-size output ranges, in loop order."""
+  return sorted((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] is AxisType.GLOBAL and n.src[0].op is Ops.CONST),
+                key=lambda r: r.arg[0])
 
 def upcast(ast: UOp, rng: UOp, amt: int, outermost: bool = False) -> UOp:
   """Unroll output range `rng` by `amt`: amt stores per iteration of the shortened range. `outermost` moves the
   shortened range outside the other output loops (loops run in axis order), so what it selects stays in cache."""
   end = _const_end(rng)
-  if rng.arg[1] is not AxisType.GLOBAL or end % amt or amt < 2: raise KernelOptError(f"cannot upcast range of {end} by {amt}")
+  if rng.arg[1] is not AxisType.GLOBAL or amt < 2 or end % amt: raise KernelOptError(f"cannot upcast range of {end} by {amt}")
   axis = rng.arg[0]
   if outermost:
     # renumber the other ranges one up so the shortened range can take axis 0 (loops open in axis order)
@@ -46,39 +69,126 @@ def split_reduce(ast: UOp, red: UOp, amt: int) -> UOp:
   if len(red.src) != 2: raise KernelOptError("split_reduce handles reductions over one range")
   rng = red.src[1]
   end = _const_end(rng)
-  if end % amt or amt < 2: raise KernelOptError(f"cannot split a reduction of {end} by {amt}")
+  if amt < 2 or end % amt: raise KernelOptError(f"cannot split a reduction of {end} by {amt}")
   outer = UOp.range(end // amt, rng.arg[0], AxisType.REDUCE)
   parts = [UOp(Ops.REDUCE, red.dtype, (red.src[0].substitute({rng: outer * amt + c}), outer), red.arg) for c in range(amt)]
   while len(parts) > 1:  # combine as a tree: fewer dependent steps, and pairs of lanes like a vector reduction
     parts = [UOp(red.arg, red.dtype, (parts[i], parts[i + 1])) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
   return graph_rewrite(ast.substitute({red: parts[0]}), symbolic, name="split reduce")
 
+def _splittable(red: UOp) -> bool:
+  return len(red.src) == 2 and red.src[1].src[0].op is Ops.CONST and red.arg in (Ops.ADD, Ops.MAX) and not dtypes.is_int(red.dtype)
+
+def apply_opt(ast: UOp, opt: Opt) -> UOp:
+  """Apply one opt to a kernel AST; KernelOptError when it does not fit this kernel."""
+  if opt.op in ("UPCAST", "UPCAST_OUTER"):
+    rng = next((r for r in output_ranges(ast) if r.arg[0] == opt.axis), None)
+    if rng is None: raise KernelOptError(f"{opt}: the kernel has no constant output range with axis {opt.axis}")
+    return upcast(ast, rng, opt.amt, outermost=opt.op == "UPCAST_OUTER")
+  if opt.op == "SPLIT":
+    reds = [n for n in ast.toposort() if n.op is Ops.REDUCE and _splittable(n)]
+    if not reds: raise KernelOptError(f"{opt}: no one-range float ADD/MAX reduction to split")
+    for red in reds:
+      if _const_end(red.src[1]) % opt.amt: raise KernelOptError(f"{opt}: a reduction of {_const_end(red.src[1])} does not divide")
+    targets = {(r.src[1].arg, _const_end(r.src[1])) for r in reds}  # the new partial loops are shorter: not targets
+    while (red := next((n for n in ast.toposort() if n.op is Ops.REDUCE and _splittable(n)
+                        and (n.src[1].arg, _const_end(n.src[1])) in targets), None)) is not None:
+      ast = split_reduce(ast, red, opt.amt)
+    return ast
+  if opt.amt < 1: raise KernelOptError(f"{opt}: a thread count must be at least 1")
+  return ast  # THREADS is applied by codegen's thread split
+
+def _const_last(x: UOp, y: UOp, c: UOp) -> UOp | None:
+  return (x + y) + c if dtypes.is_int(x.dtype) and x.op is not Ops.CONST else None
+
+# `base + (off + c)` -> `(base + off) + c` on integers (associative, wrapping included): the unrolled loads of a row
+# then share one base and differ by constants, which is how gcc's SLP vectoriser recognises a contiguous vector load
+pm_const_last = PatternMatcher([
+  (UPat(Ops.ADD, src=(UPat.var("x"), UPat(Ops.ADD, src=(UPat.var("y"), UPat.cvar("c"))))), _const_last),
+])
+
+def apply_opts_list(ast: UOp, opts: list[Opt] | tuple[Opt, ...]) -> UOp:
+  for o in opts: ast = apply_opt(ast, o)
+  if any(o.op != "THREADS" for o in opts): ast = graph_rewrite(ast, pm_const_last, name="constants last")
+  return ast
+
+def opt_threads(opts: list[Opt] | tuple[Opt, ...]) -> int | None:
+  """The thread count a THREADS opt asks for, else None (codegen's default)."""
+  return next((o.amt for o in reversed(opts) if o.op == "THREADS"), None)
+
 def _stride(idx: UOp, rng: UOp) -> int | None:
   """How much `idx` moves when `rng` steps by one, if that is a constant."""
   diff = graph_rewrite(idx.substitute({rng: rng + 1}) - idx, symbolic, name="stride")
   return diff.arg if diff.op is Ops.CONST else None
 
-def hand_coded_opts(ast: UOp, renderer: Renderer) -> UOp:
-  """The default opts: register-block a reduction's contiguous output columns, else vectorise its partial sums."""
+def matmul_axes(ast: UOp, width: int) -> tuple[int, int | None] | None:
+  """(column range, row range or None) of a matmul-like reduction kernel, as indexes into `output_ranges`: the column
+  range is read contiguously by one input (B) and ignored by another (A); the row range moves A and not B."""
+  if not any(n.op is Ops.REDUCE for n in ast.toposort()): return None
+  rngs = output_ranges(ast)
+  loads = [n.src[0].src[1] for n in ast.toposort() if n.op is Ops.LOAD]
+  for ci in reversed(range(len(rngs))):
+    col = rngs[ci]
+    if _const_end(col) % width: continue
+    strides = [_stride(i, col) for i in loads]
+    if 1 not in strides or 0 not in strides: continue
+    a_loads = [i for i, s in zip(loads, strides) if s == 0]
+    b_loads = [i for i, s in zip(loads, strides) if s == 1]
+    for ri in reversed(range(len(rngs))):
+      if ri == ci: continue
+      row = rngs[ri]
+      if any(_stride(i, row) not in (0, None) for i in a_loads) and all(_stride(i, row) == 0 for i in b_loads):
+        return ci, ri
+    return ci, None
+  return None
+
+def matmul_opts(ast: UOp, width: int, cols: int, rows: int) -> list[Opt]:
+  """A rows x (cols vectors of `width`) block of accumulators for a matmul-like kernel, column block outermost (its
+  slice of B stays in cache while the rows stream). Amounts shrink to what divides; [] if the kernel is not one."""
+  if (axes := matmul_axes(ast, width)) is None: return []
+  ci, ri = axes
+  rngs = output_ranges(ast)
+  cend = _const_end(rngs[ci])
+  cols = next(c for c in range(max(cols, 1), 0, -1) if cend % (c * width) == 0)
+  opts = [Opt("UPCAST_OUTER", rngs[ci].arg[0], cols * width)]
+  if ri is not None and rows > 1:
+    rend = _const_end(rngs[ri])
+    r = next((r for r in range(rows, 1, -1) if rend % r == 0), 1)
+    if r > 1: opts.append(Opt("UPCAST", rngs[ri].arg[0] + 1, r))  # after UPCAST_OUTER every other axis is one up
+  return opts
+
+def hand_coded_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
+  """The default opts: register-block a matmul-like kernel (rows x vectors of columns of accumulators), else split
+  long contiguous reductions into SIMD-width partial sums."""
   width = getattr(renderer, "simd_width", 0)
-  if width < 2: return ast
-  reduces = [n for n in ast.toposort() if n.op is Ops.REDUCE]
-  if not reduces: return ast
-  nodes = list(ast.toposort())
-  globals_ = sorted((n for n in nodes if n.op is Ops.RANGE and n.arg[1] is AxisType.GLOBAL and n.src[0].op is Ops.CONST),
-                    key=lambda r: r.arg[0])
-  loads = [n.src[0].src[1] for n in nodes if n.op is Ops.LOAD]
-  # matmul-like: an output range that some input reads contiguously, while another input ignores it
-  for rng in reversed(globals_):
-    if _const_end(rng) % width: continue
-    strides = [_stride(i, rng) for i in loads]
-    if 1 in strides and 0 in strides:
-      # one vector of output columns per k step; gcc keeps it in one register (more rows of accumulators defeat its
-      # SLP vectoriser), and the column block goes outermost so its slice of the second input stays in cache
-      return upcast(ast, rng, width, outermost=True)
-  # reductions over a long contiguous range: independent partial sums
-  for red in reduces:
-    if len(red.src) == 2 and red.src[1].src[0].op is Ops.CONST and red.src[1].src[0].arg % width == 0 \
-       and red.src[1].src[0].arg >= 4 * width and red.arg in (Ops.ADD, Ops.MAX) and not dtypes.is_int(red.dtype):
-      ast = split_reduce(ast, red, width)
-  return ast
+  if width < 2 or not any(n.op is Ops.REDUCE for n in ast.toposort()): return []
+  if (mm := matmul_opts(ast, width, cols=4, rows=4)): return mm
+  reds = [n for n in ast.toposort() if n.op is Ops.REDUCE and _splittable(n)]
+  if reds and all(_const_end(r.src[1]) % width == 0 and _const_end(r.src[1]) >= 4 * width for r in reds):
+    return [Opt("SPLIT", 0, width)]
+  return []
+
+# ** the linear program **
+
+def fuse_mulacc(uops: list[UOp]) -> list[UOp]:
+  """`acc = acc + a*b` -> `acc = MULACC(a, b, acc)` for float32/float64 accumulators whose product has no other use;
+  the product's own line goes. Every later uop is rebuilt on the new sources."""
+  uses: dict[UOp, int] = {}
+  for u in uops:
+    for s in u.src: uses[s] = uses.get(s, 0) + 1
+  fused = {u for u in uops if u.op is Ops.ADD and u.dtype in (dtypes.float32, dtypes.float64) and len(u.src) == 2
+           and u.src[0].op is Ops.DEFINE_ACC and u.src[1].op is Ops.MUL and uses.get(u.src[1], 0) == 1}
+  if not fused: return uops
+  dead = {u.src[1] for u in fused}
+  out: list[UOp] = []
+  new: dict[UOp, UOp] = {}
+  for u in uops:
+    if u in dead: continue
+    if u in fused:
+      mul = u.src[1]
+      n = UOp(Ops.MULACC, u.dtype, (new.get(mul.src[0], mul.src[0]), new.get(mul.src[1], mul.src[1]), new.get(u.src[0], u.src[0])))
+    elif any(s in new for s in u.src): n = UOp(u.op, u.dtype, tuple(new.get(s, s) for s in u.src), u.arg, u.tag)
+    else: n = u
+    if n is not u: new[u] = n
+    out.append(n)
+  return out

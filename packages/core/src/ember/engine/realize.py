@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 from ember.device.base import Buffer
 from ember.errors import CompileError
-from ember.helpers import DEBUG, NOOPT, NUM_CPU_THREADS, colored
+from ember.helpers import BEAM, DEBUG, NOOPT, NUM_CPU_THREADS, colored
 from ember.renderer import ProgramSpec
 from ember.schedule import ScheduleItem
 from ember.uop.ops import UOp
@@ -35,13 +35,13 @@ class CompiledRunner:
     lsize = tuple(self.spec.local_size) if self.spec.local_size else None
     return self.prg(*[b.ensure_allocated()._buf for b in bufs], global_size=gsize, local_size=lsize, vals=vals, wait=wait)
 
-_runner_cache: dict[tuple[str, str, UOp, int, int], CompiledRunner] = {}
+_runner_cache: dict[tuple[str, str, UOp, int, int, int], CompiledRunner] = {}
 
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
   from ember.device import Device
   from ember.codegen import get_program
   dev = Device[device]
-  key = (device, repr(dev.renderer), ast, NUM_CPU_THREADS.value, NOOPT.value)  # settings that change the generated code
+  key = (device, repr(dev.renderer), ast, NUM_CPU_THREADS.value, NOOPT.value, BEAM.value)  # settings that change the code
   if (r := _runner_cache.get(key)) is not None: return r
   spec = get_program(ast, dev.renderer, device)
   try: lib = dev.compiler.compile_cached(spec.src)

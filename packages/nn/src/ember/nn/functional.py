@@ -162,6 +162,19 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | 
     raise ShapeError(f"conv2d needs a 4-d weight (Cout, Cin/groups, KH, KW), got shape {weight.shape}")
   return conv(x, weight, bias, stride, padding, dilation, groups)
 
+def conv_transpose(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
+                   padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0, groups: int = 1,
+                   dilation: int | Sequence[int] = 1) -> Tensor:
+  """N-d transposed convolution in torch's conv_transpose1d/2d argument order: x (N, Cin, *S), weight
+  (Cin, Cout/groups, *K). `Tensor.conv_transpose2d` does the work (the spatial rank comes from the weight)."""
+  if x.ndim != weight.ndim:
+    raise ShapeError(f"conv_transpose: input shape {x.shape} and weight shape {weight.shape} must have the same rank")
+  if x.shape[1] != weight.shape[0]:
+    raise ShapeError(f"conv_transpose: input has {x.shape[1]} channels but the weight {weight.shape} expects "
+                     f"{weight.shape[0]} (weight dim 0 is in_channels)")
+  return x.conv_transpose2d(weight, bias, groups=groups, stride=stride, dilation=dilation, padding=padding,
+                            output_padding=output_padding)
+
 def max_pool2d(x: Tensor, kernel_size: int | Sequence[int] = 2, stride: int | Sequence[int] | None = None,
                padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1) -> Tensor:
   """torch's max_pool2d argument order (stride defaults to the kernel size; padding counts as -inf)."""

@@ -64,6 +64,48 @@ class Conv3d(_ConvNd):
   """torch.nn.Conv3d: x (N, Cin, D, H, W) -> (N, Cout, D_out, H_out, W_out)."""
   ndim = 3
 
+class _ConvTransposeNd:
+  ndim: int
+  def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int],
+               stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
+               output_padding: int | Sequence[int] = 0, groups: int = 1, bias: bool = True,
+               dilation: int | Sequence[int] = 1):
+    if in_channels % groups or out_channels % groups:
+      raise ShapeError(f"{type(self).__name__}: groups={groups} must divide in_channels={in_channels} "
+                       f"and out_channels={out_channels}")
+    kernel = (kernel_size,) * self.ndim if isinstance(kernel_size, int) else tuple(kernel_size)
+    if len(kernel) != self.ndim:
+      raise ShapeError(f"{type(self).__name__} needs {self.ndim} kernel sizes, got kernel_size={kernel_size}")
+    self.stride, self.padding, self.output_padding = stride, padding, output_padding
+    self.dilation, self.groups = dilation, groups
+    # torch computes fan_in from weight dim 1 (out_channels / groups) for transposed convolutions
+    fan_in = out_channels // groups * math.prod(kernel)
+    self.weight = _param(F.kaiming_uniform(in_channels, out_channels // groups, *kernel, fan_in=fan_in))
+    bound = 1 / math.sqrt(fan_in)
+    self.bias = _param(F.uniform(out_channels, low=-bound, high=bound)) if bias else None
+  def __call__(self, x: Tensor) -> Tensor:
+    if x.ndim != self.ndim + 2:
+      raise ShapeError(f"{type(self).__name__} expects (N, C, {self.ndim} spatial dims) inputs, got shape {x.shape}")
+    return F.conv_transpose(x, self.weight, self.bias, self.stride, self.padding, self.output_padding, self.groups,
+                            self.dilation)
+
+class ConvTranspose1d(_ConvTransposeNd):
+  """torch.nn.ConvTranspose1d: x (N, Cin, L) -> (N, Cout, L_out), weight (Cin, Cout/groups, K).
+
+  >>> ConvTranspose1d(2, 3, 4, stride=2)(Tensor.ones(1, 2, 5)).shape
+  (1, 3, 12)
+  """
+  ndim = 1
+
+class ConvTranspose2d(_ConvTransposeNd):
+  """torch.nn.ConvTranspose2d: x (N, Cin, H, W) -> (N, Cout, H_out, W_out), weight (Cin, Cout/groups, KH, KW), with
+  H_out = (H - 1) * stride - 2 * padding + dilation * (KH - 1) + output_padding + 1.
+
+  >>> ConvTranspose2d(1, 4, 3, stride=2, padding=1, output_padding=1)(Tensor.ones(2, 1, 5, 5)).shape
+  (2, 4, 10, 10)
+  """
+  ndim = 2
+
 class BatchNorm:
   """Batch normalisation over the channel dim 1 of (N, C, ...) inputs (torch's BatchNorm1d/2d/3d).
 

@@ -1,26 +1,41 @@
-"""A Llama-family decoder-only transformer built from GGUF metadata and weights, with a preallocated KV cache.
+"""A Llama-family decoder-only transformer built from GGUF metadata and weights, with preallocated KV caches.
 
 Per layer: x += Wo·attn(rope(Wq·n(x)), rope(Wk·n(x)), Wv·n(x)); x += Wd·(silu(Wg·n(x)) * Wu·n(x)), n = RMSNorm.
 Grouped-query attention shares each KV head between n_heads / n_kv_heads query heads.
+
+Kernels per decode step are kept few: Wq|Wk|Wv is one (dim + 2·kv, dim) matmul and Wg|Wu one (2·ffn, dim) matmul;
+the RMSNorm scale is applied inside the matmul that reads the normed activation; RoPE is one elementwise kernel over
+the query and key heads together; each layer's cache is one (max_context, 2·kv) tensor (keys then values) updated
+by one assign.
+
+Weights: Q4_0, Q4_1 and Q8_0 matrices stay quantised on the device (`quantized=True`, the default): the packed
+bytes and per-block scales are separate tensors and the dequantisation (nibble masks and shifts, scale, offset) is
+tensor ops fused into the matmul kernel, so decode reads 4.5-8.5 bits per weight instead of 32. Every other type,
+and everything with `quantized=False`, is dequantised to float32 at load. On the 2-core development machine the
+quantised SmolLM2-135M decodes faster than the float32 one (README, "Running a language model", has the numbers).
 
 RoPE: llama.cpp's converter stores attn_q / attn_k with the rows of each head permuted so that rotating adjacent
 pairs (x[2i], x[2i+1]) by angle pos * theta^(-2i/d) gives the same result as the original model's rotate-half RoPE;
 this model applies that interleaved-pair rotation to the weights as stored.
 
-The step inputs that depend on the position (the RoPE angles, the causal mask, where the new keys/values land in
-the cache) are built on the host as small tensors, so every decode step is the same graph with new input data:
-the kernels compile once. Token embeddings are gathered on the host from the dequantised table.
+Everything that depends on the position (the RoPE tables, the causal mask, where the new keys/values land in the
+cache, which row's logits to return) is a small host-built input tensor, so a step is the same graph whatever the
+position: TinyJit captures the decode step (one token) and the prefill step (a fixed chunk of tokens, the last
+chunk padded) once each and replays them. The cache tensors are inputs of the captured steps too, so one capture
+serves every `KVCache` of the model (the HTTP server keeps one per request slot). Token embeddings are gathered on
+the host from the GGUF bytes.
 """
 from __future__ import annotations
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 import numpy as np
-from ember import Tensor, TinyJit
+from ember import Tensor, TinyJit, dtypes
 from ember.errors import EmberError
-from ember.nn.llm.gguf import GGUFFile
+from ember.nn.llm.gguf import GGMLType, GGUFFile, dequantize, tensor_nbytes
 
 SUPPORTED_ARCHS = ("llama", "mistral")
+PREFILL_CHUNK = 32  # prompt tokens per captured prefill step; a shorter last chunk is padded
 
 class ModelError(EmberError, ValueError):
   """A GGUF model cannot be built: unsupported architecture, missing metadata or tensors, inconsistent shapes."""
@@ -41,6 +56,8 @@ class LlamaConfig:
   context_length: int = 2048
   @property
   def head_dim(self) -> int: return self.dim // self.n_heads
+  @property
+  def kv_dim(self) -> int: return self.n_kv_heads * self.head_dim
 
   @classmethod
   def from_gguf_metadata(cls, md: dict[str, Any], vocab_size: int | None = None) -> LlamaConfig:
@@ -63,15 +80,92 @@ class LlamaConfig:
     if cfg.dim % cfg.n_heads or cfg.n_heads % cfg.n_kv_heads:
       raise ModelError(f"inconsistent heads: dim {cfg.dim}, {cfg.n_heads} heads, {cfg.n_kv_heads} KV heads (need "
         f"dim % heads == 0 and heads % kv_heads == 0)")
+    if cfg.head_dim % 2: raise ModelError(f"RoPE needs an even head dim, got {cfg.head_dim}")
     rope_dim = int(md.get(f"{arch}.rope.dimension_count", cfg.head_dim))
     if rope_dim != cfg.head_dim: raise ModelError(f"partial RoPE (rope.dimension_count {rope_dim} != head dim "
       f"{cfg.head_dim}) is not supported")
     return cfg
 
+# ** weights: float32, or quantised blocks dequantised inside the matmul **
+
+QUANT_BLOCK = 32
+KEPT_QUANTIZED = (GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0)
+
+def _f16_column(blocks: np.ndarray, start: int) -> np.ndarray:
+  return blocks[..., start:start + 2].copy().view(np.float16).astype(np.float32)  # (..., 1)
+
+class QuantWeight:
+  """An (out, in) matrix kept as GGML blocks of 32: `q` the packed quants (out, in/32, 16) uint8 nibbles for
+  Q4_0/Q4_1 or (out, in/32, 32) int8 for Q8_0, `scale` and `offset` (out, in/32, 1) float32 (offset None: Q8_0;
+  Q4_0 stores -8·scale as its offset). Element j of a block is scale·q_j + offset; for the nibble types q_j is the
+  low nibble of byte j for j < 16 and the high nibble of byte j-16 after."""
+  def __init__(self, ggml_type: GGMLType, raw: np.ndarray, shape: tuple[int, int], device: str | None):
+    out_dim, in_dim = shape
+    if in_dim % QUANT_BLOCK: raise ModelError(f"{ggml_type.name} weight of shape {shape}: the input dim must be a "
+      f"multiple of {QUANT_BLOCK}")
+    self.ggml_type, self.shape = ggml_type, shape
+    blocks = np.asarray(raw, np.uint8).reshape(out_dim, in_dim // QUANT_BLOCK, -1)
+    scale = _f16_column(blocks, 0)
+    offset: np.ndarray | None
+    if ggml_type is GGMLType.Q8_0: q, offset = blocks[..., 2:].copy().view(np.int8), None
+    elif ggml_type is GGMLType.Q4_1: q, offset = blocks[..., 4:].copy(), _f16_column(blocks, 2)
+    else: q, offset = blocks[..., 2:].copy(), -8.0 * scale
+    self.q = Tensor(np.ascontiguousarray(q), device=device).realize()
+    self.scale = Tensor(scale, device=device).realize()
+    self.offset = None if offset is None else Tensor(offset, device=device).realize()
+
+  @property
+  def nbytes(self) -> int:
+    return sum(t.numel() * t.dtype.itemsize for t in (self.q, self.scale, self.offset) if t is not None)
+
+  def matmul(self, x: Tensor) -> Tensor:
+    """x (T, in) @ W.T -> (T, out), one reduce over (blocks, lanes) with the dequantisation fused into it."""
+    T, nb = x.shape[0], self.shape[1] // QUANT_BLOCK
+    xb = x.reshape(T, 1, nb, QUANT_BLOCK)  # (T, 1, blocks, 32) broadcasts against the weight's (out, blocks, ...)
+    if self.ggml_type is GGMLType.Q8_0:
+      return (xb * (self.q.cast(dtypes.float32) * self.scale)).sum((-2, -1))
+    assert self.offset is not None
+    low = (self.q & 15).cast(dtypes.float32) * self.scale + self.offset
+    high = (self.q >> 4).cast(dtypes.float32) * self.scale + self.offset
+    return (xb[..., :16] * low + xb[..., 16:] * high).sum((-2, -1))
+
+class DenseWeight:
+  """An (out, in) float32 matrix."""
+  def __init__(self, w: np.ndarray, device: str | None):
+    self.shape = tuple(w.shape)
+    self.w = Tensor(np.ascontiguousarray(w, np.float32), device=device).realize()
+  @property
+  def nbytes(self) -> int: return self.w.numel() * 4
+  def matmul(self, x: Tensor) -> Tensor: return x @ self.w.T  # reduces along the weight's contiguous rows
+
+Weight = QuantWeight | DenseWeight
+
+@dataclass
+class _Source:
+  """Where a weight matrix comes from: a GGUF tensor (raw bytes + type) or a float32 array."""
+  shape: tuple[int, int]
+  raw: np.ndarray | None = None
+  ggml_type: GGMLType | None = None
+  array: np.ndarray | None = None
+  def dense(self) -> np.ndarray:
+    if self.array is not None: return self.array
+    assert self.raw is not None and self.ggml_type is not None
+    return dequantize(self.raw, self.ggml_type, self.shape)
+
+def _fused_weight(parts: list[_Source], quantized: bool, device: str | None) -> Weight:
+  """Stack matrices along the output dim into one weight: quantised when all parts share a kept type."""
+  out_dim, in_dim = sum(p.shape[0] for p in parts), parts[0].shape[1]
+  types = {p.ggml_type for p in parts}
+  if quantized and len(types) == 1 and (gtype := types.pop()) in KEPT_QUANTIZED and in_dim % QUANT_BLOCK == 0:
+    raw = np.concatenate([np.asarray(p.raw).reshape(p.shape[0], -1) for p in parts], axis=0)
+    return QuantWeight(gtype, raw, (out_dim, in_dim), device)
+  return DenseWeight(np.concatenate([p.dense() for p in parts], axis=0), device)
+
 # ** ops composed from Tensor primitives **
 
-def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-  return x * (x.square().mean(-1, keepdim=True) + eps).rsqrt() * weight
+def rms_scale(x: Tensor, eps: float) -> Tensor:
+  """1 / rms(x) per row, (T, 1): RMSNorm(x) = x * rms_scale(x) * weight."""
+  return (x.square().mean(-1, keepdim=True) + eps).rsqrt()
 
 def silu(x: Tensor) -> Tensor: return x * x.sigmoid()
 
@@ -80,152 +174,217 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
   return e / e.sum(axis, keepdim=True)
 
 def rope_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-  """Rotate adjacent pairs of the last dim: x (T, H, D), cos/sin (T, D/2)."""
+  """Rotate adjacent pairs of the last dim of x (T, H, D) with cos (T, D) holding cos_i at 2i and 2i+1 and sin (T, D)
+  holding -sin_i at 2i and sin_i at 2i+1: (e, o) -> (e·c - o·s, o·c + e·s), one elementwise kernel."""
   T, H, D = x.shape
-  pairs = x.reshape(T, H, D // 2, 2)
-  even, odd = pairs[:, :, :, 0], pairs[:, :, :, 1]  # (T, H, D/2)
-  c, s = cos.reshape(T, 1, D // 2), sin.reshape(T, 1, D // 2)
-  return Tensor.stack(even * c - odd * s, even * s + odd * c, dim=-1).reshape(T, H, D)
+  swapped = x.reshape(T, H, D // 2, 2).flip(-1).reshape(T, H, D)  # (o, e) pairs
+  return x * cos.reshape(T, 1, D) + swapped * sin.reshape(T, 1, D)
 
 def rope_tables(positions: np.ndarray, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
-  """cos and sin of pos * theta^(-2i/head_dim), float32 (T, head_dim/2); angles computed in float64."""
+  """The (T, head_dim) cos and signed sin tables of rope_interleaved for angles pos * theta^(-2i/head_dim), computed
+  in float64 and returned as float32."""
   inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
-  ang = positions.astype(np.float64)[:, None] * inv_freq[None, :]
-  return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+  ang = positions.astype(np.float64)[:, None] * inv_freq[None, :]  # (T, D/2)
+  cos = np.repeat(np.cos(ang), 2, axis=1)
+  sin = np.stack([-np.sin(ang), np.sin(ang)], axis=-1).reshape(len(positions), head_dim)
+  return cos.astype(np.float32), sin.astype(np.float32)
 
+@dataclass
+class KVCache:
+  """One sequence's keys and values: per layer a (max_context, 2·kv_dim) float32 tensor, keys in the first kv_dim
+  columns; `pos` is the number of positions filled. Rows at or past `pos` are never read before being written."""
+  layers: list[Tensor]
+  max_context: int
+  pos: int = 0
+
+@dataclass
 class LlamaLayer:
-  def __init__(self, weights: dict[str, Tensor], cfg: LlamaConfig):
-    self.w, self.cfg = weights, cfg
+  attn_norm: Tensor
+  qkv: Weight
+  qkv_bias: Tensor | None
+  attn_output: Weight
+  ffn_norm: Tensor
+  gate_up: Weight
+  down: Weight
+  cfg: LlamaConfig = field(repr=False)
 
-  def __call__(self, x: Tensor, cache_k: Tensor, cache_v: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, place: Tensor,
-               written: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    cfg, w = self.cfg, self.w
-    T, hd, n_kv, rep = x.shape[0], cfg.head_dim, cfg.n_kv_heads, cfg.n_heads // cfg.n_kv_heads
-    h = rms_norm(x, w["attn_norm"], cfg.rms_eps)
-    q, k, v = _linear(h, w, "attn_q"), _linear(h, w, "attn_k"), _linear(h, w, "attn_v")
-    q = rope_interleaved(q.reshape(T, cfg.n_heads, hd), cos, sin)
-    k = rope_interleaved(k.reshape(T, n_kv, hd), cos, sin).reshape(T, n_kv * hd)
+  def __call__(self, x: Tensor, cache: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, place: Tensor,
+               written: Tensor) -> Tensor:
+    cfg = self.cfg
+    T, hd, n_kv, rep, dim, kv = x.shape[0], cfg.head_dim, cfg.n_kv_heads, cfg.n_heads // cfg.n_kv_heads, cfg.dim, cfg.kv_dim
+    qkv = self.qkv.matmul(x * self.attn_norm) * rms_scale(x, cfg.rms_eps)  # (T, dim + 2kv)
+    if self.qkv_bias is not None: qkv = qkv + self.qkv_bias
+    qk = rope_interleaved(qkv[:, :dim + kv].reshape(T, cfg.n_heads + n_kv, hd), cos, sin).reshape(T, dim + kv)
+    new_rows = Tensor.cat(qk[:, dim:], qkv[:, dim + kv:], dim=1)  # (T, 2kv): roped keys, values
     # the new rows land at their positions: place (C, T) is one-hot, written (C, 1) marks the rows it fills
-    new_k = written.where(place @ k, cache_k)  # (C, n_kv*hd)
-    new_v = written.where(place @ v, cache_v)
-    C = new_k.shape[0]
-    qh = q.reshape(T, n_kv, rep, hd).permute(1, 2, 0, 3)  # (n_kv, rep, T, hd)
-    kh = new_k.reshape(C, n_kv, 1, hd).permute(1, 2, 3, 0)  # (n_kv, 1, hd, C)
-    vh = new_v.reshape(C, n_kv, 1, hd).permute(1, 2, 0, 3)  # (n_kv, 1, C, hd)
-    scores = (qh @ kh) * (1.0 / math.sqrt(hd)) + mask  # (n_kv, rep, T, C)
-    attn = (softmax(scores) @ vh).permute(2, 0, 1, 3).reshape(T, cfg.n_heads * hd)  # (T, heads*hd)
-    x = x + _linear(attn, w, "attn_output")
-    h = rms_norm(x, w["ffn_norm"], cfg.rms_eps)
-    x = x + _linear(silu(_linear(h, w, "ffn_gate")) * _linear(h, w, "ffn_up"), w, "ffn_down")
-    return x, new_k, new_v
-
-def _linear(x: Tensor, w: dict[str, Tensor], name: str) -> Tensor:
-  # weights are stored (out, in) as in GGUF; x @ W.T reduces along W's contiguous rows
-  y = x @ w[name].T
-  return y + w[name + ".bias"] if name + ".bias" in w else y
-
-LAYER_TENSORS = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")
-OPTIONAL_LAYER_TENSORS = ("attn_q.bias", "attn_k.bias", "attn_v.bias")
+    cache.assign(written.where(place @ new_rows, cache))
+    C = cache.shape[0]
+    q = qk[:, :dim].reshape(T, n_kv, rep, hd).permute(1, 2, 0, 3)  # (n_kv, rep, T, hd)
+    keys = cache[:, :kv].reshape(C, n_kv, 1, hd).permute(1, 2, 3, 0)  # (n_kv, 1, hd, C)
+    values = cache[:, kv:].reshape(C, n_kv, 1, hd).permute(1, 2, 0, 3)  # (n_kv, 1, C, hd)
+    scores = (q @ keys) * (1.0 / math.sqrt(hd)) + mask  # (n_kv, rep, T, C)
+    attn = (softmax(scores) @ values).permute(2, 0, 1, 3).reshape(T, dim)  # (T, heads*hd)
+    x = x + self.attn_output.matmul(attn)
+    gate_up = self.gate_up.matmul(x * self.ffn_norm) * rms_scale(x, cfg.rms_eps)  # (T, 2ffn)
+    return x + self.down.matmul(silu(gate_up[:, :cfg.ffn_dim]) * gate_up[:, cfg.ffn_dim:])
 
 class Llama:
-  """A Llama-family model with a KV cache of `max_context` positions.
+  """A Llama-family model with a default KV cache of `max_context` positions; `new_cache()` makes more.
 
   >>> model = Llama.from_gguf("SmolLM2-135M-Instruct.Q4_1.gguf", max_context=512)  # doctest: +SKIP
   >>> logits = model.forward([6403, 1980, 253, 655])  # doctest: +SKIP  (vocab,) float32 of the last position
   """
-  def __init__(self, cfg: LlamaConfig, weights: dict[str, np.ndarray], max_context: int = 512,
-               device: str | None = None):
-    self.cfg, self.device = cfg, device
+  def __init__(self, cfg: LlamaConfig, sources: dict[str, _Source | np.ndarray], max_context: int = 512,
+               device: str | None = None, quantized: bool = True):
+    self.cfg, self.device, self.quantized = cfg, device, quantized
     self.max_context = min(max_context, cfg.context_length)
     if self.max_context <= 0: raise ModelError(f"max_context must be positive, got {max_context}")
-    self.embedding = _check_shape(weights, "token_embd.weight", (cfg.vocab_size, cfg.dim))
-    head = weights.get("output.weight", self.embedding)  # tied LM head when the file has no output.weight
-    head = _check_shape({"output.weight": head}, "output.weight", (cfg.vocab_size, cfg.dim))
-    self.lm_head = Tensor(head, device=device).realize()
-    self.norm = Tensor(_check_shape(weights, "output_norm.weight", (cfg.dim,)), device=device).realize()
-    kv = cfg.n_kv_heads * cfg.head_dim
-    shapes = {"attn_norm": (cfg.dim,), "attn_q": (cfg.dim, cfg.dim), "attn_k": (kv, cfg.dim), "attn_v": (kv, cfg.dim),
-              "attn_output": (cfg.dim, cfg.dim), "ffn_norm": (cfg.dim,), "ffn_gate": (cfg.ffn_dim, cfg.dim),
-              "ffn_up": (cfg.ffn_dim, cfg.dim), "ffn_down": (cfg.dim, cfg.ffn_dim),
-              "attn_q.bias": (cfg.dim,), "attn_k.bias": (kv,), "attn_v.bias": (kv,)}
+    src = {k: v if isinstance(v, _Source) else _Source(tuple(v.shape), array=np.asarray(v, np.float32))
+           for k, v in sources.items()}
+    kv = cfg.kv_dim
+    def get(key: str, shape: tuple[int, ...]) -> _Source:
+      if key not in src: raise ModelError(f"GGUF model lacks tensor {key!r}")
+      if tuple(src[key].shape) != shape:
+        raise ModelError(f"tensor {key!r} has shape {tuple(src[key].shape)}, expected {shape} from the metadata")
+      return src[key]
+    def vector(key: str, n: int) -> Tensor:
+      return Tensor(np.ascontiguousarray(get(key, (n,)).dense(), np.float32).reshape(n), device=device).realize()
+    self._embedding = get("token_embd.weight", (cfg.vocab_size, cfg.dim))
+    head = src.get("output.weight", self._embedding)  # tied LM head when the file has no output.weight
+    if tuple(head.shape) != (cfg.vocab_size, cfg.dim):
+      raise ModelError(f"tensor 'output.weight' has shape {head.shape}, expected {(cfg.vocab_size, cfg.dim)}")
+    self.lm_head = _fused_weight([head], quantized, device)
+    self.norm = vector("output_norm.weight", cfg.dim)
     self.layers: list[LlamaLayer] = []
     for i in range(cfg.n_layers):
-      lw: dict[str, Tensor] = {}
-      for name in LAYER_TENSORS + OPTIONAL_LAYER_TENSORS:
-        key = f"blk.{i}.{name}" if "." in name else f"blk.{i}.{name}.weight"
-        if name in OPTIONAL_LAYER_TENSORS and key not in weights: continue
-        lw[name] = Tensor(_check_shape(weights, key, shapes[name]), device=device).realize()
-      self.layers.append(LlamaLayer(lw, cfg))
-    self._alloc_cache()
+      p = f"blk.{i}."
+      qkv = [get(p + "attn_q.weight", (cfg.dim, cfg.dim)), get(p + "attn_k.weight", (kv, cfg.dim)),
+             get(p + "attn_v.weight", (kv, cfg.dim))]
+      biases = [(p + f"attn_{n}.bias", size) for n, size in (("q", cfg.dim), ("k", kv), ("v", kv))]
+      bias = None
+      if any(key in src for key, _ in biases):  # a missing bias of the three is zero
+        bias = Tensor(np.concatenate([get(key, (n,)).dense().reshape(n) if key in src else np.zeros(n, np.float32)
+                                      for key, n in biases]).astype(np.float32), device=device).realize()
+      self.layers.append(LlamaLayer(
+        attn_norm=vector(p + "attn_norm.weight", cfg.dim), qkv=_fused_weight(qkv, quantized, device), qkv_bias=bias,
+        attn_output=_fused_weight([get(p + "attn_output.weight", (cfg.dim, cfg.dim))], quantized, device),
+        ffn_norm=vector(p + "ffn_norm.weight", cfg.dim),
+        gate_up=_fused_weight([get(p + "ffn_gate.weight", (cfg.ffn_dim, cfg.dim)),
+                               get(p + "ffn_up.weight", (cfg.ffn_dim, cfg.dim))], quantized, device),
+        down=_fused_weight([get(p + "ffn_down.weight", (cfg.dim, cfg.ffn_dim))], quantized, device), cfg=cfg))
+    self._embed_rows = self._embedding_reader()
+    self.chunk = min(PREFILL_CHUNK, self.max_context)
+    self._decode_jit = TinyJit(self._step)
+    self._prefill_jit = TinyJit(self._step)
+    self.cache = self.new_cache()
 
   @classmethod
-  def from_gguf(cls, source: str | GGUFFile, max_context: int = 512, device: str | None = None) -> Llama:
-    """Build the model from a GGUF file, dequantising every weight to float32."""
+  def from_gguf(cls, source: str | GGUFFile, max_context: int = 512, device: str | None = None,
+                quantized: bool = True) -> Llama:
+    """Build the model from a GGUF file; Q4_0/Q4_1/Q8_0 matrices stay quantised unless `quantized=False`."""
     f = source if isinstance(source, GGUFFile) else GGUFFile(source)
     emb = f.tensors.get("token_embd.weight")
     if emb is None: raise ModelError(f"{f.path}: no token_embd.weight tensor; is this a llama-family GGUF?")
     cfg = LlamaConfig.from_gguf_metadata(f.metadata, vocab_size=emb.shape[0])
-    return cls(cfg, {name: f.tensor(name) for name in f.tensors}, max_context=max_context, device=device)
+    sources: dict[str, _Source | np.ndarray] = {}
+    for name, info in f.tensors.items():
+      if len(info.shape) == 2 and info.ggml_type in KEPT_QUANTIZED:
+        sources[name] = _Source((info.shape[0], info.shape[1]), raw=f.raw(name), ggml_type=info.ggml_type)
+      else: sources[name] = f.tensor(name)
+    return cls(cfg, sources, max_context=max_context, device=device, quantized=quantized)
 
-  def _alloc_cache(self) -> None:
-    width = self.cfg.n_kv_heads * self.cfg.head_dim
-    zeros = np.zeros((self.max_context, width), np.float32)
-    self.cache_k = [Tensor(zeros, device=self.device).realize() for _ in self.layers]
-    self.cache_v = [Tensor(zeros, device=self.device).realize() for _ in self.layers]
-    self.pos = 0
-    self._decode_jit = TinyJit(self._step)
+  def _embedding_reader(self):
+    emb = self._embedding
+    if emb.array is not None or emb.ggml_type is None:
+      table = emb.dense()
+      return lambda ids: table[ids]
+    row_bytes = tensor_nbytes(emb.ggml_type, (1, self.cfg.dim))
+    rows = np.asarray(emb.raw).reshape(self.cfg.vocab_size, row_bytes)
+    gtype = emb.ggml_type
+    return lambda ids: dequantize(rows[ids], gtype, (len(ids), self.cfg.dim))
+
+  @property
+  def weight_bytes(self) -> int:
+    """Bytes of weights one decode step reads: every matrix and norm vector (the embedding row gather is on the host)."""
+    total = self.lm_head.nbytes + self.norm.numel() * 4
+    for layer in self.layers:
+      total += sum(w.nbytes for w in (layer.qkv, layer.attn_output, layer.gate_up, layer.down))
+      total += (layer.attn_norm.numel() + layer.ffn_norm.numel()) * 4
+    return total
+
+  def new_cache(self) -> KVCache:
+    """An empty KV cache for one more independent sequence (the captured steps serve every cache)."""
+    zeros = np.zeros((self.max_context, 2 * self.cfg.kv_dim), np.float32)
+    return KVCache([Tensor(zeros, device=self.device).realize() for _ in self.layers], self.max_context)
+
+  # the default cache, for single-sequence use (CLI, generate(model, ...))
+  @property
+  def pos(self) -> int: return self.cache.pos
 
   def reset(self) -> None:
-    """Empty the KV cache: the next forward starts at position 0. Rows past the position are never read (the causal
-    mask hides them and each row is written before it is attended to), so the buffers and the captured decode step
-    are kept."""
-    self.pos = 0
+    """Empty the default KV cache: the next forward starts at position 0 (the buffers and captured steps are kept)."""
+    self.cache.pos = 0
 
   def rewind(self, pos: int) -> None:
     """Forget the cached positions from `pos` on (the next forward writes there); 0 <= pos <= the current position."""
-    if not 0 <= pos <= self.pos: raise ModelError(f"rewind position {pos} is outside [0, {self.pos}]")
-    self.pos = pos
+    rewind(self.cache, pos)
 
-  def forward(self, tokens: list[int] | np.ndarray) -> np.ndarray:
-    """Run `tokens` at positions pos..pos+T-1, append their keys/values to the cache; the last position's logits."""
+  def forward(self, tokens: list[int] | np.ndarray, cache: KVCache | None = None) -> np.ndarray:
+    """Run `tokens` at positions pos..pos+T-1 of `cache` (default: the model's), append their keys/values to it;
+    returns the last position's logits (vocab,) float32."""
+    cache = self.cache if cache is None else cache
     ids = np.asarray(tokens, dtype=np.int64).reshape(-1)
-    T, C, start = ids.size, self.max_context, self.pos
+    T, C, start = ids.size, self.max_context, cache.pos
     if T == 0: raise ModelError("forward needs at least one token")
     if start + T > C:
       raise ContextOverflowError(f"context overflow: {start} cached + {T} new tokens > max_context {C}; start a "
         f"new conversation or raise max_context")
     if ids.min() < 0 or ids.max() >= self.cfg.vocab_size:
       raise ModelError(f"token ids must be in [0, {self.cfg.vocab_size}), got min {ids.min()} max {ids.max()}")
+    if T == 1: logits = self._run(self._decode_jit, ids, start, cache)
+    else:
+      for at in range(0, T, self.chunk): logits = self._run(self._prefill_jit, ids[at:at + self.chunk], start + at, cache)
+    cache.pos = start + T
+    return logits
+
+  def _run(self, step: TinyJit, ids: np.ndarray, start: int, cache: KVCache) -> np.ndarray:
+    n = ids.size
+    T = 1 if n == 1 else self.chunk  # a short prefill chunk is padded with token 0 at the following positions
+    C = self.max_context
     positions = np.arange(start, start + T)
     cos, sin = rope_tables(positions, self.cfg.head_dim, self.cfg.rope_theta)
     cols = np.arange(C)
     mask = np.where(cols[None, :] <= positions[:, None], 0.0, -np.inf).astype(np.float32)  # (T, C) causal
+    # padding rows past the context are dropped; those inside it are overwritten before anything attends to them
     place = (cols[:, None] == positions[None, :]).astype(np.float32)  # (C, T)
     written = place.any(axis=1, keepdims=True)  # (C, 1)
-    dev = self.device
-    x = Tensor(self.embedding[ids], device=dev)
-    inputs = [Tensor(a, device=dev) for a in (cos, sin, mask, place)] + [Tensor(written, device=dev)]
-    # a decode step is the same graph every time (only input data changes): TinyJit captures it once and replays it
-    step = self._decode_jit if T == 1 else self._step
-    logits = step(x, *inputs)
-    self.pos = start + T
-    return logits.numpy()
+    select = np.zeros((1, T), np.float32)
+    select[0, n - 1] = 1.0  # the last real token's row
+    x = np.zeros((T, self.cfg.dim), np.float32)
+    x[:n] = self._embed_rows(ids)
+    inputs = [Tensor(a, device=self.device) for a in (x, cos, sin, mask, place, written, select)]
+    return step(*inputs, *cache.layers).numpy()
 
-  def _step(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, place: Tensor, written: Tensor) -> Tensor:
-    T = x.shape[0]
-    for layer, ck, cv in zip(self.layers, self.cache_k, self.cache_v):
-      x, k, v = layer(x, ck, cv, cos, sin, mask, place, written)
-      # the caches are updated in place (same buffers), so a captured decode step keeps writing where it reads
-      ck.assign(k)
-      cv.assign(v)
-    last = x[T - 1:T]  # (1, dim): only the last position's logits are needed
-    logits = (rms_norm(last, self.norm, self.cfg.rms_eps) @ self.lm_head.T).reshape(self.cfg.vocab_size)
-    Tensor.realize(logits, *self.cache_k, *self.cache_v)
+  def _step(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, place: Tensor, written: Tensor, select: Tensor,
+            *caches: Tensor) -> Tensor:
+    for layer, cache in zip(self.layers, caches):
+      x = layer(x, cache, cos, sin, mask, place, written)
+    last = select @ x  # (1, dim)
+    logits = (self.lm_head.matmul(last * self.norm) * rms_scale(last, self.cfg.rms_eps)).reshape(self.cfg.vocab_size)
+    Tensor.realize(logits, *caches)
     return logits
 
-def _check_shape(weights: dict[str, np.ndarray], key: str, shape: tuple[int, ...]) -> np.ndarray:
-  if key not in weights: raise ModelError(f"GGUF model lacks tensor {key!r}")
-  arr = weights[key]
-  if tuple(arr.shape) != shape: raise ModelError(f"tensor {key!r} has shape {tuple(arr.shape)}, expected {shape} "
-    f"from the metadata")
-  return np.ascontiguousarray(arr, dtype=np.float32)
+class LlamaSession:
+  """The model bound to one KV cache, with the interface `generate` expects (forward, pos, max_context, reset)."""
+  def __init__(self, model: Llama, cache: KVCache | None = None):
+    self.model, self.cache = model, cache if cache is not None else model.new_cache()
+    self.max_context = model.max_context
+  @property
+  def pos(self) -> int: return self.cache.pos
+  def forward(self, tokens: list[int] | np.ndarray) -> np.ndarray: return self.model.forward(tokens, self.cache)
+  def reset(self) -> None: self.cache.pos = 0
+  def rewind(self, pos: int) -> None: rewind(self.cache, pos)
+
+def rewind(cache: KVCache, pos: int) -> None:
+  if not 0 <= pos <= cache.pos: raise ModelError(f"rewind position {pos} is outside [0, {cache.pos}]")
+  cache.pos = pos
