@@ -17,6 +17,8 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 import pytest  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # shared test helpers (torch_oracle) import by name
+
 TOY_PLUGIN = '''
 from __future__ import annotations
 from ember.plugin import PLUGIN_API_VERSION, Allocator, BackendInfo, Compiled, Compiler, ProbeResult, Renderer, hookimpl

@@ -9,26 +9,7 @@ from ember import Tensor, dtypes
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-def check(ours: Callable[..., Any], ref: Callable[..., Any], *arrays: np.ndarray, atol: float = 1e-5,
-          rtol: float = 1e-5, grad: bool = True, grad_tol: float = 1e-4) -> None:
-  """Run `ours` on ember tensors and `ref` on torch tensors; compare values, dtypes and (float inputs) gradients."""
-  floats = [a.dtype.kind == "f" for a in arrays]
-  ts = [Tensor(a, requires_grad=f or None) for a, f in zip(arrays, floats)]
-  tt = [torch.tensor(a, requires_grad=f and grad) for a, f in zip(arrays, floats)]
-  out, expected = ours(*ts), ref(*tt)
-  got = out.numpy()
-  want = expected.detach().numpy()
-  assert got.dtype == want.dtype, f"dtype {got.dtype} != torch {want.dtype}"
-  assert got.shape == want.shape, f"shape {got.shape} != torch {want.shape}"
-  np.testing.assert_allclose(got, want, atol=atol, rtol=rtol, equal_nan=True)
-  if not (grad and any(floats) and got.dtype.kind == "f"): return
-  seed = np.random.default_rng(1).standard_normal(got.shape).astype(got.dtype)
-  (out * Tensor(seed)).sum().backward()
-  (expected * torch.tensor(seed)).sum().backward()
-  for t, r, f in zip(ts, tt, floats):
-    if not f: continue
-    assert t.grad is not None and t.grad.dtype == t.dtype
-    np.testing.assert_allclose(t.grad.numpy(), r.grad.numpy(), atol=grad_tol, rtol=grad_tol)
+from torch_oracle import check  # noqa: E402
 
 rng = np.random.default_rng(0)
 X = rng.uniform(-3, 3, (3, 5)).astype(np.float32)

@@ -1,32 +1,14 @@
 """Creation helpers, reductions and scans of ember.Tensor against torch/numpy (values, dtypes, gradients)."""
 from __future__ import annotations
 import math
-from typing import Any, Callable
+from typing import Any
 import numpy as np
 import pytest
 from ember import Tensor, dtypes
 
 torch = pytest.importorskip("torch")
 
-def check(ours: Callable[..., Any], ref: Callable[..., Any], *arrays: np.ndarray, tol: float = 1e-5, grad: bool = True,
-          dtype: Any = None) -> None:
-  """Compare values and dtype (`dtype` overrides torch's, e.g. int32 indices) and, for float inputs, gradients."""
-  floats = [a.dtype.kind == "f" for a in arrays]
-  ts = [Tensor(a, requires_grad=f or None) for a, f in zip(arrays, floats)]
-  tt = [torch.tensor(a, requires_grad=f and grad) for a, f in zip(arrays, floats)]
-  out, expected = ours(*ts), ref(*tt)
-  got, want = out.numpy(), expected.detach().numpy()
-  assert got.dtype == (dtype or want.dtype), f"dtype {got.dtype} != {dtype or want.dtype}"
-  assert got.shape == want.shape, f"shape {got.shape} != {want.shape}"
-  np.testing.assert_allclose(got, want, atol=tol, rtol=tol, equal_nan=True)
-  if not (grad and any(floats) and got.dtype.kind == "f"): return
-  seed = np.random.default_rng(1).standard_normal(got.shape).astype(got.dtype)
-  (out * Tensor(seed)).sum().backward()
-  (expected * torch.tensor(seed)).sum().backward()
-  for t, r, f in zip(ts, tt, floats):
-    if f:
-      assert t.grad is not None and t.grad.dtype == t.dtype
-      np.testing.assert_allclose(t.grad.numpy(), r.grad.numpy(), atol=1e-4, rtol=1e-4)
+from torch_oracle import check  # noqa: E402
 
 rng = np.random.default_rng(0)
 X = rng.standard_normal((3, 4, 5)).astype(np.float32)

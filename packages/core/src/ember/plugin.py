@@ -247,7 +247,6 @@ class EmberHookSpec:
     `PLUGIN_API_VERSION` and ``requires_core`` against the installed ember-core; on a mismatch no other hook of the
     backend is called and it is reported as ``incompatible`` with both versions and the fix.
     """
-    raise NotImplementedError  # a hookspec body is never called by pluggy; this documents the signature
 
   @hookspec
   def ember_register_devices(self, registry: DeviceRegistry) -> None:
@@ -257,7 +256,6 @@ class EmberHookSpec:
     do not open devices or import native libraries here.
     Returns: nothing; results go into ``registry``. Raising marks the whole backend ``failed``.
     """
-    raise NotImplementedError
 
   @hookspec
   def ember_register_renderers(self, registry: RendererRegistry) -> None:
@@ -266,7 +264,6 @@ class EmberHookSpec:
     When: once per process, at loading, right after this backend's `ember_register_devices`. Cheap, like above.
     Returns: nothing; results go into ``registry``. Raising marks the whole backend ``failed``.
     """
-    raise NotImplementedError
 
   @hookspec
   def ember_register_compilers(self, registry: CompilerRegistry) -> None:
@@ -275,7 +272,6 @@ class EmberHookSpec:
     When: once per process, at loading. Cheap, like above.
     Returns: nothing; results go into ``registry``. Raising marks the whole backend ``failed``.
     """
-    raise NotImplementedError
 
   @hookspec
   def ember_register_queues(self, registry: QueueRegistry) -> None:
@@ -284,7 +280,6 @@ class EmberHookSpec:
     When: once per process, at loading. Cheap, like above.
     Returns: nothing; results go into ``registry``. Raising marks the whole backend ``failed``.
     """
-    raise NotImplementedError
 
   @hookspec(firstresult=True)
   def ember_probe(self, device: str) -> ProbeResult | None:
@@ -298,7 +293,6 @@ class EmberHookSpec:
     ``device_target(device).interface`` says which interface ``DEV`` asked for (a MOCK interface needs no hardware).
     A probe that raises counts as "not usable", with the exception as the reason.
     """
-    raise NotImplementedError
 
 def device_target(device: str) -> Target:
   """The parsed selection for ``device`` (``"NV"``, ``"NV:1"``): interface, renderer and arch from ``DEV`` when ``DEV``

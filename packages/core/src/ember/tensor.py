@@ -157,13 +157,27 @@ class Tensor:
     if self.numel() != 1: raise ShapeError(f"item() needs a tensor with one element, got shape {self.shape}")
     return self.numpy().reshape(()).item()
   def tolist(self) -> Any: return self.numpy().tolist()
-  def to(self, device: str | None) -> Tensor:
+  def to(self, device: str | tuple[str, ...] | None) -> Tensor:
+    if isinstance(device, tuple): return self.shard(device, None)
     dev = _canon_device(device)
     if dev == self.device: return self
     if self.dtype.weak: raise DTypeError(f"cannot copy a weak {self.dtype!r} tensor to {dev}; cast it to a concrete dtype first")
     src = self if _is_contiguous_buffer(self.uop) else self.contiguous()
     ret = Tensor(UOp(Ops.COPY, self.dtype, (src.uop, UOp(Ops.DEVICE, arg=dev))), requires_grad=self.requires_grad)
     return ret
+  def shard(self, devices: tuple[str, ...], axis: int | None = None) -> Tensor:
+    """Split into contiguous pieces along `axis`, one per device (axis None: a copy on every device). Ops on the
+    result run once per device; reductions over the sharded axis allreduce (see `ember.multi`).
+
+    >>> Tensor([1.0, 2.0, 3.0, 4.0]).shard(("PYTHON", "PYTHON:1"), axis=0).sum().item()
+    10.0
+    """
+    from ember.multi import shard_tensor
+    return shard_tensor(self, devices, axis)
+  def shard_(self, devices: tuple[str, ...], axis: int | None = None) -> Tensor:
+    """`shard` in place: this object becomes the sharded tensor."""
+    from ember.multi import shard_inplace
+    return shard_inplace(self, devices, axis)
   def clone(self, device: str | None = None) -> Tensor:
     dt = strong_dtype(self.dtype)
     ret = self.cast(dt).contiguous() if device is None else self.cast(dt).contiguous().to(device)
@@ -195,6 +209,7 @@ class Tensor:
   # ** creation **
   @staticmethod
   def empty(*shape: Any, device: str | None = None, dtype: DType | str | None = None, **kwargs: Any) -> Tensor:
+    if isinstance(device, tuple): return _multi_create(Tensor.empty, device, *shape, dtype=dtype, **kwargs)
     shp = _shape_arg(shape)
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
     dev = _canon_device(device)
@@ -202,6 +217,7 @@ class Tensor:
     return Tensor(_reshape(_buffer_uop(dev, int(n), dt), shp), **kwargs)
   @staticmethod
   def full(shape: Any, fill_value: Any, device: str | None = None, dtype: DType | str | None = None, **kwargs: Any) -> Tensor:
+    if isinstance(device, tuple): return _multi_create(Tensor.full, device, shape, fill_value, dtype=dtype, **kwargs)
     shp = _shape_arg((shape,) if isinstance(shape, int) else tuple(shape))
     dt = to_dtype(dtype) if dtype is not None else strong_dtype(dtypes.from_py(fill_value))
     return Tensor(_const_uop(fill_value, dt, _canon_device(device), shp), **kwargs)
@@ -216,6 +232,7 @@ class Tensor:
     n = max(math.ceil((stop - start) / step), 0)
     dt = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else (dtypes.default_float if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.default_int)
     if n == 0: return Tensor.empty(0, dtype=dt, **kwargs)
+    if isinstance(kwargs.get("device"), tuple): return _multi_create(Tensor.arange, kwargs.pop("device"), start, stop, step, dtype=dt, **kwargs)
     # the loop index itself (a tensor-level RANGE over a DEVICE): index math, no data, no reduction
     dev = _canon_device(kwargs.pop("device", None))
     idx = Tensor(UOp(Ops.RANGE, dtypes.int32, (UOp(Ops.DEVICE, arg=dev),), n), **kwargs)
@@ -2144,6 +2161,11 @@ class Tensor:
       if g.shape != t.shape: raise GradientError(f"internal gradient shape mismatch {g.shape} vs {t.shape}")
       t.grad = g if t.grad is None else (t.grad + g)
     return self
+
+def _multi_create(make: Any, devices: tuple[str, ...], *args: Any, **kwargs: Any) -> Tensor:
+  """A creation function given a tuple of devices: the same tensor made on each (replicated, see `ember.multi`)."""
+  from ember.multi import on_devices
+  return on_devices(make, devices, *args, **kwargs)
 
 def _binop(op: Ops, x: Tensor, y: Any, reverse: bool = False) -> Tensor:
   if op in GroupOp.Bitwise:

@@ -9,6 +9,7 @@ import inspect
 import itertools
 from typing import Any, Callable, Iterable
 from ember.dtype import AnyDType, PtrDType
+from ember.errors import EmberError
 from ember.uop.ops import Ops, UOp, GroupOp
 
 class UPat:
@@ -132,8 +133,8 @@ class PatternMatcher:
         if ret is not None and ret is not uop: return ret
     return None
 
-class RewriteLoopError(RuntimeError):
-  pass
+class RewriteLoopError(EmberError, RuntimeError):
+  """A rewrite table never reached a fixed point (two rules undo each other): a bug in the rules."""
 
 def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False, name: str | None = None) -> UOp:
   """Rewrite the graph under `sink` with `pm` to a fixed point.
