@@ -328,3 +328,11 @@ def test_bool_of_a_tensor():
   assert bool(Tensor([1.0])) and not bool(Tensor([0]))
   with pytest.raises(ValueError):
     bool(Tensor(A))
+
+def test_symbolic_slices_with_bound_variables():
+  from ember import Variable
+  x = np.arange(20, dtype=np.float32).reshape(5, 4)
+  for n in (2, 4):
+    v = Variable("n", 1, 5).bind(n)
+    np.testing.assert_allclose(Tensor(x)[:v].sum(0).numpy(), x[:n].sum(0))
+    np.testing.assert_allclose(Tensor(x)[1:v, 2].sum().numpy(), x[1:n, 2].sum())

@@ -425,7 +425,7 @@ class Tensor:
       if known == 0 or self.numel() % known != 0: raise ShapeError(f"cannot reshape {self.shape} ({self.numel()} elements) to {new_shape}")
       new_shape = tuple(self.numel() // known if s == -1 else s for s in new_shape)
     if any(isinstance(s, int) and s < 0 for s in new_shape): raise ShapeError(f"reshape to negative dims {new_shape}")
-    if prod(new_shape) != self.numel(): raise ShapeError(f"cannot reshape {self.shape} ({self.numel()} elements) to {new_shape} ({prod(new_shape)} elements)")
+    if not _sym_eq(prod(new_shape), self.numel()): raise ShapeError(f"cannot reshape {self.shape} ({self.numel()} elements) to {new_shape} ({prod(new_shape)} elements)")
     return self if new_shape == self.shape else Tensor(_reshape(self.uop, new_shape), requires_grad=self.requires_grad)
   def view(self, *shape: Any) -> Tensor: return self.reshape(*shape)
   def permute(self, order: Any, *args: Any) -> Tensor:
@@ -2166,6 +2166,17 @@ def _multi_create(make: Any, devices: tuple[str, ...], *args: Any, **kwargs: Any
   """A creation function given a tuple of devices: the same tensor made on each (replicated, see `ember.multi`)."""
   from ember.multi import on_devices
   return on_devices(make, devices, *args, **kwargs)
+
+def _sym_eq(a: sint, b: sint) -> bool:
+  """Equality of possibly symbolic sizes: structurally after simplification, else at the variables' bound values."""
+  if isinstance(a, int) and isinstance(b, int): return a == b
+  ua = a.simplify() if isinstance(a, UOp) else a
+  ub = b.simplify() if isinstance(b, UOp) else b
+  if ua is ub: return True
+  from ember.uop.symbolic import sym_infer
+  bound = {n.src[0].arg[0]: n.src[1].arg for x in (ua, ub) if isinstance(x, UOp) for n in x.toposort() if n.op is Ops.BIND}
+  try: return sym_infer(ua, bound) == sym_infer(ub, bound)
+  except KeyError: return False  # an unbound variable: only structural equality counts
 
 def _binop(op: Ops, x: Tensor, y: Any, reverse: bool = False) -> Tensor:
   if op in GroupOp.Bitwise:

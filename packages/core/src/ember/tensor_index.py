@@ -47,6 +47,12 @@ def getitem(x: Tensor, indices: Any) -> Tensor:
     if i is None:
       out = out.unsqueeze(dim)
       dim += 1
+    elif isinstance(i, slice) and any(isinstance(v, UOp) for v in (i.start, i.stop)):
+      # symbolic bounds (a bound Variable): a plain shrink, e.g. the filled part of a KV cache `cache[:, :pos+1]`
+      if i.step not in (None, 1): raise IndexError("a slice with symbolic bounds must have step 1")
+      lo, hi = (0 if i.start is None else i.start), (out.shape[dim] if i.stop is None else i.stop)
+      out = out.shrink(tuple((lo, hi) if k == dim else (0, s) for k, s in enumerate(out.shape)))
+      dim += 1
     elif isinstance(i, slice):
       n = out.shape[dim]
       start, stop, step = i.indices(n)

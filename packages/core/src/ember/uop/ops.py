@@ -99,7 +99,11 @@ class UOp(metaclass=UOpMetaClass):
     new = {"op": self.op, "dtype": self.dtype, "src": self.src, "arg": self.arg, "tag": self.tag, **kwargs}
     if all(new[k] is getattr(self, k) for k in new): return self
     return UOp(new["op"], new["dtype"], new["src"], new["arg"], new["tag"])
-  def __repr__(self) -> str: return pretty_print(self)
+  def __repr__(self) -> str:
+    # symbolic int expressions (shapes, indices) print as infix: `UOp<(n+-1)>`; anything else as a node listing
+    if not isinstance(self.dtype, PtrDType) and self.dtype is not dtypes.void and \
+       all(n.op in _EXPR_OPS for n in self.toposort()): return f"UOp<{render_expr(self)}>"
+    return pretty_print(self)
   def __bool__(self) -> bool: raise TypeError("a UOp has no truth value; compare with .op or use .vmin/.vmax")
 
   # ** graph walks **
@@ -260,8 +264,8 @@ def _shape(u: UOp) -> tuple[sint, ...]:
   if op is Ops.RANGE and u.src[0].op is Ops.DEVICE: return (u.arg,)  # tensor-level iota (arange)
   if op is Ops.RESHAPE or op is Ops.EXPAND: return tuple(u.arg)
   if op is Ops.PERMUTE: return tuple(u.src[0].shape[i] for i in u.arg)
-  if op is Ops.PAD: return tuple(s + b + a for s, (b, a) in zip(u.src[0].shape, u.arg))
-  if op is Ops.SHRINK: return tuple(e - b for b, e in u.arg)
+  if op is Ops.PAD: return tuple(_simp(s + b + a) for s, (b, a) in zip(u.src[0].shape, u.arg))
+  if op is Ops.SHRINK: return tuple(_simp(e - b) for b, e in u.arg)
   if op is Ops.FLIP: return u.src[0].shape
   if op is Ops.REDUCE_AXIS: return tuple(1 if i in u.arg[1] else s for i, s in enumerate(u.src[0].shape))
   if op is Ops.WHERE: return u.src[1].shape
@@ -271,6 +275,8 @@ def _shape(u: UOp) -> tuple[sint, ...]:
     if not shp or u.src[0].dtype.itemsize == u.dtype.itemsize: return shp
     return (*shp[:-1], shp[-1] * u.src[0].dtype.itemsize // u.dtype.itemsize)
   return u.src[0].shape
+
+def _simp(x: sint) -> sint: return x.simplify() if isinstance(x, UOp) else x
 
 # ** value ranges **
 
@@ -389,6 +395,8 @@ def bitcast_value(value: Any, src: DType, dst: DType) -> Any:
   return struct.unpack(dst.fmt, struct.pack(src.fmt, value))[0]
 
 # ** printing **
+
+_EXPR_OPS = {Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.RANGE, Ops.SPECIAL} | GroupOp.ALU | {Ops.CAST}
 
 _infix = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%", Ops.FDIV: "/", Ops.CMPLT: "<",
           Ops.CMPNE: "!=", Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
