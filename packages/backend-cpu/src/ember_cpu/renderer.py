@@ -34,14 +34,18 @@ class ClangRenderer(CStyleLanguage):
   infinity = "__builtin_inff()"
   nan = '__builtin_nanf("")'
   type_map: dict[DType, str] = {**CStyleLanguage.type_map, dtypes.bool: "_Bool", dtypes.float16: "_Float16"}
-  # kernel opts turn `acc += a*b` into MULACC: a fused multiply-add (vfmadd), which gcc's SLP vectoriser keeps in
-  # vector registers; elsewhere MULACC never appears and -ffp-contract=off keeps a*b+c exact
+  # kernel opts turn `acc += a*b` into MULACC with arg "fma" (ember.codegen.opt.FUSED): one fused multiply-add
+  # (vfmadd), which gcc's SLP vectoriser keeps in vector registers; a plain MULACC stays a*b rounded, then +c
   fused_mulacc = True
   code_for_op = {**CStyleLanguage.code_for_op, Ops.EXP2: _builtin("exp2"), Ops.LOG2: _builtin("log2"),
-                 Ops.SIN: _builtin("sin"), Ops.SQRT: _builtin("sqrt"), Ops.TRUNC: _builtin("trunc"),
-                 Ops.MULACC: lambda a, b, c, dtype: f"__builtin_fma{'' if dtype is dtypes.float64 else 'f'}({a},{b},{c})"}
+                 Ops.SIN: _builtin("sin"), Ops.SQRT: _builtin("sqrt"), Ops.TRUNC: _builtin("trunc")}
   def __init__(self) -> None:
     self.global_max = (cpu_threads(),)
+  def _render_alu(self, u: UOp, ctx: Any) -> str:
+    if u.op is Ops.MULACC and u.arg == "fma" and u.dtype in (dtypes.float32, dtypes.float64):
+      a, b, c = (self._src(s, ctx) for s in u.src)
+      return f"__builtin_fma{'f' if u.dtype is dtypes.float32 else ''}({a},{b},{c})"
+    return super()._render_alu(u, ctx)
   def _render_uop(self, u: UOp, ctx: Any) -> None:
     # `buf[x+c]` is printed `(buf+x)[c]`: under -fwrapv gcc cannot prove that int `x+c` and `x+c+1` are neighbours,
     # but pointer offsets of one base are, and its SLP vectoriser then turns unrolled loads and stores into vectors

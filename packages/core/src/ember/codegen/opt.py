@@ -33,8 +33,9 @@ OPT_KINDS = ("UPCAST", "UPCAST_OUTER", "SPLIT", "THREADS")
 @dataclass(frozen=True)
 class Opt:
   """One optimisation. UPCAST/UPCAST_OUTER: `axis` is the axis number of a constant output range at the time the opt
-  applies (UPCAST_OUTER makes the shortened range axis 0 and numbers every other range one up); SPLIT: every one-range float ADD/MAX reduction
-  is split into `amt` partial sums (`axis` unused, 0); THREADS: the outermost output loop runs on `amt` CPU threads."""
+  applies (UPCAST_OUTER makes the shortened range axis 0 and numbers every other range one up); SPLIT: every
+  one-range float ADD/MAX reduction is split into `amt` partial sums (`axis` unused, 0); THREADS: the outermost
+  output loop runs on `amt` CPU threads."""
   op: str
   axis: int
   amt: int
@@ -47,14 +48,15 @@ def _const_end(rng: UOp) -> int:
 
 def output_ranges(ast: UOp) -> list[UOp]:
   """The kernel's constant-size output ranges, in loop order."""
-  return sorted((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] is AxisType.GLOBAL and n.src[0].op is Ops.CONST),
-                key=lambda r: r.arg[0])
+  rngs = (n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] is AxisType.GLOBAL and n.src[0].op is Ops.CONST)
+  return sorted(rngs, key=lambda r: r.arg[0])
 
 def upcast(ast: UOp, rng: UOp, amt: int, outermost: bool = False) -> UOp:
   """Unroll output range `rng` by `amt`: amt stores per iteration of the shortened range. `outermost` moves the
   shortened range outside the other output loops (loops run in axis order), so what it selects stays in cache."""
   end = _const_end(rng)
-  if rng.arg[1] is not AxisType.GLOBAL or amt < 2 or end % amt: raise KernelOptError(f"cannot upcast range of {end} by {amt}")
+  if rng.arg[1] is not AxisType.GLOBAL or amt < 2 or end % amt:
+    raise KernelOptError(f"cannot upcast range of {end} by {amt}")
   axis = rng.arg[0]
   if outermost:
     # renumber the other ranges one up so the shortened range can take axis 0 (loops open in axis order)
@@ -71,13 +73,16 @@ def split_reduce(ast: UOp, red: UOp, amt: int) -> UOp:
   end = _const_end(rng)
   if amt < 2 or end % amt: raise KernelOptError(f"cannot split a reduction of {end} by {amt}")
   outer = UOp.range(end // amt, rng.arg[0], AxisType.REDUCE)
-  parts = [UOp(Ops.REDUCE, red.dtype, (red.src[0].substitute({rng: outer * amt + c}), outer), red.arg) for c in range(amt)]
+  parts = [UOp(Ops.REDUCE, red.dtype, (red.src[0].substitute({rng: outer * amt + c}), outer), red.arg)
+           for c in range(amt)]
   while len(parts) > 1:  # combine as a tree: fewer dependent steps, and pairs of lanes like a vector reduction
-    parts = [UOp(red.arg, red.dtype, (parts[i], parts[i + 1])) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
+    parts = [UOp(red.arg, red.dtype, (parts[i], parts[i + 1])) if i + 1 < len(parts) else parts[i]
+             for i in range(0, len(parts), 2)]
   return graph_rewrite(ast.substitute({red: parts[0]}), symbolic, name="split reduce")
 
 def _splittable(red: UOp) -> bool:
-  return len(red.src) == 2 and red.src[1].src[0].op is Ops.CONST and red.arg in (Ops.ADD, Ops.MAX) and not dtypes.is_int(red.dtype)
+  return len(red.src) == 2 and red.src[1].src[0].op is Ops.CONST and red.arg in (Ops.ADD, Ops.MAX) \
+    and not dtypes.is_int(red.dtype)
 
 def apply_opt(ast: UOp, opt: Opt) -> UOp:
   """Apply one opt to a kernel AST; KernelOptError when it does not fit this kernel."""
@@ -89,7 +94,7 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
     reds = [n for n in ast.toposort() if n.op is Ops.REDUCE and _splittable(n)]
     if not reds: raise KernelOptError(f"{opt}: no one-range float ADD/MAX reduction to split")
     for red in reds:
-      if _const_end(red.src[1]) % opt.amt: raise KernelOptError(f"{opt}: a reduction of {_const_end(red.src[1])} does not divide")
+      if (end := _const_end(red.src[1])) % opt.amt: raise KernelOptError(f"{opt}: a reduction of {end} does not divide")
     targets = {(r.src[1].arg, _const_end(r.src[1])) for r in reds}  # the new partial loops are shorter: not targets
     while (red := next((n for n in ast.toposort() if n.op is Ops.REDUCE and _splittable(n)
                         and (n.src[1].arg, _const_end(n.src[1])) in targets), None)) is not None:
@@ -170,9 +175,11 @@ def hand_coded_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
 
 # ** the linear program **
 
+FUSED = "fma"  # the arg of a MULACC that may round once (a fused multiply-add); a plain MULACC rounds a*b first
+
 def fuse_mulacc(uops: list[UOp]) -> list[UOp]:
-  """`acc = acc + a*b` -> `acc = MULACC(a, b, acc)` for float32/float64 accumulators whose product has no other use;
-  the product's own line goes. Every later uop is rebuilt on the new sources."""
+  """`acc = acc + a*b` -> `acc = MULACC(a, b, acc, arg=FUSED)` for float32/float64 accumulators whose product has no
+  other use; the product's own line goes. Every later uop is rebuilt on the new sources."""
   uses: dict[UOp, int] = {}
   for u in uops:
     for s in u.src: uses[s] = uses.get(s, 0) + 1
@@ -186,7 +193,8 @@ def fuse_mulacc(uops: list[UOp]) -> list[UOp]:
     if u in dead: continue
     if u in fused:
       mul = u.src[1]
-      n = UOp(Ops.MULACC, u.dtype, (new.get(mul.src[0], mul.src[0]), new.get(mul.src[1], mul.src[1]), new.get(u.src[0], u.src[0])))
+      srcs = (new.get(mul.src[0], mul.src[0]), new.get(mul.src[1], mul.src[1]), new.get(u.src[0], u.src[0]))
+      n = UOp(Ops.MULACC, u.dtype, srcs, FUSED)
     elif any(s in new for s in u.src): n = UOp(u.op, u.dtype, tuple(new.get(s, s) for s in u.src), u.arg, u.tag)
     else: n = u
     if n is not u: new[u] = n

@@ -96,7 +96,8 @@ def _time(runner: Any, bufs: list[Any], reps: int) -> float:
   return statistics.median(times)
 
 def cache_key(ast: UOp, renderer: Renderer, device: str) -> str:
-  return content_hash(ast.key, device, type(renderer).__module__, type(renderer).__name__, repr(getattr(renderer, "simd_width", 0)),
+  rtype = type(renderer)
+  return content_hash(ast.key, device, rtype.__module__, rtype.__name__, repr(getattr(renderer, "simd_width", 0)),
                       str(NUM_CPU_THREADS.value))
 
 def beam_search(ast: UOp, renderer: Renderer, device: str, amt: int, budget_s: float | None = None) -> list[Opt]:
@@ -118,7 +119,8 @@ def beam_search(ast: UOp, renderer: Renderer, device: str, amt: int, budget_s: f
     except (KernelOptError, CompileError): return None
     runner(bufs, {}, wait=True)
     for got, exp in zip(_outputs(bufs, runner.spec), want):
-      if not np.allclose(got.astype(np.float64), exp.astype(np.float64), rtol=1e-3, atol=1e-3, equal_nan=True): return None
+      if not np.allclose(got.astype(np.float64), exp.astype(np.float64), rtol=1e-3, atol=1e-3, equal_nan=True):
+        return None
     return _time(runner, bufs, reps)
 
   timed: list[tuple[float, tuple[Opt, ...]]] = []

@@ -1,0 +1,340 @@
+"""Benchmark suite: the workloads of the performance table, ember against numpy and torch in one process run.
+
+  python bench/bench_suite.py [--only matmul_1024,sum] [--rounds 7] [--json bench/results.json] [--markdown FILE]
+
+Each round runs every framework once, in turn (interleaved, so background load hits all of them alike); the figure is
+the median over the rounds after one warmup round. ember runs each workload under TinyJit (as tinygrad's column does);
+its first-call latency (schedule + codegen + compile, with the compile cache cold and warm) is measured separately on
+the plain, un-JIT'd call. Every ember result is checked against numpy before timing. Ratios are other / ember: above 1
+means ember is faster.
+"""
+from __future__ import annotations
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+import numpy as np
+
+try:
+  import torch
+  torch.set_grad_enabled(False)
+except ImportError:
+  torch = None
+
+@dataclass
+class Workload:
+  name: str
+  title: str
+  make: Callable[[np.random.Generator], dict[str, np.ndarray]]
+  ember: Callable[..., Any]        # Tensors -> Tensor (or tuple), JIT'd
+  numpy: Callable[..., Any]        # arrays -> array
+  torch: Callable[..., Any] | None  # torch tensors -> tensor
+  flops: float = 0.0
+  rtol: float = 1e-4
+  atol: float = 1e-4
+  check: bool = True
+  stateful: bool = False  # the ember function updates state (a train step): checked by its own test, not here
+  extra: dict[str, Any] = field(default_factory=dict)
+
+# ** the workloads **
+
+def _elementwise() -> Workload:
+  n = 16 * 1024 * 1024
+  return Workload("elementwise", "relu(a*b+c)*0.5, 16M float32",
+                  lambda r: {k: r.standard_normal(n, dtype=np.float32) for k in "abc"},
+                  lambda a, b, c: (a * b + c).relu() * 0.5,
+                  lambda a, b, c: np.maximum(a * b + c, 0) * 0.5,
+                  lambda a, b, c: torch.relu(a * b + c) * 0.5)
+
+def _sum() -> Workload:
+  n = 16 * 1024 * 1024
+  return Workload("sum", "sum of 16M float32", lambda r: {"x": r.standard_normal(n, dtype=np.float32)},
+                  lambda x: x.sum(), lambda x: x.sum(), lambda x: x.sum(), rtol=1e-3, atol=1e-1)
+
+def _rowmax() -> Workload:
+  return Workload("rowmax", "row max of 4096x4096", lambda r: {"x": r.standard_normal((4096, 4096), dtype=np.float32)},
+                  lambda x: x.max(axis=1), lambda x: x.max(axis=1), lambda x: x.amax(dim=1))
+
+def _np_softmax(x: np.ndarray) -> np.ndarray:
+  e = np.exp(x - x.max(axis=-1, keepdims=True))
+  return e / e.sum(axis=-1, keepdims=True)
+
+def _softmax() -> Workload:
+  return Workload("softmax", "softmax over (4096, 1024)",
+                  lambda r: {"x": r.standard_normal((4096, 1024), dtype=np.float32)},
+                  lambda x: x.softmax(-1), _np_softmax, lambda x: torch.softmax(x, -1), rtol=1e-4, atol=1e-6)
+
+def _matmul(n: int) -> Workload:
+  return Workload(f"matmul_{n}", f"matmul {n} fp32",
+                  lambda r: {k: r.standard_normal((n, n), dtype=np.float32) for k in "ab"},
+                  lambda a, b: a @ b, lambda a, b: a @ b, lambda a, b: a @ b, flops=2.0 * n ** 3,
+                  rtol=1e-3, atol=1e-3 * n ** 0.5)
+
+def _np_conv(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+  from numpy.lib.stride_tricks import sliding_window_view
+  xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+  win = sliding_window_view(xp, (3, 3), axis=(2, 3))  # (N, C, H, W, 3, 3)
+  return np.einsum("nchwij,ocij->nohw", win, w, optimize=True)
+
+def _conv2d() -> Workload:
+  return Workload("conv2d", "conv2d (16,64,56,56) x 64 3x3 pad 1",
+                  lambda r: {"x": r.standard_normal((16, 64, 56, 56), dtype=np.float32),
+                             "w": (r.standard_normal((64, 64, 3, 3), dtype=np.float32) * 0.05).astype(np.float32)},
+                  lambda x, w: x.conv2d(w, padding=1), _np_conv,
+                  lambda x, w: torch.nn.functional.conv2d(x, w, padding=1), flops=2.0 * 16 * 64 * 56 * 56 * 64 * 9,
+                  rtol=1e-3, atol=1e-3)
+
+# MLP 784-512-512-10, batch 256: forward, cross-entropy, backward, SGD update (lr 0.01)
+MLP_SIZES = (784, 512, 512, 10)
+MLP_BATCH, MLP_LR = 256, 0.01
+
+def _mlp_params(r: np.random.Generator) -> list[np.ndarray]:
+  ps = []
+  for i, o in zip(MLP_SIZES[:-1], MLP_SIZES[1:]):
+    ps += [(r.standard_normal((i, o), dtype=np.float32) / np.sqrt(i)).astype(np.float32), np.zeros(o, np.float32)]
+  return ps
+
+def _mlp_numpy_step(params: list[np.ndarray], x: np.ndarray, y: np.ndarray) -> float:
+  acts, h = [x], x
+  for i in range(0, len(params), 2):
+    h = h @ params[i] + params[i + 1]
+    if i + 2 < len(params): h = np.maximum(h, 0)
+    acts.append(h)
+  m = h.max(-1, keepdims=True)
+  e = np.exp(h - m)
+  p = e / e.sum(-1, keepdims=True)
+  loss = float(-np.log(p[np.arange(len(y)), y]).mean())
+  g = p
+  g[np.arange(len(y)), y] -= 1
+  g /= len(y)
+  for i in reversed(range(0, len(params), 2)):
+    gw, gb = acts[i // 2].T @ g, g.sum(0)
+    if i > 0: g = (g @ params[i].T) * (acts[i // 2] > 0)
+    params[i] -= MLP_LR * gw
+    params[i + 1] -= MLP_LR * gb
+  return loss
+
+def _mlp() -> Workload:
+  wl = Workload("mlp_train", "MLP 784-512-512-10 train step, batch 256",
+                lambda r: {"x": r.standard_normal((MLP_BATCH, 784), dtype=np.float32),
+                           "y": r.integers(0, 10, MLP_BATCH).astype(np.int32)},
+                None, None, None, stateful=True)  # type: ignore[arg-type]
+  fl = sum(6 * MLP_BATCH * i * o for i, o in zip(MLP_SIZES[:-1], MLP_SIZES[1:]))
+  wl.flops = float(fl)
+  return wl
+
+# transformer block: pre-LN, 8-head causal attention, 4x GELU MLP; seq 128, dim 512
+T_SEQ, T_DIM, T_HEADS = 128, 512, 8
+
+def _tf_params(r: np.random.Generator) -> dict[str, np.ndarray]:
+  s = 1 / np.sqrt(T_DIM)
+  return {"x": r.standard_normal((T_SEQ, T_DIM), dtype=np.float32),
+          "wqkv": (r.standard_normal((T_DIM, 3 * T_DIM)) * s).astype(np.float32),
+          "wo": (r.standard_normal((T_DIM, T_DIM)) * s).astype(np.float32),
+          "w1": (r.standard_normal((T_DIM, 4 * T_DIM)) * s).astype(np.float32),
+          "w2": (r.standard_normal((4 * T_DIM, T_DIM)) * s / 2).astype(np.float32)}
+
+def _ln_np(x: np.ndarray) -> np.ndarray:
+  m = x.mean(-1, keepdims=True)
+  return (x - m) / np.sqrt(((x - m) ** 2).mean(-1, keepdims=True) + 1e-5)
+
+def _gelu_np(x: np.ndarray) -> np.ndarray:
+  return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+def _tf_numpy(x, wqkv, wo, w1, w2):
+  hd = T_DIM // T_HEADS
+  qkv = _ln_np(x) @ wqkv
+  q, k, v = (qkv[:, i * T_DIM:(i + 1) * T_DIM].reshape(T_SEQ, T_HEADS, hd).transpose(1, 0, 2) for i in range(3))
+  att = q @ k.transpose(0, 2, 1) / np.sqrt(hd) + np.triu(np.full((T_SEQ, T_SEQ), -np.inf, np.float32), 1)
+  o = (_np_softmax(att) @ v).transpose(1, 0, 2).reshape(T_SEQ, T_DIM)
+  h = x + o @ wo
+  return h + _gelu_np(_ln_np(h) @ w1) @ w2
+
+def _tf_ember(x, wqkv, wo, w1, w2):
+  hd = T_DIM // T_HEADS
+  def ln(t):
+    c = t - t.mean(-1, keepdim=True)
+    return c / (c.square().mean(-1, keepdim=True) + 1e-5).sqrt()
+  qkv = ln(x) @ wqkv
+  q, k, v = (qkv[:, i * T_DIM:(i + 1) * T_DIM].reshape(T_SEQ, T_HEADS, hd).permute(1, 0, 2) for i in range(3))
+  o = q.scaled_dot_product_attention(k, v, is_causal=True).permute(1, 0, 2).reshape(T_SEQ, T_DIM)
+  h = x + o @ wo
+  return h + (ln(h) @ w1).gelu(approximate="tanh") @ w2
+
+def _tf_torch(x, wqkv, wo, w1, w2):
+  F = torch.nn.functional
+  hd = T_DIM // T_HEADS
+  qkv = F.layer_norm(x, (T_DIM,)) @ wqkv
+  q, k, v = (qkv[:, i * T_DIM:(i + 1) * T_DIM].reshape(T_SEQ, T_HEADS, hd).transpose(0, 1) for i in range(3))
+  o = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(0, 1).reshape(T_SEQ, T_DIM)
+  h = x + o @ wo
+  return h + F.gelu(F.layer_norm(h, (T_DIM,)) @ w1, approximate="tanh") @ w2
+
+def _transformer() -> Workload:
+  fl = 2.0 * T_SEQ * T_DIM * (3 * T_DIM + T_DIM + 8 * T_DIM) + 4.0 * T_SEQ * T_SEQ * T_DIM
+  return Workload("transformer", "transformer block fwd, seq 128, dim 512, 8 heads", _tf_params, _tf_ember, _tf_numpy,
+                  _tf_torch, flops=fl, rtol=2e-3, atol=2e-3)
+
+WORKLOADS: dict[str, Callable[[], Workload]] = {
+  "elementwise": _elementwise, "sum": _sum, "rowmax": _rowmax, "softmax": _softmax,
+  "matmul_1024": lambda: _matmul(1024), "matmul_2048": lambda: _matmul(2048), "conv2d": _conv2d, "mlp_train": _mlp,
+  "transformer": _transformer}
+
+# ** timing **
+
+def _timed(fn: Callable[[], Any]) -> float:
+  st = time.perf_counter()
+  fn()
+  return time.perf_counter() - st
+
+def _mlp_runners(data: dict[str, np.ndarray], r: np.random.Generator) -> dict[str, Callable[[], Any]]:
+  from ember import Tensor, TinyJit
+  init = _mlp_params(r)
+  eparams = [Tensor(p.copy(), requires_grad=True).realize() for p in init]
+  def ember_step(x: Tensor, y: Tensor) -> Tensor:
+    h = x
+    for i in range(0, len(eparams), 2):
+      h = h @ eparams[i] + eparams[i + 1]
+      if i + 2 < len(eparams): h = h.relu()
+    loss = h.sparse_categorical_crossentropy(y)
+    for p in eparams: p.grad = None
+    loss.backward()
+    for p in eparams: p.assign(p.detach() - MLP_LR * p.grad)
+    Tensor.realize(loss, *eparams)
+    return loss
+  jit_step = TinyJit(ember_step)
+  ex, ey = Tensor(data["x"]).realize(), Tensor(data["y"]).realize()
+  nparams = [p.copy() for p in init]
+  runners: dict[str, Callable[[], Any]] = {"ember": lambda: jit_step(ex, ey).numpy(),
+                                           "numpy": lambda: _mlp_numpy_step(nparams, data["x"], data["y"])}
+  if torch is not None:
+    tparams = [torch.tensor(p.copy(), requires_grad=True) for p in init]
+    tx, ty = torch.tensor(data["x"]), torch.tensor(data["y"]).long()
+    def torch_step() -> float:
+      with torch.enable_grad():
+        h = tx
+        for i in range(0, len(tparams), 2):
+          h = h @ tparams[i] + tparams[i + 1]
+          if i + 2 < len(tparams): h = torch.relu(h)
+        loss = torch.nn.functional.cross_entropy(h, ty)
+        for p in tparams: p.grad = None
+        loss.backward()
+      with torch.no_grad():
+        for p in tparams: p -= MLP_LR * p.grad
+      return float(loss)
+    runners["torch"] = torch_step
+  return runners
+
+def _first_call(wl: Workload, data: dict[str, np.ndarray]) -> dict[str, float]:
+  """Schedule + codegen + compile + run of the plain (un-JIT'd) call: compile cache cold, then warm (on disk)."""
+  from ember import Tensor, Context
+  from ember.engine import realize as engine
+  out: dict[str, float] = {}
+  for label, cachelevel in (("cold_ms", 0), ("warm_ms", 2)):
+    engine._runner_cache.clear()
+    with Context(CACHELEVEL=cachelevel):
+      ts = [Tensor(v).realize() for v in data.values()]
+      res = wl.ember(*ts)
+      outs = res if isinstance(res, tuple) else (res,)
+      st = time.perf_counter()
+      Tensor.realize(*outs)
+      out[label] = (time.perf_counter() - st) * 1e3
+  return out
+
+def bench_workload(wl: Workload, rounds: int, seed: int = 0) -> dict[str, Any]:
+  from ember import Tensor, TinyJit
+  r = np.random.default_rng(seed)
+  data = wl.make(r)
+  result: dict[str, Any] = {"name": wl.name, "title": wl.title}
+  if wl.stateful: runners = _mlp_runners(data, r)
+  else:
+    result["first_call"] = _first_call(wl, data)
+    jit = TinyJit(wl.ember)
+    ets = [Tensor(v).realize() for v in data.values()]
+    runners = {"ember": lambda: jit(*ets).realize(), "numpy": lambda: wl.numpy(*data.values())}
+    if torch is not None and wl.torch is not None:
+      tts = [torch.tensor(v) for v in data.values()]
+      runners["torch"] = lambda: wl.torch(*tts)
+    if wl.check:
+      got, want = wl.ember(*ets).numpy(), wl.numpy(*data.values())
+      np.testing.assert_allclose(got, want, rtol=wl.rtol, atol=wl.atol, err_msg=f"ember {wl.name} differs from numpy")
+  times: dict[str, list[float]] = {k: [] for k in runners}
+  for rnd in range(rounds + 1):  # round 0 warms up (JIT capture, caches)
+    for k, fn in runners.items():
+      t = _timed(fn)
+      if rnd > 0: times[k].append(t)
+  if wl.stateful:  # the JIT'd train step's replay launches: µs per kernel
+    from ember.engine.realize import GlobalCounters
+    GlobalCounters.reset()
+    runners["ember"]()
+    result["kernels_per_step"] = GlobalCounters.kernel_count
+  med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+  result["median_ms"] = med
+  result["ratio"] = {k: med[k] / med["ember"] for k in med if k != "ember"}
+  if wl.flops: result["ember_gflops"] = wl.flops / (med["ember"] / 1e3) / 1e9
+  if wl.flops and "numpy" in med: result["numpy_gflops"] = wl.flops / (med["numpy"] / 1e3) / 1e9
+  return result
+
+def machine() -> dict[str, Any]:
+  from ember import Device
+  cpu = platform.processor()
+  try:
+    with open("/proc/cpuinfo") as f:
+      cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+  except OSError: pass
+  return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
+          "torch": torch.__version__ if torch is not None else None, "device": Device.DEFAULT,
+          "renderer": type(Device[Device.DEFAULT].renderer).__name__, "load_avg": os.getloadavg()}
+
+def markdown(results: list[dict[str, Any]], mach: dict[str, Any]) -> str:
+  lines = ["| workload | ember ms | numpy ms | torch ms | numpy/ember | torch/ember | first call cold / warm ms |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+  for r in results:
+    med, ratio = r["median_ms"], r["ratio"]
+    fc = r.get("first_call")
+    fcs = f"{fc['cold_ms']:.0f} / {fc['warm_ms']:.0f}" if fc else "-"
+    def f(x: float | None) -> str: return "-" if x is None else f"{x:.2f}"
+    lines.append(f"| {r['title']} | {f(med['ember'])} | {f(med.get('numpy'))} | {f(med.get('torch'))} | "
+                 f"{f(ratio.get('numpy'))}x | {f(ratio.get('torch'))}x | {fcs} |")
+  lines.append("")
+  load = ", ".join(f"{x:.1f}" for x in mach["load_avg"])
+  lines.append(f"Machine: {mach['cpu']}, {mach['cores']} cores, load average {load} at the start; "
+               f"ember {mach['device']} ({mach['renderer']}), numpy {mach['numpy']}, torch {mach['torch']}, "
+               f"Python {mach['python']}.")
+  return "\n".join(lines)
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--only", default="", help="comma-separated workloads: " + ", ".join(WORKLOADS))
+  parser.add_argument("--rounds", type=int, default=7)
+  parser.add_argument("--json", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.json"))
+  parser.add_argument("--markdown", default="", help="also write the table to this file")
+  args = parser.parse_args(argv)
+  names = [n for n in args.only.split(",") if n] or list(WORKLOADS)
+  for n in names:
+    if n not in WORKLOADS: parser.error(f"unknown workload {n!r}; choose from {', '.join(WORKLOADS)}")
+  mach = machine()
+  print(f"{mach['cpu']} x{mach['cores']}, ember {mach['device']} ({mach['renderer']}), torch {mach['torch']}",
+        flush=True)
+  results = []
+  for n in names:
+    res = bench_workload(WORKLOADS[n](), args.rounds)
+    results.append(res)
+    med, ratio = res["median_ms"], res["ratio"]
+    extra = f"  {res['ember_gflops']:.1f} GFLOP/s (numpy {res['numpy_gflops']:.1f})" if "ember_gflops" in res else ""
+    fc = res.get("first_call")
+    fcs = f"  first call cold {fc['cold_ms']:.0f} ms warm {fc['warm_ms']:.0f} ms" if fc else ""
+    others = "  ".join(f"{k} {med[k]:9.2f} ms ({ratio[k]:5.2f}x)" for k in ratio)
+    print(f"{res['title']:52s} ember {med['ember']:9.2f} ms  {others}{extra}{fcs}", flush=True)
+  with open(args.json, "w") as f: json.dump({"machine": mach, "results": results}, f, indent=1)
+  if args.markdown:
+    with open(args.markdown, "w") as f: f.write(markdown(results, mach) + "\n")
+  return results
+
+if __name__ == "__main__":
+  sys.exit(0 if main() else 1)
