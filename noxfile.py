@@ -62,6 +62,17 @@ def tests_nv(session: nox.Session) -> None:
   session.install(CORE, f"{nv}[nvrtc]", "pytest", "numpy")
   _run_tests(session, os.path.join(nv, "tests"))
 
+@nox.session(name="tests-amd", venv_backend="venv")
+def tests_amd(session: nox.Session) -> None:
+  """ember-backend-amd without a GPU: code objects for gfx1100/gfx942/gfx950 through llvmlite and our linker, the HIP C
+  through the host shim (g++ from the machine), MOCK+AMD, then the conformance kit on DEV=MOCK+AMD."""
+  amd = os.path.join(ROOT, "packages", "backend-amd")
+  session.install(CORE, amd, "pytest", "numpy")
+  _run_tests(session, os.path.join(amd, "tests"))
+  if _kit_present():
+    session.run("python", "-m", "pytest", "--pyargs", "ember.testing", "--ember-device=MOCK+AMD", "-q",
+                *session.posargs, env={**TEST_ENV, "DEV": "MOCK+AMD"})
+
 NN = os.path.join(ROOT, "packages", "nn")
 TORCH = "torch==2.13.0"  # the test oracle; a CPU wheel the machine's pip index serves
 
@@ -168,3 +179,19 @@ def wheels(session: nox.Session) -> None:
   session.run(python, "-m", "pip", "install", "--quiet", *built, external=True)
   with session.chdir(outdir):  # away from the checkout, so `import ember` cannot come from packages/*/src
     session.run(python, "-c", SMOKE, external=True)
+
+@nox.session(venv_backend="venv")
+def multi(session: nox.Session) -> None:
+  """Sharded tensors on PYTHON/NULL/CPU devices, and ember.distributed under mpirun with 2 and 4 ranks on localhost.
+  Installs OpenMPI through apt where mpirun is missing (skips, saying why, where that is impossible), then mpi4py."""
+  import shutil
+  if shutil.which("mpirun") is None:
+    if shutil.which("apt-get") is None or os.geteuid() != 0:
+      session.skip("mpirun is missing and cannot be installed here (needs apt-get as root): "
+                   "apt-get install -y openmpi-bin libopenmpi-dev")
+    session.run("apt-get", "install", "-y", "openmpi-bin", "libopenmpi-dev", external=True)
+  session.install(CORE, CPU, "pytest", "numpy", "mpi4py")
+  tests = [os.path.join(CORE, "tests", name) for name in ("test_multi.py", "test_distributed.py")]
+  session.run("python", "-m", "pytest", *_pytest_plugin_args(), *tests, "-q", *session.posargs,
+              env={**TEST_ENV, "DEV": "PYTHON"})
+  session.run("python", os.path.join(ROOT, "bench", "bench_allreduce.py"), env={"DEV": "CPU"})

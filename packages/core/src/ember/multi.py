@@ -49,9 +49,11 @@ def _bounds(sizes: Sequence[int]) -> list[tuple[int, int]]:
   return [(starts[i], starts[i + 1]) for i in range(len(sizes))]
 
 def _canon_devices(devices: Sequence[str]) -> tuple[str, ...]:
-  if isinstance(devices, str) or len(devices) == 0: raise ShardingError(f"shard needs a tuple of devices, got {devices!r}")
+  if isinstance(devices, str) or len(devices) == 0:
+    raise ShardingError(f"shard needs a tuple of devices, got {devices!r}")
   devs = tuple(_canon_device(d) for d in devices)
-  if len(set(devs)) != len(devs): raise ShardingError(f"devices {devs} repeat a device; each shard needs its own device")
+  if len(set(devs)) != len(devs):
+    raise ShardingError(f"devices {devs} repeat a device; each shard needs its own device")
   return devs
 
 def _on_device(t: Tensor, device: str) -> Tensor:
@@ -73,7 +75,8 @@ def _use_ring(algorithm: str | None) -> bool:
 def _check_collective(tensors: Sequence[Tensor], what: str) -> tuple[str, ...]:
   if not tensors: raise ShardingError(f"{what} needs at least one tensor")
   devices = tuple(t.device for t in tensors)
-  if len(set(devices)) != len(devices): raise ShardingError(f"{what}: tensors must be on distinct devices, got {devices}")
+  if len(set(devices)) != len(devices):
+    raise ShardingError(f"{what}: tensors must be on distinct devices, got {devices}")
   return devices
 
 def _combine(op: Ops, a: Tensor, b: Tensor) -> Tensor: return a._alu(op, b)
@@ -106,7 +109,8 @@ def allreduce(op: Ops, tensors: Sequence[Tensor], algorithm: str | None = None) 
   devices = _check_collective(tensors, "allreduce")
   if op not in (Ops.ADD, Ops.MAX, Ops.MUL): raise ShardingError(f"allreduce supports ADD, MAX and MUL, not {op}")
   shape = tensors[0].shape
-  if any(t.shape != shape for t in tensors): raise ShapeError(f"allreduce of different shapes {[t.shape for t in tensors]}")
+  if any(t.shape != shape for t in tensors):
+    raise ShapeError(f"allreduce of different shapes {[t.shape for t in tensors]}")
   n, numel = len(devices), int(prod(shape))
   if n == 1: return list(tensors)
   if not _use_ring(algorithm) or numel < n:
@@ -131,9 +135,11 @@ def reduce_scatter(op: Ops, tensors: Sequence[Tensor], axis: int = 0, algorithm:
   """Reduce same-shaped tensors (one per device) and leave device i with piece i (a balanced split along `axis`)."""
   devices = _check_collective(tensors, "reduce_scatter")
   shape = tensors[0].shape
-  if any(t.shape != shape for t in tensors): raise ShapeError(f"reduce_scatter of different shapes {[t.shape for t in tensors]}")
+  if any(t.shape != shape for t in tensors):
+    raise ShapeError(f"reduce_scatter of different shapes {[t.shape for t in tensors]}")
   size = int(shape[axis])
-  if size < len(devices): raise ShardingError(f"reduce_scatter: axis {axis} of size {size} cannot split over {len(devices)} devices")
+  if size < len(devices):
+    raise ShardingError(f"reduce_scatter: axis {axis} of size {size} cannot split over {len(devices)} devices")
   bounds = _bounds(split_sizes(size, len(devices)))
   chunks = [[t._slice_dim(axis, b, e) for b, e in bounds] for t in tensors]
   if _use_ring(algorithm): return _ring_reduce_scatter(op, chunks, devices)
@@ -245,7 +251,8 @@ class MultiTensor(Tensor):
   def _alu(self, op: Ops, *srcs: Tensor) -> Tensor:
     ops = _aligned([self, *[_as_multi(s, self.devices, None) for s in srcs]])
     rg = any(t.requires_grad for t in ops) or None
-    return MultiTensor([Tensor._alu(parts[0], op, *parts[1:]) for parts in zip(*(t.shards for t in ops))], ops[0].axis, rg)
+    per_device = zip(*(t.shards for t in ops))
+    return MultiTensor([Tensor._alu(parts[0], op, *parts[1:]) for parts in per_device], ops[0].axis, rg)
   def where(self, x: Any, y: Any) -> Tensor:
     xs, ys = _as_multi(x, self.devices, None), _as_multi(y, self.devices, None)
     dt = least_upper_dtype(xs.dtype, ys.dtype)
@@ -259,12 +266,13 @@ class MultiTensor(Tensor):
   def bitcast(self, dtype: DType | str) -> Tensor:
     dt = to_dtype(dtype)
     if self.axis is not None and self.axis == self.ndim - 1 and dt.itemsize != self.dtype.itemsize:
-      raise ShardingError(f"bitcast {self.dtype!r} -> {dt!r} changes the size of the sharded last axis; shard another axis")
+      raise ShardingError(f"bitcast {self.dtype!r} -> {dt!r} changes the size of the sharded last axis; "
+                          "shard another axis")
     return self._map(lambda s: s.bitcast(dt))
 
   # ** movement **
   def reshape(self, shape: Any, *args: Any) -> Tensor:
-    new_shape = _resolve_reshape(self.shape, _shape_arg((shape, *args) if args else ((shape,) if isinstance(shape, int) else tuple(shape))))
+    new_shape = _resolve_reshape(self.shape, _shape_arg(_varargs(shape, args)))
     if new_shape == self.shape: return self
     if self.axis is None: return self._map(lambda s: s.reshape(new_shape))
     new_axis = _reshape_axis(self.shape, new_shape, self.axis, self.bounds)
@@ -275,12 +283,13 @@ class MultiTensor(Tensor):
       out.append(s.reshape(tuple(local)))
     return MultiTensor(out, new_axis, self.requires_grad)
   def permute(self, order: Any, *args: Any) -> Tensor:
-    perm = tuple(self._resolve_dim(d) for d in ((order, *args) if args else ((order,) if isinstance(order, int) else tuple(order))))
-    if sorted(perm) != list(range(self.ndim)): raise ShapeError(f"permute order {perm} is not a permutation of {self.ndim} dims")
+    perm = tuple(self._resolve_dim(d) for d in _varargs(order, args))
+    if sorted(perm) != list(range(self.ndim)):
+      raise ShapeError(f"permute order {perm} is not a permutation of {self.ndim} dims")
     if perm == tuple(range(self.ndim)): return self
     return self._map(lambda s: s.permute(perm), None if self.axis is None else perm.index(self.axis), keep_axis=False)
   def expand(self, shape: Any, *args: Any) -> Tensor:
-    new_shape = _shape_arg((shape, *args) if args else ((shape,) if isinstance(shape, int) else tuple(shape)))
+    new_shape = _shape_arg(_varargs(shape, args))
     if len(new_shape) < self.ndim: raise ShapeError(f"cannot expand {self.shape} to fewer dims {new_shape}")
     base = self.reshape((1,) * (len(new_shape) - self.ndim) + self.shape) if len(new_shape) > self.ndim else self
     assert isinstance(base, MultiTensor)
@@ -295,7 +304,8 @@ class MultiTensor(Tensor):
     if self.axis is not None and pads[self.axis] != (0, 0): return self._gathered().pad(pads, mode, value)
     return self._map(lambda s: Tensor.pad(s, pads, mode, value))
   def shrink(self, arg: Sequence[tuple[Any, Any] | None]) -> Tensor:
-    if len(arg) != self.ndim: raise ShapeError(f"shrink needs one (begin, end) per dim: {len(arg)} given for shape {self.shape}")
+    if len(arg) != self.ndim:
+      raise ShapeError(f"shrink needs one (begin, end) per dim: {len(arg)} given for shape {self.shape}")
     bounds = tuple((0, s) if a is None else (a[0], a[1]) for a, s in zip(arg, self.shape))
     for (b, e), s in zip(bounds, self.shape):
       if isinstance(b, int) and isinstance(e, int) and isinstance(s, int) and not 0 <= b <= e <= s:
@@ -303,16 +313,18 @@ class MultiTensor(Tensor):
     if bounds == tuple((0, s) for s in self.shape): return self
     ax = self.axis
     if ax is None: return self._map(lambda s: s.shrink(bounds))
-    def local(s: Tensor) -> tuple[tuple[Any, Any], ...]: return tuple((0, s.shape[i]) if i == ax else be for i, be in enumerate(bounds))
+    def local(s: Tensor) -> tuple[tuple[Any, Any], ...]:
+      return tuple((0, s.shape[i]) if i == ax else be for i, be in enumerate(bounds))
     if bounds[ax] == (0, self.shape[ax]): return self._map(lambda s: s.shrink(local(s)))
     if bounds[ax] in self.bounds:
       # exactly one device's piece: copy it to every device (a replicated result)
       piece = self.shards[self.bounds.index(bounds[ax])]
       return MultiTensor([_on_device(piece.shrink(local(piece)), d) for d in self.devices], None, self.requires_grad)
-    raise ShardingError(f"shrink {bounds[ax]} of axis {ax} does not fall on the shard boundaries {self.bounds} of a tensor "
-                        f"{self.shape} sharded over {self.devices}; gather it first with .to(devices) or .to(device)")
+    raise ShardingError(f"shrink {bounds[ax]} of axis {ax} does not fall on the shard boundaries {self.bounds} of a "
+                        f"tensor {self.shape} sharded over {self.devices}; gather it first with .to(devices) or "
+                        ".to(device)")
   def flip(self, axis: Any, *args: Any) -> Tensor:
-    axes = {self._resolve_dim(a) for a in ((axis, *args) if args else ((axis,) if isinstance(axis, int) else tuple(axis)))}
+    axes = {self._resolve_dim(a) for a in _varargs(axis, args)}
     if self.axis is not None and self.axis in axes: return self._gathered().flip(tuple(axes))
     return self._map(lambda s: s.flip(tuple(axes))) if axes else self
 
@@ -330,8 +342,10 @@ class MultiTensor(Tensor):
     """d(self)/d(target) per target; a replicated target's gradient is the allreduced sum of its per-device parts."""
     from ember.gradient import compute_gradient
     if gradient is None:
-      if self.numel() != 1: raise GradientError(f"gradient of a tensor of shape {self.shape} needs an explicit gradient argument")
-      seed = _as_multi(Tensor(1.0, dtype=self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float), self.devices, None)
+      if self.numel() != 1:
+        raise GradientError(f"gradient of a tensor of shape {self.shape} needs an explicit gradient argument")
+      one = Tensor(1.0, dtype=self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float)
+      seed = _as_multi(one, self.devices, None)
       gradient = seed.expand(self.shape)
     seed_m = _align(_as_multi(gradient, self.devices, None), self.devices, self.axis, self.bounds)
     # a replicated value is one value: differentiate one copy (the copies are the same function of the inputs)
@@ -371,14 +385,15 @@ def _init_multi(t: Tensor, shards: Sequence[Tensor], axis: int | None, requires_
 def _flat_shards(ts: Sequence[Tensor]) -> list[Tensor]:
   return [s for t in ts for s in (t.shards if isinstance(t, MultiTensor) else (t,))]
 
-def _split(replicas: Sequence[Tensor], devices: tuple[str, ...], axis: int | None, requires_grad: bool | None) -> MultiTensor:
+def _split(replicas: Sequence[Tensor], devices: tuple[str, ...], axis: int | None,
+           requires_grad: bool | None) -> MultiTensor:
   """Each device keeps its own piece of its replica: no data moves."""
   if axis is None: return MultiTensor(replicas, None, requires_grad)
   size = replicas[0].shape[axis]
   if not isinstance(size, int): raise ShardingError(f"cannot shard symbolic axis {axis} of shape {replicas[0].shape}")
   if size < len(devices):
-    raise ShardingError(f"axis {axis} of shape {replicas[0].shape} has {size} items, fewer than the {len(devices)} devices; "
-                        "shard a larger axis or use fewer devices")
+    raise ShardingError(f"axis {axis} of shape {replicas[0].shape} has {size} items, fewer than the {len(devices)} "
+                        "devices; shard a larger axis or use fewer devices")
   pieces = [r._slice_dim(axis, b, e) for r, (b, e) in zip(replicas, _bounds(split_sizes(size, len(devices))))]
   return MultiTensor(pieces, axis, requires_grad)
 
@@ -402,7 +417,9 @@ def shard_inplace(t: Tensor, devices: Sequence[str], axis: int | None = None) ->
   if isinstance(t, MultiTensor):
     _set_state(t, sharded.shards, sharded.axis)
     return t
-  all_tensors.discard(t)  # its `uop` is no longer a graph: code walking all_tensors must not see it
+  # its `uop` is no longer a graph: code walking all_tensors must not see it. Found by identity, because WeakSet.discard
+  # compares with ==, which is elementwise on tensors
+  for ref in [r for r in all_tensors.data if r() is t]: all_tensors.data.discard(ref)
   t.__class__ = MultiTensor
   _init_multi(t, sharded.shards, sharded.axis, t.requires_grad)
   assert isinstance(t, MultiTensor)
@@ -418,7 +435,8 @@ def _as_multi(x: Any, devices: tuple[str, ...], dtype: DType | None) -> MultiTen
   """`x` (scalar, list, Tensor or MultiTensor) as a tensor on `devices` (replicated unless it is already sharded)."""
   if isinstance(x, MultiTensor):
     if x.devices != devices:
-      raise ShardingError(f"operands sharded over different devices: {x.devices} and {devices}; move one with .to(devices)")
+      raise ShardingError(f"operands sharded over different devices: {x.devices} and {devices}; "
+                          "move one with .to(devices)")
     return x
   if isinstance(x, Tensor): return MultiTensor([_on_device(x, d) for d in devices], None, x.requires_grad)
   if isinstance(x, (bool, int, float)): return MultiTensor([Tensor(x, device=d) for d in devices], None)
@@ -438,6 +456,11 @@ def _aligned(ts: list[MultiTensor]) -> list[MultiTensor]:
   lead = next((t for t in ts if t.axis is not None), ts[0])
   return [_align(t, lead.devices, lead.axis, lead.bounds) for t in ts]
 
+def _varargs(first: Any, rest: tuple[Any, ...]) -> tuple[Any, ...]:
+  """`f(2, 3)`, `f((2, 3))` and `f(2)` alike: the arguments as one tuple."""
+  if rest: return (first, *rest)
+  return (first,) if isinstance(first, int) else tuple(first)
+
 def _resolve_reshape(old: tuple[Any, ...], new_shape: tuple[Any, ...]) -> tuple[Any, ...]:
   numel = prod(old)
   if (neg := [i for i, s in enumerate(new_shape) if s == -1]):
@@ -445,7 +468,8 @@ def _resolve_reshape(old: tuple[Any, ...], new_shape: tuple[Any, ...]) -> tuple[
     known = prod(s for s in new_shape if s != -1)
     if known == 0 or numel % known != 0: raise ShapeError(f"cannot reshape {old} ({numel} elements) to {new_shape}")
     new_shape = tuple(numel // known if s == -1 else s for s in new_shape)
-  if prod(new_shape) != numel: raise ShapeError(f"cannot reshape {old} ({numel} elements) to {new_shape} ({prod(new_shape)} elements)")
+  if prod(new_shape) != numel:
+    raise ShapeError(f"cannot reshape {old} ({numel} elements) to {new_shape} ({prod(new_shape)} elements)")
   return new_shape
 
 def _reshape_axis(old: tuple[Any, ...], new: tuple[Any, ...], axis: int, bounds: list[tuple[int, int]]) -> int:
@@ -472,8 +496,13 @@ def _collect_grad(t: Tensor, acc: dict[UOp, Tensor]) -> Tensor:
     g = acc.get(s.uop)
     g = Tensor.zeros(*s.shape, dtype=_grad_dtype(t), device=s.device) if g is None else g
     parts.append(g.cast(t.dtype) if dtypes.is_float(t.dtype) else g)
-  if t.axis is None: parts = allreduce(Ops.ADD, parts)
-  return MultiTensor(parts, t.axis)
+  if t.axis is not None: return MultiTensor(parts, t.axis)
+  # a replica copied from another replica passes its gradient on to that one (through the COPY), so only replicas
+  # that derive from no other one hold independent parts of the gradient
+  uops = [s.uop for s in t.shards]
+  own = [i for i, u in enumerate(uops) if not any(o is not u and o in u.toposort() for o in uops)]
+  if len(own) == len(parts): return MultiTensor(allreduce(Ops.ADD, parts), None)
+  return MultiTensor([_fold(Ops.ADD, [parts[i].to(d) for i in own]) for d in t.devices], None)
 
 __all__ = ["MultiTensor", "ShardingError", "RING", "allreduce", "allgather", "reduce_scatter", "shard_tensor",
            "shard_inplace", "on_devices", "split_sizes"]

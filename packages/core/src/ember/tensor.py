@@ -232,7 +232,8 @@ class Tensor:
     n = max(math.ceil((stop - start) / step), 0)
     dt = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else (dtypes.default_float if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.default_int)
     if n == 0: return Tensor.empty(0, dtype=dt, **kwargs)
-    if isinstance(kwargs.get("device"), tuple): return _multi_create(Tensor.arange, kwargs.pop("device"), start, stop, step, dtype=dt, **kwargs)
+    if isinstance(kwargs.get("device"), tuple):
+      return _multi_create(Tensor.arange, kwargs.pop("device"), start, stop, step, dtype=dt, **kwargs)
     # the loop index itself (a tensor-level RANGE over a DEVICE): index math, no data, no reduction
     dev = _canon_device(kwargs.pop("device", None))
     idx = Tensor(UOp(Ops.RANGE, dtypes.int32, (UOp(Ops.DEVICE, arg=dev),), n), **kwargs)
