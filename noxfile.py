@@ -107,9 +107,9 @@ def bench(session: nox.Session) -> None:
 @nox.session(name="tests", venv_backend="none")
 def tests(session: nox.Session) -> None:
   """Every package's own suite, each in its own venv (queues the per-package sessions)."""
-  session.notify("tests-core")
-  session.notify("tests-cpu")
-  session.notify("tests-nn")
+  for name in ("tests-core", "tests-cpu", "tests-nn", "tests-nv", "tests-amd", "tests-metal", "conformance-cpu", "conformance-python",
+               "conformance-null", "multi"):
+    session.notify(name)
 
 def _conformance(session: nox.Session, device: str, packages: list[str]) -> None:
   if not _kit_present():
@@ -189,7 +189,8 @@ def multi(session: nox.Session) -> None:
     if shutil.which("apt-get") is None or os.geteuid() != 0:
       session.skip("mpirun is missing and cannot be installed here (needs apt-get as root): "
                    "apt-get install -y openmpi-bin libopenmpi-dev")
-    session.run("apt-get", "install", "-y", "openmpi-bin", "libopenmpi-dev", external=True)
+    session.run("apt-get", "update", "-q", external=True)
+    session.run("apt-get", "install", "-y", "-q", "openmpi-bin", "libopenmpi-dev", external=True)
   session.install(CORE, CPU, "pytest", "numpy", "mpi4py")
   tests = [os.path.join(CORE, "tests", name) for name in ("test_multi.py", "test_distributed.py")]
   session.run("python", "-m", "pytest", *_pytest_plugin_args(), *tests, "-q", *session.posargs,

@@ -1,0 +1,136 @@
+"""The AMD renderers: AMDGPU LLVM IR for llvmlite's amdgcn target, and HIP-style C. Both are the core bases set up by
+data (triple, data layout, calling convention, address spaces, workitem spellings).
+
+Both follow the GPU convention of `docs/linear-program.md`: codegen turns the output ranges into SPECIAL `gidx0`
+(`llvm.amdgcn.workgroup.id.x`) and `lidx0` (`llvm.amdgcn.workitem.id.x`). Kernel arguments are the buffers (64-bit
+global pointers) in slot order, then the DEFINE_VAR values at their own width, each aligned to its size: the HSA
+kernarg segment layout that `kernarg_layout` computes and the code object metadata reports.
+"""
+from __future__ import annotations
+import re
+from typing import Callable
+from ember.plugin import CompileError, CStyleLanguage, DType, LLVMRenderer, Ops, UOp, dtypes
+
+DEFAULT_ARCH = "gfx1100"
+# the archs this backend knows: wave size and LDS bytes per workgroup (RDNA3 is wave32, CDNA3/4 wave64)
+ARCHS: dict[str, tuple[int, int]] = {"gfx1100": (32, 64 * 1024), "gfx1101": (32, 64 * 1024),
+                                     "gfx1102": (32, 64 * 1024), "gfx1200": (32, 64 * 1024),
+                                     "gfx1201": (32, 64 * 1024), "gfx90a": (64, 64 * 1024),
+                                     "gfx942": (64, 64 * 1024), "gfx950": (64, 160 * 1024)}
+CODE_OBJECT_VERSION = 5  # ROCm 5.x and newer load v5; LLVM 22's default (v6) needs a recent ROCm
+MAX_WORKGROUP = 256  # codegen picks blocks of at most 256 threads; the kernels declare it (amdgpu-flat-work-group-size)
+
+# the amdgcn data layout (LLVM 19+): private memory (allocas) is address space 5, globals 1, LDS 3
+AMDGPU_DATALAYOUT = ("e-m:e-p:64:64-p1:64:64-p2:32:32-p3:32:32-p4:64:64-p5:32:32-p6:32:32-p7:160:256:256:32-"
+                     "p8:128:128:128:48-p9:192:256:256:32-i64:64-v16:16-v24:32-v32:32-v48:64-v96:128-v192:256-"
+                     "v256:256-v512:512-v1024:1024-v2048:2048-n32:64-S32-A5-G1-ni:7:8:9")
+
+def parse_arch(arch: str) -> str:
+  """`gfx1100` -> `gfx1100`; anything that is not a known AMD GPU arch is a CompileError naming the known ones."""
+  arch = arch or DEFAULT_ARCH
+  if arch not in ARCHS:
+    raise CompileError(f"AMD arch {arch!r} is not supported; use one of {', '.join(ARCHS)}, e.g. DEV=AMD::gfx942")
+  return arch
+
+def kernarg_layout(uops: list[UOp]) -> tuple[list[tuple[int, int]], int]:
+  """The kernarg segment: (offset, size) per argument (buffers by slot, then DEFINE_VARs) and its total size, every
+  argument aligned to its own size (the AMDGPU HSA ABI)."""
+  sizes = [8 for _ in sorted((u for u in uops if u.op is Ops.PARAM), key=lambda u: u.arg)]
+  sizes += [u.dtype.itemsize for u in uops if u.op is Ops.DEFINE_VAR]
+  layout, offset = [], 0
+  for size in sizes:
+    offset = -(-offset // size) * size
+    layout.append((offset, size))
+    offset += size
+  return layout, offset
+
+# EXP2/LOG2/SIN are left to codegen's decompositions: the f64 forms have no amdgcn instruction (they would be calls to
+# the device library, which a code object of ours does not link), and the f32 ones are approximations
+_transcendental = (Ops.EXP2, Ops.LOG2, Ops.SIN)
+_workitem_intrinsic = {"g": "workgroup", "l": "workitem"}
+# allocas (loop counters, accumulators) live in the private address space of the data layout (A5)
+_alloca_re = re.compile(r"^(\s+%[\w.]+ = alloca [^,\n]+)$", re.M)
+_private_ptr_re = re.compile(r"\bptr (%(?:acc\d+|ridx\d+\.addr))\b")
+
+_code_object_version_flag = ("!llvm.module.flags = !{!0}\n"
+                             f'!0 = !{{i32 1, !"amdhsa_code_object_version", i32 {CODE_OBJECT_VERSION * 100}}}\n')
+
+class AMDLLVMRenderer(LLVMRenderer):
+  """AMDGPU LLVM IR: an `amdgpu_kernel` over `ptr addrspace(1)` buffers, hardware indices from the amdgcn workgroup /
+  workitem id intrinsics, allocas in the private address space (mem2reg removes them at -O2)."""
+  device = "AMD"
+  suffix = "ll"
+  has_local = True
+  has_shared = True
+  global_max = (2 ** 31 - 1, 65535, 65535)
+  local_max = (MAX_WORKGROUP, MAX_WORKGROUP, MAX_WORKGROUP)
+  triple = "amdgcn-amd-amdhsa"
+  datalayout = AMDGPU_DATALAYOUT
+  calling_conv = "amdgpu_kernel"
+  buffer_type = "ptr addrspace(1)"
+  fn_attrs = f'nounwind "amdgpu-flat-work-group-size"="1,{MAX_WORKGROUP}"'
+  code_for_op = {op: fn for op, fn in LLVMRenderer.code_for_op.items() if op not in _transcendental}
+
+  def __init__(self, arch: str = "") -> None:
+    self.arch = parse_arch(arch)
+    self.wave_size, self.shared_max = ARCHS[self.arch]
+
+  def render(self, uops: list[UOp], name: str = "kernel") -> str:
+    src = super().render(uops, name)
+    src = _private_ptr_re.sub(r"ptr addrspace(5) \1", _alloca_re.sub(r"\1, addrspace(5)", src))
+    used = sorted(set(re.findall(r"@(llvm\.amdgcn\.\w+\.id\.[xyz])\(\)", src)))
+    declares = "".join(f"declare i32 @{fn}() nounwind readnone\n" for fn in used)
+    head, sep, body = src.partition("define ")
+    return head + declares + sep + body + _code_object_version_flag
+
+  def _render_uop(self, u: UOp, ctx) -> None:
+    if u.op is not Ops.SPECIAL: return super()._render_uop(u, ctx)
+    if (kind := _workitem_intrinsic.get(u.arg[0])) is None:
+      raise CompileError(f"AMDLLVMRenderer has no hardware index {u.arg!r}; expected gidxN or lidxN")
+    ret = ctx.fresh("special")
+    ctx.emit(f"{ret} = call i32 @llvm.amdgcn.{kind}.id.{'xyz'[int(u.arg[-1])]}()")
+    ctx.names[u] = ret
+
+def _builtin(name: str) -> Callable[..., str]:
+  return lambda x, dtype: f"__builtin_{name}{'' if dtype is dtypes.float64 else 'f'}({x})"
+
+# self-contained HIP: no hip_runtime.h (hipcc -nogpuinc works, and so does the host shim, which defines these first)
+HIP_PRELUDE = f"""#ifndef __global__
+#define __global__ __attribute__((global))
+#endif
+#ifndef __device__
+#define __device__ __attribute__((device))
+#endif
+#define EMBER_LAUNCH_BOUNDS __attribute__((amdgpu_flat_work_group_size(1, {MAX_WORKGROUP})))
+"""
+
+class HIPRenderer(CStyleLanguage):
+  """HIP-style C: `extern "C" __global__` kernels over the clang amdgcn builtins (workgroup/workitem ids, math), `half`
+  as `_Float16`, bfloat16 and fp8 as raw bits computed in float32 (the CStyle helpers)."""
+  device = "AMD"
+  suffix = "hip"
+  has_local = True
+  has_shared = True
+  global_max = AMDLLVMRenderer.global_max
+  local_max = AMDLLVMRenderer.local_max
+  kernel_prefix = 'extern "C" __global__ void EMBER_LAUNCH_BOUNDS '
+  helper_prefix = "static inline __device__ "
+  arg_int_prefix = "const "
+  code_for_workitem = {"g": lambda axis: f"__builtin_amdgcn_workgroup_id_{axis}()",
+                       "l": lambda axis: f"__builtin_amdgcn_workitem_id_{axis}()"}
+  infinity = "__builtin_inff()"
+  nan = "__builtin_nanf(\"\")"
+  bool_literals = ("false", "true")
+  type_map: dict[DType, str] = {**CStyleLanguage.type_map, dtypes.float16: "half"}
+  code_for_op = {**{op: fn for op, fn in CStyleLanguage.code_for_op.items() if op not in _transcendental},
+                 Ops.SQRT: _builtin("sqrt"), Ops.TRUNC: _builtin("trunc")}
+
+  def __init__(self, arch: str = "") -> None:
+    self.arch = parse_arch(arch)
+    self.wave_size, self.shared_max = ARCHS[self.arch]
+
+  def render_kernel(self, name: str, params: list[str], body: list[str], helpers: list[str]) -> str:
+    uses_half = any("half" in line for line in (*params, *body, *helpers))
+    head = HIP_PRELUDE + ("typedef _Float16 half;\n" if uses_half else "")
+    head += "\n".join(helpers) + ("\n" if helpers else "")
+    return head + f"{self.kernel_prefix}{name}({', '.join(params)}) {{\n" + "\n".join(body) + "\n}\n"
