@@ -52,3 +52,33 @@ def test_a_compile_error_is_typed(metal: str) -> None:
   compiler = Device[metal].compiler
   assert compiler is not None
   with pytest.raises(CompileError, match="Metal rejected a kernel"): compiler.compile("kernel void broken( {")
+
+def test_jit_replays_through_an_indirect_command_buffer(metal: str) -> None:
+  from ember import TinyJit
+  from ember.tensor import Tensor
+  from ember_metal.device import MetalGraph
+  @TinyJit
+  def f(a: Tensor, b: Tensor) -> Tensor:
+    return ((a @ b).relu() + a.sum()).contiguous()
+  rng = np.random.default_rng(4)
+  for _ in range(5):
+    a, b = rng.standard_normal((9, 7)).astype(np.float32), rng.standard_normal((7, 5)).astype(np.float32)
+    out = f(Tensor(a, device=metal).realize(), Tensor(b, device=metal).realize())
+    np.testing.assert_allclose(out.numpy(), np.maximum(a @ b, 0) + a.sum(), rtol=1e-4, atol=1e-4)
+  assert isinstance(f.graph, MetalGraph) and len(f.graph.commands) == len(f.captured)
+
+def test_the_compiler_output_loads(metal: str) -> None:
+  """A metallib from `xcrun metal` when Xcode's Metal toolchain is installed, else checked source; both run."""
+  from ember.device import Device
+  from ember.engine.realize import get_runner
+  from ember.tensor import Tensor
+  from ember_metal.device import MetalCompiler, unpack_program
+  compiler = Device[metal].compiler
+  assert isinstance(compiler, MetalCompiler)
+  t = Tensor(np.arange(300, dtype=np.float32), device=metal).sqrt() * 3
+  (item,) = [it for it in t.schedule() if it.kind == "kernel"]
+  runner = get_runner(metal, item.ast)
+  src, metallib = unpack_program(runner.lib)
+  assert src == runner.spec.src and (metallib is not None) == compiler.toolchain.available()
+  runner(item.bufs, {}, wait=True)
+  np.testing.assert_allclose(item.bufs[0].numpy(), np.sqrt(np.arange(300, dtype=np.float32)) * 3, rtol=1e-6)

@@ -7,12 +7,12 @@ import json
 import os
 import subprocess
 import sys
-from typing import Any, Callable
 import pytest
 from ember.device.registry import BackendRegistry, BackendSource, _Device
 from ember.plugin import CompilerRegistry, DeviceError, DeviceRegistry, RendererRegistry
 import ember_metal.plugin as metal_plugin
-from ember_metal.device import MTLSize, NSUInteger, ObjC, encode_launch, kernel_var_widths, probe, wait_command_buffer
+from ember_metal.device import NSUInteger, ObjC, encode_launch, kernel_var_widths, probe, wait_command_buffer
+from objc_fake import RecordingLibObjC
 
 not_macos = pytest.mark.skipif(sys.platform == "darwin", reason="checks the behaviour on platforms without Metal")
 SRC_PATH = os.pathsep.join(p for p in sys.path if p)  # the subprocesses see the same packages as this process
@@ -78,48 +78,7 @@ def test_kernel_var_widths_needs_the_kernel() -> None:
         "constant int& b [[buffer(2)]], uint3 gid [[threadgroup_position_in_grid]]) {\n}\n"
   assert kernel_var_widths(src, "k") == [8, 4]
 
-# ** Objective-C marshalling, against a recording libobjc **
-
-class RecordingLibObjC:
-  """Implements `ObjCLibrary`: every message is checked against the prototype it was sent with and recorded as
-  (receiver, selector, argument values); messages that return objects hand out fresh fake handles."""
-  def __init__(self, answers: dict[str, Any] | None = None) -> None:
-    self.answers = answers or {}
-    self.names: dict[int, str] = {}
-    self.calls: list[tuple[int, str, tuple[Any, ...]]] = []
-    self.pools: list[str] = []
-    self.handle = 0x1000
-  def _fresh(self) -> int:
-    self.handle += 0x10
-    return self.handle
-  def get_class(self, name: bytes) -> int | None:
-    handle = self._fresh()
-    self.names[handle] = name.decode()
-    return handle
-  def register_selector(self, name: bytes) -> int:
-    handle = self._fresh()
-    self.names[handle] = name.decode()
-    return handle
-  def msg_send(self, restype: Any, argtypes: tuple[Any, ...]) -> Callable[..., Any]:
-    def send(receiver: int, selector: int, *args: Any) -> Any:
-      name = self.names[selector]
-      assert len(args) == len(argtypes) and all(isinstance(a, t) for a, t in zip(args, argtypes)), (name, args)
-      values: tuple[Any, ...] = tuple(self._value(a) for a in args)
-      if name == "setBytes:length:atIndex:": values = (ctypes.string_at(args[0].value, args[1].value), *values[1:])
-      self.calls.append((receiver, name, values))
-      if name in self.answers: return self.answers[name]
-      return self._fresh() if restype is ctypes.c_void_p else None
-    return send
-  @staticmethod
-  def _value(arg: Any) -> Any:
-    if isinstance(arg, MTLSize): return (arg.width, arg.height, arg.depth)
-    return arg.value if hasattr(arg, "value") else arg
-  def pool_push(self) -> int | None:
-    self.pools.append("push")
-    return 7
-  def pool_pop(self, token: int | None) -> None:
-    assert token == 7
-    self.pools.append("pop")
+# ** Objective-C marshalling, against a recording libobjc (`objc_fake.py`) **
 
 def test_send_derives_the_prototype_and_checks_arguments() -> None:
   lib = RecordingLibObjC()

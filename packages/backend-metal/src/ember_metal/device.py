@@ -10,11 +10,16 @@ What the runtime does with Metal:
 * device: `MTLCreateSystemDefaultDevice`, then `newCommandQueue`;
 * memory: `newBufferWithLength:options:` with `MTLResourceStorageModeShared`: host and GPU share the pages, so
   `contents` is a zero-copy host view (numpy reads it through `Buffer.as_buffer`);
-* compile: `MTLCompileOptions` with `setFastMathEnabled:NO`, `newLibraryWithSource:options:error:`,
-  `newFunctionWithName:`, `newComputePipelineStateWithFunction:error:`;
+* compile: `xcrun metal` + `xcrun metallib` when Xcode's Metal toolchain is installed (the program then loads the
+  precompiled library with `dispatch_data_create` and `newLibraryWithData:error:`), otherwise the MSL source with
+  `MTLCompileOptions` `setFastMathEnabled:NO` and `newLibraryWithSource:options:error:`; then
+  `newFunctionWithName:` and a `MTLComputePipelineDescriptor` with `setSupportIndirectCommandBuffers:YES`
+  (`newComputePipelineStateWithDescriptor:options:reflection:error:`), so every pipeline can join a JIT graph;
 * launch: `commandBuffer`, `computeCommandEncoder`, `setComputePipelineState:`, `setBuffer:offset:atIndex:` per buffer,
   `setBytes:length:atIndex:` per variable, `dispatchThreadgroups:threadsPerThreadgroup:`, `endEncoding`, `commit`;
-* wait: `waitUntilCompleted`, `status` / `error`, and `GPUStartTime` / `GPUEndTime` for the kernel time.
+* wait: `waitUntilCompleted`, `status` / `error`, and `GPUStartTime` / `GPUEndTime` for the kernel time;
+* JIT graph (`MetalGraph`): an `MTLIndirectCommandBuffer` with one compute command per captured kernel, replayed with
+  `useResources:count:usage:` and `executeCommandsInBuffer:withRange:` in one command buffer.
 
 On any other platform `probe()` says why Metal is unavailable and nothing here loads a native library.
 """
@@ -22,22 +27,39 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import os
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Protocol
-from ember.plugin import BufferSpec, Compiled, CompileError, Compiler, DeviceError, LRUAllocator, Renderer
+from typing import Any, Callable, Iterator, Protocol, Sequence
+from ember.plugin import Buffer, BufferSpec, Compiled, CompileError, Compiler, DeviceError, LRUAllocator, Renderer
 
 LIBOBJC = "/usr/lib/libobjc.A.dylib"
 METAL_FRAMEWORK = "/System/Library/Frameworks/Metal.framework/Metal"
 # MTLCreateSystemDefaultDevice returns nil in a process that has not linked CoreGraphics (a plain `python`)
 COREGRAPHICS_FRAMEWORK = "/System/Library/Frameworks/CoreGraphics.framework/CoreGraphics"
 MTL_RESOURCE_STORAGE_MODE_SHARED = 0
+# dispatch_data_create and dispatch_release live in libdispatch, part of libSystem
+LIBDISPATCH = "/usr/lib/libSystem.B.dylib"
 MTL_COMMAND_BUFFER_STATUS_ERROR = 5
+MTL_INDIRECT_COMMAND_TYPE_CONCURRENT_DISPATCH = 1 << 5
+MTL_RESOURCE_USAGE_READ_WRITE = (1 << 0) | (1 << 1)  # MTLResourceUsageRead | MTLResourceUsageWrite
+MTL_GPU_FAMILY_APPLE9 = 1009  # M3 and later: no ICB workaround needed
+MTL_MAX_KERNEL_BUFFER_BIND_COUNT = 31  # the buffer argument table of a compute function has 31 entries
+# setBuffer/setKernelBuffer offsets of `constant` arguments must be 256-aligned on Macs of the Mac2 family (4 on Apple
+# GPUs); the graph's variable slots use the stricter value so one layout is valid on every Mac
+MTL_CONSTANT_OFFSET_ALIGNMENT = 256
 NSUInteger = ctypes.c_uint64  # `unsigned long` on 64-bit macOS
+NSInteger = ctypes.c_int64
 
 class MTLSize(ctypes.Structure):
   _fields_ = [("width", NSUInteger), ("height", NSUInteger), ("depth", NSUInteger)]
+
+class NSRange(ctypes.Structure):
+  _fields_ = [("location", NSUInteger), ("length", NSUInteger)]
 
 def probe() -> tuple[bool, str]:
   """(usable, reason): whether this machine has a Metal GPU, without opening it."""
@@ -182,7 +204,7 @@ def wait_command_buffer(objc: ObjC, command_buffer: int) -> float:
       objc.send(command_buffer, "GPUStartTime", restype=ctypes.c_double)
   finally: objc.send(command_buffer, "release", restype=None)
 
-def _three(size: tuple[int, ...] | list[int] | None) -> tuple[int, int, int]:
+def _three(size: Sequence[int] | None) -> tuple[int, int, int]:
   dims = list(size or ()) + [1, 1, 1]
   return dims[0], dims[1], dims[2]
 
@@ -190,16 +212,88 @@ def _three(size: tuple[int, ...] | list[int] | None) -> tuple[int, int, int]:
 
 def _numbered(src: str) -> str: return "\n".join(f"{i + 1:4d} {line}" for i, line in enumerate(src.splitlines()))
 
+# ** precompiled libraries **
+
+class DispatchLibrary(Protocol):
+  """What loading a metallib needs from libdispatch (the tests substitute a recording fake)."""
+  def data_create(self, data: bytes) -> int | None: ...
+  def release(self, handle: int) -> None: ...
+
+class LibDispatch:
+  """libdispatch through ctypes: `newLibraryWithData:error:` takes the metallib as a dispatch_data_t."""
+  def __init__(self, path: str = LIBDISPATCH) -> None:
+    try: self.lib = ctypes.CDLL(path)
+    except OSError as e: raise DeviceError(f"cannot load libdispatch from {path}: {e}; Metal needs macOS") from e
+    self.lib.dispatch_data_create.restype = ctypes.c_void_p
+    self.lib.dispatch_data_create.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p]
+    self.lib.dispatch_release.restype, self.lib.dispatch_release.argtypes = None, [ctypes.c_void_p]
+  def data_create(self, data: bytes) -> int | None:
+    # queue and destructor NULL: DISPATCH_DATA_DESTRUCTOR_DEFAULT, dispatch copies the bytes before returning
+    return self.lib.dispatch_data_create(ctypes.c_char_p(data), len(data), None, None)
+  def release(self, handle: int) -> None: self.lib.dispatch_release(handle)
+
+METALLIB_MAGIC = b"MTLB"  # the first bytes of every .metallib file
+PACKED_MAGIC = b"ember-metallib\x00\x01"
+
+def pack_metallib(src: str, metallib: bytes) -> bytes:
+  """The compiler's output when it built a metallib: magic, the MSL source's length (8 bytes, little-endian), the
+  source (the runtime reads the kernel's variable widths and error context from it), then the metallib."""
+  if not metallib.startswith(METALLIB_MAGIC):
+    raise CompileError(f"xcrun metallib wrote {len(metallib)} bytes that are not a metallib (no {METALLIB_MAGIC!r} "
+                       "header); check the Xcode installation (`xcrun -sdk macosx metallib --version`)")
+  raw = src.encode()
+  return PACKED_MAGIC + len(raw).to_bytes(8, "little") + raw + metallib
+
+def unpack_program(lib: bytes) -> tuple[str, bytes | None]:
+  """(MSL source, metallib or None): what `MetalCompiler` returned, either packed or the plain source."""
+  if not lib.startswith(PACKED_MAGIC): return lib.decode(), None
+  start = len(PACKED_MAGIC) + 8
+  end = start + int.from_bytes(lib[len(PACKED_MAGIC):start], "little")
+  if end > len(lib) or not lib[end:].startswith(METALLIB_MAGIC):
+    raise DeviceError("a packed Metal program is truncated or has no metallib after its source; clear the compile "
+                      "cache (CACHELEVEL=0) and compile again")
+  return lib[start:end].decode(), lib[end:]
+
+Runner = Callable[..., "subprocess.CompletedProcess[bytes]"]
+
+class XcrunToolchain:
+  """Xcode's offline Metal compiler: `xcrun metal` (MSL to AIR) and `xcrun metallib` (AIR to a library). Usable when
+  both tools run; Command Line Tools alone do not ship them, and newer Xcodes download them separately."""
+  def __init__(self, run: Runner = subprocess.run, which: Callable[[str], str | None] = shutil.which) -> None:
+    self.run, self.which = run, which
+    self._available: bool | None = None
+  def available(self) -> bool:
+    """Whether the tools exist and compile a trivial kernel (checked once)."""
+    if self._available is None:
+      self._available = False
+      if self.which("xcrun") is not None:
+        try:
+          self.build("kernel void ember_probe() {\n}\n")
+          self._available = True
+        except (CompileError, OSError, subprocess.SubprocessError):
+          self._available = False
+    return self._available
+  def _tool(self, argv: list[str], src: str) -> None:
+    proc = self.run(argv, capture_output=True, timeout=300)
+    if proc.returncode != 0:
+      message = (proc.stderr or b"").decode(errors="replace").strip()
+      raise CompileError(f"Metal rejected a kernel ({' '.join(argv[:4])} exited {proc.returncode}): {message}\n"
+                         f"source:\n{_numbered(src)}")
+  def build(self, src: str) -> bytes:
+    """Compile MSL with fast math off (IEEE NaN/inf, as the renderer's MAX and the reference need) to a metallib."""
+    with tempfile.TemporaryDirectory(prefix="ember-metal-") as tmp:
+      source, air, library = (os.path.join(tmp, name) for name in ("kernel.metal", "kernel.air", "kernel.metallib"))
+      with open(source, "w") as f: f.write(src)
+      self._tool(["xcrun", "-sdk", "macosx", "metal", "-c", "-fno-fast-math", source, "-o", air], src)
+      self._tool(["xcrun", "-sdk", "macosx", "metallib", air, "-o", library], src)
+      with open(library, "rb") as f: return f.read()
+
+# ** the device **
+
 class MetalContext:
-  """The loaded frameworks and the system default MTLDevice, shared by the device, its compiler and programs."""
-  def __init__(self) -> None:
-    usable, reason = probe()
-    if not usable: raise DeviceError(f"METAL is unavailable: {reason}")
-    metal = ctypes.CDLL(METAL_FRAMEWORK)
-    metal.MTLCreateSystemDefaultDevice.restype = ctypes.c_void_p
-    self.objc = ObjC(LibObjC())
-    self.device: int = metal.MTLCreateSystemDefaultDevice()
-    if not self.device: raise DeviceError("MTLCreateSystemDefaultDevice returned nil: no usable Metal GPU")
+  """The Objective-C runtime, libdispatch and the MTLDevice, shared by the device, its compiler and programs."""
+  def __init__(self, objc: ObjC, device: int, dispatch: DispatchLibrary) -> None:
+    self.objc, self.device, self.dispatch = objc, device, dispatch
   def new_library(self, src: str) -> int:
     """Compile MSL with fast math off (IEEE NaN/inf, as the renderer's MAX and the reference need)."""
     objc, error = self.objc, ctypes.c_void_p()
@@ -213,19 +307,42 @@ class MetalContext:
       if not library:
         raise CompileError(f"Metal rejected a kernel: {objc.error_text(error)}\nsource:\n{_numbered(src)}")
     return library
+  def load_library(self, metallib: bytes) -> int:
+    """A library from a precompiled metallib (`newLibraryWithData:error:` takes it as dispatch data)."""
+    objc, error = self.objc, ctypes.c_void_p()
+    data = self.dispatch.data_create(metallib)
+    if not data: raise DeviceError(f"dispatch_data_create failed for a {len(metallib)}-byte metallib")
+    try: library = objc.send(self.device, "newLibraryWithData:error:", ctypes.c_void_p(data), ctypes.pointer(error))
+    finally: self.dispatch.release(data)
+    if not library:
+      with objc.autorelease_pool(): reason = objc.error_text(error)
+      raise CompileError(f"Metal could not load a precompiled metallib: {reason}; it may come from a newer Xcode than "
+                         "this macOS supports, clear the compile cache or uninstall the Metal toolchain")
+    return library
 
 @functools.cache
 def metal_context() -> MetalContext:
-  return MetalContext()
+  """Open the system default Metal device (once per process)."""
+  usable, reason = probe()
+  if not usable: raise DeviceError(f"METAL is unavailable: {reason}")
+  metal = ctypes.CDLL(METAL_FRAMEWORK)
+  metal.MTLCreateSystemDefaultDevice.restype = ctypes.c_void_p
+  device = metal.MTLCreateSystemDefaultDevice()
+  if not device: raise DeviceError("MTLCreateSystemDefaultDevice returned nil: no usable Metal GPU")
+  return MetalContext(ObjC(LibObjC()), device, LibDispatch())
 
 class MetalCompiler(Compiler):
-  """Checks MSL with the Metal compiler (`newLibraryWithSource:`) and returns the source: the runtime builds the
-  library from source again, served from Metal's own shader cache."""
-  binary_format = "msl-source"
-  def __init__(self) -> None:
+  """MSL to a metallib with Xcode's Metal toolchain when it is installed (packed with its source, see
+  `pack_metallib`); otherwise checks the MSL with `newLibraryWithSource:` and returns the source, which the runtime
+  compiles again, served from Metal's own shader cache."""
+  binary_format = "msl-source or packed metallib"
+  def __init__(self, toolchain: XcrunToolchain | None = None, context: Callable[[], MetalContext] = metal_context):
     super().__init__(None)
+    self.toolchain = toolchain or XcrunToolchain()
+    self.context = context
   def compile(self, src: str) -> bytes:
-    ctx = metal_context()
+    if self.toolchain.available(): return pack_metallib(src, self.toolchain.build(src))
+    ctx = self.context()
     ctx.objc.send(ctx.new_library(src), "release", restype=None)
     return src.encode()
 
@@ -265,21 +382,27 @@ class MetalAllocator(LRUAllocator):
     dest.cast("B")[:] = self._as_buffer(src)[:dest.nbytes]
 
 class MetalProgram:
-  """One kernel as a compute pipeline; calling it encodes a dispatch on the device's queue."""
+  """One kernel as a compute pipeline (usable in indirect command buffers); calling it encodes a dispatch."""
   def __init__(self, dev: MetalDevice, name: str, lib: bytes) -> None:
     self.dev, self.name = dev, name
-    src = lib.decode()
+    src, metallib = unpack_program(lib)
     self.var_widths = kernel_var_widths(src, name)
     ctx = dev.ctx
     objc, error = ctx.objc, ctypes.c_void_p()
-    library = ctx.new_library(src)
+    library = ctx.new_library(src) if metallib is None else ctx.load_library(metallib)
     try:
       with objc.autorelease_pool():
         function = objc.send(library, "newFunctionWithName:", objc.string(name))
       if not function: raise DeviceError(f"the Metal library has no kernel function {name}")
       try:
-        self.pipeline = objc.send(ctx.device, "newComputePipelineStateWithFunction:error:", ctypes.c_void_p(function),
-                                  ctypes.pointer(error))
+        descriptor = objc.send(objc.cls("MTLComputePipelineDescriptor"), "new")
+        try:
+          objc.send(descriptor, "setComputeFunction:", ctypes.c_void_p(function), restype=None)
+          objc.send(descriptor, "setSupportIndirectCommandBuffers:", ctypes.c_bool(True), restype=None)
+          self.pipeline = objc.send(ctx.device, "newComputePipelineStateWithDescriptor:options:reflection:error:",
+                                    ctypes.c_void_p(descriptor), NSUInteger(0), ctypes.c_void_p(None),
+                                    ctypes.pointer(error))
+        finally: objc.send(descriptor, "release", restype=None)
       finally: objc.send(function, "release", restype=None)
     finally: objc.send(library, "release", restype=None)
     if not self.pipeline:
@@ -288,15 +411,20 @@ class MetalProgram:
     self.max_threads = objc.send(self.pipeline, "maxTotalThreadsPerThreadgroup", restype=NSUInteger)
   def __del__(self) -> None:
     if getattr(self, "pipeline", None): self.dev.ctx.objc.send(self.pipeline, "release", restype=None)
-  def __call__(self, *bufs: MetalBuffer, global_size: tuple[int, ...] = (1, 1, 1),
-               local_size: tuple[int, ...] | None = None, vals: tuple[int, ...] = (),
-               wait: bool = False) -> float | None:
+  def dims(self, global_size: Sequence[int] | None, local_size: Sequence[int] | None,
+           vals: tuple[int, ...]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(threadgroups, threads per threadgroup) of a launch, after checking it against the kernel and pipeline."""
     if len(vals) != len(self.var_widths):
       raise DeviceError(f"kernel {self.name} takes {len(self.var_widths)} variable values, got {len(vals)}")
     grid, local = _three(global_size), _three(local_size)
     if local[0] * local[1] * local[2] > self.max_threads:
       raise DeviceError(f"kernel {self.name}: threadgroup {local} has more than the pipeline's "
                         f"{self.max_threads} threads; use a smaller local size")
+    return grid, local
+  def __call__(self, *bufs: MetalBuffer, global_size: tuple[int, ...] = (1, 1, 1),
+               local_size: tuple[int, ...] | None = None, vals: tuple[int, ...] = (),
+               wait: bool = False) -> float | None:
+    grid, local = self.dims(global_size, local_size, vals)
     command_buffer = encode_launch(self.dev.ctx.objc, self.dev.queue, self.pipeline,
                                    [(b.handle, b.offset) for b in bufs], list(zip(vals, self.var_widths)), grid, local)
     if not wait:
@@ -305,15 +433,140 @@ class MetalProgram:
     self.dev.synchronize()  # earlier dispatches finish first on the serial queue anyway; this checks their status
     return wait_command_buffer(self.dev.ctx.objc, command_buffer)
 
+# ** the JIT graph **
+
+Captured = list[tuple[Any, list[Buffer], dict[str, int]]]  # TinyJit's (CompiledRunner, buffers, var_vals)
+
+class MetalGraph:
+  """A TinyJit capture as one MTLIndirectCommandBuffer: one concurrent-dispatch compute command per kernel (its
+  pipeline, buffers and threadgroups, and a barrier so each kernel sees the previous one's writes), built once.
+  A replay rebinds the buffers of the inputs that changed and executes the whole ICB in one command buffer.
+
+  Indirect compute commands have no `setBytes`, so the kernels' variables live in one shared buffer, each in its own
+  `MTL_CONSTANT_OFFSET_ALIGNMENT` slot bound at the variable's binding index (the kernel reads `constant T&`)."""
+  def __init__(self, dev: MetalDevice, captured: Captured, input_buffers: list[Buffer]) -> None:
+    self.dev, self.captured = dev, captured
+    objc, ctx = dev.ctx.objc, dev.ctx
+    launches = []
+    for runner, bufs, var_vals in captured:
+      program = runner.prg
+      if not isinstance(program, MetalProgram) or program.dev is not dev:
+        raise DeviceError(f"MetalGraph batches kernels of {dev.device} only, got {runner.spec.name} on {runner.device}")
+      if (n_bindings := len(bufs) + len(program.var_widths)) > MTL_MAX_KERNEL_BUFFER_BIND_COUNT:
+        raise DeviceError(f"kernel {runner.spec.name} binds {n_bindings} buffers and variables, more than the "
+                          f"{MTL_MAX_KERNEL_BUFFER_BIND_COUNT} an indirect command can; run it without the JIT")
+      vals = tuple(var_vals[v.arg[0]] for v in runner.spec.vars)
+      launches.append((program, [b.ensure_allocated()._buf for b in bufs], vals,
+                       *program.dims(runner.spec.global_size, runner.spec.local_size, vals)))
+    # variables: one slot each, written once (a capture's variable values are fixed)
+    n_vars = sum(len(program.var_widths) for program, *_ in launches)
+    self.var_buffer: int | None = None
+    if n_vars:
+      self.var_buffer = objc.send(ctx.device, "newBufferWithLength:options:",
+                                  NSUInteger(n_vars * MTL_CONSTANT_OFFSET_ALIGNMENT),
+                                  NSUInteger(MTL_RESOURCE_STORAGE_MODE_SHARED))
+      if not self.var_buffer: raise MemoryError("Metal could not allocate the JIT graph's variable buffer")
+    descriptor = objc.send(objc.cls("MTLIndirectCommandBufferDescriptor"), "new")
+    try:
+      objc.send(descriptor, "setCommandTypes:", NSUInteger(MTL_INDIRECT_COMMAND_TYPE_CONCURRENT_DISPATCH), restype=None)
+      objc.send(descriptor, "setInheritBuffers:", ctypes.c_bool(False), restype=None)
+      objc.send(descriptor, "setInheritPipelineState:", ctypes.c_bool(False), restype=None)
+      objc.send(descriptor, "setMaxKernelBufferBindCount:", NSUInteger(MTL_MAX_KERNEL_BUFFER_BIND_COUNT), restype=None)
+      self.icb = objc.send(ctx.device, "newIndirectCommandBufferWithDescriptor:maxCommandCount:options:",
+                           ctypes.c_void_p(descriptor), NSUInteger(len(launches)), NSUInteger(0))
+    finally: objc.send(descriptor, "release", restype=None)
+    if not self.icb: raise DeviceError(f"Metal could not create an indirect command buffer of {len(launches)} commands")
+    self.commands: list[int] = []
+    slot = 0
+    for program, handles, vals, grid, local in launches:
+      command = objc.send(self.icb, "indirectComputeCommandAtIndex:", NSUInteger(len(self.commands)))
+      objc.send(command, "setComputePipelineState:", ctypes.c_void_p(program.pipeline), restype=None)
+      for index, buffer in enumerate(handles): self._bind(command, index, buffer.handle, buffer.offset)
+      for index, (value, width) in enumerate(zip(vals, program.var_widths), start=len(handles)):
+        self._write_var(slot, value, width)
+        self._bind(command, index, self.var_buffer, slot * MTL_CONSTANT_OFFSET_ALIGNMENT)
+        slot += 1
+      objc.send(command, "concurrentDispatchThreadgroups:threadsPerThreadgroup:", MTLSize(*grid), MTLSize(*local),
+                restype=None)
+      objc.send(command, "setBarrier", restype=None)
+      self.commands.append(command)
+    # where each input is bound: (command, binding index), and the buffer bound there now
+    position = {id(b): i for i, b in enumerate(input_buffers)}
+    self.patches: dict[int, list[tuple[int, int]]] = {}
+    for j, (_, bufs, _) in enumerate(captured):
+      for index, b in enumerate(bufs):
+        if id(b) in position: self.patches.setdefault(position[id(b)], []).append((j, index))
+    self.bound: dict[int, MetalBuffer] = {i: input_buffers[i]._buf for i in self.patches}
+    self.resources: dict[int, int] = {}  # MTLBuffer handle -> how many bindings use it
+    for _, handles, *_ in launches:
+      for buffer in handles: self.resources[buffer.handle] = self.resources.get(buffer.handle, 0) + 1
+    if self.var_buffer: self.resources[self.var_buffer] = 1
+    self.pipelines = list(dict.fromkeys(program.pipeline for program, *_ in launches))
+    # before Apple9 (M3), pipelines only referenced from an ICB are not made resident: a zero-size direct dispatch of
+    # each one first avoids the GPU fault
+    self.needs_icb_fix = not objc.send(ctx.device, "supportsFamily:", NSInteger(MTL_GPU_FAMILY_APPLE9),
+                                       restype=ctypes.c_bool)
+    self.last: int | None = None
+  def _bind(self, command: int, index: int, handle: int | None, offset: int) -> None:
+    self.dev.ctx.objc.send(command, "setKernelBuffer:offset:atIndex:", ctypes.c_void_p(handle), NSUInteger(offset),
+                           NSUInteger(index), restype=None)
+  def _write_var(self, slot: int, value: int, width: int) -> None:
+    address = self.dev.ctx.objc.send(self.var_buffer, "contents") + slot * MTL_CONSTANT_OFFSET_ALIGNMENT
+    scalar = ctypes.c_int64 if width == 8 else ctypes.c_int32
+    scalar.from_address(address).value = value
+  def __call__(self, input_buffers: list[Buffer], wait: bool = False) -> float | None:
+    """Replay with these inputs (in the capture's argument order); returns the GPU time when `wait`."""
+    objc = self.dev.ctx.objc
+    changed = {i: input_buffers[i].ensure_allocated()._buf for i in self.patches}
+    changed = {i: buffer for i, buffer in changed.items() if buffer != self.bound[i]}
+    if changed:
+      # the GPU may still be executing this ICB from the previous replay: rebind only once it has finished
+      if self.last is not None and self.last in self.dev.in_flight: self.dev.synchronize()
+      for i, buffer in changed.items():
+        old = self.bound[i]
+        for j, index in self.patches[i]: self._bind(self.commands[j], index, buffer.handle, buffer.offset)
+        uses = len(self.patches[i])
+        if (left := self.resources[old.handle] - uses) > 0: self.resources[old.handle] = left
+        else: del self.resources[old.handle]
+        self.resources[buffer.handle] = self.resources.get(buffer.handle, 0) + uses
+        self.bound[i] = buffer
+    with objc.autorelease_pool():
+      command_buffer = objc.send(objc.send(self.dev.queue, "commandBuffer"), "retain")
+      encoder = objc.send(command_buffer, "computeCommandEncoder")
+      if self.needs_icb_fix:
+        for pipeline in self.pipelines:
+          objc.send(encoder, "setComputePipelineState:", ctypes.c_void_p(pipeline), restype=None)
+          objc.send(encoder, "dispatchThreadgroups:threadsPerThreadgroup:", MTLSize(0, 0, 0), MTLSize(0, 0, 0),
+                    restype=None)
+      # commands in an ICB do not make their buffers resident; the encoder must be told every one
+      handles = (ctypes.c_void_p * len(self.resources))(*self.resources)
+      objc.send(encoder, "useResources:count:usage:", ctypes.cast(handles, ctypes.c_void_p),
+                NSUInteger(len(self.resources)), NSUInteger(MTL_RESOURCE_USAGE_READ_WRITE), restype=None)
+      objc.send(encoder, "executeCommandsInBuffer:withRange:", ctypes.c_void_p(self.icb),
+                NSRange(0, len(self.commands)), restype=None)
+      objc.send(encoder, "endEncoding", restype=None)
+      objc.send(command_buffer, "commit", restype=None)
+    self.last = command_buffer
+    if not wait:
+      self.dev.in_flight.append(command_buffer)
+      return None
+    self.dev.synchronize()
+    return wait_command_buffer(objc, command_buffer)
+  def __del__(self) -> None:
+    objc = self.dev.ctx.objc
+    if getattr(self, "icb", None): objc.send(self.icb, "release", restype=None)
+    if getattr(self, "var_buffer", None): objc.send(self.var_buffer, "release", restype=None)
+
 class MetalDevice(Compiled):
-  """An Apple GPU: shared-storage buffers, MSL compiled by Metal, one serial command queue."""
-  def __init__(self, device: str, renderer: Renderer | None, compiler: Compiler | None) -> None:
-    self.ctx = metal_context()
+  """An Apple GPU: shared-storage buffers, MSL compiled by Metal, one serial command queue, ICB graphs for the JIT."""
+  def __init__(self, device: str, renderer: Renderer | None, compiler: Compiler | None,
+               context: MetalContext | None = None) -> None:
+    self.ctx = context or metal_context()
     self.queue: int = self.ctx.objc.send(self.ctx.device, "newCommandQueue")
     if not self.queue: raise DeviceError("Metal could not create a command queue")
     self.in_flight: list[int] = []
     super().__init__(device, MetalAllocator(self), renderer, compiler or MetalCompiler(),
-                     functools.partial(MetalProgram, self))
+                     functools.partial(MetalProgram, self), functools.partial(MetalGraph, self))
   def synchronize(self) -> None:
     """Wait for every committed command buffer (the queue is serial, so they finish in order)."""
     pending, self.in_flight = self.in_flight, []

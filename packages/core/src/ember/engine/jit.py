@@ -2,6 +2,12 @@
 
 Replay launches the captured compiled kernels directly with the new input buffers swapped in: no scheduling, no
 codegen and no per-op Python work. Inputs must be realized tensors of the same shapes and dtypes on every call.
+
+A device can batch a whole capture into one native submission through `Compiled.graph`: when every captured call
+is a kernel on one device whose `graph` is set, `graph(captured, input_buffers)` is built once after the capture
+(`captured` is the list of (runner, buffers, var_vals), `input_buffers` the inputs in argument order), and each replay
+calls `graph_runner(new_input_buffers)` instead of launching the kernels one by one; it must swap the new inputs in
+wherever the capture used the old ones, and may return before the GPU finishes (`Device.synchronize` waits).
 """
 from __future__ import annotations
 import functools
@@ -32,10 +38,11 @@ class TinyJit(Generic[R]):
     self.captured: list[tuple[engine.CompiledRunner | None, list[Buffer], dict[str, int]]] = []
     self.expected: list[tuple[tuple[Any, ...], Any, str]] = []
     self.ret: Any = None
+    self.graph: Callable[[list[Buffer]], Any] | None = None
     if fxn is not None: functools.update_wrapper(self, fxn)
   def __get__(self, obj: Any, objtype: Any = None) -> Any: return functools.partial(self.__call__, obj)
   def reset(self) -> None:
-    self.cnt, self.captured, self.expected, self.ret = 0, [], [], None
+    self.cnt, self.captured, self.expected, self.ret, self.graph = 0, [], [], None, None
   def __call__(self, *args: Any, **kwargs: Any) -> R:
     if self.fxn is None:  # used as @TinyJit(prune=True)
       self.fxn = args[0]
@@ -65,10 +72,17 @@ class TinyJit(Generic[R]):
       finally:
         engine.capture_hooks.remove(hook)
       self.captured, self.in_bufs, self.ret = captured, in_bufs, ret
+      self.graph = _device_graph(captured, in_bufs)
       self.cnt += 1
       return ret
     if info != self.expected:
-      raise JitError(f"TinyJit inputs changed: expected {self.expected}, got {info}; shapes, dtypes and devices must stay the same")
+      raise JitError(f"TinyJit inputs changed: expected {self.expected}, got {info}; "
+                     "shapes, dtypes and devices must stay the same")
+    if self.graph is not None:
+      self.graph(in_bufs)
+      engine.GlobalCounters.kernel_count += len(self.captured)
+      self.cnt += 1
+      return self.ret
     swap = {id(old): new for old, new in zip(self.in_bufs, in_bufs)}
     for runner, bufs, vv in self.captured:
       real = [swap.get(id(b), b) for b in bufs]
@@ -78,6 +92,15 @@ class TinyJit(Generic[R]):
         engine.GlobalCounters.kernel_count += 1
     self.cnt += 1
     return self.ret
+
+def _device_graph(captured: list[tuple[engine.CompiledRunner | None, list[Buffer], dict[str, int]]],
+                  in_bufs: list[Buffer]) -> Callable[[list[Buffer]], Any] | None:
+  """The device's graph runner for this capture, or None to replay call by call (copies, several devices, no graph)."""
+  runners = [runner for runner, _, _ in captured if runner is not None]
+  if len(runners) != len(captured) or len({runner.device for runner in runners}) != 1: return None
+  from ember.device import Device
+  graph = Device[runners[0].device].graph
+  return graph(captured, in_bufs) if graph is not None else None
 
 def _buf(t: Any) -> Buffer:
   from ember.schedule import buffer_of
