@@ -81,3 +81,15 @@ def test_reset_starts_over():
   assert f.cnt == 0 and f.captured == []
   out = f(Tensor(np.ones(3, np.float32)).realize())  # a new shape is fine after reset
   np.testing.assert_array_equal(out.numpy(), np.full(3, 5, np.float32))
+
+def test_bound_variables_change_without_recapture():
+  from ember import Variable
+  data = np.arange(40, dtype=np.float32).reshape(10, 4)
+  cache = Tensor(data).realize()
+  @TinyJit
+  def f(x: Tensor, pos) -> Tensor:
+    return (cache[:pos].sum(0) + x).realize()
+  for n in (2, 3, 5, 7, 9):
+    out = f(Tensor(np.ones(4, np.float32)), Variable("pos", 1, 10).bind(n)).numpy()
+    np.testing.assert_allclose(out, data[:n].sum(0) + 1)
+  assert len(f.captured) >= 1 and f.cnt == 5

@@ -100,6 +100,15 @@ TINY_MERGES = ["Ġ t", "h e", "Ġt he", "i n", "Ġ a"]
 def tiny_llama(tmp_path: pathlib.Path) -> tuple[pathlib.Path, dict[str, np.ndarray], dict[str, Any]]:
   """A random 2-layer GQA llama written as F32 GGUF (q/k in llama.cpp's layout); returns the path, the
   HF-layout weights and the config."""
+  return build_tiny_llama(tmp_path)
+
+@pytest.fixture(scope="module")
+def tiny_llama_module(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, dict[str, np.ndarray],
+                                                                         dict[str, Any]]:
+  """tiny_llama shared by a module's tests."""
+  return build_tiny_llama(tmp_path_factory.mktemp("tiny"))
+
+def build_tiny_llama(tmp_path: pathlib.Path) -> tuple[pathlib.Path, dict[str, np.ndarray], dict[str, Any]]:
   cfg = TINY
   rng = np.random.default_rng(0)
   hd = cfg["dim"] // cfg["n_heads"]
@@ -139,6 +148,47 @@ def byte_tokenizer():
   from ember.nn.llm.tokenizer import BPETokenizer
   tokens, types = byte_vocab()
   return BPETokenizer(tokens, TINY_MERGES, types, pre="smollm", bos_id=1, eos_id=2)
+
+# ** the numpy oracle: the architecture as the original model defines it, over the whole sequence, no cache **
+
+def _rms(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+  return x / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + eps) * w
+
+def _rope_half(x: np.ndarray, theta: float) -> np.ndarray:
+  T, _, D = x.shape
+  inv = theta ** (-np.arange(0, D, 2) / D)
+  ang = np.arange(T)[:, None] * inv[None, :]
+  cos, sin = np.concatenate([np.cos(ang)] * 2, -1)[:, None, :], np.concatenate([np.sin(ang)] * 2, -1)[:, None, :]
+  rot = np.concatenate([-x[..., D // 2:], x[..., :D // 2]], -1)
+  return x * cos + rot * sin
+
+def _reference_logits(hf: dict[str, np.ndarray], cfg: dict, ids: list[int]) -> np.ndarray:
+  """Logits of every position (T, vocab), float64."""
+  hd, rep = cfg["dim"] // cfg["n_heads"], cfg["n_heads"] // cfg["n_kv_heads"]
+  x = hf["token_embd.weight"][ids].astype(np.float64)
+  T = len(ids)
+  causal = np.triu(np.full((T, T), -np.inf), 1)
+  for i in range(cfg["n_layers"]):
+    w = {k.split(".", 2)[2].rsplit(".", 1)[0]: v.astype(np.float64) for k, v in hf.items() if k.startswith(f"blk.{i}.")}
+    h = _rms(x, w["attn_norm"], cfg["eps"])
+    q = _rope_half((h @ w["attn_q"].T).reshape(T, cfg["n_heads"], hd), cfg["theta"])
+    k = _rope_half((h @ w["attn_k"].T).reshape(T, cfg["n_kv_heads"], hd), cfg["theta"])
+    v = (h @ w["attn_v"].T).reshape(T, cfg["n_kv_heads"], hd)
+    out = np.empty((T, cfg["n_heads"], hd))
+    for head in range(cfg["n_heads"]):
+      s = q[:, head] @ k[:, head // rep].T / np.sqrt(hd) + causal
+      p = np.exp(s - s.max(-1, keepdims=True))
+      out[:, head] = (p / p.sum(-1, keepdims=True)) @ v[:, head // rep]
+    x = x + out.reshape(T, -1) @ w["attn_output"].T
+    h = _rms(x, w["ffn_norm"], cfg["eps"])
+    g = h @ w["ffn_gate"].T
+    x = x + ((g / (1 + np.exp(-g))) * (h @ w["ffn_up"].T)) @ w["ffn_down"].T
+  return _rms(x, hf["output_norm.weight"], cfg["eps"]) @ hf["token_embd.weight"].T.astype(np.float64)
+
+@pytest.fixture(scope="session")
+def reference_logits() -> Callable[[dict[str, np.ndarray], dict, list[int]], np.ndarray]:
+  """The numpy oracle: (hf weights, config, ids) -> logits of every position (T, vocab), float64."""
+  return _reference_logits
 
 # ** the real model **
 

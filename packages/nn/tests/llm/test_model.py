@@ -1,60 +1,26 @@
-"""The Llama model against a numpy implementation of the original (HF-layout, rotate-half RoPE) architecture on a
-tiny random GQA model, generation and sampling, the CLI, and (marked `model`) the real SmolLM2 against golden values."""
+"""The Llama model against the numpy implementation of the original architecture (conftest's `reference_logits`)
+on a tiny random GQA model, generation and sampling, the CLI, and (marked `model`) the real SmolLM2 against golden
+values."""
 from __future__ import annotations
 import io
 import numpy as np
 import pytest
 from ember.nn.llm import __main__ as cli
 from ember.nn.llm.generate import GenerationStats, SamplingError, SamplingParams, generate, sample
-from ember.nn.llm.gguf import GGUFFile
-from ember.nn.llm.model import ContextOverflowError, Llama, ModelError
+from ember import Tensor
+from ember.nn.llm.gguf import GGMLType, GGUFFile, dequantize
+from ember.nn.llm.model import ContextOverflowError, Llama, ModelError, QuantWeight
 from ember.nn.llm.tokenizer import BPETokenizer, render_chatml
-
-# ** the numpy oracle: the architecture as the original model defines it, over the whole sequence, no cache **
-
-def _rms(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
-  return x / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + eps) * w
-
-def _rope_half(x: np.ndarray, theta: float) -> np.ndarray:
-  T, _, D = x.shape
-  inv = theta ** (-np.arange(0, D, 2) / D)
-  ang = np.arange(T)[:, None] * inv[None, :]
-  cos, sin = np.concatenate([np.cos(ang)] * 2, -1)[:, None, :], np.concatenate([np.sin(ang)] * 2, -1)[:, None, :]
-  rot = np.concatenate([-x[..., D // 2:], x[..., :D // 2]], -1)
-  return x * cos + rot * sin
-
-def reference_logits(hf: dict[str, np.ndarray], cfg: dict, ids: list[int]) -> np.ndarray:
-  """Logits of every position (T, vocab), float64."""
-  hd, rep = cfg["dim"] // cfg["n_heads"], cfg["n_heads"] // cfg["n_kv_heads"]
-  x = hf["token_embd.weight"][ids].astype(np.float64)
-  T = len(ids)
-  causal = np.triu(np.full((T, T), -np.inf), 1)
-  for i in range(cfg["n_layers"]):
-    w = {k.split(".", 2)[2].rsplit(".", 1)[0]: v.astype(np.float64) for k, v in hf.items() if k.startswith(f"blk.{i}.")}
-    h = _rms(x, w["attn_norm"], cfg["eps"])
-    q = _rope_half((h @ w["attn_q"].T).reshape(T, cfg["n_heads"], hd), cfg["theta"])
-    k = _rope_half((h @ w["attn_k"].T).reshape(T, cfg["n_kv_heads"], hd), cfg["theta"])
-    v = (h @ w["attn_v"].T).reshape(T, cfg["n_kv_heads"], hd)
-    out = np.empty((T, cfg["n_heads"], hd))
-    for head in range(cfg["n_heads"]):
-      s = q[:, head] @ k[:, head // rep].T / np.sqrt(hd) + causal
-      p = np.exp(s - s.max(-1, keepdims=True))
-      out[:, head] = (p / p.sum(-1, keepdims=True)) @ v[:, head // rep]
-    x = x + out.reshape(T, -1) @ w["attn_output"].T
-    h = _rms(x, w["ffn_norm"], cfg["eps"])
-    g = h @ w["ffn_gate"].T
-    x = x + ((g / (1 + np.exp(-g))) * (h @ w["ffn_up"].T)) @ w["ffn_down"].T
-  return _rms(x, hf["output_norm.weight"], cfg["eps"]) @ hf["token_embd.weight"].T.astype(np.float64)
 
 IDS = [5, 77, 200, 3, 150, 42, 9]
 
-def test_prefill_matches_reference(tiny_llama):
+def test_prefill_matches_reference(tiny_llama, reference_logits):
   path, hf, cfg = tiny_llama
   model = Llama.from_gguf(path, max_context=16)
   assert model.cfg.n_kv_heads == 2 and model.cfg.head_dim == 8
   np.testing.assert_allclose(model.forward(IDS), reference_logits(hf, cfg, IDS)[-1], rtol=1e-4, atol=1e-4)
 
-def test_incremental_decode_matches_full_recompute(tiny_llama):
+def test_incremental_decode_matches_full_recompute(tiny_llama, reference_logits):
   path, hf, cfg = tiny_llama
   model = Llama.from_gguf(path, max_context=16)
   ref = reference_logits(hf, cfg, IDS)
@@ -77,7 +43,7 @@ def test_unsupported_architecture(tmp_path, gguf_writer):
   path = gguf_writer(tmp_path / "m.gguf", {"general.architecture": "mamba"}, tensors)
   with pytest.raises(ModelError, match="'mamba' is not supported"): Llama.from_gguf(path)
 
-def test_greedy_generation_matches_reference(tiny_llama):
+def test_greedy_generation_matches_reference(tiny_llama, reference_logits):
   path, hf, cfg = tiny_llama
   model = Llama.from_gguf(path, max_context=16)
   seen: list[int] = []
@@ -175,3 +141,73 @@ def test_gguf_file_of_smollm2_has_expected_types(smollm2_file):
   # the reader must handle every tensor type in the shipped model
   assert set(smollm2_file.type_counts()) <= {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"}
   assert isinstance(smollm2_file, GGUFFile) and "output.weight" not in smollm2_file.tensors
+
+# ** quantised weights: dequantisation inside the matmul against numpy on the reader's dequantised matrix **
+
+def _quantize_blocks(w: np.ndarray, kind: GGMLType) -> np.ndarray:
+  """GGML blocks of 32 for `w` (out, in), written from the format: Q8_0 d=max|x|/127; Q4_1 d=(max-min)/15, m=min;
+  Q4_0 d=max|x|/-8 signed, q=x/d+8. Quants are low nibbles of bytes 0..15 then high nibbles."""
+  blocks = w.reshape(-1, 32).astype(np.float32)
+  def f16(a: np.ndarray) -> np.ndarray: return a.astype(np.float16).reshape(-1, 1).view(np.uint8)
+  def nibbles(q: np.ndarray) -> np.ndarray: return (q[:, :16] | (q[:, 16:] << 4)).astype(np.uint8)
+  if kind is GGMLType.Q8_0:
+    d = np.abs(blocks).max(1) / 127
+    q = np.round(blocks / d[:, None]).astype(np.int8).view(np.uint8)
+    return np.concatenate([f16(d), q], 1)
+  if kind is GGMLType.Q4_1:
+    lo, hi = blocks.min(1), blocks.max(1)
+    d = (hi - lo) / 15
+    q = np.clip(np.round((blocks - lo[:, None]) / d[:, None]), 0, 15).astype(np.uint8)
+    return np.concatenate([f16(d), f16(lo), nibbles(q)], 1)
+  big = blocks[np.arange(len(blocks)), np.abs(blocks).argmax(1)]
+  d = big / -8
+  q = np.clip(np.round(blocks / d[:, None] + 8), 0, 15).astype(np.uint8)
+  return np.concatenate([f16(d), nibbles(q)], 1)
+
+@pytest.mark.parametrize("kind", [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0])
+@pytest.mark.parametrize("T", [1, 3])
+def test_quantized_matmul(kind, T):
+  rng = np.random.default_rng(1)
+  w = rng.standard_normal((48, 96)).astype(np.float32)
+  raw = _quantize_blocks(w, kind)
+  dense = dequantize(raw, kind, w.shape)
+  assert np.abs(dense - w).max() < 0.5  # the quantiser is sane; the oracle below is the reader's dequantisation
+  x = rng.standard_normal((T, 96)).astype(np.float32)
+  got = QuantWeight(kind, raw, w.shape, None).matmul(Tensor(x)).numpy()
+  np.testing.assert_allclose(got, x.astype(np.float64) @ dense.T.astype(np.float64), rtol=1e-4, atol=1e-4)
+
+def test_quantized_model_matches_dense(tiny_llama, tmp_path, gguf_writer, reference_logits):
+  # the tiny model with its matrices in Q4_1 (the LM head Q8_0, like SmolLM2) against the numpy oracle on the
+  # dequantised matrices
+  path, hf, cfg = tiny_llama
+  f = GGUFFile(path)
+  tensors, deq = {}, dict(hf)
+  for name in f.tensors:
+    w = f.tensor(name)
+    kind = GGMLType.Q8_0 if name == "token_embd.weight" else GGMLType.Q4_1 if w.ndim == 2 else None
+    if kind is None:
+      tensors[name] = (0, w.shape, w.tobytes())
+      continue
+    raw = _quantize_blocks(w, kind)
+    tensors[name] = (int(kind), w.shape, raw.tobytes())
+    stored = dequantize(raw, kind, w.shape)
+    # the oracle takes HF-layout q/k: undo the converter's per-head row permutation
+    heads = cfg["n_heads"] if "attn_q" in name else cfg["n_kv_heads"] if "attn_k" in name else 0
+    deq[name] = _from_gguf_rope_layout(stored, heads) if heads else stored
+  qpath = gguf_writer(tmp_path / "q.gguf", dict(f.metadata), tensors)
+  model = Llama.from_gguf(qpath, max_context=16, quantized=True)
+  assert isinstance(model.layers[0].qkv, QuantWeight) and isinstance(model.lm_head, QuantWeight)
+  assert model.weight_bytes < Llama.from_gguf(qpath, max_context=16).weight_bytes / 3
+  np.testing.assert_allclose(model.forward(IDS), reference_logits(deq, cfg, IDS)[-1], rtol=1e-3, atol=1e-3)
+
+def _from_gguf_rope_layout(w: np.ndarray, n_heads: int) -> np.ndarray:
+  rows, cols = w.shape
+  return w.reshape(n_heads, rows // n_heads // 2, 2, cols).swapaxes(1, 2).reshape(rows, cols)
+
+def test_long_prompt_prefills_in_padded_chunks(tiny_llama, reference_logits):
+  # 41 tokens: a full 32-token chunk, then 9 padded to the next bucket; then one decode step
+  path, hf, cfg = tiny_llama
+  ids = [int(i) for i in np.random.default_rng(3).integers(0, cfg["vocab"], 42)]
+  model = Llama.from_gguf(path, max_context=64)
+  np.testing.assert_allclose(model.forward(ids[:41]), reference_logits(hf, cfg, ids[:41])[-1], rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(model.forward(ids[41:]), reference_logits(hf, cfg, ids)[-1], rtol=1e-4, atol=1e-4)

@@ -16,6 +16,7 @@ from ember.device.base import Buffer
 from ember.errors import JitError
 from ember.engine import realize as engine
 from ember.helpers import JIT
+from ember.uop.ops import Ops, UOp
 
 R = TypeVar("R")
 
@@ -78,7 +79,9 @@ class TinyJit(Generic[R]):
     if info != self.expected:
       raise JitError(f"TinyJit inputs changed: expected {self.expected}, got {info}; "
                      "shapes, dtypes and devices must stay the same")
-    if self.graph is not None:
+    # bound Variables passed as arguments change sizes/positions without recapture: the kernels are symbolic in them
+    var_vals = {u.src[0].arg[0]: u.src[1].arg for u in (*args, *kwargs.values()) if isinstance(u, UOp) and u.op is Ops.BIND}
+    if self.graph is not None and not var_vals:
       self.graph(in_bufs)
       engine.GlobalCounters.kernel_count += len(self.captured)
       self.cnt += 1
@@ -88,7 +91,7 @@ class TinyJit(Generic[R]):
       real = [swap.get(id(b), b) for b in bufs]
       if runner is None: engine._copy(real[0], real[1])
       else:
-        runner(real, vv)
+        runner(real, {**vv, **var_vals})
         engine.GlobalCounters.kernel_count += 1
     self.cnt += 1
     return self.ret

@@ -8,9 +8,10 @@
 from __future__ import annotations
 from ember.nn.llm.gguf import GGUFFile, GGUFError, GGMLType, dequantize
 from ember.nn.llm.tokenizer import BPETokenizer, TokenizerError, render_chatml
-from ember.nn.llm.model import Llama, LlamaConfig, ModelError, ContextOverflowError
+from ember.nn.llm.model import (KVCache, Llama, LlamaConfig, LlamaSession, ModelError,
+                                ContextOverflowError)
 from ember.nn.llm.generate import SamplingParams, GenerationStats, generate, sample
 
 __all__ = ["GGUFFile", "GGUFError", "GGMLType", "dequantize", "BPETokenizer", "TokenizerError", "render_chatml",
-           "Llama", "LlamaConfig", "ModelError", "ContextOverflowError", "SamplingParams", "GenerationStats",
-           "generate", "sample"]
+           "Llama", "LlamaConfig", "LlamaSession", "KVCache", "ModelError", "ContextOverflowError", "SamplingParams",
+           "GenerationStats", "generate", "sample"]

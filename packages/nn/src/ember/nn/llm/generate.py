@@ -15,7 +15,8 @@ class SamplingError(EmberError, ValueError):
 
 class LanguageModel(Protocol):
   max_context: int
-  pos: int
+  @property
+  def pos(self) -> int: ...
   def forward(self, tokens: list[int] | np.ndarray) -> np.ndarray: ...
 
 @dataclass(frozen=True)

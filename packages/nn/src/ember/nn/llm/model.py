@@ -8,11 +8,12 @@ the RMSNorm scale is applied inside the matmul that reads the normed activation;
 the query and key heads together; each layer's cache is one (max_context, 2·kv) tensor (keys then values) updated
 by one assign.
 
-Weights: Q4_0, Q4_1 and Q8_0 matrices stay quantised on the device (`quantized=True`, the default): the packed
-bytes and per-block scales are separate tensors and the dequantisation (nibble masks and shifts, scale, offset) is
-tensor ops fused into the matmul kernel, so decode reads 4.5-8.5 bits per weight instead of 32. Every other type,
-and everything with `quantized=False`, is dequantised to float32 at load. On the 2-core development machine the
-quantised SmolLM2-135M decodes faster than the float32 one (README, "Running a language model", has the numbers).
+Weights are dequantised to float32 at load by default. With `quantized=True`, Q4_0, Q4_1 and Q8_0 matrices stay
+quantised on the device: the packed bytes and per-block scales are separate tensors and the dequantisation (nibble
+masks and shifts, scale, offset) is tensor ops fused into the matmul kernel, so decode reads ~6-9 bits per weight
+instead of 32. With today's CPU kernels the extra ALU work costs more than the bytes saved: on the 2-core development
+machine SmolLM2-135M decodes at 5.2 tokens/s with float32 weights and 2.6 with quantised ones (README, "Running a
+language model"), hence the default.
 
 RoPE: llama.cpp's converter stores attn_q / attn_k with the rows of each head permuted so that rotating adjacent
 pairs (x[2i], x[2i+1]) by angle pos * theta^(-2i/d) gives the same result as the original model's rotate-half RoPE;
@@ -20,22 +21,22 @@ this model applies that interleaved-pair rotation to the weights as stored.
 
 Everything that depends on the position (the RoPE tables, the causal mask, where the new keys/values land in the
 cache, which row's logits to return) is a small host-built input tensor, so a step is the same graph whatever the
-position: TinyJit captures the decode step (one token) and the prefill step (a fixed chunk of tokens, the last
-chunk padded) once each and replays them. The cache tensors are inputs of the captured steps too, so one capture
+position: TinyJit captures the decode step (one token) and a prefill step per chunk size in PREFILL_BUCKETS once
+each and replays them. The cache tensors are inputs of the captured steps too, so one capture
 serves every `KVCache` of the model (the HTTP server keeps one per request slot). Token embeddings are gathered on
 the host from the GGUF bytes.
 """
 from __future__ import annotations
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 import numpy as np
 from ember import Tensor, TinyJit, dtypes
 from ember.errors import EmberError
 from ember.nn.llm.gguf import GGMLType, GGUFFile, dequantize, tensor_nbytes
 
 SUPPORTED_ARCHS = ("llama", "mistral")
-PREFILL_CHUNK = 32  # prompt tokens per captured prefill step; a shorter last chunk is padded
+PREFILL_BUCKETS = (8, 32)  # prompt tokens per captured prefill step; a chunk is padded to the smallest that fits
 
 class ModelError(EmberError, ValueError):
   """A GGUF model cannot be built: unsupported architecture, missing metadata or tensors, inconsistent shapes."""
@@ -106,36 +107,37 @@ class QuantWeight:
     self.ggml_type, self.shape = ggml_type, shape
     blocks = np.asarray(raw, np.uint8).reshape(out_dim, in_dim // QUANT_BLOCK, -1)
     scale = _f16_column(blocks, 0)
+    q: np.ndarray
     offset: np.ndarray | None
     if ggml_type is GGMLType.Q8_0: q, offset = blocks[..., 2:].copy().view(np.int8), None
     elif ggml_type is GGMLType.Q4_1: q, offset = blocks[..., 4:].copy(), _f16_column(blocks, 2)
     else: q, offset = blocks[..., 2:].copy(), -8.0 * scale
+    self.nbytes = q.nbytes + scale.nbytes + (0 if offset is None else offset.nbytes)  # read per use
     self.q = Tensor(np.ascontiguousarray(q), device=device).realize()
     self.scale = Tensor(scale, device=device).realize()
     self.offset = None if offset is None else Tensor(offset, device=device).realize()
 
-  @property
-  def nbytes(self) -> int:
-    return sum(t.numel() * t.dtype.itemsize for t in (self.q, self.scale, self.offset) if t is not None)
-
   def matmul(self, x: Tensor) -> Tensor:
-    """x (T, in) @ W.T -> (T, out), one reduce over (blocks, lanes) with the dequantisation fused into it."""
+    """x (T, in) @ W.T -> (T, out) with the dequantisation fused into the reduce.
+
+    The sum runs over the blocks first, keeping one partial sum per lane of a block, then over the lanes: the first
+    kernel then holds 16 (or 32) independent accumulators per output that the C compiler vectorises, where a single
+    reduce over (blocks, lanes) is one serial floating-point chain (about 2x slower on the development machine)."""
     T, nb = x.shape[0], self.shape[1] // QUANT_BLOCK
     xb = x.reshape(T, 1, nb, QUANT_BLOCK)  # (T, 1, blocks, 32) broadcasts against the weight's (out, blocks, ...)
     if self.ggml_type is GGMLType.Q8_0:
-      return (xb * (self.q.cast(dtypes.float32) * self.scale)).sum((-2, -1))
+      return (xb * (self.q.cast(dtypes.float32) * self.scale)).sum(-2).sum(-1)
     assert self.offset is not None
     low = (self.q & 15).cast(dtypes.float32) * self.scale + self.offset
     high = (self.q >> 4).cast(dtypes.float32) * self.scale + self.offset
-    return (xb[..., :16] * low + xb[..., 16:] * high).sum((-2, -1))
+    return (xb[..., :16] * low + xb[..., 16:] * high).sum(-2).sum(-1)  # (T, out, 16) partial sums, then (T, out)
 
 class DenseWeight:
   """An (out, in) float32 matrix."""
   def __init__(self, w: np.ndarray, device: str | None):
     self.shape = tuple(w.shape)
+    self.nbytes = int(w.size) * 4
     self.w = Tensor(np.ascontiguousarray(w, np.float32), device=device).realize()
-  @property
-  def nbytes(self) -> int: return self.w.numel() * 4
   def matmul(self, x: Tensor) -> Tensor: return x @ self.w.T  # reduces along the weight's contiguous rows
 
 Weight = QuantWeight | DenseWeight
@@ -211,7 +213,8 @@ class LlamaLayer:
   def __call__(self, x: Tensor, cache: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, place: Tensor,
                written: Tensor) -> Tensor:
     cfg = self.cfg
-    T, hd, n_kv, rep, dim, kv = x.shape[0], cfg.head_dim, cfg.n_kv_heads, cfg.n_heads // cfg.n_kv_heads, cfg.dim, cfg.kv_dim
+    T, hd, n_kv, dim, kv = x.shape[0], cfg.head_dim, cfg.n_kv_heads, cfg.dim, cfg.kv_dim
+    rep = cfg.n_heads // n_kv
     qkv = self.qkv.matmul(x * self.attn_norm) * rms_scale(x, cfg.rms_eps)  # (T, dim + 2kv)
     if self.qkv_bias is not None: qkv = qkv + self.qkv_bias
     qk = rope_interleaved(qkv[:, :dim + kv].reshape(T, cfg.n_heads + n_kv, hd), cos, sin).reshape(T, dim + kv)
@@ -235,7 +238,7 @@ class Llama:
   >>> logits = model.forward([6403, 1980, 253, 655])  # doctest: +SKIP  (vocab,) float32 of the last position
   """
   def __init__(self, cfg: LlamaConfig, sources: dict[str, _Source | np.ndarray], max_context: int = 512,
-               device: str | None = None, quantized: bool = True):
+               device: str | None = None, quantized: bool = False):
     self.cfg, self.device, self.quantized = cfg, device, quantized
     self.max_context = min(max_context, cfg.context_length)
     if self.max_context <= 0: raise ModelError(f"max_context must be positive, got {max_context}")
@@ -273,15 +276,14 @@ class Llama:
                                get(p + "ffn_up.weight", (cfg.ffn_dim, cfg.dim))], quantized, device),
         down=_fused_weight([get(p + "ffn_down.weight", (cfg.dim, cfg.ffn_dim))], quantized, device), cfg=cfg))
     self._embed_rows = self._embedding_reader()
-    self.chunk = min(PREFILL_CHUNK, self.max_context)
     self._decode_jit = TinyJit(self._step)
-    self._prefill_jit = TinyJit(self._step)
+    self._prefill_jits = {size: TinyJit(self._step) for size in PREFILL_BUCKETS}
     self.cache = self.new_cache()
 
   @classmethod
   def from_gguf(cls, source: str | GGUFFile, max_context: int = 512, device: str | None = None,
-                quantized: bool = True) -> Llama:
-    """Build the model from a GGUF file; Q4_0/Q4_1/Q8_0 matrices stay quantised unless `quantized=False`."""
+                quantized: bool = False) -> Llama:
+    """Build the model from a GGUF file; with `quantized=True` Q4_0/Q4_1/Q8_0 matrices stay quantised."""
     f = source if isinstance(source, GGUFFile) else GGUFFile(source)
     emb = f.tensors.get("token_embd.weight")
     if emb is None: raise ModelError(f"{f.path}: no token_embd.weight tensor; is this a llama-family GGUF?")
@@ -293,7 +295,7 @@ class Llama:
       else: sources[name] = f.tensor(name)
     return cls(cfg, sources, max_context=max_context, device=device, quantized=quantized)
 
-  def _embedding_reader(self):
+  def _embedding_reader(self) -> Callable[[np.ndarray], np.ndarray]:
     emb = self._embedding
     if emb.array is not None or emb.ggml_type is None:
       table = emb.dense()
@@ -305,11 +307,12 @@ class Llama:
 
   @property
   def weight_bytes(self) -> int:
-    """Bytes of weights one decode step reads: every matrix and norm vector (the embedding row gather is on the host)."""
-    total = self.lm_head.nbytes + self.norm.numel() * 4
+    """Bytes of weights one decode step reads: every matrix and norm vector (embedding rows are gathered on the
+    host)."""
+    total = self.lm_head.nbytes + self.cfg.dim * 4
     for layer in self.layers:
       total += sum(w.nbytes for w in (layer.qkv, layer.attn_output, layer.gate_up, layer.down))
-      total += (layer.attn_norm.numel() + layer.ffn_norm.numel()) * 4
+      total += 2 * self.cfg.dim * 4  # the two norm vectors
     return total
 
   def new_cache(self) -> KVCache:
@@ -341,15 +344,18 @@ class Llama:
         f"new conversation or raise max_context")
     if ids.min() < 0 or ids.max() >= self.cfg.vocab_size:
       raise ModelError(f"token ids must be in [0, {self.cfg.vocab_size}), got min {ids.min()} max {ids.max()}")
-    if T == 1: logits = self._run(self._decode_jit, ids, start, cache)
+    if T == 1: logits = self._run(self._decode_jit, ids, 1, start, cache)
     else:
-      for at in range(0, T, self.chunk): logits = self._run(self._prefill_jit, ids[at:at + self.chunk], start + at, cache)
+      big = PREFILL_BUCKETS[-1]
+      for at in range(0, T, big):
+        chunk = ids[at:at + big]
+        size = next(b for b in PREFILL_BUCKETS if b >= chunk.size)
+        logits = self._run(self._prefill_jits[size], chunk, size, start + at, cache)
     cache.pos = start + T
     return logits
 
-  def _run(self, step: TinyJit, ids: np.ndarray, start: int, cache: KVCache) -> np.ndarray:
-    n = ids.size
-    T = 1 if n == 1 else self.chunk  # a short prefill chunk is padded with token 0 at the following positions
+  def _run(self, step: TinyJit, ids: np.ndarray, T: int, start: int, cache: KVCache) -> np.ndarray:
+    n = ids.size  # a prefill chunk shorter than its bucket T is padded with token 0 at the following positions
     C = self.max_context
     positions = np.arange(start, start + T)
     cos, sin = rope_tables(positions, self.cfg.head_dim, self.cfg.rope_theta)
