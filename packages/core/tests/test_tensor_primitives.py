@@ -336,3 +336,11 @@ def test_symbolic_slices_with_bound_variables():
     v = Variable("n", 1, 5).bind(n)
     np.testing.assert_allclose(Tensor(x)[:v].sum(0).numpy(), x[:n].sum(0))
     np.testing.assert_allclose(Tensor(x)[1:v, 2].sum().numpy(), x[1:n, 2].sum())
+
+def test_two_size_changing_bitcasts_of_one_buffer_keep_their_own_bytes():
+  # regression: the memory planner reused the memory a bitcast view aliased
+  from ember import dtypes
+  t = Tensor(np.arange(8, dtype=np.uint8))
+  a, b = t[0:2].bitcast(dtypes.uint16), t[2:4].bitcast(dtypes.uint16)
+  want = np.arange(8, dtype=np.uint8)[0:2].view(np.uint16).astype(np.int32) * 1000 + np.arange(8, dtype=np.uint8)[2:4].view(np.uint16)
+  np.testing.assert_array_equal((a.cast(dtypes.int32) * 1000 + b.cast(dtypes.int32)).numpy(), want)

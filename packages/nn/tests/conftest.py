@@ -2,7 +2,8 @@
 checker is on. When ember-nn is not installed, its source folder is put on sys.path so `ember.nn` resolves next to
 ember-core (whose `ember/__init__.py` extends its `__path__`).
 
-Tests marked `slow` (full training runs) run only when selected: `pytest -m slow`.
+Tests marked `slow` (full training runs) or `model` (real models from PyPI packages) run only when selected:
+`pytest -m slow`, `pytest -m model`.
 """
 from __future__ import annotations
 import os
@@ -20,12 +21,15 @@ GOLDEN = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "golde
 
 def pytest_configure(config: pytest.Config) -> None:
   config.addinivalue_line("markers", "slow: a full training run (minutes); runs only with `-m slow`")
+  config.addinivalue_line("markers", "model: loads a real model from its PyPI package; runs only with `-m model`")
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-  if "slow" in (config.option.markexpr or ""): return
-  skip = pytest.mark.skip(reason="slow test: select it with `pytest -m slow`")
-  for item in items:
-    if "slow" in item.keywords: item.add_marker(skip)
+  selected = config.option.markexpr or ""
+  for marker, how in (("slow", "slow test: select it with `pytest -m slow`"),
+                      ("model", "real-model test: select it with `pytest -m model`")):
+    if marker in selected: continue
+    for item in items:
+      if marker in item.keywords: item.add_marker(pytest.mark.skip(reason=how))
 
 @pytest.fixture
 def training():

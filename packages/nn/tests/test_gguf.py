@@ -37,10 +37,12 @@ def test_dequantize_matches_reference(name: str):
   np.testing.assert_array_equal(got.numpy().reshape(-1), expected)
 
 def test_dequantize_errors():
-  with pytest.raises(GGUFError, match="not a multiple of its block size 32"): dequantize(Tensor.zeros(18, dtype=dtypes.uint8), "Q4_0", (31,))
-  with pytest.raises(GGUFError, match="needs 36 bytes, got 18"): dequantize(Tensor.zeros(18, dtype=dtypes.uint8), "Q4_0", (64,))
-  with pytest.raises(GGUFError, match="unknown GGML tensor type 'Q9_9'"): dequantize(Tensor.zeros(4, dtype=dtypes.uint8), "Q9_9", (1,))
-  with pytest.raises(GGUFError, match="Q8_K is not supported"): dequantize(Tensor.zeros(4, dtype=dtypes.uint8), "Q8_K", (256,))
+  def raw(n: int) -> Tensor: return Tensor.zeros(n, dtype=dtypes.uint8)
+  with pytest.raises(GGUFError, match="not a multiple of its block size 32"): dequantize(raw(18), "Q4_0", (31,))
+  with pytest.raises(GGUFError, match="needs 36 bytes, got 18"): dequantize(raw(18), "Q4_0", (64,))
+  with pytest.raises(GGUFError, match="unknown GGML tensor type 'Q9_9'"): dequantize(raw(4), "Q9_9", (1,))
+  with pytest.raises(GGUFError, match="Q8_K is not supported"): dequantize(raw(4), "Q8_K", (256,))
+  with pytest.raises(GGUFError, match="uint8"): dequantize(Tensor.zeros(1, dtype=dtypes.float32), "F32", (1,))
 
 def _write_file(path: Path) -> dict[str, np.ndarray]:
   """A GGUF file from the reference writer: one float32, one float16 and three quantised tensors."""
@@ -49,7 +51,8 @@ def _write_file(path: Path) -> dict[str, np.ndarray]:
   writer.add_uint32("test.answer", 42)
   writer.add_string("test.name", "tiny")
   expected = {}
-  plain = {"f32": rng.standard_normal((4, 8)).astype(np.float32), "f16": rng.standard_normal((3, 32)).astype(np.float16)}
+  plain = {"f32": rng.standard_normal((4, 8)).astype(np.float32),
+           "f16": rng.standard_normal((3, 32)).astype(np.float16)}
   for name, arr in plain.items():
     writer.add_tensor(name, arr)
     expected[name] = arr.astype(np.float32)
@@ -83,7 +86,8 @@ def test_corrupt_files_name_file_and_offset(tmp_path: Path):
   data = path.read_bytes()
   cut = tmp_path / "cut.gguf"
   cut.write_bytes(data[:-40])
-  with pytest.raises(GGUFError, match="truncated") as e: gguf_load(cut)
+  with pytest.raises(GGUFError, match=r"past the end of the file at offset \d+; the file is truncated") as e:
+    gguf_load(cut)
   assert str(cut) in str(e.value)
   header_cut = tmp_path / "header.gguf"
   header_cut.write_bytes(data[:60])

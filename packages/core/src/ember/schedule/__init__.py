@@ -126,6 +126,7 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
   realized: dict[UOp, UOp] = {}
   items: list[ScheduleItem] = []
   becomes: dict[UOp, UOp] = {}
+  pinned: set[int] = set()
   for node in order:
     if _ubound(prod(node.shape)) == 0:
       buf_uop = _new_buffer_uop(node)
@@ -147,7 +148,9 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
       src_uop = realized.get(node.src[0], node.src[0])
       sb = buffer_of(src_uop)
       out = _new_buffer_uop(node)
-      attach_buffer(out, sb.view(out.arg.size, out.dtype, 0) if sb._base is None else Buffer(sb.device, out.arg.size, out.dtype, base=sb.base, offset=sb.offset))  # type: ignore[arg-type]
+      view = sb.view(out.arg.size, out.dtype, 0)  # type: ignore[arg-type]
+      attach_buffer(out, view)
+      pinned.add(id(sb.base))  # the view aliases this memory: the planner must not hand it to another buffer
       realized[node] = out
       continue
     if node.op is Ops.ASSIGN:
@@ -166,7 +169,8 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
       if t.dtype.weak and not r.dtype.weak: becomes[t] = UOp(Ops.CAST, t.dtype, (becomes[t],))
   for n, r in realized.items():
     if n.op is Ops.ASSIGN and n not in becomes: becomes[n] = r
-  return memory_plan(items, {id(buffer_of(r)) for r in becomes.values() if r.base.op is Ops.BUFFER}), becomes
+  held = {id(buffer_of(r)) for r in becomes.values() if r.base.op is Ops.BUFFER} | pinned
+  return memory_plan(items, held), becomes
 
 def memory_plan(items: list[ScheduleItem], held: set[int]) -> list[ScheduleItem]:
   """Reuse the memory of intermediate buffers: one that is dead before another is first written can hold it."""

@@ -8,9 +8,10 @@
 """
 from __future__ import annotations
 from ember.nn.layers import (Linear, Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, BatchNorm, BatchNorm1d,
-                             BatchNorm2d, BatchNorm3d, LayerNorm, RMSNorm, GroupNorm, InstanceNorm, Embedding, Dropout, LSTMCell, Sequential)
+                             BatchNorm2d, BatchNorm3d, LayerNorm, RMSNorm, GroupNorm, InstanceNorm, Embedding, Dropout,
+                             LSTMCell, Sequential)
 from ember.nn import functional, optim, state
 
 __all__ = ["Linear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "BatchNorm", "BatchNorm1d",
-           "BatchNorm2d", "BatchNorm3d", "LayerNorm", "RMSNorm", "GroupNorm", "InstanceNorm", "Embedding", "Dropout", "LSTMCell", "Sequential",
-           "functional", "optim", "state"]
+           "BatchNorm2d", "BatchNorm3d", "LayerNorm", "RMSNorm", "GroupNorm", "InstanceNorm", "Embedding", "Dropout",
+           "LSTMCell", "Sequential", "functional", "optim", "state"]

@@ -133,15 +133,16 @@ def torch_load(path: str | os.PathLike[str], device: str | None = None) -> Any:
   except zipfile.BadZipFile as e:
     with open(fpath, "rb") as f: head = f.read(4)
     if head[:2] == b"\x80\x02" or head[:1] == b"\x80":
-      raise CheckpointError(f"{fpath}: a legacy (pre-1.6, non-zip) torch checkpoint, which this reader does not handle; "
-                            "re-save it with a current torch.save") from e
+      raise CheckpointError(f"{fpath}: a legacy (pre-1.6, non-zip) torch checkpoint, which this reader does not "
+                            "handle; re-save it with a current torch.save") from e
     raise CheckpointError(f"{fpath}: not a zip checkpoint or truncated ({size} bytes; no end-of-central-directory "
                           f"record found before offset {size}): {e}") from e
   with archive, open(fpath, "rb") as raw:
     names = archive.namelist()
     pickles = [n for n in names if n.endswith("/data.pkl") or n == "data.pkl"]
     if len(pickles) != 1:
-      hint = " (a TorchScript archive: load it with torch.jit)" if any(n.endswith("constants.pkl") for n in names) else ""
+      scripted = any(n.endswith("constants.pkl") for n in names)
+      hint = " (a TorchScript archive: load it with torch.jit)" if scripted else ""
       raise CheckpointError(f"{fpath}: expected one data.pkl in the archive, found {len(pickles)}{hint}")
     prefix = pickles[0][:-len("data.pkl")]
     if f"{prefix}byteorder" in names and archive.read(f"{prefix}byteorder").strip() != b"little":

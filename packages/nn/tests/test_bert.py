@@ -1,0 +1,72 @@
+"""BERT: the WordPiece tokenizer against its rules (fast, a vocabulary built here), the encoder against torch on a tiny
+random config, and (marked `model`) all-MiniLM-L6-v2 against the golden sentence-transformers values."""
+from __future__ import annotations
+import json
+import math
+import numpy as np
+import pytest
+from ember import Tensor, dtypes
+from ember.nn.bert import BertConfig, BertModel, ModelFilesError, SentenceEmbedder, WordPieceTokenizer, cosine
+from ember.nn.state import get_state_dict
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "un", "##aff", "##able", "hello", "world", ",", "!", "cafe", "的",
+         "##s", "a"]
+
+def test_wordpiece_rules():
+  tok = WordPieceTokenizer(VOCAB)
+  ids = {t: i for i, t in enumerate(VOCAB)}
+  assert tok.tokenize("unaffable") == ["un", "##aff", "##able"]  # greedy longest match first
+  assert tok.tokenize("Hello,WORLD!") == ["hello", ",", "world", "!"]  # lowercase, punctuation splits
+  assert tok.tokenize("Café\t\u0000hello") == ["cafe", "hello"]  # accents stripped, control chars dropped
+  assert tok.tokenize("a的a") == ["a", "的", "a"]  # CJK characters become words
+  assert tok.tokenize("unknownword hellos") == ["[UNK]", "hello", "##s"]
+  assert tok.tokenize("a" * 101) == ["[UNK]"]  # longer than max_chars_per_word
+  assert tok.encode("hello world") == [ids["[CLS]"], ids["hello"], ids["world"], ids["[SEP]"]]
+  assert tok.encode("hello world hello", max_length=4) == [ids["[CLS]"], ids["hello"], ids["world"], ids["[SEP]"]]
+  with pytest.raises(ModelFilesError, match=r"\[SEP\]"): WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]"])
+
+def test_bert_encoder_matches_torch_with_padding():
+  torch = pytest.importorskip("torch")
+  cfg = BertConfig(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
+                   intermediate_size=32, max_position_embeddings=12)
+  Tensor.manual_seed(0)
+  model = BertModel(cfg)
+  sd = {k: torch.from_numpy(v.numpy()) for k, v in get_state_dict(model).items()}
+  ids = np.array([[2, 7, 8, 13, 3], [2, 4, 3, 0, 0]], dtype=np.int32)
+  mask = (ids != 0).astype(np.float32)
+  mask[0, 3] = 1.0
+  got = model(Tensor(ids, dtype=dtypes.int32), Tensor(mask)).numpy()
+  # the oracle: BERT written out in torch from the same weights (exact-erf GELU, post-LayerNorm blocks)
+  def ln(x, prefix):
+    return torch.nn.functional.layer_norm(x, (16,), sd[prefix + ".weight"], sd[prefix + ".bias"], 1e-12)
+  def lin(x, prefix): return x @ sd[prefix + ".weight"].T + sd[prefix + ".bias"]
+  t_ids = torch.from_numpy(ids).long()
+  x = sd["embeddings.word_embeddings.weight"][t_ids] + sd["embeddings.position_embeddings.weight"][:5]
+  x = ln(x + sd["embeddings.token_type_embeddings.weight"][0], "embeddings.LayerNorm")
+  bias = (1 - torch.from_numpy(mask))[:, None, None, :] * -1e9
+  for i in range(2):
+    p = f"encoder.layer.{i}."
+    def heads(t): return t.reshape(2, 5, 4, 4).transpose(1, 2)
+    q, k, v = (heads(lin(x, p + f"attention.self.{n}")) for n in ("query", "key", "value"))
+    att = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(4) + bias, -1) @ v
+    merged = att.transpose(1, 2).reshape(2, 5, 16)
+    h = ln(lin(merged, p + "attention.output.dense") + x, p + "attention.output.LayerNorm")
+    ff = torch.nn.functional.gelu(lin(h, p + "intermediate.dense"))
+    x = ln(lin(ff, p + "output.dense") + h, p + "output.LayerNorm")
+  np.testing.assert_allclose(got, x.numpy(), atol=2e-5, rtol=1e-4)
+
+@pytest.mark.model
+def test_minilm_matches_golden(golden):
+  try: embedder = SentenceEmbedder.from_pretrained()
+  except ModelFilesError as e: pytest.skip(str(e))
+  ref = json.loads((golden / "all-minilm-l6-v2.json").read_text())
+  cases = ref["cases"]
+  hello = cases[0]
+  assert embedder.tokenizer.encode(hello["text"]) == hello["input_ids"]
+  hidden, _ = embedder.hidden([hello["text"]])
+  np.testing.assert_allclose(hidden.numpy()[0, 0, :5], hello["cls_hidden_first5"], atol=1e-4)
+  embeddings = embedder.encode([c["text"] for c in cases]).numpy()  # a padded batch of two
+  for row, case in zip(embeddings, cases):
+    np.testing.assert_allclose(row[:5], case["embedding_first5"], atol=1e-4, err_msg=case["text"])
+    assert abs(np.linalg.norm(row) - 1) < 1e-5
+  assert abs(cosine(embeddings[0], embeddings[1]) - ref["cosine_hello_world_vs_fox"]) < 1e-4
