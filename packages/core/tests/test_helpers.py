@@ -6,7 +6,7 @@ import textwrap
 from pathlib import Path
 import pytest
 from ember.device.base import Compiler
-from ember.helpers import CACHEDB, DEBUG, Context, content_hash, diskcache_get, diskcache_put
+from ember.helpers import DEBUG, Context, content_hash, diskcache_get, diskcache_put
 
 @pytest.fixture
 def cachedb(tmp_path: Path):

@@ -5,6 +5,7 @@ dtype of its kind (`int8 + 2 -> int8`, `float16 + 2.5 -> float16`), and it commi
 materialised. Strong dtypes are singletons compared by identity.
 """
 from __future__ import annotations
+import builtins
 import functools
 import math
 import struct
@@ -82,30 +83,30 @@ class DTypes:
   def default_int(self) -> DType: return _dtype_by_name(DEFAULT_INT.value)
 
   @staticmethod
-  def is_float(dt: AnyDType) -> bool: return dt.kind == "f"
+  def is_float(dt: AnyDType) -> builtins.bool: return dt.kind == "f"
   @staticmethod
-  def is_int(dt: AnyDType) -> bool: return dt.kind in ("i", "u")
+  def is_int(dt: AnyDType) -> builtins.bool: return dt.kind in ("i", "u")
   @staticmethod
-  def is_unsigned(dt: AnyDType) -> bool: return dt.kind == "u"
+  def is_unsigned(dt: AnyDType) -> builtins.bool: return dt.kind == "u"
   @staticmethod
-  def is_bool(dt: AnyDType) -> bool: return dt.kind == "b"
+  def is_bool(dt: AnyDType) -> builtins.bool: return dt.kind == "b"
   @staticmethod
-  def is_weak(dt: AnyDType) -> bool: return dt.weak
+  def is_weak(dt: AnyDType) -> builtins.bool: return dt.weak
 
   @staticmethod
-  def min(dt: DType) -> int | float:
+  def min(dt: DType) -> builtins.int | builtins.float:
     if dt.kind == "b": return False
     if dt.kind == "i": return -(2 ** (dt.bitsize - 1)) if dt.itemsize else -(2 ** 63)
     if dt.kind == "u": return 0
     return -math.inf
   @staticmethod
-  def max(dt: DType) -> int | float:
+  def max(dt: DType) -> builtins.int | builtins.float:
     if dt.kind == "b": return True
     if dt.kind == "i": return 2 ** (dt.bitsize - 1) - 1 if dt.itemsize else 2 ** 63 - 1
     if dt.kind == "u": return 2 ** dt.bitsize - 1
     return math.inf
 
-  def finfo(self, dt: DType) -> tuple[int, int]:
+  def finfo(self, dt: DType) -> tuple[builtins.int, builtins.int]:
     """(exponent bits, mantissa bits) of a float dtype."""
     table = {self.float16: (5, 10), self.bfloat16: (8, 7), self.float32: (8, 23), self.float64: (11, 52),
              self.fp8e4m3: (4, 3), self.fp8e5m2: (5, 2)}
@@ -121,7 +122,8 @@ class DTypes:
       flat = list(_flatten(x))
       if not flat: return self.default_float
       return strong_dtype(functools.reduce(least_upper_dtype, (self.from_py(v) for v in flat)))
-    raise DTypeError(f"cannot infer a dtype from {type(x).__name__} {x!r}; pass a bool, int, float or a nested list of them")
+    raise DTypeError(f"cannot infer a dtype from {type(x).__name__} {x!r}; "
+                     "pass a bool, int, float or a nested list of them")
 
   def from_np(self, npdtype: Any) -> DType:
     import numpy as np
@@ -167,13 +169,15 @@ def _flatten(x: Any):
 # bool -> weakint -> every int; every int -> weakfloat -> every float (so int64 lub uint64 is weakfloat).
 _lattice: dict[DType, tuple[DType, ...]] = {
   dtypes.bool: (dtypes.weakint,), dtypes.weakint: (dtypes.int8, dtypes.uint8),
-  dtypes.int8: (dtypes.int16,), dtypes.int16: (dtypes.int32,), dtypes.int32: (dtypes.int64,), dtypes.int64: (dtypes.weakfloat,),
+  dtypes.int8: (dtypes.int16,), dtypes.int16: (dtypes.int32,), dtypes.int32: (dtypes.int64,),
+  dtypes.int64: (dtypes.weakfloat,),
   dtypes.uint8: (dtypes.int16, dtypes.uint16), dtypes.uint16: (dtypes.int32, dtypes.uint32),
   dtypes.uint32: (dtypes.int64, dtypes.uint64), dtypes.uint64: (dtypes.weakfloat,),
   dtypes.weakfloat: (dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.bfloat16),
   # fp8 -> float16 only: with bfloat16 as a second parent the lub would depend on the order of promotion
   dtypes.fp8e4m3: (dtypes.float16,), dtypes.fp8e5m2: (dtypes.float16,),
-  dtypes.float16: (dtypes.float32,), dtypes.bfloat16: (dtypes.float32,), dtypes.float32: (dtypes.float64,), dtypes.float64: (),
+  dtypes.float16: (dtypes.float32,), dtypes.bfloat16: (dtypes.float32,), dtypes.float32: (dtypes.float64,),
+  dtypes.float64: (),
 }
 
 @functools.cache
@@ -183,8 +187,9 @@ def _ancestors(dt: DType) -> frozenset[DType]:
 def least_upper_dtype(*ds: AnyDType) -> DType:
   """The smallest dtype every argument converts to: `int8, weakint -> int8`, `int32, float16 -> float16`."""
   for d in ds:
-    if not isinstance(d, DType) or d not in _lattice: raise DTypeError(f"cannot promote {d!r}; only value dtypes promote")
-  common = frozenset.intersection(*(_ancestors(d) for d in ds))  # type: ignore[arg-type]
+    if not isinstance(d, DType) or d not in _lattice:
+      raise DTypeError(f"cannot promote {d!r}; only value dtypes promote")
+  common = frozenset.intersection(*(_ancestors(d) for d in ds))
   return min(common, key=lambda d: d.priority)
 
 def least_upper_float(dt: DType) -> DType:
@@ -199,7 +204,10 @@ def strong_dtype(dt: DType) -> DType:
   return dt
 
 def sum_acc_dtype(dt: DType) -> DType:
-  """The dtype a sum accumulates in: unsigned -> at least uint32, int/bool -> at least int32, float -> at least float32."""
+  """The dtype a sum accumulates in.
+
+  Unsigned -> at least uint32, int/bool -> at least int32, float -> at least float32.
+  """
   dt = strong_dtype(dt)
   if dtypes.is_unsigned(dt): return least_upper_dtype(dt, dtypes.uint32)
   if dtypes.is_int(dt) or dtypes.is_bool(dt): return least_upper_dtype(dt, dtypes.int32)
@@ -238,7 +246,10 @@ def as_const(value: Any, dt: AnyDType) -> Any:
     return value
   if dt.kind == "f":
     value = float(value)
-    if dt is dtypes.float32: return struct.unpack("f", struct.pack("f", value))[0] if math.isfinite(value) and abs(value) < 3.4028235677973366e38 else (value if not math.isfinite(value) else math.copysign(math.inf, value))
+    if dt is dtypes.float32:
+      if not math.isfinite(value): return value
+      if abs(value) >= 3.4028235677973366e38: return math.copysign(math.inf, value)  # rounds past float32's max
+      return struct.unpack("f", struct.pack("f", value))[0]
     if dt is dtypes.float16:
       try: return struct.unpack("e", struct.pack("e", value))[0]
       except OverflowError: return math.copysign(math.inf, value)

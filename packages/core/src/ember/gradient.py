@@ -125,5 +125,5 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
     g = grads[node]
     for src, sg in zip(node.src, rule(g, node)):
       if sg is None or not leads.get(src, False): continue
-      grads[src] = sg if src not in grads else grads[src] + sg  # type: ignore[operator]
+      grads[src] = sg if src not in grads else grads[src] + sg
   return {k: v.uop for k, v in grads.items() if k in targets}  # type: ignore[attr-defined]

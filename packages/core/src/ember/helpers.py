@@ -47,7 +47,8 @@ class Context(contextlib.ContextDecorator):
   def __enter__(self) -> Context:
     self.old: dict[str, Any] = {}
     for k, v in self.kwargs.items():
-      if k not in ContextVar._cache: raise KeyError(f"unknown Context key {k!r}; known keys: {sorted(ContextVar._cache)}")
+      if k not in ContextVar._cache:
+        raise KeyError(f"unknown Context key {k!r}; known keys: {sorted(ContextVar._cache)}")
       var = ContextVar._cache[k]
       self.old[k] = var.value
       if k in ("DEFAULT_FLOAT", "DEFAULT_INT"): v = _check_default_dtype(k, v)
@@ -61,7 +62,8 @@ def _check_default_dtype(key: str, v: Any) -> str:
   from ember.errors import DTypeError
   dt = to_dtype(v)
   ok = dtypes.is_float(dt) if key == "DEFAULT_FLOAT" else dtypes.is_int(dt) and not dtypes.is_unsigned(dt)
-  if not ok or dt.weak: raise DTypeError(f"{key} must be a {'float' if key == 'DEFAULT_FLOAT' else 'signed int'} dtype, got {dt!r}")
+  kind = "float" if key == "DEFAULT_FLOAT" else "signed int"
+  if not ok or dt.weak: raise DTypeError(f"{key} must be a {kind} dtype, got {dt!r}")
   return dt.name
 
 # ** the flags **
@@ -78,7 +80,8 @@ TRANSCENDENTAL = ContextVar("TRANSCENDENTAL", 1)
 DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "float32")
 DEFAULT_INT = ContextVar("DEFAULT_INT", "int32")
 SEED = ContextVar("SEED", 0)
-CACHEDB = ContextVar("CACHEDB", os.path.join(os.getenv("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "ember", "cache.db"))
+CACHEDB = ContextVar("CACHEDB",
+                     os.path.join(os.getenv("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "ember", "cache.db"))
 
 # ** small utilities **
 
@@ -117,12 +120,14 @@ def parse_target(s: str) -> Target:
   from ember.errors import DeviceError
   m = _dev_re.match(s.strip())
   if m is None or s.strip() == "":
-    raise DeviceError(f"cannot parse device string {s!r}; expected [IFACE+]DEVICE[:RENDERER[:ARCH]], e.g. CPU, CPU:LLVM, MOCK+NV:PTX:sm_90")
+    raise DeviceError(f"cannot parse device string {s!r}; expected [IFACE+]DEVICE[:RENDERER[:ARCH]], "
+                      "e.g. CPU, CPU:LLVM, MOCK+NV:PTX:sm_90")
   fields = m.group("rest").split(":")[1:]
   index = 0
   if fields and fields[0].isdigit():
     index = int(fields.pop(0))
-  if len(fields) > 2: raise DeviceError(f"too many ':' fields in device string {s!r}; expected [IFACE+]DEVICE[:N][:RENDERER[:ARCH]]")
+  if len(fields) > 2:
+    raise DeviceError(f"too many ':' fields in device string {s!r}; expected [IFACE+]DEVICE[:N][:RENDERER[:ARCH]]")
   renderer = fields[0].upper() if fields else ""
   arch = fields[1] if len(fields) > 1 else ""
   return Target(m.group("dev").upper(), (m.group("iface") or "").upper(), renderer, arch, index)
@@ -138,7 +143,8 @@ def _db() -> sqlite3.Connection | None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("CREATE TABLE IF NOT EXISTS cache (table_name TEXT, key TEXT, value BLOB, PRIMARY KEY (table_name, key))")
+    conn.execute("CREATE TABLE IF NOT EXISTS cache "
+                 "(table_name TEXT, key TEXT, value BLOB, PRIMARY KEY (table_name, key))")
   except (sqlite3.Error, OSError):
     return None  # an unwritable cache dir means no disk cache, not a failure
   _db_conn[path] = conn
@@ -152,7 +158,8 @@ def diskcache_get(table: str, key: str) -> Any:
 
 def diskcache_put(table: str, key: str, value: Any) -> Any:
   if CACHELEVEL.value == 0 or (conn := _db()) is None: return value
-  try: conn.execute("INSERT OR REPLACE INTO cache (table_name, key, value) VALUES (?, ?, ?)", (table, key, pickle.dumps(value)))
+  sql = "INSERT OR REPLACE INTO cache (table_name, key, value) VALUES (?, ?, ?)"
+  try: conn.execute(sql, (table, key, pickle.dumps(value)))
   except sqlite3.Error: pass  # another process holding the lock past the timeout: the value is still returned
   return value
 

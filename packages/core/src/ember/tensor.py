@@ -6,12 +6,17 @@ matmul, autograd) are what the rest of the API composes from.
 from __future__ import annotations
 import math
 import weakref
-from typing import Any, Sequence
+from typing import Any, Sequence, TypeAlias
 import numpy as np
 from ember.dtype import DType, dtypes, least_upper_dtype, least_upper_float, strong_dtype, sum_acc_dtype, to_dtype
 from ember.errors import AxisError, DTypeError, GradientError, ShapeError, DeviceError
 from ember.helpers import prod, SEED
 from ember.uop.ops import Ops, UOp, BufferArg, GroupOp, next_unique, sint
+
+# inside `class Tensor` the names int/float/bool are the cast methods; its signatures use these for the builtins
+PyInt: TypeAlias = int
+PyFloat: TypeAlias = float
+PyBool: TypeAlias = bool
 
 all_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
 
@@ -38,7 +43,8 @@ def broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
   out = []
   for dims in zip(*padded):
     non1 = {d for d in dims if not (isinstance(d, int) and d == 1)}
-    if len(non1) > 1: raise ShapeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot broadcast: dims {dims} differ")
+    if len(non1) > 1:
+      raise ShapeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot broadcast: dims {dims} differ")
     out.append(non1.pop() if non1 else 1)
   return tuple(out)
 
@@ -70,7 +76,8 @@ class Tensor:
       if target.weak: raise DTypeError(f"a list cannot be stored as weak dtype {target!r}; use a concrete dtype")
       np_dt = target.fmt if target.fmt is not None else np.float32
       try: arr = np.array(data, dtype=np_dt)
-      except (ValueError, TypeError) as e: raise ShapeError(f"cannot build a Tensor from a ragged or mixed list: {e}") from e
+      except (ValueError, TypeError) as e:
+        raise ShapeError(f"cannot build a Tensor from a ragged or mixed list: {e}") from e
       uop = _from_numpy(arr, dev, target if target.fmt is not None else None)
       if target.fmt is None: uop = _cast_uop(uop, target)  # bfloat16/fp8: numpy holds float32, the device rounds
     elif isinstance(data, np.ndarray) or np.isscalar(data):
@@ -81,7 +88,8 @@ class Tensor:
     elif isinstance(data, Tensor):
       uop = data.uop if data.device == dev else data.to(dev).uop
     else:
-      raise DTypeError(f"cannot build a Tensor from {type(data).__name__}; pass a list, scalar, numpy array, bytes or UOp")
+      raise DTypeError(f"cannot build a Tensor from {type(data).__name__}; "
+                       "pass a list, scalar, numpy array, bytes or UOp")
     if dt is not None and uop.dtype is not dt: uop = _cast_uop(uop, dt)
     self.uop: UOp = uop
     self.requires_grad: bool | None = requires_grad
@@ -106,10 +114,13 @@ class Tensor:
   def __len__(self) -> int:
     if not self.shape: raise TypeError("len() of a 0-d tensor")
     return int(self.shape[0])
-  def __repr__(self) -> str: return f"<Tensor {self.shape} {self.dtype!r} on {self.uop.device} realized={self.uop.is_realized}>"
+  def __repr__(self) -> str:
+    return f"<Tensor {self.shape} {self.dtype!r} on {self.uop.device} realized={self.uop.is_realized}>"
   def __hash__(self) -> int: return id(self)
   def __bool__(self) -> bool:
-    if self.numel() != 1: raise ValueError(f"the truth value of a tensor with {self.numel()} elements is ambiguous; use .any() or .all()")
+    if self.numel() != 1:
+      raise ValueError(f"the truth value of a tensor with {self.numel()} elements is ambiguous; "
+                       "use .any() or .all()")
     return bool(self.item())
 
   # ** realize and data out **
@@ -144,11 +155,14 @@ class Tensor:
     return buffer_of(t.uop)
   def data(self) -> memoryview:
     buf = self._buffer()
-    return memoryview(buf.numpy()).cast("B").cast(_mv_fmt(buf.dtype), self.shape if all(isinstance(s, int) for s in self.shape) and self.shape else (max(int(self.numel()), 0),))
+    concrete = all(isinstance(s, int) for s in self.shape) and self.shape
+    return memoryview(buf.numpy()).cast("B").cast(_mv_fmt(buf.dtype),
+                                                  self.shape if concrete else (max(int(self.numel()), 0),))
   def numpy(self) -> np.ndarray:
     """The tensor's values as a numpy array (numpy dtype matching the tensor's; bfloat16/fp8 come back as float32)."""
     dt = strong_dtype(self.dtype)
-    if any(not isinstance(s, int) for s in self.shape): raise ShapeError(f"cannot read a tensor with symbolic shape {self.shape}")
+    if any(not isinstance(s, int) for s in self.shape):
+      raise ShapeError(f"cannot read a tensor with symbolic shape {self.shape}")
     if 0 in self.shape: return np.zeros(self.shape, dtype=_np_dtype(dt))
     if dt.fmt is None: return self.cast(dtypes.float32).numpy()
     buf = self._buffer()
@@ -161,7 +175,8 @@ class Tensor:
     if isinstance(device, tuple): return self.shard(device, None)
     dev = _canon_device(device)
     if dev == self.device: return self
-    if self.dtype.weak: raise DTypeError(f"cannot copy a weak {self.dtype!r} tensor to {dev}; cast it to a concrete dtype first")
+    if self.dtype.weak:
+      raise DTypeError(f"cannot copy a weak {self.dtype!r} tensor to {dev}; cast it to a concrete dtype first")
     src = self if _is_contiguous_buffer(self.uop) else self.contiguous()
     ret = Tensor(UOp(Ops.COPY, self.dtype, (src.uop, UOp(Ops.DEVICE, arg=dev))), requires_grad=self.requires_grad)
     return ret
@@ -183,20 +198,24 @@ class Tensor:
     ret = self.cast(dt).contiguous() if device is None else self.cast(dt).contiguous().to(device)
     return ret if ret is not self else Tensor(UOp(Ops.CONTIGUOUS, dt, (self.uop,)))
   def detach(self) -> Tensor: return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)), requires_grad=False)
-  def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+  def requires_grad_(self, requires_grad: bool | None = True) -> Tensor:
     self.requires_grad = requires_grad
     return self
   def assign(self, x: Any) -> Tensor:
     """Write `x` into this tensor's memory (the same buffer, so TinyJit and optimizers see the update)."""
     other = x if isinstance(x, Tensor) else Tensor(x, device=self.device, dtype=self.dtype)
     if self.dtype.weak:
-      self.uop = Tensor(other.uop).cast(strong_dtype(other.dtype)).contiguous().uop if other.dtype.weak else other.contiguous().uop
+      if other.dtype.weak: self.uop = Tensor(other.uop).cast(strong_dtype(other.dtype)).contiguous().uop
+      else: self.uop = other.contiguous().uop
       return self
     if other.shape != self.shape: raise ShapeError(f"assign shape mismatch: target {self.shape} <- value {other.shape}")
-    if other.device != self.device: raise DeviceError(f"assign device mismatch: target on {self.device}, value on {other.device}")
+    if other.device != self.device:
+      raise DeviceError(f"assign device mismatch: target on {self.device}, value on {other.device}")
     # a pending assign (x[a] = 1; x[b] = 2) lands first, so this one writes on top of it
     if self.uop.op is Ops.ASSIGN: self.realize()
-    if not _is_contiguous_buffer(self.uop): self.realize() if _is_buffer_view(self.uop) else self.replace(self.contiguous()).realize()
+    if not _is_contiguous_buffer(self.uop):
+      if _is_buffer_view(self.uop): self.realize()
+      else: self.replace(self.contiguous()).realize()
     value = other.cast(self.dtype) if other.dtype is not self.dtype else other
     _realize_readers_of(self.uop.buffers, exclude=(self, other))
     self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, value.uop))
@@ -216,28 +235,34 @@ class Tensor:
     n = prod(shp)
     return Tensor(_reshape(_buffer_uop(dev, int(n), dt), shp), **kwargs)
   @staticmethod
-  def full(shape: Any, fill_value: Any, device: str | None = None, dtype: DType | str | None = None, **kwargs: Any) -> Tensor:
+  def full(shape: Any, fill_value: Any, device: str | None = None, dtype: DType | str | None = None,
+           **kwargs: Any) -> Tensor:
     if isinstance(device, tuple): return _multi_create(Tensor.full, device, shape, fill_value, dtype=dtype, **kwargs)
     shp = _shape_arg((shape,) if isinstance(shape, int) else tuple(shape))
     dt = to_dtype(dtype) if dtype is not None else strong_dtype(dtypes.from_py(fill_value))
     return Tensor(_const_uop(fill_value, dt, _canon_device(device), shp), **kwargs)
   @staticmethod
-  def zeros(*shape: Any, **kwargs: Any) -> Tensor: return Tensor.full(_shape_arg(shape), 0.0, **{"dtype": dtypes.default_float, **kwargs})
+  def zeros(*shape: Any, **kwargs: Any) -> Tensor:
+    return Tensor.full(_shape_arg(shape), 0.0, **{"dtype": dtypes.default_float, **kwargs})
   @staticmethod
-  def ones(*shape: Any, **kwargs: Any) -> Tensor: return Tensor.full(_shape_arg(shape), 1.0, **{"dtype": dtypes.default_float, **kwargs})
+  def ones(*shape: Any, **kwargs: Any) -> Tensor:
+    return Tensor.full(_shape_arg(shape), 1.0, **{"dtype": dtypes.default_float, **kwargs})
   @staticmethod
   def arange(start: int | float, stop: int | float | None = None, step: int | float = 1, **kwargs: Any) -> Tensor:
     if stop is None: start, stop = 0, start
     if step == 0: raise ValueError("arange step must not be zero")
     n = max(math.ceil((stop - start) / step), 0)
-    dt = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else (dtypes.default_float if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.default_int)
+    if "dtype" in kwargs: dt = to_dtype(kwargs.pop("dtype"))
+    elif any(isinstance(v, float) for v in (start, stop, step)): dt = dtypes.default_float
+    else: dt = dtypes.default_int
     if n == 0: return Tensor.empty(0, dtype=dt, **kwargs)
     if isinstance(kwargs.get("device"), tuple):
       return _multi_create(Tensor.arange, kwargs.pop("device"), start, stop, step, dtype=dt, **kwargs)
     # the loop index itself (a tensor-level RANGE over a DEVICE): index math, no data, no reduction
     dev = _canon_device(kwargs.pop("device", None))
     idx = Tensor(UOp(Ops.RANGE, dtypes.int32, (UOp(Ops.DEVICE, arg=dev),), n), **kwargs)
-    if dtypes.is_int(dt) and isinstance(start, int) and isinstance(step, int): return (idx.cast(dt) * step + start).cast(dt)
+    if dtypes.is_int(dt) and isinstance(start, int) and isinstance(step, int):
+      return (idx.cast(dt) * step + start).cast(dt)
     return idx.cast(dt) * step + start
   @staticmethod
   def eye(n: int, m: int | None = None, **kwargs: Any) -> Tensor:
@@ -270,7 +295,8 @@ class Tensor:
     bits = Tensor._threefry_bits(max(n, 1), device)
     # 23 random mantissa bits under exponent 0 give a float in [1, 2)
     f = ((bits >> 9) | 0x3F800000).bitcast(dtypes.float32) - 1.0
-    return f[:n].reshape(shp).cast(dt).requires_grad_(kwargs.get("requires_grad")) if n else Tensor.empty(*shp, device=device, dtype=dt)
+    if not n: return Tensor.empty(*shp, device=device, dtype=dt)
+    return f[:n].reshape(shp).cast(dt).requires_grad_(kwargs.get("requires_grad"))
   @staticmethod
   def randn(*shape: Any, dtype: DType | str | None = None, **kwargs: Any) -> Tensor:
     """Standard normal samples (Box-Muller over two uniform streams)."""
@@ -278,7 +304,8 @@ class Tensor:
     u = Tensor.rand(2, *shp, dtype=dtypes.float32, device=kwargs.get("device"))
     r = (1 - u[0]).log().mul(-2).sqrt()
     ret = r * (u[1] * (2 * math.pi)).cos()
-    return ret.cast(to_dtype(dtype) if dtype is not None else dtypes.default_float).requires_grad_(kwargs.get("requires_grad"))
+    out_dtype = to_dtype(dtype) if dtype is not None else dtypes.default_float
+    return ret.cast(out_dtype).requires_grad_(kwargs.get("requires_grad"))
   def full_like(self, fill_value: Any, **kwargs: Any) -> Tensor:
     """A tensor of this one's shape (and dtype and device unless given) filled with `fill_value`.
 
@@ -340,7 +367,7 @@ class Tensor:
     out = []
     for i, t in enumerate(ts):
       pos = (1 if i == 0 else 0 if i == 1 else i) if indexing == "xy" and len(ts) >= 2 else i
-      view = [1] * len(ts)
+      view: list[sint] = [1] * len(ts)
       view[pos] = t.shape[0]
       out.append(t.reshape(view).expand(shape))
     return tuple(out)
@@ -423,16 +450,22 @@ class Tensor:
     if (neg := [i for i, s in enumerate(new_shape) if s == -1]):
       if len(neg) > 1: raise ShapeError(f"reshape {self.shape} -> {new_shape}: only one dimension can be -1")
       known = prod(s for s in new_shape if s != -1)
-      if known == 0 or self.numel() % known != 0: raise ShapeError(f"cannot reshape {self.shape} ({self.numel()} elements) to {new_shape}")
+      if known == 0 or self.numel() % known != 0:
+        raise ShapeError(f"cannot reshape {self.shape} ({self.numel()} elements) to {new_shape}")
       new_shape = tuple(self.numel() // known if s == -1 else s for s in new_shape)
     if any(isinstance(s, int) and s < 0 for s in new_shape): raise ShapeError(f"reshape to negative dims {new_shape}")
-    if not _sym_eq(prod(new_shape), self.numel()): raise ShapeError(f"cannot reshape {self.shape} ({self.numel()} elements) to {new_shape} ({prod(new_shape)} elements)")
+    if not _sym_eq(prod(new_shape), self.numel()):
+      raise ShapeError(f"cannot reshape {self.shape} ({self.numel()} elements) to {new_shape} "
+                       f"({prod(new_shape)} elements)")
     return self if new_shape == self.shape else Tensor(_reshape(self.uop, new_shape), requires_grad=self.requires_grad)
   def view(self, *shape: Any) -> Tensor: return self.reshape(*shape)
   def permute(self, order: Any, *args: Any) -> Tensor:
-    perm = tuple(self._resolve_dim(d) for d in ((order, *args) if args else ((order,) if isinstance(order, int) else tuple(order))))
-    if sorted(perm) != list(range(self.ndim)): raise AxisError(f"permute order {perm} is not a permutation of {self.ndim} dims")
-    return self if perm == tuple(range(self.ndim)) else Tensor(UOp(Ops.PERMUTE, self.dtype, (self.uop,), perm), requires_grad=self.requires_grad)
+    dims = (order, *args) if args else ((order,) if isinstance(order, int) else tuple(order))
+    perm = tuple(self._resolve_dim(d) for d in dims)
+    if sorted(perm) != list(range(self.ndim)):
+      raise AxisError(f"permute order {perm} is not a permutation of {self.ndim} dims")
+    if perm == tuple(range(self.ndim)): return self
+    return Tensor(UOp(Ops.PERMUTE, self.dtype, (self.uop,), perm), requires_grad=self.requires_grad)
   def expand(self, shape: Any, *args: Any) -> Tensor:
     new_shape = _shape_arg((shape, *args) if args else ((shape,) if isinstance(shape, int) else tuple(shape)))
     if len(new_shape) < self.ndim: raise ShapeError(f"cannot expand {self.shape} to fewer dims {new_shape}")
@@ -440,7 +473,8 @@ class Tensor:
     final = tuple(s if ns == -1 else ns for s, ns in zip(base.shape, new_shape))
     for s, ns in zip(base.shape, final):
       if s != ns and s != 1: raise ShapeError(f"cannot expand {self.shape} to {new_shape}: dim {s} is not 1")
-    return base if final == base.shape else Tensor(UOp(Ops.EXPAND, self.dtype, (base.uop,), final), requires_grad=self.requires_grad)
+    if final == base.shape: return base
+    return Tensor(UOp(Ops.EXPAND, self.dtype, (base.uop,), final), requires_grad=self.requires_grad)
   def pad(self, padding: Sequence[Any], mode: str = "constant", value: float = 0.0) -> Tensor:
     """Pad with `padding` as ((before, after), ...) per dim, or torch-style flat (last dim first)."""
     pads = _norm_padding(padding, self.ndim)
@@ -453,36 +487,44 @@ class Tensor:
     if value != 0:
       dt = least_upper_dtype(self.dtype, dtypes.from_py(value))
       x = self.cast(dt)
-      mask = Tensor(UOp(Ops.PAD, dtypes.bool, (Tensor.full(self.shape, True, dtype=dtypes.bool, device=self.device).uop,), tuple(pads)))
+      everywhere = Tensor.full(self.shape, True, dtype=dtypes.bool, device=self.device)
+      mask = Tensor(UOp(Ops.PAD, dtypes.bool, (everywhere.uop,), tuple(pads)))
       padded = Tensor(UOp(Ops.PAD, dt, (x.uop,), tuple(pads)), requires_grad=self.requires_grad)
       return mask.where(padded, value)
     return Tensor(UOp(Ops.PAD, x.dtype, (x.uop,), tuple(pads)), requires_grad=self.requires_grad)
   def _pad_mode(self, pads: list[tuple[int, int]], mode: str) -> Tensor:
-    if mode not in ("reflect", "replicate", "circular"): raise ValueError(f"unknown pad mode {mode!r}; use constant, reflect, replicate or circular")
+    if mode not in ("reflect", "replicate", "circular"):
+      raise ValueError(f"unknown pad mode {mode!r}; use constant, reflect, replicate or circular")
     x = self
     for d, (b, a) in enumerate(pads):
       if b == 0 and a == 0: continue
       n = x.shape[d]
-      if mode == "reflect" and (b >= n or a >= n): raise ShapeError(f"reflect padding ({b}, {a}) must be smaller than dim {d} of size {n}")
-      if mode == "circular" and (b > n or a > n): raise ShapeError(f"circular padding ({b}, {a}) is larger than dim {d} of size {n}")
+      if mode == "reflect" and (b >= n or a >= n):
+        raise ShapeError(f"reflect padding ({b}, {a}) must be smaller than dim {d} of size {n}")
+      if mode == "circular" and (b > n or a > n):
+        raise ShapeError(f"circular padding ({b}, {a}) is larger than dim {d} of size {n}")
       idx = list(range(-b, n + a))
       if mode == "reflect": idx = [-i if i < 0 else (2 * (n - 1) - i if i >= n else i) for i in idx]
       elif mode == "replicate": idx = [min(max(i, 0), n - 1) for i in idx]
       else: idx = [i % n for i in idx]
-      x = Tensor.cat(*[x.shrink(tuple((i, i + 1) if k == d else (0, s) for k, s in enumerate(x.shape))) for i in idx], dim=d)
+      slices = [x.shrink(tuple((i, i + 1) if k == d else (0, s) for k, s in enumerate(x.shape))) for i in idx]
+      x = Tensor.cat(*slices, dim=d)
     return x
   def shrink(self, arg: Sequence[tuple[sint, sint] | None]) -> Tensor:
     bounds = tuple((0, s) if a is None else (a[0], a[1]) for a, s in zip(arg, self.shape))
-    if len(arg) != self.ndim: raise ShapeError(f"shrink needs one (begin, end) per dim: {len(arg)} given for shape {self.shape}")
+    if len(arg) != self.ndim:
+      raise ShapeError(f"shrink needs one (begin, end) per dim: {len(arg)} given for shape {self.shape}")
     for (b, e), s in zip(bounds, self.shape):
       if isinstance(b, int) and isinstance(e, int) and isinstance(s, int) and not 0 <= b <= e <= s:
         raise ShapeError(f"shrink {bounds} is out of range of shape {self.shape}")
     if bounds == tuple((0, s) for s in self.shape): return self
     return Tensor(UOp(Ops.SHRINK, self.dtype, (self.uop,), bounds), requires_grad=self.requires_grad)
   def flip(self, axis: Any, *args: Any) -> Tensor:
-    axes = {self._resolve_dim(a) for a in ((axis, *args) if args else ((axis,) if isinstance(axis, int) else tuple(axis)))}
+    dims = (axis, *args) if args else ((axis,) if isinstance(axis, int) else tuple(axis))
+    axes = {self._resolve_dim(a) for a in dims}
     if not axes: return self
-    return Tensor(UOp(Ops.FLIP, self.dtype, (self.uop,), tuple(i in axes for i in range(self.ndim))), requires_grad=self.requires_grad)
+    flips = tuple(i in axes for i in range(self.ndim))
+    return Tensor(UOp(Ops.FLIP, self.dtype, (self.uop,), flips), requires_grad=self.requires_grad)
   def _resolve_dim(self, dim: int, extra: int = 0) -> int:
     total = self.ndim + extra
     if not isinstance(dim, (int, np.integer)) or not -max(total, 1) <= dim < max(total, 1):
@@ -538,9 +580,9 @@ class Tensor:
     total = sum(t.shape[d] for t in tensors)
     dt = least_upper_dtype(*(t.dtype for t in tensors))
     out: Tensor | None = None
-    offset = 0
+    offset: sint = 0
     for t in tensors:
-      pads = [(0, 0)] * first.ndim
+      pads: list[tuple[sint, sint]] = [(0, 0)] * first.ndim
       pads[d] = (offset, total - offset - t.shape[d])
       offset += t.shape[d]
       part = t.cast(dt).pad(pads)
@@ -648,8 +690,8 @@ class Tensor:
     x = x.shrink(tuple((0, s) for s in lead) + ((r0, r0 + length), (c0, c0 + length)))
     # flat index i * (L + 1) is element (i, i): pad the flattened plane by L and view it as rows of L + 1
     flat = x.reshape(*lead, length * length).pad(((0, 0),) * len(lead) + ((0, length),))
-    rows = flat.reshape(*lead, length, length + 1)
-    return rows.shrink(tuple((0, s) for s in lead) + ((0, length), (0, 1))).reshape(*lead, length)
+    diag_rows = flat.reshape(*lead, length, length + 1)
+    return diag_rows.shrink(tuple((0, s) for s in lead) + ((0, length), (0, 1))).reshape(*lead, length)
   def _tri_mask(self, diagonal: int, lower: bool) -> Tensor:
     if self.ndim < 2: raise ShapeError(f"tril/triu need at least 2 dims, got shape {self.shape}")
     r, c = int(self.shape[-2]), int(self.shape[-1])
@@ -902,9 +944,11 @@ class Tensor:
   # ** elementwise **
   def _const_like(self, x: Any) -> Tensor: return Tensor(_const_uop(x, dtypes.from_py(x), self.device))
   def _broadcasted(self, y: Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
-    other = y if isinstance(y, Tensor) else Tensor(_const_uop(y, dtypes.from_py(y), self.device)) if isinstance(y, (bool, int, float)) \
-      else Tensor(y, device=self.device)
-    if other.device != self.device: raise DeviceError(f"operands on different devices: {self.device} and {other.device}; move one with .to()")
+    if isinstance(y, Tensor): other = y
+    elif isinstance(y, (bool, int, float)): other = Tensor(_const_uop(y, dtypes.from_py(y), self.device))
+    else: other = Tensor(y, device=self.device)
+    if other.device != self.device:
+      raise DeviceError(f"operands on different devices: {self.device} and {other.device}; move one with .to()")
     dt = least_upper_dtype(self.dtype, other.dtype)
     a, b = self.cast(dt), other.cast(dt)
     shp = broadcast_shape(a.shape, b.shape)
@@ -916,7 +960,8 @@ class Tensor:
   def _alu(self, op: Ops, *srcs: Tensor) -> Tensor:
     out_dtype = dtypes.bool if op in GroupOp.Comparison else self.dtype
     if op in GroupOp.Bitwise and any(dtypes.is_float(s.dtype) for s in (self, *srcs)):
-      raise DTypeError(f"{op.name.lower()} needs int or bool operands, got {' and '.join(repr(s.dtype) for s in (self, *srcs))}")
+      got = " and ".join(repr(s.dtype) for s in (self, *srcs))
+      raise DTypeError(f"{op.name.lower()} needs int or bool operands, got {got}")
     rg = any(t.requires_grad for t in (self, *srcs)) or None
     return Tensor(UOp(op, out_dtype, tuple(t.uop for t in (self, *srcs))), requires_grad=rg)
   def cast(self, dtype: DType | str) -> Tensor:
@@ -938,20 +983,23 @@ class Tensor:
   def bool(self) -> Tensor: return self.cast(dtypes.bool)
   def double(self) -> Tensor: return self.cast(dtypes.float64)
 
-  def add(self, x: Any, reverse: bool = False) -> Tensor: return _binop(Ops.ADD, self, x, reverse)
-  def sub(self, x: Any, reverse: bool = False) -> Tensor:
+  def add(self, x: Any, reverse: PyBool = False) -> Tensor: return _binop(Ops.ADD, self, x, reverse)
+  def sub(self, x: Any, reverse: PyBool = False) -> Tensor:
     a, b = self._broadcasted(x, reverse)
-    if a.dtype is dtypes.bool: raise DTypeError("subtraction of bool tensors is not supported; use logical_xor or cast to int")
+    if a.dtype is dtypes.bool:
+      raise DTypeError("subtraction of bool tensors is not supported; use logical_xor or cast to int")
     return a._alu(Ops.SUB, b)
-  def mul(self, x: Any, reverse: bool = False) -> Tensor: return _binop(Ops.MUL, self, x, reverse)
-  def div(self, x: Any, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+  def mul(self, x: Any, reverse: PyBool = False) -> Tensor: return _binop(Ops.MUL, self, x, reverse)
+  def div(self, x: Any, reverse: PyBool = False, rounding_mode: str | None = None) -> Tensor:
     a, b = self._broadcasted(x, reverse)
     if rounding_mode == "trunc":
-      return a._alu(Ops.IDIV, b) if dtypes.is_int(a.dtype) else (a.cast(least_upper_float(a.dtype)) / b).trunc().cast(a.dtype)
+      if dtypes.is_int(a.dtype): return a._alu(Ops.IDIV, b)
+      return (a.cast(least_upper_float(a.dtype)) / b).trunc().cast(a.dtype)
     if rounding_mode == "floor":
       if dtypes.is_int(a.dtype): return a._floordiv(b)
       return (a / b).floor()
-    if rounding_mode is not None: raise ValueError(f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    if rounding_mode is not None:
+      raise ValueError(f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
     ft = least_upper_float(a.dtype)
     return a.cast(ft)._alu(Ops.FDIV, b.cast(ft))
   def _floordiv(self, b: Tensor) -> Tensor:
@@ -959,7 +1007,7 @@ class Tensor:
     # C division truncates: step down where the signs differ and there is a remainder
     fix = (self._alu(Ops.MOD, b) != 0) & ((self < 0) != (b < 0))
     return fix.where(q - 1, q)
-  def mod(self, x: Any, reverse: bool = False) -> Tensor:
+  def mod(self, x: Any, reverse: PyBool = False) -> Tensor:
     a, b = self._broadcasted(x, reverse)
     if dtypes.is_int(a.dtype):
       r = a._alu(Ops.MOD, b)
@@ -976,7 +1024,8 @@ class Tensor:
     if a.dtype is dtypes.bool: return a & b
     return -((-a)._alu(Ops.MAX, -b)) if not dtypes.is_unsigned(a.dtype) else (a < b).where(a, b)
   def where(self, x: Any, y: Any) -> Tensor:
-    if self.dtype is not dtypes.bool: raise DTypeError(f"where condition must be bool, got {self.dtype!r}; compare it first (e.g. t != 0)")
+    if self.dtype is not dtypes.bool:
+      raise DTypeError(f"where condition must be bool, got {self.dtype!r}; compare it first (e.g. t != 0)")
     xs = x if isinstance(x, Tensor) else Tensor(_const_uop(x, dtypes.from_py(x), self.device))
     ys = y if isinstance(y, Tensor) else Tensor(_const_uop(y, dtypes.from_py(y), self.device))
     dt = least_upper_dtype(xs.dtype, ys.dtype)
@@ -984,7 +1033,7 @@ class Tensor:
     c, a, b = self._broadcast_to(shp), xs.cast(dt)._broadcast_to(shp), ys.cast(dt)._broadcast_to(shp)
     rg = a.requires_grad or b.requires_grad or None
     return Tensor(UOp(Ops.WHERE, dt, (c.uop, a.uop, b.uop)), requires_grad=rg)
-  def _cmp(self, op: Ops, x: Any, reverse: bool = False) -> Tensor:
+  def _cmp(self, op: Ops, x: Any, reverse: PyBool = False) -> Tensor:
     a, b = self._broadcasted(x, reverse)
     return a._alu(op, b)
   def __lt__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x)
@@ -993,7 +1042,9 @@ class Tensor:
   def __ge__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x).logical_not()
   def __eq__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPEQ, x)  # type: ignore[override]
   def __ne__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPNE, x)  # type: ignore[override]
-  def logical_not(self) -> Tensor: return self.cast(dtypes.bool)._alu(Ops.CMPNE, Tensor(_const_uop(True, dtypes.bool, self.device))._broadcast_to(self.shape))
+  def logical_not(self) -> Tensor:
+    as_bool = self.cast(dtypes.bool)
+    return as_bool._alu(Ops.CMPNE, Tensor(_const_uop(True, dtypes.bool, self.device))._broadcast_to(self.shape))
   def bitwise_and(self, x: Any) -> Tensor: return _binop(Ops.AND, self, x)
   def bitwise_or(self, x: Any) -> Tensor: return _binop(Ops.OR, self, x)
   def bitwise_xor(self, x: Any) -> Tensor: return _binop(Ops.XOR, self, x)
@@ -1009,8 +1060,11 @@ class Tensor:
   def sin(self) -> Tensor: return self._float_unary(Ops.SIN)
   def sqrt(self) -> Tensor: return self._float_unary(Ops.SQRT)
   def reciprocal(self) -> Tensor: return self._float_unary(Ops.RECIPROCAL)
-  def trunc(self) -> Tensor: return self if dtypes.is_int(self.dtype) or self.dtype is dtypes.bool else self._alu(Ops.TRUNC)
-  def exp(self) -> Tensor: return self.mul(1 / math.log(2)).exp2() if dtypes.is_float(self.dtype) else self.cast(least_upper_float(self.dtype)).exp()
+  def trunc(self) -> Tensor:
+    return self if dtypes.is_int(self.dtype) or self.dtype is dtypes.bool else self._alu(Ops.TRUNC)
+  def exp(self) -> Tensor:
+    if dtypes.is_float(self.dtype): return self.mul(1 / math.log(2)).exp2()
+    return self.cast(least_upper_float(self.dtype)).exp()
   def log(self) -> Tensor: return self.log2().mul(math.log(2))
   def cos(self) -> Tensor: return (math.pi / 2 - self.cast(least_upper_float(self.dtype))).sin()
   def tanh(self) -> Tensor: return 2.0 * (2.0 * self).sigmoid() - 1.0
@@ -1033,7 +1087,7 @@ class Tensor:
   def square(self) -> Tensor: return self * self
   def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
   def _float(self) -> Tensor: return self.cast(least_upper_float(self.dtype))
-  def fmod(self, x: Any, reverse: bool = False) -> Tensor:
+  def fmod(self, x: Any, reverse: PyBool = False) -> Tensor:
     """C-style remainder: the result has the sign of the dividend (torch.fmod), unlike `%` which follows the divisor.
 
     >>> Tensor([-3.0, 3.0]).fmod(2).tolist()
@@ -1080,7 +1134,7 @@ class Tensor:
     w = weight if isinstance(weight, Tensor) else Tensor(_const_uop(weight, dtypes.from_py(weight), self.device))
     diff = b - a
     return (w.abs() < 0.5).where(a + w * diff, b - diff * (1 - w))
-  def isclose(self, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
+  def isclose(self, other: Any, rtol: PyFloat = 1e-05, atol: PyFloat = 1e-08, equal_nan: PyBool = False) -> Tensor:
     """Elementwise |self - other| <= atol + rtol * |other| (torch.isclose, including infinities and `equal_nan`).
 
     >>> Tensor([1.0, 1.1]).isclose(Tensor([1.0 + 1e-7, 1.0])).tolist()
@@ -1124,7 +1178,7 @@ class Tensor:
     if self.dtype is dtypes.bool: return self
     if dtypes.is_unsigned(self.dtype): return (self > 0).cast(self.dtype)
     return (self > 0).where(1, (self < 0).where(-1, 0)).cast(self.dtype)
-  def round(self, decimals: int = 0) -> Tensor:
+  def round(self, decimals: PyInt = 0) -> Tensor:
     """Round half to even (banker's rounding, like torch.round); `decimals` rounds to that many places.
 
     >>> Tensor([0.5, 1.5, 2.5, -0.5, 2.6]).round().tolist()
@@ -1251,7 +1305,7 @@ class Tensor:
     poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
     tail = 1 - poly * (-x2).exp()
     return (ax < 1).where(series, x._signbit().where(-tail, tail))
-  def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+  def isinf(self, detect_positive: PyBool = True, detect_negative: PyBool = True) -> Tensor:
     """True at +inf (if `detect_positive`) and -inf (if `detect_negative`).
 
     >>> Tensor([1.0, float("inf"), -float("inf")]).isinf(detect_negative=False).tolist()
@@ -1314,21 +1368,21 @@ class Tensor:
     [0.0, 3.0, 6.0]
     """
     return self.relu() - (self - 6).relu()
-  def leaky_relu(self, neg_slope: float = 0.01) -> Tensor:
+  def leaky_relu(self, neg_slope: PyFloat = 0.01) -> Tensor:
     """x for x > 0, neg_slope * x otherwise.
 
     >>> Tensor([-2.0, 2.0]).leaky_relu(0.5).tolist()
     [-1.0, 2.0]
     """
     return (self > 0).where(self, self * neg_slope)
-  def elu(self, alpha: float = 1.0) -> Tensor:
+  def elu(self, alpha: PyFloat = 1.0) -> Tensor:
     """x for x > 0, alpha * (exp(x) - 1) otherwise.
 
     >>> round(Tensor([-1.0]).elu().item(), 5)
     -0.63212
     """
     return (self > 0).where(self, ((self > 0).where(0, self).exp() - 1) * alpha)
-  def celu(self, alpha: float = 1.0) -> Tensor:
+  def celu(self, alpha: PyFloat = 1.0) -> Tensor:
     """x for x > 0, alpha * (exp(x / alpha) - 1) otherwise.
 
     >>> round(Tensor([-1.0]).celu(2.0).item(), 5)
@@ -1388,14 +1442,14 @@ class Tensor:
     [0.0, 0.5, 1.0]
     """
     return (self + 3).relu6() * (1 / 6)
-  def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+  def hardtanh(self, min_val: PyFloat = -1.0, max_val: PyFloat = 1.0) -> Tensor:
     """Clamp to [min_val, max_val].
 
     >>> Tensor([-2.0, 0.5, 2.0]).hardtanh().tolist()
     [-1.0, 0.5, 1.0]
     """
     return self.clip(min_val, max_val)
-  def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+  def softplus(self, beta: PyFloat = 1.0, threshold: PyFloat = 20.0) -> Tensor:
     """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold (torch's linear cut-over).
 
     >>> round(Tensor([0.0]).softplus().item(), 5)
@@ -1424,10 +1478,10 @@ class Tensor:
     -0.69315
     """
     return -(-self).softplus()
-  def _softmax_axis(self, axis: int | None, dim: int | None) -> int:
+  def _softmax_axis(self, axis: PyInt | None, dim: PyInt | None) -> PyInt:
     if dim is not None: return dim
     return -1 if axis is None else axis
-  def softmax(self, axis: int | None = -1, dtype: DType | str | None = None, dim: int | None = None) -> Tensor:
+  def softmax(self, axis: PyInt | None = -1, dtype: DType | str | None = None, dim: PyInt | None = None) -> Tensor:
     """exp(x) / sum(exp(x)) along `axis` (`dim=` is an alias), shifted by the max for stability.
 
     >>> Tensor([[1.0, 1.0]]).softmax().tolist()
@@ -1437,7 +1491,7 @@ class Tensor:
     x = self.cast(dtype) if dtype is not None else self._float()
     e = (x - x.max(ax, keepdim=True).detach()).exp()
     return e / e.sum(ax, keepdim=True)
-  def log_softmax(self, axis: int | None = -1, dtype: DType | str | None = None, dim: int | None = None) -> Tensor:
+  def log_softmax(self, axis: PyInt | None = -1, dtype: DType | str | None = None, dim: PyInt | None = None) -> Tensor:
     """log(softmax(x)) along `axis`, computed as x - max - log(sum(exp(x - max))).
 
     >>> round(Tensor([1.0, 1.0]).log_softmax().tolist()[0], 5)
@@ -1447,14 +1501,14 @@ class Tensor:
     x = self.cast(dtype) if dtype is not None else self._float()
     shifted = x - x.max(ax, keepdim=True).detach()
     return shifted - shifted.exp().sum(ax, keepdim=True).log()
-  def softmin(self, axis: int | None = -1, dtype: DType | str | None = None, dim: int | None = None) -> Tensor:
+  def softmin(self, axis: PyInt | None = -1, dtype: DType | str | None = None, dim: PyInt | None = None) -> Tensor:
     """softmax(-x).
 
     >>> Tensor([0.0, 0.0]).softmin().tolist()
     [0.5, 0.5]
     """
     return (-self).softmax(axis, dtype, dim)
-  def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+  def normalize(self, p: PyFloat = 2.0, dim: PyInt = 1, eps: PyFloat = 1e-12) -> Tensor:
     """x / max(||x||_p, eps) along `dim` (torch.nn.functional.normalize).
 
     >>> [round(v, 4) for v in Tensor([[3.0, 4.0]]).normalize().tolist()[0]]
@@ -1465,11 +1519,11 @@ class Tensor:
     return x / norm.maximum(eps)
 
   # ** reductions **
-  def _reduce_axes(self, axis: Any) -> tuple[int, ...]:
+  def _reduce_axes(self, axis: Any) -> tuple[PyInt, ...]:
     if axis is None: return tuple(range(self.ndim))
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
     return tuple(sorted({self._resolve_dim(a) for a in axes}))
-  def _reduce(self, op: Ops, axis: Any = None, keepdim: bool = False) -> Tensor:
+  def _reduce(self, op: Ops, axis: Any = None, keepdim: PyBool = False) -> Tensor:
     axes = self._reduce_axes(axis)
     if self.ndim == 0: return self
     if any(self.shape[a] == 0 for a in axes):
@@ -1478,21 +1532,23 @@ class Tensor:
       out_shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
       ret = Tensor.full(out_shape, ident, dtype=self.dtype, device=self.device)
     else:
-      ret = Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)), requires_grad=self.requires_grad) if axes else self
+      if axes: ret = Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)), requires_grad=self.requires_grad)
+      else: ret = self
     return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
-  def sum(self, axis: Any = None, keepdim: bool = False, dtype: DType | None = None) -> Tensor:
+  def sum(self, axis: Any = None, keepdim: PyBool = False, dtype: DType | None = None) -> Tensor:
     acc = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
     ret = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
     return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
-  def prod(self, axis: Any = None, keepdim: bool = False, dtype: DType | None = None) -> Tensor:
+  def prod(self, axis: Any = None, keepdim: PyBool = False, dtype: DType | None = None) -> Tensor:
     return self.cast(to_dtype(dtype) if dtype is not None else strong_dtype(self.dtype))._reduce(Ops.MUL, axis, keepdim)
-  def max(self, axis: Any = None, keepdim: bool = False) -> Tensor: return self.cast(strong_dtype(self.dtype))._reduce(Ops.MAX, axis, keepdim)
-  def min(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+  def max(self, axis: Any = None, keepdim: PyBool = False) -> Tensor:
+    return self.cast(strong_dtype(self.dtype))._reduce(Ops.MAX, axis, keepdim)
+  def min(self, axis: Any = None, keepdim: PyBool = False) -> Tensor:
     x = self.cast(strong_dtype(self.dtype))
     if dtypes.is_unsigned(x.dtype): return dtypes.max(x.dtype) - (dtypes.max(x.dtype) - x).max(axis, keepdim)
     if x.dtype is dtypes.bool: return x.logical_not().max(axis, keepdim).logical_not()
     return -((-x).max(axis, keepdim))
-  def mean(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+  def mean(self, axis: Any = None, keepdim: PyBool = False) -> Tensor:
     x = self.cast(least_upper_float(strong_dtype(self.dtype)))
     n = prod(s for i, s in enumerate(self.shape) if i in self._reduce_axes(axis)) if self.ndim else 1
     out = x.sum(axis, keepdim)
@@ -1505,9 +1561,9 @@ class Tensor:
     windows = padded.reshape(1, 2 * n - 1).expand(n, 2 * n - 1).reshape(n * (2 * n - 1))
     windows = windows.pad(((0, n),)).reshape(n, 2 * n).shrink(((0, n), (0, n)))
     return windows.sum(1)
-  def _axis_count(self, axis: Any) -> int:
+  def _axis_count(self, axis: Any) -> PyInt:
     return int(prod(self.shape[a] for a in self._reduce_axes(axis))) if self.ndim else 1
-  def var(self, axis: Any = None, keepdim: bool = False, correction: int | float = 1) -> Tensor:
+  def var(self, axis: Any = None, keepdim: PyBool = False, correction: PyInt | PyFloat = 1) -> Tensor:
     """Variance over `axis`, dividing by N - correction (Bessel's correction by default).
 
     >>> Tensor([1.0, 2.0, 3.0, 4.0]).var().item()
@@ -1516,42 +1572,44 @@ class Tensor:
     x = self._float()
     dev = x - x.mean(axis, keepdim=True)
     return dev.square().sum(axis, keepdim=keepdim).div(max(0, self._axis_count(axis) - correction))
-  def std(self, axis: Any = None, keepdim: bool = False, correction: int | float = 1) -> Tensor:
+  def std(self, axis: Any = None, keepdim: PyBool = False, correction: PyInt | PyFloat = 1) -> Tensor:
     """Standard deviation over `axis`: sqrt(var).
 
     >>> Tensor([1.0, 3.0]).std().item()
     1.4142135381698608
     """
     return self.var(axis, keepdim, correction).sqrt()
-  def var_mean(self, axis: Any = None, keepdim: bool = False, correction: int | float = 1) -> tuple[Tensor, Tensor]:
+  def var_mean(self, axis: Any = None, keepdim: PyBool = False,
+               correction: PyInt | PyFloat = 1) -> tuple[Tensor, Tensor]:
     """(var, mean) over `axis`.
 
     >>> [t.item() for t in Tensor([1.0, 3.0]).var_mean()]
     [2.0, 2.0]
     """
     return self.var(axis, keepdim, correction), self._float().mean(axis, keepdim)
-  def std_mean(self, axis: Any = None, keepdim: bool = False, correction: int | float = 1) -> tuple[Tensor, Tensor]:
+  def std_mean(self, axis: Any = None, keepdim: PyBool = False,
+               correction: PyInt | PyFloat = 1) -> tuple[Tensor, Tensor]:
     """(std, mean) over `axis`.
 
     >>> [round(t.item(), 4) for t in Tensor([1.0, 3.0]).std_mean()]
     [1.4142, 2.0]
     """
     return self.std(axis, keepdim, correction), self._float().mean(axis, keepdim)
-  def any(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+  def any(self, axis: Any = None, keepdim: PyBool = False) -> Tensor:
     """True if any element along `axis` is nonzero.
 
     >>> Tensor([[0, 1], [0, 0]]).any(axis=1).tolist()
     [True, False]
     """
     return (self != 0).cast(dtypes.uint8)._reduce(Ops.MAX, axis, keepdim).cast(dtypes.bool)
-  def all(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+  def all(self, axis: Any = None, keepdim: PyBool = False) -> Tensor:
     """True if every element along `axis` is nonzero.
 
     >>> Tensor([[1, 1], [0, 1]]).all(axis=1).tolist()
     [True, False]
     """
     return (self == 0).any(axis, keepdim).logical_not()
-  def _arg_first(self, hit: Tensor, axis: int | None, keepdim: bool) -> Tensor:
+  def _arg_first(self, hit: Tensor, axis: PyInt | None, keepdim: PyBool) -> Tensor:
     """The first index along `axis` where `hit` is True (as int32)."""
     if axis is None:
       ret = Tensor._arg_first(self.flatten(), hit.flatten(), 0, False)
@@ -1561,7 +1619,7 @@ class Tensor:
     # count down from n so the max picks the smallest index
     down = Tensor.arange(n, 0, -1, device=self.device, dtype=dtypes.int32).reshape((n,) + (1,) * (self.ndim - ax - 1))
     return (n - hit.where(down, 0).max(ax, keepdim)).cast(dtypes.int32)
-  def argmax(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
+  def argmax(self, axis: PyInt | None = None, keepdim: PyBool = False) -> Tensor:
     """Index of the first maximum along `axis` (over the flattened tensor if None), as int32. NaN counts as largest.
 
     >>> Tensor([[1, 5, 5], [7, 2, 0]]).argmax(axis=1).tolist()
@@ -1572,7 +1630,7 @@ class Tensor:
     m = x.max(axis, keepdim=True)
     hit = (x == m) | (x.isnan() & m.isnan()) if dtypes.is_float(x.dtype) else x == m
     return self._arg_first(hit, axis, keepdim)
-  def argmin(self, axis: int | None = None, keepdim: bool = False) -> Tensor:
+  def argmin(self, axis: PyInt | None = None, keepdim: PyBool = False) -> Tensor:
     """Index of the first minimum along `axis`, as int32.
 
     >>> Tensor([3, 1, 1]).argmin().item()
@@ -1583,7 +1641,7 @@ class Tensor:
     m = x.min(axis, keepdim=True)
     hit = (x == m) | (x.isnan() & m.isnan()) if dtypes.is_float(x.dtype) else x == m
     return self._arg_first(hit, axis, keepdim)
-  def logsumexp(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+  def logsumexp(self, axis: Any = None, keepdim: PyBool = False) -> Tensor:
     """log(sum(exp(x))) over `axis`, shifted by the max so it neither overflows nor underflows.
 
     >>> round(Tensor([1000.0, 1000.0]).logsumexp().item(), 3)
@@ -1595,35 +1653,35 @@ class Tensor:
     ret = (x - m).exp().sum(axis, keepdim=True).log() + m
     axes = self._reduce_axes(axis)
     return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
-  def _scan_windows(self, axis: int, fill: Any) -> Tensor:
+  def _scan_windows(self, axis: PyInt, fill: Any) -> Tensor:
     """(..., n, n) with the scanned axis last: row i holds x[:i+1] and `fill` after it."""
     x = self.transpose(axis, -1) if self.ndim > 1 else self
     n = int(x.shape[-1])
     j = Tensor.arange(n, device=self.device, dtype=dtypes.int32)
     in_prefix = j.reshape(1, n) <= j.reshape(n, 1)  # (i, j): j <= i
     return in_prefix.where(x.unsqueeze(-2).expand(*x.shape[:-1], n, n), fill)
-  def _scan(self, op: Ops, axis: int, fill: Any) -> Tensor:
+  def _scan(self, op: Ops, axis: PyInt, fill: Any) -> Tensor:
     if self.ndim == 0: return self
     ax = self._resolve_dim(axis)
     if self.shape[ax] == 0: return self
     w = self._scan_windows(ax, fill)
     out = w._reduce(op, -1) if op is not Ops.ADD else w.sum(-1, dtype=w.dtype)
     return out.transpose(ax, -1) if self.ndim > 1 else out
-  def cumsum(self, axis: int = 0) -> Tensor:
+  def cumsum(self, axis: PyInt = 0) -> Tensor:
     """Inclusive cumulative sum along `axis` (ints accumulate in at least int32, like the sum's dtype).
 
     >>> Tensor([1, 2, 3]).cumsum().tolist()
     [1, 3, 6]
     """
     return self.cast(sum_acc_dtype(self.dtype))._scan(Ops.ADD, axis, 0)
-  def cumprod(self, axis: int = 0) -> Tensor:
+  def cumprod(self, axis: PyInt = 0) -> Tensor:
     """Inclusive cumulative product along `axis`.
 
     >>> Tensor([1, 2, 3]).cumprod().tolist()
     [1, 2, 6]
     """
     return self.cast(sum_acc_dtype(self.dtype))._scan(Ops.MUL, axis, 1)
-  def _cum_extreme(self, axis: int, largest: bool) -> tuple[Tensor, Tensor]:
+  def _cum_extreme(self, axis: PyInt, largest: PyBool) -> tuple[Tensor, Tensor]:
     x = self.cast(strong_dtype(self.dtype))
     ax = x._resolve_dim(axis) if x.ndim else 0
     if x.ndim == 0: return x, Tensor(0, dtype=dtypes.int32, device=self.device)
@@ -1641,21 +1699,21 @@ class Tensor:
     hit = in_prefix & ((xw == vw) | (xw.isnan() & vw.isnan()) if dtypes.is_float(x.dtype) else xw == vw)
     idx = hit.where(j, -1).max(-1)
     return vals, (idx.transpose(ax, -1) if x.ndim > 1 else idx)
-  def cummax(self, axis: int = 0) -> tuple[Tensor, Tensor]:
+  def cummax(self, axis: PyInt = 0) -> tuple[Tensor, Tensor]:
     """Running maximum along `axis` and the int32 index where it was reached (the latest on ties, like torch).
 
     >>> [t.tolist() for t in Tensor([1, 3, 2, 3]).cummax()]
     [[1, 3, 3, 3], [0, 1, 1, 3]]
     """
     return self._cum_extreme(axis, True)
-  def cummin(self, axis: int = 0) -> tuple[Tensor, Tensor]:
+  def cummin(self, axis: PyInt = 0) -> tuple[Tensor, Tensor]:
     """Running minimum along `axis` and the int32 index where it was reached.
 
     >>> [t.tolist() for t in Tensor([3, 1, 2]).cummin()]
     [[3, 1, 1], [0, 1, 1]]
     """
     return self._cum_extreme(axis, False)
-  def logcumsumexp(self, axis: int = 0) -> Tensor:
+  def logcumsumexp(self, axis: PyInt = 0) -> Tensor:
     """log(cumsum(exp(x))) along `axis`, each prefix shifted by its own max (no overflow or underflow).
 
     >>> [round(v, 4) for v in Tensor([0.0, 0.0]).logcumsumexp().tolist()]
@@ -1670,15 +1728,18 @@ class Tensor:
   # ** linear algebra **
   def dot(self, w: Tensor) -> Tensor:
     """Matrix product with numpy/torch broadcasting semantics; 1-d operands are promoted and squeezed."""
-    if self.ndim == 0 or w.ndim == 0: raise ShapeError(f"dot needs at least 1-d operands, got shapes {self.shape} and {w.shape}")
+    if self.ndim == 0 or w.ndim == 0:
+      raise ShapeError(f"dot needs at least 1-d operands, got shapes {self.shape} and {w.shape}")
     x, y = self, w
     if x.shape[-1] != y.shape[-min(y.ndim, 2)]:
-      raise ShapeError(f"shape mismatch in matmul: {self.shape} @ {w.shape}; inner dims {x.shape[-1]} != {y.shape[-min(y.ndim, 2)]}")
+      inner = y.shape[-min(y.ndim, 2)]
+      raise ShapeError(f"shape mismatch in matmul: {self.shape} @ {w.shape}; inner dims {x.shape[-1]} != {inner}")
     dt = least_upper_dtype(x.dtype, y.dtype)
     x = x.reshape(*x.shape[:-1], *([1] * min(x.ndim - 1, y.ndim - 1, 1)), x.shape[-1])
-    y = y.reshape(*y.shape[:-2], *([1] * min(x.ndim - 1, y.ndim - 1, 1)), *y.shape[-min(y.ndim, 2):]).transpose(-1, -min(y.ndim, 2))
+    y_tail = min(y.ndim, 2)  # the contracted dim of y counts from the end: -1 for a vector, -2 for a matrix
+    y = y.reshape(*y.shape[:-2], *([1] * min(x.ndim - 1, y.ndim - 1, 1)), *y.shape[-y_tail:]).transpose(-1, -y_tail)
     return (x.cast(dt) * y.cast(dt)).sum(-1, dtype=sum_acc_dtype(dt) if not dtypes.is_float(dt) else None).cast(dt)
-  def matmul(self, x: Tensor, reverse: bool = False) -> Tensor: return x.dot(self) if reverse else self.dot(x)
+  def matmul(self, x: Tensor, reverse: PyBool = False) -> Tensor: return x.dot(self) if reverse else self.dot(x)
   @staticmethod
   def einsum(formula: str, *operands: Tensor | Sequence[Tensor]) -> Tensor:
     """Einstein summation: "ij,jk->ik", implicit outputs ("ij,jk"), "..." broadcast dims and repeated letters within
@@ -1731,7 +1792,7 @@ class Tensor:
     return ret._broadcast_to(tuple(sizes[c] for c in out)) if ret.shape != tuple(sizes[c] for c in out) else ret
 
   # ** convolution and pooling **
-  def _pool(self, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
+  def _pool(self, kernel: tuple[PyInt, ...], stride: tuple[PyInt, ...], dilation: tuple[PyInt, ...]) -> Tensor:
     """Sliding windows over the last len(kernel) dims: (..., *spatial) -> (..., *out, *kernel), built from movement ops
     only. Per dim: tile the input e times, view it as rows of (i + d), and row a column o*s is x[o*s + a*d]."""
     nd = len(kernel)
@@ -1752,12 +1813,12 @@ class Tensor:
     order = list(range(lead)) + [lead + 2 * j for j in range(nd)] + [lead + 2 * j + 1 for j in range(nd)]
     return x.permute(order)
   @staticmethod
-  def _tuple_arg(v: int | Sequence[int], n: int, name: str) -> tuple[int, ...]:
+  def _tuple_arg(v: PyInt | Sequence[PyInt], n: PyInt, name: str) -> tuple[PyInt, ...]:
     if isinstance(v, int): return (v,) * n
     if len(v) != n: raise ShapeError(f"{name} {tuple(v)} needs {n} entries, one per spatial dim")
     return tuple(int(a) for a in v)
   @staticmethod
-  def _pad_pairs(padding: int | Sequence[int], n: int) -> list[tuple[int, int]]:
+  def _pad_pairs(padding: PyInt | Sequence[PyInt], n: PyInt) -> list[tuple[PyInt, PyInt]]:
     """Per spatial dim (before, after): an int, one int per dim (symmetric) or 2*n ints (torch F.pad order, last dim
     first: left, right, top, bottom, ...)."""
     if isinstance(padding, int): return [(padding, padding)] * n
@@ -1765,8 +1826,8 @@ class Tensor:
     if len(pads) == n: return [(p, p) for p in pads]
     if len(pads) == 2 * n: return [(pads[2 * (n - 1 - j)], pads[2 * (n - 1 - j) + 1]) for j in range(n)]
     raise ShapeError(f"padding {tuple(pads)} needs 1, {n} or {2 * n} entries for {n} spatial dims")
-  def conv2d(self, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: int | Sequence[int] = 1,
-             dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0) -> Tensor:
+  def conv2d(self, weight: Tensor, bias: Tensor | None = None, groups: PyInt = 1, stride: PyInt | Sequence[PyInt] = 1,
+             dilation: PyInt | Sequence[PyInt] = 1, padding: PyInt | Sequence[PyInt] = 0) -> Tensor:
     """N-d convolution (1d/2d/3d from the weight's rank): input (N, Cin, *spatial), weight (Cout, Cin/groups,
     *kernel). `padding`: int, one per dim, or 2 per dim in F.pad order (asymmetric).
 
@@ -1795,9 +1856,9 @@ class Tensor:
     acc_dt = sum_acc_dtype(dt) if not dtypes.is_float(dt) else None
     out = prodt.sum(axes, dtype=acc_dt).cast(dt).reshape(bs, cout, *out_sp)
     return out if bias is None else out + bias.reshape(1, cout, *([1] * nd))
-  def conv_transpose2d(self, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
-                       stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,
-                       padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0) -> Tensor:
+  def conv_transpose2d(self, weight: Tensor, bias: Tensor | None = None, groups: PyInt = 1,
+                       stride: PyInt | Sequence[PyInt] = 1, dilation: PyInt | Sequence[PyInt] = 1,
+                       padding: PyInt | Sequence[PyInt] = 0, output_padding: PyInt | Sequence[PyInt] = 0) -> Tensor:
     """Transposed convolution (the gradient of conv2d): weight (Cin, Cout/groups, *kernel); `output_padding` adds
     rows/cols on the far side of each spatial dim.
 
@@ -1828,9 +1889,9 @@ class Tensor:
     w = w.reshape(groups * cout_g, cin // groups, *kernel)
     w = w.flip(list(range(2, 2 + nd)))
     return x.conv2d(w, bias, groups=groups, dilation=dl)
-  def _pool_geometry(self, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None,
-                     padding: int | Sequence[int], dilation: int | Sequence[int],
-                     ceil_mode: bool) -> tuple[tuple[int, ...], ...]:
+  def _pool_geometry(self, kernel_size: PyInt | Sequence[PyInt], stride: PyInt | Sequence[PyInt] | None,
+                     padding: PyInt | Sequence[PyInt], dilation: PyInt | Sequence[PyInt],
+                     ceil_mode: PyBool) -> tuple[tuple[PyInt, ...], ...]:
     """(kernel, stride, dilation, pad_before, pad_after) for the last len(kernel) dims; pad_after includes the extra
     room ceil_mode needs (torch: the last window must start inside the input or its left padding)."""
     nd = 2 if isinstance(kernel_size, int) else len(kernel_size)
@@ -1847,9 +1908,9 @@ class Tensor:
       if ceil_mode and (o - 1) * ss >= int(i) + pp: o -= 1
       after.append(pp + max(0, (o - 1) * ss + dd * (kk - 1) + 1 - (int(i) + 2 * pp)))
     return k, s, d, p, tuple(after)
-  def max_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
-                 dilation: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, ceil_mode: bool = False,
-                 return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+  def max_pool2d(self, kernel_size: PyInt | Sequence[PyInt] = (2, 2), stride: PyInt | Sequence[PyInt] | None = None,
+                 dilation: PyInt | Sequence[PyInt] = 1, padding: PyInt | Sequence[PyInt] = 0, ceil_mode: PyBool = False,
+                 return_indices: PyBool = False) -> Tensor | tuple[Tensor, Tensor]:
     """Max over windows of the last len(kernel_size) dims (stride defaults to the kernel). With `return_indices`, also
     the int32 flat index (over the unpadded spatial dims) of each max, the first on ties, like torch.
 
@@ -1871,9 +1932,9 @@ class Tensor:
     first = flat_k.detach()._arg_first(flat_k.detach() == out.detach().unsqueeze(-1), -1, False)
     pick = first.unsqueeze(-1) == Tensor.arange(int(prod(k)), device=self.device, dtype=dtypes.int32)
     return out, pick.where(id_win, 0).sum(-1, dtype=dtypes.int32)
-  def max_unpool2d(self, indices: Tensor, kernel_size: int | Sequence[int] = (2, 2),
-                   stride: int | Sequence[int] | None = None, dilation: int | Sequence[int] = 1,
-                   padding: int | Sequence[int] = 0, output_size: Sequence[int] | None = None) -> Tensor:
+  def max_unpool2d(self, indices: Tensor, kernel_size: PyInt | Sequence[PyInt] = (2, 2),
+                   stride: PyInt | Sequence[PyInt] | None = None, dilation: PyInt | Sequence[PyInt] = 1,
+                   padding: PyInt | Sequence[PyInt] = 0, output_size: Sequence[PyInt] | None = None) -> Tensor:
     """The inverse of max_pool2d(return_indices=True): each value goes to its flat index, zeros elsewhere.
 
     >>> v, i = Tensor([[[[1.0, 2.0], [3.0, 4.0]]]]).max_pool2d(return_indices=True)
@@ -1893,9 +1954,9 @@ class Tensor:
     lead = self.shape[:-nd]
     flat = Tensor.zeros(*lead, int(prod(spatial)), dtype=strong_dtype(self.dtype), device=self.device)
     return flat.scatter(len(lead), indices.flatten(len(lead)), self.flatten(len(lead))).reshape(*lead, *spatial)
-  def avg_pool2d(self, kernel_size: int | Sequence[int] = (2, 2), stride: int | Sequence[int] | None = None,
-                 padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,
-                 dilation: int | Sequence[int] = 1) -> Tensor:
+  def avg_pool2d(self, kernel_size: PyInt | Sequence[PyInt] = (2, 2), stride: PyInt | Sequence[PyInt] | None = None,
+                 padding: PyInt | Sequence[PyInt] = 0, ceil_mode: PyBool = False, count_include_pad: PyBool = True,
+                 dilation: PyInt | Sequence[PyInt] = 1) -> Tensor:
     """Mean over windows of the last len(kernel_size) dims. The divisor counts padding when `count_include_pad`, but
     never the extra room ceil_mode adds (torch's rule).
 
@@ -1914,8 +1975,8 @@ class Tensor:
     else: ones = ones.pad(tuple(zip(p, after)))
     count = ones._pool(k, s, d).sum(list(range(nd, 2 * nd)))
     return total / count
-  def interpolate(self, size: int | Sequence[int] | None = None, mode: str = "linear", align_corners: bool = False,
-                  scale_factor: float | Sequence[float] | None = None) -> Tensor:
+  def interpolate(self, size: PyInt | Sequence[PyInt] | None = None, mode: str = "linear",
+                  align_corners: PyBool = False, scale_factor: PyFloat | Sequence[PyFloat] | None = None) -> Tensor:
     """Resize the trailing spatial dims (all but N, C) to `size` (or by `scale_factor`), like F.interpolate:
     mode linear/bilinear/trilinear (separable linear, `align_corners`), nearest or nearest-exact.
 
@@ -1952,7 +2013,7 @@ class Tensor:
       frac = frac.reshape(o, *([1] * (nd - 1 - j)))
       x = x[(slice(None),) * ax + (lo,)] * (1 - frac) + x[(slice(None),) * ax + (hi,)] * frac
     return x
-  def dropout(self, p: float = 0.5) -> Tensor:
+  def dropout(self, p: PyFloat = 0.5) -> Tensor:
     """Zero each element with probability `p` and scale the rest by 1/(1-p), only while `Tensor.training`.
 
     >>> Tensor.ones(3).dropout(0.5).tolist()  # not training: unchanged
@@ -1964,8 +2025,8 @@ class Tensor:
     keep = Tensor.rand(*self.shape, device=self.device) >= p
     return keep.where(self, 0) * (1 / (1 - p))
   def scaled_dot_product_attention(self, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
-                                   dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
-                                   enable_gqa: bool = False) -> Tensor:
+                                   dropout_p: PyFloat = 0.0, is_causal: PyBool = False, scale: PyFloat | None = None,
+                                   enable_gqa: PyBool = False) -> Tensor:
     """softmax(q @ k^T * scale + mask) @ v with q = self (..., L, E). A bool `attn_mask` keeps where True, a float one
     is added; `is_causal` masks the future; `enable_gqa` repeats key/value heads to match the query's.
 
@@ -2015,8 +2076,8 @@ class Tensor:
     if pos_weight is None: loss = (1 - Y) * x + log_sig_neg
     else: loss = (1 - Y) * x + (1 + (pos_weight - 1) * Y) * log_sig_neg
     return loss._reduce_loss(reduction)
-  def nll_loss(self, Y: Tensor, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean",
-               label_smoothing: float = 0.0) -> Tensor:
+  def nll_loss(self, Y: Tensor, weight: Tensor | None = None, ignore_index: PyInt = -100, reduction: str = "mean",
+               label_smoothing: PyFloat = 0.0) -> Tensor:
     """Negative log likelihood of log-probabilities (N, C, ...) (or (C,)) at class indices Y, class dim 1. `weight`
     weighs classes, `ignore_index` targets count nowhere, mean divides by the summed weight of the counted targets.
 
@@ -2043,8 +2104,8 @@ class Tensor:
     if reduction == "mean": return loss.sum() / w_t.sum()
     if reduction == "none" and self.ndim == 1: return loss.reshape(())
     return loss._reduce_loss(reduction)
-  def cross_entropy(self, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0,
-                    weight: Tensor | None = None, ignore_index: int = -100) -> Tensor:
+  def cross_entropy(self, Y: Tensor, reduction: str = "mean", label_smoothing: PyFloat = 0.0,
+                    weight: Tensor | None = None, ignore_index: PyInt = -100) -> Tensor:
     """Cross-entropy of logits (N, C, ...) (class dim 1) against class indices or class probabilities (same shape as
     the logits), with torch's `label_smoothing`, `weight` and `ignore_index` semantics.
 
@@ -2061,7 +2122,7 @@ class Tensor:
     if weight is not None: logp = logp * weight.reshape(c, *([1] * (self.ndim - cdim - 1)))
     loss = -(y * logp).sum(cdim)
     return loss.sum() / (int(prod(loss.shape)) or 1) if reduction == "mean" else loss._reduce_loss(reduction)
-  def sparse_categorical_crossentropy(self, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
+  def sparse_categorical_crossentropy(self, Y: Tensor, ignore_index: PyInt = -1, label_smoothing: PyFloat = 0.0,
                                       reduction: str = "mean") -> Tensor:
     """Cross-entropy of logits (..., C) (class dim last) against int class indices Y (...); targets equal to
     `ignore_index` are skipped and the mean is over the others.
@@ -2103,10 +2164,10 @@ class Tensor:
     return self ^ -1 if not dtypes.is_unsigned(self.dtype) else self ^ dtypes.max(self.dtype)
   def __pow__(self, x: Any) -> Tensor: return self.pow(x)
   def __rpow__(self, x: Any) -> Tensor: return self.pow(x, True)
-  def pow(self, x: Any, reverse: bool = False) -> Tensor:
+  def pow(self, x: Any, reverse: PyBool = False) -> Tensor:
     base, exponent = self._broadcasted(x, reverse)
-    if not reverse and isinstance(x, (int, float)) and not isinstance(x, bool) and float(x).is_integer() and abs(x) <= 64 \
-       and (x >= 0 or not dtypes.is_int(base.dtype)):
+    if (not reverse and isinstance(x, (int, float)) and not isinstance(x, bool) and float(x).is_integer()
+        and abs(x) <= 64 and (x >= 0 or not dtypes.is_int(base.dtype))):
       # integral exponents by square-and-multiply: exact, and the gradient is n*x**(n-1) everywhere (also at x <= 0)
       n = int(abs(x))
       ret, sq = None, base
@@ -2136,8 +2197,10 @@ class Tensor:
     """d(self)/d(target) for each target. `self` must be a scalar unless `gradient` is given."""
     from ember.gradient import compute_gradient
     if gradient is None:
-      if self.numel() != 1: raise GradientError(f"gradient of a tensor of shape {self.shape} needs an explicit gradient argument")
-      gradient = Tensor(1.0, device=self.device, dtype=self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float).expand(self.shape)
+      if self.numel() != 1:
+        raise GradientError(f"gradient of a tensor of shape {self.shape} needs an explicit gradient argument")
+      seed_dtype = self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float
+      gradient = Tensor(1.0, device=self.device, dtype=seed_dtype).expand(self.shape)
     grads = compute_gradient(self.uop, gradient.uop, {t.uop for t in targets})
     out = []
     graph: set[UOp] | None = None
@@ -2175,7 +2238,8 @@ def _sym_eq(a: sint, b: sint) -> bool:
   ub = b.simplify() if isinstance(b, UOp) else b
   if ua is ub: return True
   from ember.uop.symbolic import sym_infer
-  bound = {n.src[0].arg[0]: n.src[1].arg for x in (ua, ub) if isinstance(x, UOp) for n in x.toposort() if n.op is Ops.BIND}
+  bound = {n.src[0].arg[0]: n.src[1].arg
+           for x in (ua, ub) if isinstance(x, UOp) for n in x.toposort() if n.op is Ops.BIND}
   try: return sym_infer(ua, bound) == sym_infer(ub, bound)
   except KeyError: return False  # an unbound variable: only structural equality counts
 
@@ -2205,7 +2269,7 @@ def _reshape(u: UOp, shape: tuple[sint, ...]) -> UOp:
 
 def _shape_arg(shape: tuple[Any, ...]) -> tuple[sint, ...]:
   if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
-  out = []
+  out: list[sint] = []
   for s in shape:
     if isinstance(s, (int, np.integer)): out.append(int(s))
     elif isinstance(s, UOp): out.append(s)
@@ -2216,7 +2280,8 @@ def _norm_padding(padding: Sequence[Any], ndim: int) -> list[tuple[int, int]]:
   if all(isinstance(p, (tuple, list)) or p is None for p in padding):
     if len(padding) != ndim: raise ShapeError(f"padding {padding} needs one (before, after) pair per dim ({ndim})")
     return [(0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding]
-  if len(padding) % 2 or len(padding) // 2 > ndim: raise ShapeError(f"flat padding {padding} must have an even length <= 2*ndim")
+  if len(padding) % 2 or len(padding) // 2 > ndim:
+    raise ShapeError(f"flat padding {padding} must have an even length <= 2*ndim")
   pairs = [(0, 0)] * ndim
   for i in range(len(padding) // 2): pairs[ndim - 1 - i] = (int(padding[2 * i]), int(padding[2 * i + 1]))
   return pairs
@@ -2240,10 +2305,12 @@ def _is_contiguous_buffer(u: UOp) -> bool:
   while u.op is Ops.RESHAPE: u = u.src[0]
   return u.op is Ops.BUFFER
 
-def _is_buffer_view(u: UOp) -> bool: return u.base.op is Ops.BUFFER and all(n.op in GroupOp.Movement or n.op is Ops.BUFFER for n in u.toposort())
+def _is_buffer_view(u: UOp) -> bool:
+  return u.base.op is Ops.BUFFER and all(n.op in GroupOp.Movement or n.op is Ops.BUFFER for n in u.toposort())
 
 def _is_done(u: UOp) -> bool:
-  return _is_contiguous_buffer(u) or u.op is Ops.CONST or (u.op in GroupOp.Movement and u.base.op is Ops.CONST) or u.dtype.weak and u.base.op is Ops.CONST
+  return (_is_contiguous_buffer(u) or u.op is Ops.CONST or (u.op in GroupOp.Movement and u.base.op is Ops.CONST)
+          or (u.dtype.weak and u.base.op is Ops.CONST))
 
 def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
   if not becomes: return

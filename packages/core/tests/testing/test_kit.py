@@ -20,7 +20,8 @@ def _env(extra_path: str = "") -> dict[str, str]:
 def _plugin_args() -> list[str]:
   """`-p ember.testing.plugin` from a source checkout; nothing where an installed ember-core's entry point loads it."""
   import importlib.metadata as md
-  return [] if any(ep.value == "ember.testing.plugin" for ep in md.entry_points(group="pytest11")) else ["-p", "ember.testing.plugin"]
+  installed = any(ep.value == "ember.testing.plugin" for ep in md.entry_points(group="pytest11"))
+  return [] if installed else ["-p", "ember.testing.plugin"]
 
 def _run_kit(*args: str, extra_path: str = "") -> tuple[subprocess.CompletedProcess[str], dict[str, int]]:
   cmd = [sys.executable, "-m", "pytest", "--pyargs", "ember.testing", "-q", "-rs", "-p", "no:cacheprovider", *args]

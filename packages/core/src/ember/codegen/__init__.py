@@ -9,7 +9,7 @@ from ember.uop.rewrite import graph_rewrite, PatternMatcher, UPat
 from ember.uop.symbolic import symbolic
 from ember.uop.spec import type_verify
 from ember.codegen.linearize import linearize
-from ember.codegen.opt import Opt, hand_coded_opts, apply_opts_list, opt_threads, fuse_mulacc
+from ember.codegen.opt import Opt, hand_coded_opts, apply_opts_list, opt_threads, fuse_mulacc, pm_recombine_divmod
 
 # ** lowering passes **
 
@@ -86,7 +86,8 @@ def estimate(uops: list[UOp]) -> Estimates:
 
 def full_rewrite(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> tuple[list[UOp], list[int] | None, list[int] | None]:
   """The pipeline from kernel AST to linear program; each pass runs where it does for the reason on its line."""
-  sink = graph_rewrite(ast, symbolic + pm_lower_alu, name="simplify index math")  # fold movement-op index math
+  # fold movement-op index math; a reshape of a permuted view leaves (k//a)*a + k%a chains that recombine to k
+  sink = graph_rewrite(ast, symbolic + pm_lower_alu + pm_recombine_divmod, name="simplify index math")
   sink = graph_rewrite(sink, pm_gates, name="drop constant gates")  # padding that is always valid needs no gate
   work = prod(r.src[0].arg if r.src[0].op is Ops.CONST else 1 for r in sink.toposort() if r.op is Ops.RANGE)
   if opts is None: opts = [] if NOOPT.value else hand_coded_opts(sink, renderer)  # register blocking, partial sums

@@ -73,7 +73,7 @@ def linearize(sink: UOp) -> list[UOp]:
         if m not in done and deps[m] <= open_ranges and m.op is not Ops.RANGE: emit(m)
     accs = []
     for red in group:
-      init = UOp.const(red.dtype, reduce_identity(red.arg, red.dtype))  # type: ignore[arg-type]
+      init = UOp.const(red.dtype, reduce_identity(red.arg, red.dtype))
       emit(init)
       acc = UOp(Ops.DEFINE_ACC, red.dtype, (done[init],), acc_count[0])
       acc_count[0] += 1

@@ -23,7 +23,7 @@ from ember.errors import CompileError
 from ember.renderer import Renderer
 from ember.uop.ops import Ops, UOp, AxisType
 from ember.uop.rewrite import graph_rewrite, PatternMatcher, UPat
-from ember.uop.symbolic import symbolic
+from ember.uop.symbolic import symbolic, split_terms, term_factor
 
 class KernelOptError(CompileError):
   """An optimisation does not apply to this kernel (the range does not divide, is symbolic, ...)."""
@@ -75,9 +75,10 @@ def split_reduce(ast: UOp, red: UOp, amt: int) -> UOp:
   outer = UOp.range(end // amt, rng.arg[0], AxisType.REDUCE)
   parts = [UOp(Ops.REDUCE, red.dtype, (red.src[0].substitute({rng: outer * amt + c}), outer), red.arg)
            for c in range(amt)]
-  while len(parts) > 1:  # combine as a tree: fewer dependent steps, and pairs of lanes like a vector reduction
-    parts = [UOp(red.arg, red.dtype, (parts[i], parts[i + 1])) if i + 1 < len(parts) else parts[i]
-             for i in range(0, len(parts), 2)]
+  while len(parts) > 1:  # combine by halves, like a vector reduction: lane c with lane c + half, as whole vectors
+    half = (len(parts) + 1) // 2
+    parts = [UOp(red.arg, red.dtype, (parts[i], parts[i + half])) if i + half < len(parts) else parts[i]
+             for i in range(half)]
   return graph_rewrite(ast.substitute({red: parts[0]}), symbolic, name="split reduce")
 
 def _splittable(red: UOp) -> bool:
@@ -110,6 +111,39 @@ def _const_last(x: UOp, y: UOp, c: UOp) -> UOp | None:
 # then share one base and differ by constants, which is how gcc's SLP vectoriser recognises a contiguous vector load
 pm_const_last = PatternMatcher([
   (UPat(Ops.ADD, src=(UPat.var("x"), UPat(Ops.ADD, src=(UPat.var("y"), UPat.cvar("c"))))), _const_last),
+])
+
+def _divmod_parts(t: UOp) -> tuple[str, UOp, int, int, int] | None:
+  """A term `(x//a)*k` as ("div", x, a, 1, k), `((x//a)%b)*k` as ("div", x, a, b, k), `(x%a)*k` as ("mod", x, a, 1, k)."""
+  v, k = term_factor(t)
+  if v is None or v.src[-1:] == () or v.src[-1].op is not Ops.CONST or v.src[-1].arg <= 0: return None
+  if v.op is Ops.MOD and v.src[0].op is Ops.IDIV and v.src[0].src[1].op is Ops.CONST and v.src[0].src[1].arg > 0:
+    return "div", v.src[0].src[0], v.src[0].src[1].arg, v.src[1].arg, k
+  if v.op is Ops.IDIV: return "div", v.src[0], v.src[1].arg, 0, k
+  if v.op is Ops.MOD: return "mod", v.src[0], v.src[1].arg, 1, k
+  return None
+
+def recombine_divmod(x: UOp) -> UOp | None:
+  """In an int sum, `(x//a)*a*m + (x%a)*m -> x*m` and `((x//a)%b)*a*m + (x%a)*m -> (x%(a*b))*m` for x >= 0, the
+  terms anywhere in the sum: what a reshape of a permuted view leaves in an index (`(k//192)*192 + ((k//64)%3)*64 +
+  k%64` is `k`). Vectorisers need the plain index to see contiguous loads."""
+  terms = split_terms(x)
+  if len(terms) < 2: return None
+  parts = [_divmod_parts(t) for t in terms]
+  for i, p in enumerate(parts):
+    if p is None or p[0] != "mod" or p[1].vmin < 0: continue
+    _, base, a, _, m = p
+    for j, q in enumerate(parts):
+      if q is None or q[0] != "div" or q[1] is not base or q[2] != a or q[4] != a * m: continue
+      merged = base if q[3] == 0 else base % base.const_like(a * q[3])
+      rest = [t for n, t in enumerate(terms) if n not in (i, j)]
+      out = merged if m == 1 else merged * merged.const_like(m)
+      for t in rest: out = out + t
+      return out
+  return None
+
+pm_recombine_divmod = PatternMatcher([
+  (UPat(Ops.ADD, name="x", dtype=(dtypes.int32, dtypes.int64)), recombine_divmod),
 ])
 
 def apply_opts_list(ast: UOp, opts: list[Opt] | tuple[Opt, ...]) -> UOp:
@@ -183,8 +217,13 @@ def fuse_mulacc(uops: list[UOp]) -> list[UOp]:
   uses: dict[UOp, int] = {}
   for u in uops:
     for s in u.src: uses[s] = uses.get(s, 0) + 1
+  # partial sums combined with each other after their loop stay `acc + a*b`: gcc vectorises a group of those as one
+  # vector accumulator, but has no vector reduction for a group of fma calls (the lanes of a matmul's block, each
+  # stored on its own, need none)
+  partial = {s for u in uops if u.op in (Ops.ADD, Ops.MAX) and all(s.op is Ops.DEFINE_ACC for s in u.src) for s in u.src}
   fused = {u for u in uops if u.op is Ops.ADD and u.dtype in (dtypes.float32, dtypes.float64) and len(u.src) == 2
-           and u.src[0].op is Ops.DEFINE_ACC and u.src[1].op is Ops.MUL and uses.get(u.src[1], 0) == 1}
+           and u.src[0].op is Ops.DEFINE_ACC and u.src[0] not in partial and u.src[1].op is Ops.MUL
+           and uses.get(u.src[1], 0) == 1}
   if not fused: return uops
   dead = {u.src[1] for u in fused}
   out: list[UOp] = []

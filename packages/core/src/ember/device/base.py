@@ -2,8 +2,9 @@
 
 A backend subclasses these (through `ember.plugin`, which re-exports them):
 
-* `Allocator.alloc(size, options) -> opaque handle`, `_free`, `_copyin(handle, memoryview)`, `_copyout(memoryview, handle)`,
-  optionally `_as_buffer(handle) -> memoryview` for zero-copy host access and `_offset(handle, size, offset)` for views.
+* `Allocator.alloc(size, options) -> opaque handle`, `_free`, `_copyin(handle, memoryview)`,
+  `_copyout(memoryview, handle)`, optionally `_as_buffer(handle) -> memoryview` for zero-copy host access and
+  `_offset(handle, size, offset)` for views.
 * `Compiler.compile(src) -> bytes`; `compile_cached` adds a content-addressed sqlite disk cache.
 * `Program(name, lib)` loads a compiled binary; calling it runs the kernel:
   `prg(*bufs, global_size=(..), local_size=(..), vals=(..), wait=False) -> seconds | None`.
@@ -33,12 +34,15 @@ class Allocator(ABC):
   """Allocates device memory. Subclasses implement `_alloc`, `_free`, `_copyin`, `_copyout`."""
   supports_copy_from_disk: bool = False
   def alloc(self, size: int, options: BufferSpec | None = None) -> Any:
-    if not isinstance(size, int) or size < 0: raise DeviceError(f"{type(self).__name__}.alloc: size must be a non-negative int, got {size!r}")
+    if not isinstance(size, int) or size < 0:
+      raise DeviceError(f"{type(self).__name__}.alloc: size must be a non-negative int, got {size!r}")
     return self._alloc(size, options or BufferSpec())
-  def free(self, opaque: Any, size: int, options: BufferSpec | None = None) -> None: self._free(opaque, options or BufferSpec())
+  def free(self, opaque: Any, size: int, options: BufferSpec | None = None) -> None:
+    self._free(opaque, options or BufferSpec())
   @abstractmethod
   def _alloc(self, size: int, options: BufferSpec) -> Any: """Allocate `size` bytes; return the device's handle."""
-  def _free(self, opaque: Any, options: BufferSpec) -> None: """Release a handle (memory that the GC frees needs nothing)."""
+  def _free(self, opaque: Any, options: BufferSpec) -> None:  # noqa: B027  optional: the default frees nothing
+    """Release a handle (memory that the GC frees needs nothing)."""
   @abstractmethod
   def _copyin(self, dest: Any, src: memoryview) -> None: """Copy host bytes into the device buffer `dest`."""
   @abstractmethod
@@ -67,14 +71,17 @@ class LRUAllocator(Allocator):
 
 class Buffer:
   """A device allocation of `size` elements of `dtype`. Allocated on first use; a view shares its base's memory."""
+  _buf: Any  # the allocator's handle; set by allocate()
   def __init__(self, device: str, size: int, dtype: DType, options: BufferSpec | None = None,
                base: Buffer | None = None, offset: int = 0, initial_value: bytes | None = None):
-    if dtype.weak: raise DeviceError(f"cannot allocate a buffer of weak dtype {dtype!r}; cast to a concrete dtype first")
+    if dtype.weak:
+      raise DeviceError(f"cannot allocate a buffer of weak dtype {dtype!r}; cast to a concrete dtype first")
     self.device, self.size, self.dtype, self.options, self.offset = device, size, dtype, options, offset
     self._base = base
     if base is not None and base._base is not None: raise DeviceError("a buffer view must be made from a base buffer")
     if base is not None and offset + self.nbytes > base.nbytes:
-      raise DeviceError(f"buffer view [{offset}:{offset + self.nbytes}] is out of range of its base of {base.nbytes} bytes")
+      raise DeviceError(f"buffer view [{offset}:{offset + self.nbytes}] is out of range of its base of "
+                        f"{base.nbytes} bytes")
     if initial_value is not None:
       self.allocate()
       self.copyin(memoryview(initial_value))
@@ -105,7 +112,8 @@ class Buffer:
     except Exception:  # noqa: BLE001  interpreter shutdown may have torn down the allocator already
       pass
   def __repr__(self) -> str:
-    return f"<buf device:{self.device} size:{self.size} dtype:{self.dtype!r}{' offset:' + str(self.offset) if self._base is not None else ''}>"
+    offset = f" offset:{self.offset}" if self._base is not None else ""
+    return f"<buf device:{self.device} size:{self.size} dtype:{self.dtype!r}{offset}>"
   def as_buffer(self) -> memoryview | None:
     """A zero-copy host view of the memory, if the allocator offers one."""
     fn = getattr(self.allocator, "_as_buffer", None)
@@ -131,7 +139,9 @@ class Buffer:
     import numpy as np
     from ember.dtype import dtypes as dts
     np_dt = _np_storage_dtype(self.dtype)
-    out = np.empty(self.nbytes // max(np.dtype(np_dt).itemsize, 1), dtype=np_dt) if self.dtype != dts.void else np.empty(0, np.uint8)
+    out: Any  # an ndarray; its buffer protocol is not in numpy's stubs
+    if self.dtype == dts.void: out = np.empty(0, np.uint8)
+    else: out = np.empty(self.nbytes // max(np.dtype(np_dt).itemsize, 1), dtype=np_dt)
     self.copyout(memoryview(out).cast("B"))
     return out
 
@@ -170,7 +180,8 @@ class Compiled:
   """A device: its allocator, the renderer and compiler selected for it, and the runtime that loads binaries."""
   def __init__(self, device: str, allocator: Allocator, renderer: Any, compiler: Compiler | None,
                runtime: Callable[[str, bytes], Program], graph: Any = None):
-    self.device, self.allocator, self.renderer, self.compiler, self.runtime, self.graph = device, allocator, renderer, compiler, runtime, graph
+    self.device, self.allocator, self.renderer, self.compiler = device, allocator, renderer, compiler
+    self.runtime, self.graph = runtime, graph
   holds_data: bool = True  # False for devices that keep no memory contents (NULL)
   def synchronize(self) -> None:
     """Wait until every queued command on this device has finished (synchronous devices have nothing to wait for)."""
@@ -184,4 +195,5 @@ def from_mv(mv: memoryview, to_type: Any = ctypes.c_char) -> Any:
 
 def mv_address(mv: memoryview) -> int: return ctypes.addressof(ctypes.c_char.from_buffer(mv))
 
-__all__ = ["BufferSpec", "Allocator", "LRUAllocator", "Buffer", "Compiler", "Program", "Compiled", "from_mv", "mv_address", "dtypes"]
+__all__ = ["BufferSpec", "Allocator", "LRUAllocator", "Buffer", "Compiler", "Program", "Compiled", "from_mv",
+           "mv_address", "dtypes"]

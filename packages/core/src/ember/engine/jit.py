@@ -80,7 +80,8 @@ class TinyJit(Generic[R]):
       raise JitError(f"TinyJit inputs changed: expected {self.expected}, got {info}; "
                      "shapes, dtypes and devices must stay the same")
     # bound Variables passed as arguments change sizes/positions without recapture: the kernels are symbolic in them
-    var_vals = {u.src[0].arg[0]: u.src[1].arg for u in (*args, *kwargs.values()) if isinstance(u, UOp) and u.op is Ops.BIND}
+    var_vals = {u.src[0].arg[0]: u.src[1].arg for u in (*args, *kwargs.values())
+                if isinstance(u, UOp) and u.op is Ops.BIND}
     if self.graph is not None and not var_vals:
       self.graph(in_bufs)
       engine.GlobalCounters.kernel_count += len(self.captured)

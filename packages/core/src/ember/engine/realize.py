@@ -20,7 +20,8 @@ class GlobalCounters:
   mem_used: int = 0
   @staticmethod
   def reset() -> None:
-    GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem, GlobalCounters.time_sum_s = 0, 0, 0, 0.0
+    GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem = 0, 0, 0
+    GlobalCounters.time_sum_s = 0.0
 
 @dataclass
 class CompiledRunner:
@@ -33,7 +34,8 @@ class CompiledRunner:
     vals = tuple(var_vals[v.arg[0]] for v in self.spec.vars)
     gsize = tuple(self.spec.global_size) if self.spec.global_size else (1, 1, 1)
     lsize = tuple(self.spec.local_size) if self.spec.local_size else None
-    return self.prg(*[b.ensure_allocated()._buf for b in bufs], global_size=gsize, local_size=lsize, vals=vals, wait=wait)
+    handles = [b.ensure_allocated()._buf for b in bufs]
+    return self.prg(*handles, global_size=gsize, local_size=lsize, vals=vals, wait=wait)
 
 _runner_cache: dict[tuple[str, str, UOp, int, int, int], CompiledRunner] = {}
 
@@ -41,9 +43,12 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
   from ember.device import Device
   from ember.codegen import get_program
   dev = Device[device]
-  key = (device, repr(dev.renderer), ast, NUM_CPU_THREADS.value, NOOPT.value, BEAM.value)  # settings that change the code
+  # the settings that change the generated code are part of the key
+  key = (device, repr(dev.renderer), ast, NUM_CPU_THREADS.value, NOOPT.value, BEAM.value)
   if (r := _runner_cache.get(key)) is not None: return r
   spec = get_program(ast, dev.renderer, device)
+  if dev.compiler is None:
+    raise CompileError(f"device {device} has no compiler; run kernel {spec.name} on a compute device")
   try: lib = dev.compiler.compile_cached(spec.src)
   except CompileError as e: raise CompileError(f"compiling kernel {spec.name} for {device}: {e}") from e
   runner = CompiledRunner(spec, lib, dev.runtime(spec.name, lib), device)
@@ -79,7 +84,8 @@ def run_schedule(items: list[ScheduleItem], var_vals: dict[str, int] | None = No
     for hook in capture_hooks: hook(runner, it.bufs, vv)
     update_stats(runner, et)
   if DEBUG.value >= 1 and items:
-    sys.stderr.write(f"realize: {len(items)} calls, {GlobalCounters.global_ops/1e9:.3f} GFLOP total, {(time.perf_counter()-st)*1e3:.2f} ms\n")
+    ms = (time.perf_counter() - st) * 1e3
+    sys.stderr.write(f"realize: {len(items)} calls, {GlobalCounters.global_ops/1e9:.3f} GFLOP total, {ms:.2f} ms\n")
 
 def update_stats(runner: CompiledRunner, et: float | None) -> None:
   GlobalCounters.kernel_count += 1
@@ -90,5 +96,6 @@ def update_stats(runner: CompiledRunner, et: float | None) -> None:
     t = et or 0.0
     gflops = runner.spec.estimates.ops / t / 1e9 if t > 0 else 0.0
     gbs = runner.spec.estimates.mem / t / 1e9 if t > 0 else 0.0
-    sys.stderr.write(f"*** {runner.device:8s} {GlobalCounters.kernel_count:4d} {colored(f'{runner.spec.name:30s}', 'cyan')} "
+    name = colored(f"{runner.spec.name:30s}", "cyan")
+    sys.stderr.write(f"*** {runner.device:8s} {GlobalCounters.kernel_count:4d} {name} "
                      f"tm {t*1e6:9.2f}us {gflops:8.2f} GFLOP/s {gbs:8.2f} GB/s\n")

@@ -321,9 +321,11 @@ class CStyleLanguage(Renderer):
     elif op is Ops.RANGE: self._render_range(u, ctx)
     elif op is Ops.SPECIAL:
       if u.arg[0] not in self.code_for_workitem:
-        raise CompileError(f"{type(self).__name__} has no hardware index {u.arg!r}; set code_for_workitem for GPU targets")
+        raise CompileError(f"{type(self).__name__} has no hardware index {u.arg!r}; "
+                           "set code_for_workitem for GPU targets")
       ctx.names[u] = u.arg
-      ctx.emit(f"{self.render_dtype(dtypes.int32)} {u.arg} = {self.code_for_workitem[u.arg[0]]('xyz'[int(u.arg[-1])])};")
+      index_expr = self.code_for_workitem[u.arg[0]]("xyz"[int(u.arg[-1])])
+      ctx.emit(f"{self.render_dtype(dtypes.int32)} {u.arg} = {index_expr};")
     elif op is Ops.END:
       ctx.depth -= 1
       ctx.emit("}")

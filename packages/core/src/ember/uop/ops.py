@@ -17,7 +17,7 @@ import struct
 import weakref
 from dataclasses import dataclass
 from enum import Enum, auto
-from typing import Any, Callable, Iterator, TYPE_CHECKING
+from typing import Any, Callable, Iterator
 from ember.dtype import DType, PtrDType, AnyDType, dtypes, as_const, least_upper_dtype
 from ember.errors import DTypeError
 
@@ -78,7 +78,8 @@ def _arg_key(arg: Any) -> Any:
 
 class UOpMetaClass(type):
   ucache: weakref.WeakValueDictionary[tuple, UOp] = weakref.WeakValueDictionary()
-  def __call__(cls, op: Ops, dtype: AnyDType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None) -> UOp:
+  def __call__(cls, op: Ops, dtype: AnyDType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
+               tag: Any = None) -> UOp:
     key = (op, dtype, src, _arg_key(arg), tag)
     if (ret := UOpMetaClass.ucache.get(key)) is not None: return ret
     ret = super().__call__(op, dtype, src, arg, tag)
@@ -92,7 +93,8 @@ def next_unique() -> int:
 
 class UOp(metaclass=UOpMetaClass):
   __slots__ = ("op", "dtype", "src", "arg", "tag", "__weakref__", "__dict__")
-  def __init__(self, op: Ops, dtype: AnyDType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None, tag: Any = None):
+  def __init__(self, op: Ops, dtype: AnyDType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
+               tag: Any = None):
     self.op, self.dtype, self.src, self.arg, self.tag = op, dtype, src, arg, tag
   def __reduce__(self) -> Any: return UOp, (self.op, self.dtype, self.src, self.arg, self.tag)
   def replace(self, **kwargs: Any) -> UOp:
@@ -127,7 +129,8 @@ class UOp(metaclass=UOpMetaClass):
   @functools.cached_property
   def key(self) -> bytes:
     import hashlib
-    return hashlib.sha256(str((self.op, self.dtype, self.arg, self.tag)).encode() + b"".join(s.key for s in self.src)).digest()
+    own = str((self.op, self.dtype, self.arg, self.tag)).encode()
+    return hashlib.sha256(own + b"".join(s.key for s in self.src)).digest()
 
   # ** tensor-level derived properties **
   @functools.cached_property
@@ -169,9 +172,10 @@ class UOp(metaclass=UOpMetaClass):
 
   # ** construction sugar **
   @staticmethod
-  def const(dtype: DType, value: Any) -> UOp:
+  def const(dtype: AnyDType, value: Any) -> UOp:
     return UOp(Ops.CONST, dtype, arg=as_const(value, dtype))
-  def const_like(self, value: Any) -> UOp: return UOp.const(self.dtype.base if isinstance(self.dtype, PtrDType) else self.dtype, value)
+  def const_like(self, value: Any) -> UOp:
+    return UOp.const(self.dtype.base if isinstance(self.dtype, PtrDType) else self.dtype, value)
   @staticmethod
   def variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.int32) -> UOp:
     """A symbolic integer in [min_val, max_val]; `.bind(value)` gives it a value for one run."""
@@ -196,7 +200,7 @@ class UOp(metaclass=UOpMetaClass):
   def _bin(self, op: Ops, x: Any, reverse: bool = False) -> UOp:
     other = self.ufix(x)
     if other.dtype is not self.dtype:
-      dt = least_upper_dtype(self.dtype, other.dtype)  # type: ignore[arg-type]
+      dt = least_upper_dtype(self.dtype, other.dtype)
       a, b = self.cast(dt), other.cast(dt)
       return b.alu(op, a) if reverse else a.alu(op, b)
     return other.alu(op, self) if reverse else self.alu(op, other)
@@ -293,7 +297,8 @@ def _vmin_vmax(u: UOp) -> tuple[Any, Any]:
     a, b = u.src
     amin, amax, bmin, bmax = a.vmin, a.vmax, b.vmin, b.vmax
     if None in (amin, amax, bmin, bmax): return dmin, dmax
-    if any(isinstance(v, float) and math.isnan(v) for v in (amin, amax, bmin, bmax)): return dmin, dmax  # NaN orders nothing
+    # NaN orders nothing
+    if any(isinstance(v, float) and math.isnan(v) for v in (amin, amax, bmin, bmax)): return dmin, dmax
     if u.op is Ops.ADD: return _clamp(amin + bmin, amax + bmax, dmin, dmax)
     if u.op is Ops.SUB: return _clamp(amin - bmax, amax - bmin, dmin, dmax)
     if u.op is Ops.MUL and not dtypes.is_float(dt):
@@ -320,9 +325,11 @@ def _vmin_vmax(u: UOp) -> tuple[Any, Any]:
     if u.op is Ops.AND and dtypes.is_int(dt) and amin >= 0 and bmin >= 0: return 0, min(amax, bmax)
     if u.op is Ops.SHL and dtypes.is_int(dt) and amin >= 0 and bmin == bmax and 0 <= bmin < 64:
       return _clamp(amin << bmin, amax << bmin, dmin, dmax)
-    if u.op is Ops.SHR and dtypes.is_int(dt) and amin >= 0 and bmin == bmax and bmin >= 0: return amin >> bmin, amax >> bmin
+    if u.op is Ops.SHR and dtypes.is_int(dt) and amin >= 0 and bmin == bmax and bmin >= 0:
+      return amin >> bmin, amax >> bmin
     return dmin, dmax
-  if u.op is Ops.NEG and not dtypes.is_float(dt) and u.src[0].vmin is not None: return _clamp(-u.src[0].vmax, -u.src[0].vmin, dmin, dmax)
+  if u.op is Ops.NEG and not dtypes.is_float(dt) and u.src[0].vmin is not None:
+    return _clamp(-u.src[0].vmax, -u.src[0].vmin, dmin, dmax)
   if u.op is Ops.WHERE:
     vals = [u.src[1].vmin, u.src[1].vmax, u.src[2].vmin, u.src[2].vmax]
     if None in vals: return dmin, dmax
@@ -370,6 +377,12 @@ def _safe(fn: Callable[[float], float]) -> Callable[[float], float]:
     except ValueError: return math.nan
   return wrapped
 
+def _max(x: Any, y: Any) -> Any:
+  """max that propagates NaN from either float operand."""
+  if math.isnan(x): return x
+  if isinstance(x, float) and math.isnan(y): return y
+  return max(x, y)
+
 python_alu: dict[Ops, Callable[..., Any]] = {
   Ops.NEG: lambda x: (not x) if isinstance(x, bool) else -x, Ops.EXP2: _exp2, Ops.LOG2: _log2,
   Ops.SIN: _safe(lambda x: math.sin(x) if math.isfinite(x) else math.nan),
@@ -377,7 +390,7 @@ python_alu: dict[Ops, Callable[..., Any]] = {
   Ops.TRUNC: lambda x: x if math.isinf(x) or math.isnan(x) else float(math.trunc(x)),
   Ops.ADD: lambda x, y: x + y, Ops.SUB: lambda x, y: x - y, Ops.MUL: lambda x, y: x * y, Ops.FDIV: _fdiv,
   Ops.IDIV: lambda x, y: _cdiv(x, y) if y != 0 else 0, Ops.MOD: lambda x, y: _cmod(x, y) if y != 0 else 0,
-  Ops.MAX: lambda x, y: x if math.isnan(x) else (y if math.isnan(y) else max(x, y)) if isinstance(x, float) else max(x, y),
+  Ops.MAX: _max,
   Ops.CMPLT: lambda x, y: x < y, Ops.CMPNE: lambda x, y: x != y, Ops.CMPEQ: lambda x, y: x == y,
   Ops.AND: lambda x, y: x & y, Ops.OR: lambda x, y: x | y, Ops.XOR: lambda x, y: x ^ y,
   Ops.SHL: lambda x, y: x << y, Ops.SHR: lambda x, y: x >> y,
@@ -417,7 +430,10 @@ def pretty_print(u: UOp, max_nodes: int = 40) -> str:
   nodes = list(u.toposort())
   if len(nodes) > max_nodes: return f"UOp({u.op}, {u.dtype!r}, arg={u.arg!r}, <{len(u.src)} srcs, {len(nodes)} nodes>)"
   names = {n: f"x{i}" for i, n in enumerate(nodes)}
-  lines = [f"{names[n]} = UOp({n.op}, {n.dtype!r}, ({', '.join(names[s] for s in n.src)}), arg={n.arg!r})" for n in nodes]
+  lines = []
+  for n in nodes:
+    srcs = ", ".join(names[s] for s in n.src)
+    lines.append(f"{names[n]} = UOp({n.op}, {n.dtype!r}, ({srcs}), arg={n.arg!r})")
   return "\n".join(lines)
 
 def iter_srcs(u: UOp) -> Iterator[UOp]: yield from u.src

@@ -7,7 +7,7 @@ named captures as keyword arguments (plus `ctx` if it declares it) and returns a
 from __future__ import annotations
 import inspect
 import itertools
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, cast
 from ember.dtype import AnyDType, PtrDType
 from ember.errors import EmberError
 from ember.uop.ops import Ops, UOp, GroupOp
@@ -18,7 +18,10 @@ class UPat:
                src: UPat | tuple[UPat, ...] | list[UPat] | None = None, arg: Any = None, name: str | None = None,
                allow_any_len: bool = False, match_arg: bool | None = None):
     self.op: frozenset[Ops] | None = None if op is None else frozenset({op} if isinstance(op, Ops) else op)
-    self.dtype: tuple[AnyDType, ...] | None = None if dtype is None else (tuple(dtype) if isinstance(dtype, (tuple, list, set, frozenset)) else (dtype,))
+    self.dtype: tuple[AnyDType, ...] | None
+    if dtype is None: self.dtype = None
+    elif isinstance(dtype, (tuple, list, set, frozenset)): self.dtype = tuple(dtype)
+    else: self.dtype = (cast(AnyDType, dtype),)
     self.src = src
     self.arg, self.name, self.allow_any_len = arg, name, allow_any_len
     self.match_arg = (arg is not None) if match_arg is None else match_arg
@@ -28,12 +31,14 @@ class UPat:
     self.early_reject = frozenset(p.op.__iter__().__next__() for p in srcs if p.op is not None and len(p.op) == 1)
 
   @staticmethod
-  def var(name: str | None = None, dtype: AnyDType | Iterable[AnyDType] | None = None) -> UPat: return UPat(dtype=dtype, name=name)
+  def var(name: str | None = None, dtype: AnyDType | Iterable[AnyDType] | None = None) -> UPat:
+    return UPat(dtype=dtype, name=name)
   @staticmethod
   def cvar(name: str | None = None, dtype: AnyDType | Iterable[AnyDType] | None = None) -> UPat:
     return UPat(Ops.CONST, dtype=dtype, name=name)
   @staticmethod
-  def const(dtype: AnyDType | Iterable[AnyDType] | None, value: Any) -> UPat: return UPat(Ops.CONST, dtype=dtype, arg=value, match_arg=True)
+  def const(dtype: AnyDType | Iterable[AnyDType] | None, value: Any) -> UPat:
+    return UPat(Ops.CONST, dtype=dtype, arg=value, match_arg=True)
   @staticmethod
   def any(*pats: UPat) -> UPat:
     ret = UPat()
@@ -63,7 +68,8 @@ class UPat:
   def eq(self, x: Any) -> UPat: return self.alu(Ops.CMPEQ, x)
   def maximum(self, x: Any) -> UPat: return self.alu(Ops.MAX, x)
   def where(self, x: Any, y: Any) -> UPat: return UPat(Ops.WHERE, src=(self, UPat._fix(x), UPat._fix(y)))
-  def cast(self, dtype: AnyDType | None = None, name: str | None = None) -> UPat: return UPat(Ops.CAST, dtype, (self,), name=name)
+  def cast(self, dtype: AnyDType | None = None, name: str | None = None) -> UPat:
+    return UPat(Ops.CAST, dtype, (self,), name=name)
   def load(self, name: str | None = None) -> UPat: return UPat(Ops.LOAD, src=(self,), name=name)
   def index(self, idx: UPat, name: str | None = None) -> UPat: return UPat(Ops.INDEX, src=(self, idx), name=name)
 
@@ -82,8 +88,8 @@ class UPat:
           out.append(m)
       return out
     if self.op is not None and uop.op not in self.op: return []
-    if self.dtype is not None and uop.dtype not in self.dtype and not (isinstance(uop.dtype, PtrDType) and uop.dtype.base in self.dtype):
-      return []
+    if self.dtype is not None and uop.dtype not in self.dtype:
+      if not (isinstance(uop.dtype, PtrDType) and uop.dtype.base in self.dtype): return []
     if self.match_arg and not _arg_eq(self.arg, uop.arg): return []
     if self.name is not None:
       if (prev := store.get(self.name)) is not None and prev is not uop: return []
@@ -136,7 +142,8 @@ class PatternMatcher:
 class RewriteLoopError(EmberError, RuntimeError):
   """A rewrite table never reached a fixed point (two rules undo each other): a bug in the rules."""
 
-def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False, name: str | None = None) -> UOp:
+def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False,
+                  name: str | None = None) -> UOp:
   """Rewrite the graph under `sink` with `pm` to a fixed point.
 
   Top-down (default): every node is rebuilt from its rewritten sources, then `pm` is applied until it returns None,
@@ -165,7 +172,8 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
         if s not in replace and s not in in_progress: stack.append((s, 0, s))
     elif stage == 1:
       new_src = tuple(replace.get(s, s) for s in node.src)
-      rebuilt = node if all(a is b for a, b in zip(new_src, node.src)) else UOp(node.op, node.dtype, new_src, node.arg, node.tag)
+      unchanged = all(a is b for a, b in zip(new_src, node.src))
+      rebuilt = node if unchanged else UOp(node.op, node.dtype, new_src, node.arg, node.tag)
       nxt = None if bottom_up and rebuilt is node else pm.rewrite(rebuilt, ctx)
       if nxt is None:
         replace[orig] = rebuilt
@@ -188,5 +196,6 @@ def substitute(sink: UOp, mapping: dict[UOp, UOp]) -> UOp:
       replace[node] = mapping[node]
       continue
     new_src = tuple(replace.get(s, s) for s in node.src)
-    replace[node] = node if all(a is b for a, b in zip(new_src, node.src)) else UOp(node.op, node.dtype, new_src, node.arg, node.tag)
+    unchanged = all(a is b for a, b in zip(new_src, node.src))
+    replace[node] = node if unchanged else UOp(node.op, node.dtype, new_src, node.arg, node.tag)
   return replace[sink]

@@ -18,7 +18,8 @@ def _alu_ok(x: UOp) -> bool:
     if dtypes.is_float(x.dtype): return False  # bitwise ops on floats are rejected
     if x.op in (Ops.SHL, Ops.SHR): return dtypes.is_int(x.dtype) and all(dtypes.is_int(s.dtype) for s in x.src)
   if x.op in (Ops.IDIV, Ops.MOD) and not dtypes.is_int(x.dtype): return False
-  if x.op in GroupOp.Transcendental | {Ops.SQRT, Ops.RECIPROCAL, Ops.TRUNC, Ops.FDIV} and not dtypes.is_float(x.dtype): return False
+  float_only = GroupOp.Transcendental | {Ops.SQRT, Ops.RECIPROCAL, Ops.TRUNC, Ops.FDIV}
+  if x.op in float_only and not dtypes.is_float(x.dtype): return False
   return all(s.dtype is x.dtype for s in x.src)
 
 def check_kernel_node(x: UOp) -> bool:
@@ -26,9 +27,12 @@ def check_kernel_node(x: UOp) -> bool:
   if x.op in GroupOp.ALU: return _alu_ok(x)
   if x.op is Ops.PARAM: return isinstance(x.dtype, PtrDType) and isinstance(x.arg, int)
   if x.op is Ops.INDEX:
-    return x.src[0].op is Ops.PARAM and dtypes.is_int(x.src[1].dtype) and (len(x.src) == 2 or x.src[2].dtype is dtypes.bool)
-  if x.op is Ops.LOAD: return x.src[0].op is Ops.INDEX and isinstance(x.src[0].dtype, PtrDType) and x.dtype is x.src[0].dtype.base
-  if x.op is Ops.STORE: return x.src[0].op is Ops.INDEX and x.src[1].dtype is x.src[0].dtype.base
+    return (x.src[0].op is Ops.PARAM and dtypes.is_int(x.src[1].dtype)
+            and (len(x.src) == 2 or x.src[2].dtype is dtypes.bool))
+  if x.op is Ops.LOAD:
+    return x.src[0].op is Ops.INDEX and isinstance(x.src[0].dtype, PtrDType) and x.dtype is x.src[0].dtype.base
+  if x.op is Ops.STORE:
+    return x.src[0].op is Ops.INDEX and isinstance(x.src[0].dtype, PtrDType) and x.src[1].dtype is x.src[0].dtype.base
   if x.op is Ops.RANGE: return dtypes.is_int(x.dtype) and len(x.src) == 1 and dtypes.is_int(x.src[0].dtype)
   if x.op is Ops.REDUCE: return all(s.op is Ops.RANGE for s in x.src[1:]) and x.arg in (Ops.ADD, Ops.MUL, Ops.MAX)
   if x.op is Ops.CONST: return not x.dtype.weak and x.src == ()

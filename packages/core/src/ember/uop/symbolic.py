@@ -5,8 +5,8 @@ node's value range (`vmin`/`vmax`). All rules are algebraic identities valid for
 """
 from __future__ import annotations
 import math
-from typing import Any
-from ember.dtype import dtypes, PtrDType
+from typing import Any, cast
+from ember.dtype import DType, dtypes, PtrDType
 from ember.uop.ops import Ops, UOp, GroupOp, exec_alu, bitcast_value, _cdiv
 from ember.uop.rewrite import UPat, PatternMatcher
 
@@ -17,7 +17,7 @@ def _is_int(u: UOp) -> bool: return not isinstance(u.dtype, PtrDType) and dtypes
 def fold_alu(x: UOp) -> UOp | None:
   if not all(s.op is Ops.CONST for s in x.src): return None
   if x.dtype.weak and x.op in GroupOp.Transcendental: return None
-  try: return UOp.const(x.dtype, exec_alu(x.op, x.dtype, tuple(s.arg for s in x.src)))
+  try: return UOp.const(x.dtype, exec_alu(x.op, cast(DType, x.dtype), tuple(s.arg for s in x.src)))
   except (OverflowError, ZeroDivisionError, ValueError): return None
 
 def fold_cast(c: UOp, x: UOp) -> UOp | None:
@@ -25,14 +25,17 @@ def fold_cast(c: UOp, x: UOp) -> UOp | None:
   return UOp.const(x.dtype, c.arg)
 
 def fold_bitcast(c: UOp, x: UOp) -> UOp | None:
-  try: return UOp.const(x.dtype, bitcast_value(c.arg, c.dtype, x.dtype))
+  try: return UOp.const(x.dtype, bitcast_value(c.arg, cast(DType, c.dtype), cast(DType, x.dtype)))
   except Exception:  # noqa: BLE001  dtypes without a struct format stay unfolded
     return None
 
 def fold_by_range(x: UOp) -> UOp | None:
   """A node whose value range is a single value is that constant (ints and bools only)."""
-  if x.op is Ops.CONST or isinstance(x.dtype, PtrDType) or dtypes.is_float(x.dtype) or x.dtype is dtypes.void: return None
-  if x.op in (Ops.DEFINE_VAR, Ops.BIND, Ops.LOAD, Ops.RANGE, Ops.SPECIAL, Ops.DEFINE_ACC, Ops.ASSIGN, Ops.INDEX, Ops.REDUCE): return None
+  if x.op is Ops.CONST or isinstance(x.dtype, PtrDType) or dtypes.is_float(x.dtype) or x.dtype is dtypes.void:
+    return None
+  if x.op in (Ops.DEFINE_VAR, Ops.BIND, Ops.LOAD, Ops.RANGE, Ops.SPECIAL, Ops.DEFINE_ACC, Ops.ASSIGN, Ops.INDEX,
+              Ops.REDUCE):
+    return None
   lo, hi = x.vmin, x.vmax
   if lo is None or lo != hi: return None
   return UOp.const(x.dtype, lo)
@@ -75,7 +78,8 @@ def fold_div(x: UOp, c: UOp) -> UOp | None:
   if d <= 0 or x.vmin < 0: return None
   if x.vmax < d: return x.const_like(0)
   terms = [term_factor(t) for t in split_terms(x)]
-  if any(v is not None and (v.vmin < 0 or k < 0) for v, k in terms) or any(v is None and k < 0 for v, k in terms): return None
+  if any(v is not None and (v.vmin < 0 or k < 0) for v, k in terms): return None
+  if any(v is None and k < 0 for v, k in terms): return None
   quotient = [(v, k // d) for v, k in terms if k % d == 0]
   rest = [(v, k) for v, k in terms if k % d != 0]
   if not quotient:
@@ -156,7 +160,7 @@ def fold_mul_add(x: UOp, c1: UOp, c2: UOp) -> UOp | None:
 def fold_assoc_const(x: UOp, c1: UOp, c2: UOp, op: UOp) -> UOp | None:
   """`(x op c1) op c2 -> x op (c1 op c2)` for associative ops; floats only for MAX (exact)."""
   if dtypes.is_float(x.dtype) and op.op is not Ops.MAX: return None
-  return x.alu(op.op, x.const_like(exec_alu(op.op, x.dtype, (c1.arg, c2.arg))))
+  return x.alu(op.op, x.const_like(exec_alu(op.op, cast(DType, x.dtype), (c1.arg, c2.arg))))
 
 def fold_assoc_sum(x: UOp, c1: UOp, y: UOp) -> UOp | None:
   """`(x + c) + y -> (x + y) + c` (ints): constants bubble to the outside of a sum."""
@@ -180,46 +184,58 @@ symbolic_simple = PatternMatcher([
   # ** identities **
   (UPat.var("x") + 0, lambda x: x),  # x+0 -> x
   (UPat.var("x") * 1, lambda x: x),  # x*1 -> x
-  (UPat.var("x", dtype=(dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16, dtypes.uint32,
-                        dtypes.uint64, dtypes.weakint, dtypes.bool)) * 0, lambda x: x.const_like(0)),  # x*0 -> 0 (ints)
+  # x*0 -> 0 (ints)
+  (UPat.var("x", dtype=(dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16,
+                        dtypes.uint32, dtypes.uint64, dtypes.weakint, dtypes.bool)) * 0, lambda x: x.const_like(0)),
   (UPat.var("x") // 1, lambda x: x),  # x//1 -> x
   (UPat.var("x") % 1, lambda x: x.const_like(0) if _is_int(x) else None),  # x%1 -> 0
-  (UPat(Ops.IDIV, src=(UPat.var("x"), UPat.var("y"))), lambda x, y: x.const_like(1) if x is y and _is_int(x) and (x.vmin > 0 or x.vmax < 0) else None),
+  # x//x -> 1 (ints, x never 0)
+  (UPat(Ops.IDIV, src=(UPat.var("x"), UPat.var("y"))),
+   lambda x, y: x.const_like(1) if x is y and _is_int(x) and (x.vmin > 0 or x.vmax < 0) else None),
   (UPat(Ops.AND, src=[UPat.var("x"), UPat.const(dtypes.bool, True)]), lambda x: x),  # x & True -> x
-  (UPat(Ops.AND, src=[UPat.var("x"), UPat.const(dtypes.bool, False)]), lambda x: x.const_like(False)),  # x & False -> False
+  # x & False -> False
+  (UPat(Ops.AND, src=[UPat.var("x"), UPat.const(dtypes.bool, False)]), lambda x: x.const_like(False)),
   (UPat(Ops.OR, src=[UPat.var("x"), UPat.const(dtypes.bool, False)]), lambda x: x),  # x | False -> x
   (UPat(Ops.OR, src=[UPat.var("x"), UPat.const(dtypes.bool, True)]), lambda x: x.const_like(True)),  # x | True -> True
   (UPat(Ops.AND, src=(UPat.var("x"), UPat.var("y"))), lambda x, y: x if x is y else None),  # x & x -> x
   (UPat(Ops.OR, src=(UPat.var("x"), UPat.var("y"))), lambda x, y: x if x is y else None),  # x | x -> x
   (UPat(Ops.MAX, src=(UPat.var("x"), UPat.var("y"))), lambda x, y: x if x is y else None),  # max(x, x) -> x
-  (UPat(Ops.CMPNE, src=(UPat(Ops.CMPNE, src=(UPat.var("x"), UPat.const(dtypes.bool, True))), UPat.const(dtypes.bool, True))),
-   lambda x: x),  # !!x -> x
+  (UPat(Ops.CMPNE, src=(UPat(Ops.CMPNE, src=(UPat.var("x"), UPat.const(dtypes.bool, True))),
+                        UPat.const(dtypes.bool, True))), lambda x: x),  # !!x -> x
   (UPat(Ops.NEG, src=(UPat(Ops.NEG, src=(UPat.var("x"),)),)), lambda x: x),  # --x -> x
   # ** where **
-  (UPat(Ops.WHERE, src=(UPat.const(dtypes.bool, True), UPat.var("a"), UPat.var())), lambda a: a),  # where(True, a, b) -> a
-  (UPat(Ops.WHERE, src=(UPat.const(dtypes.bool, False), UPat.var(), UPat.var("b"))), lambda b: b),  # where(False, a, b) -> b
-  (UPat(Ops.WHERE, src=(UPat.var("c"), UPat.var("a"), UPat.var("b"))), lambda c, a, b: a if a is b else None),  # where(c, a, a) -> a
+  # where(True, a, b) -> a
+  (UPat(Ops.WHERE, src=(UPat.const(dtypes.bool, True), UPat.var("a"), UPat.var())), lambda a: a),
+  # where(False, a, b) -> b
+  (UPat(Ops.WHERE, src=(UPat.const(dtypes.bool, False), UPat.var(), UPat.var("b"))), lambda b: b),
+  # where(c, a, a) -> a
+  (UPat(Ops.WHERE, src=(UPat.var("c"), UPat.var("a"), UPat.var("b"))), lambda c, a, b: a if a is b else None),
 ])
 
 symbolic = symbolic_simple + PatternMatcher([
   # ** canonical forms **
   (UPat(GroupOp.Commutative, name="x"), canonical_order),
+  # (x+c1)+c2 -> x+(c1+c2)
   (UPat(Ops.ADD, src=(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c1"))), UPat.cvar("c2"))),
-   lambda x, c1, c2: x + x.const_like(c1.arg + c2.arg) if not dtypes.is_float(x.dtype) else None),  # (x+c1)+c2 -> x+(c1+c2)
+   lambda x, c1, c2: x + x.const_like(c1.arg + c2.arg) if not dtypes.is_float(x.dtype) else None),
+  # (x*c1)*c2 -> x*(c1*c2)
   (UPat(Ops.MUL, src=(UPat(Ops.MUL, src=(UPat.var("x"), UPat.cvar("c1"))), UPat.cvar("c2"))),
-   lambda x, c1, c2: x * x.const_like(c1.arg * c2.arg) if not dtypes.is_float(x.dtype) else None),  # (x*c1)*c2 -> x*(c1*c2)
-  (UPat(Ops.MUL, src=(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c1"))), UPat.cvar("c2"))), fold_mul_add),  # (x+c1)*c2 -> x*c2+c1*c2
+   lambda x, c1, c2: x * x.const_like(c1.arg * c2.arg) if not dtypes.is_float(x.dtype) else None),
+  # (x+c1)*c2 -> x*c2+c1*c2
+  (UPat(Ops.MUL, src=(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c1"))), UPat.cvar("c2"))), fold_mul_add),
   (UPat(Ops.MUL, src=(UPat(Ops.ADD, src=(UPat.var("x"), UPat.var("y"))), UPat.cvar("c"))),
    lambda x, y, c: x * c + y * c if _is_int(x) and y.op is not Ops.CONST else None),  # (x+y)*c -> x*c+y*c (ints)
-  (UPat(Ops.ADD, src=(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c1"))), UPat.var("y"))), fold_assoc_sum),  # (x+c)+y -> (x+y)+c
+  # (x+c)+y -> (x+y)+c
+  (UPat(Ops.ADD, src=(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c1"))), UPat.var("y"))), fold_assoc_sum),
   (UPat(Ops.MAX, src=(UPat(Ops.MAX, src=(UPat.var("x"), UPat.cvar("c1"))), UPat.cvar("c2")), name="op"),
    lambda x, c1, c2, op: fold_assoc_const(x, c1, c2, op)),
-  (UPat(Ops.ADD, name="x", dtype=(dtypes.int32, dtypes.int64, dtypes.weakint, dtypes.int16, dtypes.int8, dtypes.uint32, dtypes.uint64)),
-   combine_terms),  # a*2 + a*3 -> a*5
+  (UPat(Ops.ADD, name="x", dtype=(dtypes.int32, dtypes.int64, dtypes.weakint, dtypes.int16, dtypes.int8, dtypes.uint32,
+                                  dtypes.uint64)), combine_terms),  # a*2 + a*3 -> a*5
   # ** div and mod **
   (UPat(Ops.ADD, src=[UPat(Ops.MUL, src=(UPat(Ops.IDIV, src=(UPat.var("x"), UPat.cvar("c"))), UPat.cvar("c2"))),
                       UPat(Ops.MOD, src=(UPat.var("x2"), UPat.cvar("c3")))]),
-   lambda x, c, c2, x2, c3: x if x is x2 and c.arg == c2.arg == c3.arg and x.vmin >= 0 else None),  # (x//c)*c + x%c -> x
+   # (x//c)*c + x%c -> x
+   lambda x, c, c2, x2, c3: x if x is x2 and c.arg == c2.arg == c3.arg and x.vmin >= 0 else None),
   (UPat(Ops.IDIV, src=(UPat.var("x"), UPat.cvar("c"))), lambda x, c: fold_div(x, c) if _is_int(x) else None),
   (UPat(Ops.MOD, src=(UPat.var("x"), UPat.cvar("c"))), lambda x, c: fold_mod(x, c) if _is_int(x) else None),
   (UPat(Ops.IDIV, src=(UPat(Ops.IDIV, src=(UPat.var("x"), UPat.cvar("c1"))), UPat.cvar("c2"))), fold_nested_div),
@@ -243,4 +259,4 @@ def sym_infer(u: UOp | int, var_vals: dict[str, int]) -> int:
   if u.op is Ops.BIND: return u.src[1].arg
   vals = tuple(sym_infer(s, var_vals) for s in u.src)
   if u.op is Ops.IDIV: return _cdiv(vals[0], vals[1])
-  return exec_alu(u.op, u.dtype, vals)
+  return exec_alu(u.op, cast(DType, u.dtype), vals)
