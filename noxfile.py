@@ -57,10 +57,15 @@ def tests_metal(session: nox.Session) -> None:
 
 @nox.session(name="tests-nv", venv_backend="venv")
 def tests_nv(session: nox.Session) -> None:
-  """ember-backend-nv without a GPU: NVRTC from its `nvrtc` extra, ptxas and g++ from the machine, MOCK+NV."""
+  """ember-backend-nv without a GPU: NVRTC from its `nvrtc` extra, cuobjdump from its wheel, ptxas and g++ from the
+  machine; the corpus through NVRTC/ptxas, PTX and CUDA C cubins' parameter layouts compared, the CUDA C of the corpus
+  and of the Tensor API's kernels through the host shim, MOCK+NV, then the conformance kit on DEV=MOCK+NV."""
   nv = os.path.join(ROOT, "packages", "backend-nv")
-  session.install(CORE, f"{nv}[nvrtc]", "pytest", "numpy")
+  session.install(CORE, f"{nv}[nvrtc]", "pytest", "numpy", "nvidia-cuda-cuobjdump")  # cuobjdump: PTX vs CUDA cubins
   _run_tests(session, os.path.join(nv, "tests"))
+  if _kit_present():
+    session.run("python", "-m", "pytest", "--pyargs", "ember.testing", "--ember-device=MOCK+NV", "-q",
+                *session.posargs, env={**TEST_ENV, "DEV": "MOCK+NV"})
 
 @nox.session(name="tests-amd", venv_backend="venv")
 def tests_amd(session: nox.Session) -> None:
@@ -110,8 +115,9 @@ def bench(session: nox.Session) -> None:
 @nox.session(name="tests", venv_backend="none")
 def tests(session: nox.Session) -> None:
   """Every package's own suite, each in its own venv (queues the per-package sessions)."""
-  for name in ("tests-core", "tests-cpu", "tests-nn", "tests-nv", "tests-amd", "tests-metal", "conformance-cpu",
-               "conformance-python", "conformance-null", "multi"):
+  for name in ("tests-core", "tests-cpu", "tests-nn", "tests-nv", "tests-amd", "tests-metal",
+               "conformance-cpu(renderer='C')", "conformance-cpu(renderer='LLVM')", "conformance-python",
+               "conformance-null", "multi"):
     session.notify(name)
 
 def _conformance(session: nox.Session, device: str, packages: list[str]) -> None:
