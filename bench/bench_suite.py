@@ -35,6 +35,7 @@ class Workload:
   numpy: Callable[..., Any]        # arrays -> array
   torch: Callable[..., Any] | None  # torch tensors -> tensor
   flops: float = 0.0
+  nbytes: float = 0.0  # bytes a memory-bound workload must read (the weights of a matvec): GB/s is reported
   rtol: float = 1e-4
   atol: float = 1e-4
   check: bool = True
@@ -74,6 +75,14 @@ def _matmul(n: int) -> Workload:
                   lambda r: {k: r.standard_normal((n, n), dtype=np.float32) for k in "ab"},
                   lambda a, b: a @ b, lambda a, b: a @ b, lambda a, b: a @ b, flops=2.0 * n ** 3,
                   rtol=1e-3, atol=1e-3 * n ** 0.5)
+
+def _matvec(k: int, n: int) -> Workload:
+  """A decode step's projection: x (1, k) @ W.T with W (n, k) row-major, the reduction over W's contiguous rows."""
+  return Workload(f"matvec_{k}x{n}", f"matvec x(1,{k}) @ W({n},{k}).T",
+                  lambda r: {"x": r.standard_normal((1, k), dtype=np.float32),
+                             "w": r.standard_normal((n, k), dtype=np.float32)},
+                  lambda x, w: x @ w.T, lambda x, w: x @ w.T, lambda x, w: x @ w.T, flops=2.0 * k * n,
+                  nbytes=4.0 * k * n, rtol=1e-3, atol=1e-3 * k ** 0.5)
 
 def _np_conv(x: np.ndarray, w: np.ndarray) -> np.ndarray:
   from numpy.lib.stride_tricks import sliding_window_view
@@ -182,7 +191,9 @@ def _transformer() -> Workload:
 
 WORKLOADS: dict[str, Callable[[], Workload]] = {
   "elementwise": _elementwise, "sum": _sum, "rowmax": _rowmax, "softmax": _softmax,
-  "matmul_1024": lambda: _matmul(1024), "matmul_2048": lambda: _matmul(2048), "conv2d": _conv2d, "mlp_train": _mlp,
+  "matmul_1024": lambda: _matmul(1024), "matmul_2048": lambda: _matmul(2048),
+  "matvec_576x1536": lambda: _matvec(576, 1536), "matvec_1536x576": lambda: _matvec(1536, 576),
+  "matvec_576x49152": lambda: _matvec(576, 49152), "conv2d": _conv2d, "mlp_train": _mlp,
   "transformer": _transformer}
 
 # ** timing **
@@ -278,6 +289,7 @@ def bench_workload(wl: Workload, rounds: int, seed: int = 0) -> dict[str, Any]:
   result["ratio"] = {k: med[k] / med["ember"] for k in med if k != "ember"}
   if wl.flops: result["ember_gflops"] = wl.flops / (med["ember"] / 1e3) / 1e9
   if wl.flops and "numpy" in med: result["numpy_gflops"] = wl.flops / (med["numpy"] / 1e3) / 1e9
+  if wl.nbytes: result["gbs"] = {k: wl.nbytes / (v / 1e3) / 1e9 for k, v in med.items()}
   return result
 
 def machine() -> dict[str, Any]:
@@ -292,15 +304,18 @@ def machine() -> dict[str, Any]:
           "renderer": type(Device[Device.DEFAULT].renderer).__name__, "load_avg": os.getloadavg()}
 
 def markdown(results: list[dict[str, Any]], mach: dict[str, Any]) -> str:
-  lines = ["| workload | ember ms | numpy ms | torch ms | numpy/ember | torch/ember | first call cold / warm ms |",
-           "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+  lines = ["| workload | ember ms | numpy ms | torch ms | numpy/ember | torch/ember | first call cold / warm ms "
+           "| ember rate |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
   for r in results:
     med, ratio = r["median_ms"], r["ratio"]
     fc = r.get("first_call")
     fcs = f"{fc['cold_ms']:.0f} / {fc['warm_ms']:.0f}" if fc else "-"
     def f(x: float | None) -> str: return "-" if x is None else f"{x:.2f}"
+    rate = f"{r['gbs']['ember']:.1f} GB/s" if "gbs" in r else \
+      f"{r['ember_gflops']:.1f} GFLOP/s" if "ember_gflops" in r else "-"
     lines.append(f"| {r['title']} | {f(med['ember'])} | {f(med.get('numpy'))} | {f(med.get('torch'))} | "
-                 f"{f(ratio.get('numpy'))}x | {f(ratio.get('torch'))}x | {fcs} |")
+                 f"{f(ratio.get('numpy'))}x | {f(ratio.get('torch'))}x | {fcs} | {rate} |")
   lines.append("")
   load = ", ".join(f"{x:.1f}" for x in mach["load_avg"])
   lines.append(f"Machine: {mach['cpu']}, {mach['cores']} cores, load average {load} at the start; "
@@ -327,6 +342,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     results.append(res)
     med, ratio = res["median_ms"], res["ratio"]
     extra = f"  {res['ember_gflops']:.1f} GFLOP/s (numpy {res['numpy_gflops']:.1f})" if "ember_gflops" in res else ""
+    if "gbs" in res: extra += "  GB/s " + " ".join(f"{k} {v:.1f}" for k, v in res["gbs"].items())
     fc = res.get("first_call")
     fcs = f"  first call cold {fc['cold_ms']:.0f} ms warm {fc['warm_ms']:.0f} ms" if fc else ""
     others = "  ".join(f"{k} {med[k]:9.2f} ms ({ratio[k]:5.2f}x)" for k in ratio)

@@ -25,6 +25,25 @@ def kernel_argfmt(uops: list[UOp], has_threads: bool) -> str:
 def _builtin(name: str) -> Callable[..., str]:
   return lambda x, dtype: f"__builtin_{name}{'' if dtype is dtypes.float64 else 'f'}({x})"
 
+def _index_terms(idx: UOp, inlined: set[UOp]) -> tuple[list[UOp], int]:
+  """An integer index as the terms of its ADD tree, in order, and the sum of its constant terms.
+
+  An inlined value is printed where its user is evaluated, so an ADD is split into its terms only where that keeps
+  each inlined term at the place it was planned for: the index's own use (every ADD above it inlined), or a named
+  ADD whose terms are all named."""
+  def splittable(x: UOp, here: bool) -> bool:
+    return all(c.op is Ops.CONST or c not in inlined or here or (c.op is Ops.ADD and splittable(c, False))
+               for c in x.src)
+  terms: list[UOp] = []
+  const = 0
+  stack = [(idx, idx in inlined)]  # (value, whether it is evaluated at the index's use)
+  while stack:
+    x, here = stack.pop()
+    if x.op is Ops.CONST: const += x.arg
+    elif x.op is Ops.ADD and splittable(x, here): stack += [(c, here and c in inlined) for c in reversed(x.src)]
+    else: terms.append(x)
+  return terms, const
+
 class ClangRenderer(CStyleLanguage):
   """C for clang or gcc: builtins instead of libm headers, `_Float16` for half, bfloat16/fp8 as raw bits."""
   device = "CPU"
@@ -47,12 +66,16 @@ class ClangRenderer(CStyleLanguage):
       return f"__builtin_fma{'f' if u.dtype is dtypes.float32 else ''}({a},{b},{c})"
     return super()._render_alu(u, ctx)
   def _render_uop(self, u: UOp, ctx: Any) -> None:
-    # `buf[x+c]` is printed `(buf+x)[c]`: under -fwrapv gcc cannot prove that int `x+c` and `x+c+1` are neighbours,
-    # but pointer offsets of one base are, and its SLP vectoriser then turns unrolled loads and stores into vectors
+    # `buf[x+y+c]` is printed `(buf+x+y)[c]`: under -fwrapv gcc cannot prove that int `x+c` and `x+c+1` are
+    # neighbours, nor that a wrapping int sum `x+y` of a loop-invariant x and a loop counter's y moves affinely with
+    # the loop, but pointer offsets added one term at a time are both; its SLP and loop vectorisers then turn unrolled
+    # loads and stores into vector loads and stores, and partial sums over a loop into vector accumulators
     idx = u.src[1] if u.op is Ops.INDEX else None
-    if idx is not None and idx.op is Ops.ADD and idx.src[1].op is Ops.CONST and idx.src[0].op is not Ops.CONST:
+    if idx is not None and idx.op is Ops.ADD:
+      terms, const = _index_terms(idx, ctx.inlined)
       super()._render_uop(u, ctx)
-      ctx.names[u] = f"({self._src(u.src[0], ctx)}+{self._src(idx.src[0], ctx)})[{self._src(idx.src[1], ctx)}]"
+      base = "+".join([self._src(u.src[0], ctx), *(self._src(t, ctx) for t in terms)])
+      ctx.names[u] = f"({base})[{self.render_const(const, idx.dtype)}]"
       return
     super()._render_uop(u, ctx)
   def render(self, uops: list[UOp], name: str = "kernel") -> str:

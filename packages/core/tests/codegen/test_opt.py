@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from ember import Tensor, Device, TinyJit, dtypes
 from ember.codegen.opt import (Opt, KernelOptError, apply_opt, fuse_mulacc, matmul_axes, matmul_opts, hand_coded_opts,
-                               output_ranges)
+                               output_ranges, pm_recombine_divmod)
 from ember.codegen.search import _buffers, _compile, _outputs
 from ember.engine import realize as engine
 from ember.uop.ops import Ops, UOp
 from ember.uop.rewrite import graph_rewrite
-from ember.uop.symbolic import symbolic
+from ember.uop.symbolic import symbolic, sym_infer
 
 def _kernel(t: Tensor) -> UOp:
   items = [it for it in t.schedule() if it.kind != "copy"]
@@ -100,6 +100,46 @@ def test_fuse_mulacc_turns_accumulated_products_into_one_op() -> None:
   assert sum(u.op is Ops.MULACC for u in fused) == 2 and len(fused) == len(uops) - 2 and n_muls >= 2
   srcs = {s for u in fused for s in u.src}
   assert srcs <= set(fused)  # every source is a uop of the new program
+
+def test_partial_sums_stay_unfused_so_they_vectorise() -> None:
+  from ember.codegen import full_rewrite
+  ast = _kernel(_realized(1, 64) @ _realized(12, 64, seed=1).T)  # a matvec: reduction over the contiguous axis
+  uops, _, _ = full_rewrite(ast, Device["PYTHON"].renderer, [Opt("SPLIT", 0, 8)])
+  accs = {u for u in uops if u.op is Ops.DEFINE_ACC}
+  assert len(accs) == 8 and not any(u.op is Ops.MULACC for u in fuse_mulacc(uops))  # combined lanes: acc + a*b
+  blocked = _kernel(_realized(4, 8) @ _realized(8, 4, seed=1))
+  uops, _, _ = full_rewrite(blocked, Device["PYTHON"].renderer, [Opt("UPCAST", 1, 2)])
+  assert sum(u.op is Ops.MULACC for u in fuse_mulacc(uops)) == 2  # lanes stored on their own: fused
+
+@pytest.mark.parametrize("k,n,amt", [(64, 12, 16), (96, 8, 32), (48, 5, 4)])
+def test_matvec_split_matches_unoptimised_and_numpy(k: int, n: int, amt: int) -> None:
+  x, w = _realized(1, k), _realized(n, k, seed=1)
+  ast = _kernel(x @ w.T)
+  assert matmul_axes(ast, 4) is None  # no output column is read contiguously: not a register-blocked matmul
+  _same_as_unoptimised(ast, [Opt("SPLIT", 0, amt)])
+  np.testing.assert_allclose((x @ w.T).numpy(), x.numpy() @ w.numpy().T, rtol=1e-4, atol=1e-4)
+
+def test_divmod_chains_recombine_to_the_plain_index() -> None:
+  k = UOp.variable("k", 0, 575)
+  c = lambda v: UOp.const(dtypes.int32, v)  # noqa: E731
+  chain = (k // c(192)) * c(192) + ((k // c(64)) % c(3)) * c(64) + k % c(64)  # a reshape of a permuted (3, 3, 64)
+  scaled = ((k // c(8)) % c(4)) * c(24) + (k % c(8)) * c(3) + c(5)  # (k % 32) * 3 + 5
+  for expr, want in ((chain, k), (scaled, (k % c(32)) * c(3) + c(5))):
+    got = graph_rewrite(expr, symbolic + pm_recombine_divmod, name="test: recombine")
+    assert not any(n.op is Ops.IDIV for n in got.toposort())
+    for v in np.random.default_rng(0).integers(0, 576, 40).tolist():
+      assert sym_infer(got, {"k": v}) == sym_infer(expr, {"k": v}) == sym_infer(want, {"k": v})
+
+def test_permuted_matvec_input_loads_contiguously() -> None:
+  from ember.codegen import full_rewrite
+  a, w = _realized(3, 3, 1, 8), _realized(16, 72, seed=1)
+  x = a.exp().permute(2, 0, 1, 3).reshape(1, 72)  # the attention output of a decode step, before its projection
+  ast = _kernel(x @ w.T)
+  uops, _, _ = full_rewrite(ast, Device["PYTHON"].renderer, [])
+  assert not any(u.op in (Ops.IDIV, Ops.MOD) for u in uops)
+  _same_as_unoptimised(ast, [Opt("SPLIT", 0, 8)])
+  want = np.exp(a.numpy()).transpose(2, 0, 1, 3).reshape(1, 72) @ w.numpy().T
+  np.testing.assert_allclose((x @ w.T).numpy(), want, rtol=1e-4, atol=1e-4)
 
 def test_optimised_matmul_end_to_end_matches_numpy() -> None:
   a_np = np.random.default_rng(3).standard_normal((32, 48)).astype(np.float32)

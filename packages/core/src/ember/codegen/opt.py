@@ -114,9 +114,9 @@ pm_const_last = PatternMatcher([
 ])
 
 def _divmod_parts(t: UOp) -> tuple[str, UOp, int, int, int] | None:
-  """A term `(x//a)*k` as ("div", x, a, 1, k), `((x//a)%b)*k` as ("div", x, a, b, k), `(x%a)*k` as ("mod", x, a, 1, k)."""
+  """`(x//a)*k` as ("div", x, a, 0, k), `((x//a)%b)*k` as ("div", x, a, b, k), `(x%a)*k` as ("mod", x, a, 1, k)."""
   v, k = term_factor(t)
-  if v is None or v.src[-1:] == () or v.src[-1].op is not Ops.CONST or v.src[-1].arg <= 0: return None
+  if v is None or not v.src or v.src[-1].op is not Ops.CONST or v.src[-1].arg <= 0: return None
   if v.op is Ops.MOD and v.src[0].op is Ops.IDIV and v.src[0].src[1].op is Ops.CONST and v.src[0].src[1].arg > 0:
     return "div", v.src[0].src[0], v.src[0].src[1].arg, v.src[1].arg, k
   if v.op is Ops.IDIV: return "div", v.src[0], v.src[1].arg, 0, k
@@ -220,7 +220,8 @@ def fuse_mulacc(uops: list[UOp]) -> list[UOp]:
   # partial sums combined with each other after their loop stay `acc + a*b`: gcc vectorises a group of those as one
   # vector accumulator, but has no vector reduction for a group of fma calls (the lanes of a matmul's block, each
   # stored on its own, need none)
-  partial = {s for u in uops if u.op in (Ops.ADD, Ops.MAX) and all(s.op is Ops.DEFINE_ACC for s in u.src) for s in u.src}
+  partial = {s for u in uops if u.op in (Ops.ADD, Ops.MAX) and all(s.op is Ops.DEFINE_ACC for s in u.src)
+             for s in u.src}
   fused = {u for u in uops if u.op is Ops.ADD and u.dtype in (dtypes.float32, dtypes.float64) and len(u.src) == 2
            and u.src[0].op is Ops.DEFINE_ACC and u.src[0] not in partial and u.src[1].op is Ops.MUL
            and uses.get(u.src[1], 0) == 1}

@@ -34,7 +34,7 @@ def candidate_opts(ast: UOp, renderer: Renderer) -> list[tuple[Opt, ...]]:
       for rows in (1, 2, 4, 8):
         if cols * rows <= 32: cands.append(tuple(matmul_opts(ast, width, cols, rows)))
   if any(n.op is Ops.REDUCE for n in ast.toposort()):
-    cands += [(Opt("SPLIT", 0, amt),) for amt in (4, 8, 16, 32)]
+    cands += [(Opt("SPLIT", 0, amt),) for amt in (4, 8, 16, 32, 64)]
   seen: set[tuple[Opt, ...]] = set()
   out = []
   for c in cands:
