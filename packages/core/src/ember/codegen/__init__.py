@@ -31,10 +31,15 @@ pm_gates = PatternMatcher([
   (UPat(Ops.LOAD, name="x"), _gate_invariant_loads),
 ])
 
+def global_ranges(ast: UOp) -> list[UOp]:
+  """The kernel's output loops, outermost first."""
+  ranges = [n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] is AxisType.GLOBAL]
+  return sorted(ranges, key=lambda r: r.arg[0])
+
 def apply_opts(ast: UOp, renderer: Renderer, work: int, threads: int | None = None) -> tuple[UOp, list[int] | None]:
   """Kernel optimisations (the hook BEAM and hand-coded opts plug into). CPU: split the outermost range over threads."""
   if NOOPT.value or not renderer.has_threads: return ast, None
-  ranges = sorted((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] is AxisType.GLOBAL), key=lambda r: r.arg[0])
+  ranges = global_ranges(ast)
   if not ranges or ranges[0].src[0].op is not Ops.CONST: return ast, None
   nthreads = threads or NUM_CPU_THREADS.value or (renderer.global_max[0] if renderer.global_max else 1)
   first = ranges[0]
@@ -53,8 +58,9 @@ def apply_gpudims(ast: UOp, renderer: Renderer) -> tuple[UOp, list[int] | None, 
   The flat index is clamped to the last element, so extra threads of a partial block recompute and rewrite the last
   element with the same value instead of reading or writing out of bounds.
   """
-  ranges = sorted((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] is AxisType.GLOBAL), key=lambda r: r.arg[0])
-  if any(r.src[0].op is not Ops.CONST for r in ranges): raise CompileError("GPU kernels with symbolic output shapes need kernel opts")
+  ranges = global_ranges(ast)
+  if any(r.src[0].op is not Ops.CONST for r in ranges):
+    raise CompileError("GPU kernels with symbolic output shapes need kernel opts")
   ends = [r.src[0].arg for r in ranges]
   total = prod(ends) if ends else 1
   cap = min(256, renderer.local_max[0] if renderer.local_max else 256)
@@ -80,11 +86,14 @@ def estimate(uops: list[UOp]) -> Estimates:
       stack.append(n)
       mult *= max(n, 1)
     elif u.op is Ops.END and stack: mult //= max(stack.pop(), 1)
-    elif u.op in GroupOp.ALU and not dtypes.is_int(u.dtype) or u.op in (Ops.MULACC,): ops += mult * (2 if u.op is Ops.MULACC else 1)
-  mem = sum(u.dtype.size * u.dtype.base.itemsize for u in uops if u.op is Ops.PARAM and isinstance(u.dtype, PtrDType) and u.dtype.size > 0)
+    elif u.op is Ops.MULACC: ops += 2 * mult  # a multiply and an add
+    elif u.op in GroupOp.ALU and not dtypes.is_int(u.dtype): ops += mult
+  params = [u.dtype for u in uops if u.op is Ops.PARAM and isinstance(u.dtype, PtrDType) and u.dtype.size > 0]
+  mem = sum(p.size * p.base.itemsize for p in params)
   return Estimates(ops, mem)
 
-def full_rewrite(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> tuple[list[UOp], list[int] | None, list[int] | None]:
+def full_rewrite(ast: UOp, renderer: Renderer,
+                 opts: list[Opt] | None = None) -> tuple[list[UOp], list[int] | None, list[int] | None]:
   """The pipeline from kernel AST to linear program; each pass runs where it does for the reason on its line."""
   # fold movement-op index math; a reshape of a permuted view leaves (k//a)*a + k%a chains that recombine to k
   sink = graph_rewrite(ast, symbolic + pm_lower_alu + pm_recombine_divmod, name="simplify index math")
@@ -100,7 +109,8 @@ def full_rewrite(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) ->
   if {Ops.EXP2, Ops.LOG2, Ops.SIN} - set(renderer.code_for_op):
     from ember.codegen.transcendental import pm_transcendental
     native = frozenset(renderer.code_for_op)
-    sink = graph_rewrite(sink, pm_transcendental, ctx=native, name="decompose transcendentals")  # no native exp2/log2/sin
+    # targets without native exp2/log2/sin get them from basic ALU ops
+    sink = graph_rewrite(sink, pm_transcendental, ctx=native, name="decompose transcendentals")
   if renderer.extra_matcher is not None: sink = graph_rewrite(sink, renderer.extra_matcher, name="renderer rewrites")
   if SPEC.value: type_verify(sink, "kernel AST")
   uops = linearize(sink)
@@ -109,7 +119,8 @@ def full_rewrite(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) ->
   return uops, gsize, lsize
 
 def kernel_name(ast: UOp) -> str:
-  shape = [r.src[0].arg if r.src[0].op is Ops.CONST else "s" for r in sorted((n for n in ast.toposort() if n.op is Ops.RANGE), key=lambda r: r.arg[0])]
+  ranges = sorted((n for n in ast.toposort() if n.op is Ops.RANGE), key=lambda r: r.arg[0])
+  shape = [r.src[0].arg if r.src[0].op is Ops.CONST else "s" for r in ranges]
   has_reduce = any(n.op is Ops.REDUCE for n in ast.toposort())
   return ("r_" if has_reduce else "E_") + "_".join(str(s) for s in shape) if shape else "E_scalar"
 
@@ -128,7 +139,8 @@ def get_program(ast: UOp, renderer: Renderer, device: str = "", opts: list[Opt] 
   outs = sorted({u.src[0].src[0].arg for u in uops if u.op is Ops.STORE})
   ins = sorted({u.src[0].src[0].arg for u in uops if u.op is Ops.LOAD})
   if DEBUG.value >= 4: _debug_print(src)
-  return ProgramSpec(name, src, device, uops, [p.arg for p in params], [u for u in uops if u.op is Ops.DEFINE_VAR], outs, ins,
+  variables = [u for u in uops if u.op is Ops.DEFINE_VAR]
+  return ProgramSpec(name, src, device, uops, [p.arg for p in params], variables, outs, ins,
                      gsize, lsize, estimate(uops))
 
 def _debug_print(src: str) -> None:

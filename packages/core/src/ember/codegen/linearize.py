@@ -52,7 +52,9 @@ def linearize(sink: UOp) -> list[UOp]:
         for s in reversed(node.src):
           if s not in done: stack.append((s, False))
         continue
-      new = node if all(done[s] is s for s in node.src) else UOp(node.op, node.dtype, tuple(done[s] for s in node.src), node.arg, node.tag)
+      new_src = tuple(done[s] for s in node.src)
+      unchanged = all(a is b for a, b in zip(new_src, node.src))
+      new = node if unchanged else UOp(node.op, node.dtype, new_src, node.arg, node.tag)
       done[node] = new
       out.append(new)
     return done[n]
@@ -65,7 +67,8 @@ def linearize(sink: UOp) -> list[UOp]:
 
   def emit_reduce(node: UOp) -> None:
     rngs = node.src[1:]
-    group = [r for r in groups[rngs] if r not in done and not any(o in r.src[0].toposort() for o in groups[rngs] if o is not r)]
+    siblings = groups[rngs]
+    group = [r for r in siblings if r not in done and not any(o in r.src[0].toposort() for o in siblings if o is not r)]
     if node not in group: group = [node]
     # hoist everything the loop body needs that only varies with loops already open
     for red in group:
@@ -94,7 +97,8 @@ def linearize(sink: UOp) -> list[UOp]:
     for r in reversed(rngs): out.append(UOp(Ops.END, dtypes.void, (done[r],)))
     for red, acc in zip(group, accs): done[red] = acc
 
-  globals_ = sorted((n for n in topo if n.op is Ops.RANGE and n.arg[1] in (AxisType.GLOBAL, AxisType.THREAD, AxisType.LOOP)),
+  outer_types = (AxisType.GLOBAL, AxisType.THREAD, AxisType.LOOP)
+  globals_ = sorted((n for n in topo if n.op is Ops.RANGE and n.arg[1] in outer_types),
                     key=lambda r: r.arg[0])
   opened: list[UOp] = []
   for r in globals_:

@@ -88,7 +88,7 @@ def find_realize(targets: list[UOp]) -> tuple[list[UOp], dict[UOp, list[UOp]]]:
   for n in topo:
     for s in n.src:
       if n not in consumers[s]: consumers[s].append(n)
-  realize: set[UOp] = {t for t in targets if not _is_buffer_like(t) and t.op is not Ops.CONST and t.base.op is not Ops.CONST}
+  realize: set[UOp] = {t for t in targets if not _is_buffer_like(t) and Ops.CONST not in (t.op, t.base.op)}
   for n in topo:
     if n.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN): realize.add(n)
     if n.op is Ops.COPY and contiguous_range(n.src[0]) is None and not _is_buffer_like(n.src[0]): realize.add(n.src[0])
@@ -100,7 +100,8 @@ def find_realize(targets: list[UOp]) -> tuple[list[UOp], dict[UOp, list[UOp]]]:
       # the value may read the target's buffer only at the element it overwrites
       reads = [u for u in value.toposort() if target.base in u.src and u is not target]
       if (reads or target.base in value.src) and value.op not in (Ops.CONTIGUOUS,): realize.add(value)
-    if n.op is Ops.EXPAND and _ubound(prod(n.arg)) >= 2 * _ubound(prod(n.src[0].shape)) and _expensive_to_recompute(n.src[0]):
+    grows = n.op is Ops.EXPAND and _ubound(prod(n.arg)) >= 2 * _ubound(prod(n.src[0].shape))
+    if grows and _expensive_to_recompute(n.src[0]):
       realize.add(n.src[0].base)
   for n in topo:
     if n.op is Ops.REDUCE_AXIS and n not in realize and _reduce_must_realize(n, consumers, realize): realize.add(n)
@@ -140,7 +141,8 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
       out = _new_buffer_uop(node)
       sbuf, offset, size = rng
       src_buffer = buffer_of(sbuf)
-      view = src_buffer if offset == 0 and size == src_buffer.size else src_buffer.view(size, src_buffer.dtype, offset * src_buffer.dtype.itemsize)
+      whole = offset == 0 and size == src_buffer.size
+      view = src_buffer if whole else src_buffer.view(size, src_buffer.dtype, offset * src_buffer.dtype.itemsize)
       items.append(ScheduleItem("copy", [buffer_of(out), view]))
       realized[node] = out
       continue
@@ -158,7 +160,8 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
       out_buf_uop = target_base if target_base.op is Ops.BUFFER else realized[target_base]
     else:
       out_buf_uop = _new_buffer_uop(node)
-    if node.device is None or not isinstance(node.device, str): raise DeviceError(f"cannot schedule {node.op} without a device")
+    if node.device is None or not isinstance(node.device, str):
+      raise DeviceError(f"cannot schedule {node.op} without a device")
     ast, buf_uops, var_vals = lower_kernel(node, out_buf_uop, realized)
     items.append(ScheduleItem("kernel", [buffer_of(b) for b in buf_uops], ast, var_vals, {"device": node.device}))
     realized[node] = out_buf_uop if node.op is not Ops.ASSIGN else node.src[0]
@@ -178,7 +181,8 @@ def memory_plan(items: list[ScheduleItem], held: set[int]) -> list[ScheduleItem]
   bufs: dict[int, Buffer] = {}
   for i, it in enumerate(items):
     for j, b in enumerate(it.bufs):
-      if j == 0 and id(b) not in span and id(b) not in held and not b.is_allocated and b._base is None: span[id(b)] = [i, i]
+      fresh = j == 0 and id(b) not in span and id(b) not in held and not b.is_allocated and b._base is None
+      if fresh: span[id(b)] = [i, i]
       if id(b) in span: span[id(b)][1] = i
       bufs[id(b)] = b
   pool: list[list[Any]] = []  # [physical buffer, index of its last use]

@@ -155,7 +155,7 @@ def lower_kernel(node: UOp, out_buf: UOp, realized: dict[UOp, UOp]) -> tuple[UOp
   """The kernel AST that computes `node` into `out_buf`: (SINK, buffer uops by slot, variable values)."""
   ctx = KernelCtx(realized, node)
   shape = node.shape
-  ranges = tuple(ctx.new_range(s, AxisType.GLOBAL) if not (isinstance(s, int) and s == 1) else _idx_const(0) for s in shape)
+  ranges = tuple(_idx_const(0) if isinstance(s, int) and s == 1 else ctx.new_range(s, AxisType.GLOBAL) for s in shape)
   if node.op is Ops.ASSIGN:
     target, value = node.src
     base, tidx, tvalid = index_through(target, ranges)
