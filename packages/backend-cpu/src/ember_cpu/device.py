@@ -58,9 +58,11 @@ class _CPUKernel:
     threads = global_size[0] if global_size else 1
     start = time.perf_counter()
     if threads <= 1: self._run_chunk(args, 0, 1)
-    else:  # ctypes drops the GIL for the call, so these run in parallel
+    else:  # ctypes drops the GIL for the call, so these run in parallel; chunk 0 runs on the calling thread
       pool = _thread_pool()
-      for f in [pool.submit(self._run_chunk, args, core_id, threads) for core_id in range(threads)]: f.result()
+      futures = [pool.submit(self._run_chunk, args, core_id, threads) for core_id in range(1, threads)]
+      self._run_chunk(args, 0, threads)
+      for f in futures: f.result()
     return time.perf_counter() - start if wait else None
   def _run_chunk(self, args: list[int], core_id: int, num_cores: int) -> None: self.fxn(*args, core_id, num_cores)
 
