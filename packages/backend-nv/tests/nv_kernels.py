@@ -2,12 +2,11 @@
 the NV host shim, for the tests of this package."""
 from __future__ import annotations
 import functools
-import struct
-from typing import Any
+from typing import Any, Callable
 import numpy as np
 from ember.codegen import get_program
 from ember.dtype import DType, dtypes
-from ember.renderer import Renderer
+from ember.renderer import ProgramSpec, Renderer
 from ember.schedule import ScheduleItem
 from ember.testing import KERNEL_CORPUS
 from ember.tensor import Tensor
@@ -37,23 +36,36 @@ def decode_bits(raw: np.ndarray, dt: DType) -> np.ndarray:
   else: vals = np.where(top, np.where(m == 0, np.inf, np.nan), vals)
   return sign * vals
 
-def run_on_shim(t: Tensor) -> np.ndarray:
-  """Execute `t`'s schedule with every kernel rendered by CUDARenderer and run by the host shim; returns the output
-  as values (emulated dtypes decoded), in the tensor's shape."""
-  items: list[ScheduleItem] = t.schedule()
+def _shim_kernel(spec: ProgramSpec) -> HostKernel: return HostKernel(shim_compiler().compile_cached(spec.src))
+
+def run_schedule_on_shim(items: list[ScheduleItem], dt: DType, shape: tuple[int, ...],
+                         kernel_for: Callable[[ProgramSpec], HostKernel] = _shim_kernel) -> np.ndarray:
+  """Execute a schedule with every kernel rendered by CUDARenderer and run by the host shim (`kernel_for` gives the
+  loaded build of a program); returns the last item's output as values of `dt` (emulated dtypes decoded) in `shape`.
+  Host memory is one array per base buffer, so buffer views alias their base as on a device; inputs start with their
+  contents, every other buffer with zeros."""
   renderer, memory = CUDARenderer(), {}
   for it in items:
     if it.kind != "kernel": raise AssertionError(f"unexpected {it.kind} item in a single-device schedule")
     for b in it.bufs:
-      if id(b) in memory: continue
-      memory[id(b)] = b.numpy().view(np.uint8).copy() if b.is_allocated else np.zeros(b.nbytes, np.uint8)
+      if id(b.base) in memory: continue
+      memory[id(b.base)] = b.base.numpy().view(np.uint8).copy() if b.base.is_allocated else np.zeros(b.base.nbytes,
+                                                                                                       np.uint8)
     spec = get_program(it.ast, renderer)
     layout, size = kernel_arg_layout(spec.uops)
+    args = [memory[id(b.base)].ctypes.data + b.offset for b in it.bufs] + [it.var_vals[v.arg[0]] for v in spec.vars]
+    if len(args) != len(layout):
+      raise AssertionError(f"{spec.name}: {len(args)} arguments for {len(layout)} parameters")
     params = bytearray(size)
-    for (offset, _), b in zip(layout, it.bufs): struct.pack_into("<Q", params, offset, memory[id(b)].ctypes.data)
-    kernel = HostKernel(shim_compiler().compile_cached(spec.src))
-    kernel.run(bytes(params), tuple(spec.global_size), tuple(spec.local_size))
-  raw = memory[id(items[-1].bufs[0])]
-  dt = t.dtype
-  if dt in EMULATED: return decode_bits(raw.view(np.uint16 if dt.itemsize == 2 else np.uint8), dt).reshape(t.shape)
-  return raw.view(np.dtype(dt.fmt)).reshape(t.shape)
+    for (offset, width), value in zip(layout, args):
+      params[offset:offset + width] = int(value).to_bytes(width, "little", signed=value < 0)
+    kernel_for(spec).run(bytes(params), tuple(spec.global_size or (1, 1, 1)), tuple(spec.local_size or (1, 1, 1)))
+  out = items[-1].bufs[0]
+  raw = memory[id(out.base)][out.offset:out.offset + out.nbytes]
+  if dt in EMULATED: return decode_bits(raw.view(np.uint16 if dt.itemsize == 2 else np.uint8), dt).reshape(shape)
+  return raw.view(np.dtype(dt.fmt)).reshape(shape)
+
+def run_on_shim(t: Tensor) -> np.ndarray:
+  """Execute `t`'s schedule through the host shim, one build per kernel; returns the output as values, in `t`'s
+  shape."""
+  return run_schedule_on_shim(t.schedule(), t.dtype, tuple(t.shape))

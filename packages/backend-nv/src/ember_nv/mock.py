@@ -59,11 +59,11 @@ def kernel_signature(src: str) -> tuple[str, list[str]]:
   params = [p.strip() for p in m.group(2).split(",") if p.strip()]
   return m.group(1), [p.rsplit(" ", 1)[0].replace("const ", "").strip() for p in params]
 
-def shim_launcher(src: str) -> str:
-  """C++ that runs the kernel over a grid: `ember_launch(params, grid xyz, block xyz)`; each argument is read from the
+def shim_launcher(src: str, symbol: str = "ember_launch") -> str:
+  """C++ that runs the kernel over a grid: `symbol(params, grid xyz, block xyz)`; each argument is read from the
   parameter block at its offset, every argument aligned to its own size."""
   name, types = kernel_signature(src)
-  lines = ['extern "C" void ember_launch(const unsigned char *params, unsigned gx, unsigned gy, unsigned gz, '
+  lines = [f'extern "C" void {symbol}(const unsigned char *params, unsigned gx, unsigned gy, unsigned gz, '
            'unsigned lx, unsigned ly, unsigned lz) {', "  size_t off = 0;"]
   for i, t in enumerate(types):
     lines += [f"  off = (off + sizeof({t}) - 1) / sizeof({t}) * sizeof({t});",
@@ -76,6 +76,20 @@ def shim_launcher(src: str) -> str:
             f"      blockIdx = {{bx, by, bz}}; threadIdx = {{tx, ty, tz}}; {call}", "    }", "}"]
   return "\n".join(lines) + "\n"
 
+_fp16_include = re.compile(r"^#include <cuda_fp16\.h>\n", re.M)
+
+def bundle_symbol(i: int) -> str: return f"ember_launch_{i}"
+
+def shim_bundle(srcs: list[str]) -> str:
+  """Several CUDARenderer kernels as one C++ translation unit, so one compiler call builds them all: kernel `i` sits in
+  `namespace ember_k<i>` with its `extern "C"` dropped (equal kernel names and helpers do not clash) and is run by
+  the launcher `bundle_symbol(i)`; cuda_fp16.h is included once, ahead of every namespace."""
+  parts = ["#include <cuda_fp16.h>"] if any(_fp16_include.search(src) for src in srcs) else []
+  for i, src in enumerate(srcs):
+    body = _fp16_include.sub("", src).replace('extern "C" __global__ void ', "__global__ void ", 1)
+    parts += [f"namespace ember_k{i} {{", body, shim_launcher(src, bundle_symbol(i)), f"}}  // namespace ember_k{i}"]
+  return "\n".join(parts) + "\n"
+
 class HostShimCompiler(Compiler):
   """CUDA C (CUDARenderer output) -> a host shared object through the shim header and g++/clang++."""
   binary_format = "host-shim-so"
@@ -85,8 +99,9 @@ class HostShimCompiler(Compiler):
     if found is None: raise CompileError("the NV host shim needs a C++ compiler (g++ or clang++) on PATH; install one")
     self.cxx = found
     super().__init__(f"compile_nv_shim_{os.path.basename(found)}")
-  def compile(self, src: str) -> bytes:
-    full = src + "\n" + shim_launcher(src)
+  def compile(self, src: str) -> bytes: return self.build(src + "\n" + shim_launcher(src))
+  def build(self, full: str) -> bytes:
+    """A complete C++ translation unit (kernels and launchers) -> the bytes of a shared object."""
     with tempfile.TemporaryDirectory(prefix="ember_nvshim_") as tmp:
       with open(os.path.join(tmp, "cuda_fp16.h"), "w") as f: f.write(FP16_HEADER)
       with open(os.path.join(tmp, "ember_shim.h"), "w") as f: f.write(SHIM_HEADER)
@@ -101,14 +116,27 @@ class HostShimCompiler(Compiler):
                            f"source:\n{numbered}")
       with open(out, "rb") as f: return f.read()
 
+class HostShimBundleCompiler(HostShimCompiler):
+  """A `shim_bundle` translation unit (launchers included) -> one shared object; `compile_cached` keeps it on disk."""
+  def __init__(self, cxx: str | None = None) -> None:
+    super().__init__(cxx)
+    self.cachekey = f"{self.cachekey}_bundle"
+  def compile(self, src: str) -> bytes: return self.build(src)
+
+def load_shim(lib: bytes) -> ctypes.CDLL:
+  """A shim build (shared object bytes) loaded into this process."""
+  with tempfile.NamedTemporaryFile(prefix="ember_nvshim_", suffix=".so", delete=False) as f: f.write(lib)
+  try: return ctypes.CDLL(f.name)
+  except OSError as e: raise DeviceError(f"cannot load a host shim kernel: {e}") from e
+  finally: os.unlink(f.name)
+
 class HostKernel:
-  """A shim build loaded into this process: `run(params, global_size, local_size)` executes the whole grid."""
-  def __init__(self, lib: bytes) -> None:
-    with tempfile.NamedTemporaryFile(prefix="ember_nvshim_", suffix=".so", delete=False) as f: f.write(lib)
-    try: self.lib = ctypes.CDLL(f.name)
-    except OSError as e: raise DeviceError(f"cannot load a host shim kernel: {e}") from e
-    finally: os.unlink(f.name)
-    self.fxn = self.lib.ember_launch
+  """A shim build loaded into this process: `run(params, global_size, local_size)` executes the whole grid through
+  the launcher `symbol` (`bundle_symbol(i)` for kernel `i` of a bundle)."""
+  def __init__(self, lib: bytes | ctypes.CDLL, symbol: str = "ember_launch") -> None:
+    self.lib = lib if isinstance(lib, ctypes.CDLL) else load_shim(lib)
+    try: self.fxn = getattr(self.lib, symbol)
+    except AttributeError as e: raise DeviceError(f"the host shim build has no launcher {symbol}: {e}") from e
     self.fxn.argtypes = [ctypes.c_char_p] + [ctypes.c_uint] * 6
     self.fxn.restype = None
   def run(self, params: bytes, global_size: tuple[int, int, int], local_size: tuple[int, int, int]) -> None:

@@ -19,7 +19,9 @@ def _nv_device(device: str, renderer: Any, compiler: Any) -> Any:
 @hookimpl
 def ember_register_devices(registry: Any) -> None:
   registry.add("CUDA", _cuda_device, priority=20)
-  registry.add("NV", _nv_device, priority=21, interfaces=("NVK", "MOCK"))
+  # only the MOCK interface exists: the NV ioctl interface (GPFIFO over /dev/nvidia*) is not written, so NV declares
+  # no hardware interface and is never chosen automatically; DEV=NV says why it does not open (see probe_nv)
+  registry.add("NV", _nv_device, priority=21, interfaces=("MOCK",))
 
 @hookimpl
 def ember_register_renderers(registry: Any) -> None:
@@ -50,7 +52,6 @@ def ember_register_queues(registry: Any) -> None:
   def nv_interface(interface: str) -> Any:
     from ember_nv.queue import nv_interface as make
     return make(interface)
-  registry.add("NV", "NVK", lambda: nv_interface("NVK"))
   registry.add("NV", "MOCK", lambda: nv_interface("MOCK"))
 
 @hookimpl

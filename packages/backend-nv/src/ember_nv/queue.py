@@ -225,14 +225,14 @@ class _RecordingShimCompiler(HostShimCompiler):
 def nv_interface(interface: str) -> type[NVDevice]:
   """The device class that drives NV through `interface`; only MOCK exists so far."""
   if interface == "MOCK": return NVDevice
-  raise DeviceError(f"the NV interface {interface!r} is not implemented (the NVK ioctl interface needs the NVIDIA "
-                    "kernel driver and is not written yet); use DEV=MOCK+NV, or DEV=CUDA on a GPU machine")
+  raise DeviceError(f"the NV interface {interface or '(hardware)'} is not implemented: only MOCK exists (the ioctl "
+                    "interface over /dev/nvidia* is not written yet); use DEV=MOCK+NV, or DEV=CUDA on a GPU machine")
 
 def open_nv_device(device: str, interface: str, renderer: Renderer | None, compiler: Compiler | None) -> NVDevice:
   from ember_nv.renderer import CUDARenderer
   if not isinstance(renderer, CUDARenderer):
     raise CompileError(f"MOCK+NV runs CUDA C through the host shim; {type(renderer).__name__} output cannot run on it; "
                        "use DEV=MOCK+NV or DEV=MOCK+NV:CUDA")
-  dev = nv_interface(interface or "NVK")(device, renderer)
+  dev = nv_interface(interface)(device, renderer)
   dev.compiler = _RecordingShimCompiler(dev)
   return dev
