@@ -10,7 +10,8 @@ import pytest
 from ember.dtype import dtypes
 from ember.errors import CompileError
 from ember.testing import KERNEL_CORPUS
-from amd_kernels import CORPUS_DTYPES, corpus_tensor, programs
+from amd_kernels import corpus_tensor, programs
+from ember.testing.hostshim import corpus_programs
 from ember_amd.compiler import AMDLLVMCompiler, amdgpu_assembly, compile_amdgpu_object
 from ember_amd.elf import link_code_object, parse_code_object, read_elf
 from ember_amd.renderer import AMDLLVMRenderer, HIPRenderer, kernarg_layout
@@ -44,10 +45,9 @@ def check_code_object(lib: bytes, spec, arch: str) -> None:
 @pytest.mark.parametrize("name", list(KERNEL_CORPUS))
 def test_corpus_compiles_to_code_objects(name: str, arch: str) -> None:
   renderer, compiler = AMDLLVMRenderer(arch), AMDLLVMCompiler(arch)
-  for dt in CORPUS_DTYPES:
-    for spec in programs(corpus_tensor(name, dt), renderer):
-      assert "amdgpu_kernel" in spec.src and "@llvm.amdgcn.workitem.id.x()" in spec.src
-      check_code_object(compiler.compile(spec.src), spec, arch)
+  for spec in corpus_programs(name, renderer):
+    assert "amdgpu_kernel" in spec.src and "@llvm.amdgcn.workitem.id.x()" in spec.src
+    check_code_object(compiler.compile(spec.src), spec, arch)
 
 def test_metadata_note_decodes_like_llvm_yaml() -> None:
   # the msgpack note against the YAML that LLVM prints for the same kernel in its assembly

@@ -4,30 +4,18 @@ from __future__ import annotations
 import ctypes
 import os
 import subprocess
-import sys
 import numpy as np
 import pytest
+from ember.testing.hostshim import check_graph_replay, check_tensor_ops, run_python, selected_device
 
-ENV = {**os.environ, "EMBER_PLUGINS": "amd=ember_amd.plugin", "EMBER_STRICT_BACKENDS": "1"}
+ENV = {"EMBER_PLUGINS": "amd=ember_amd.plugin", "EMBER_STRICT_BACKENDS": "1"}
 
 @pytest.fixture(scope="module")
 def mock_amd():
-  from ember.device import Device
-  old = (Device._dev, Device._default)
-  Device.DEFAULT = "MOCK+AMD"  # selects like DEV=MOCK+AMD
-  yield Device["AMD"]
-  Device._dev, Device._default = old
+  with selected_device("MOCK+AMD", "AMD") as dev: yield dev  # selects like DEV=MOCK+AMD
 
 def test_tensor_ops_match_numpy(mock_amd) -> None:
-  from ember.dtype import dtypes
-  from ember.tensor import Tensor
-  rng = np.random.default_rng(0)
-  a, b = rng.normal(size=(7, 9)).astype(np.float32), rng.normal(size=(9, 5)).astype(np.float32)
-  x, y = Tensor(a, device="AMD"), Tensor(b, device="AMD")
-  np.testing.assert_allclose(((x @ y).relu() + 1).numpy(), np.maximum(a @ b, 0) + 1, rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(x.sum(1).numpy(), a.sum(1), rtol=1e-5, atol=1e-5)
-  np.testing.assert_array_equal(x.pad(((1, 2), (0, 3))).numpy(), np.pad(a, ((1, 2), (0, 3))))
-  np.testing.assert_array_equal((x * 3).cast(dtypes.int32).numpy(), (a * 3).astype(np.int32))
+  check_tensor_ops("AMD")
   assert mock_amd.gpu.executed["compute"] > 0 and mock_amd.gpu.executed["sdma"] > 0
 
 def test_pm4_release_wait_and_barrier(mock_amd) -> None:
@@ -67,28 +55,9 @@ def test_sdma_copies_fences_and_polls(mock_amd) -> None:
   assert dev.gpu.executed["sdma"] - start == 5  # POLL_REGMEM, 2 COPY_LINEAR, 2 FENCE
   dev.timeline_signal.value = value  # back to the device's own timeline
 
-def test_hcq_graph_replays_with_swapped_buffers(mock_amd) -> None:
-  from ember.codegen import get_program
-  from ember.device.hcq import HCQGraph
-  from ember.tensor import Tensor
-  x = Tensor(np.zeros(16, np.float32), device="AMD")
-  item = [it for it in (x * 2 + 1).schedule() if it.kind == "kernel"][0]
-  dev = mock_amd
-  spec = get_program(item.ast, dev.renderer)
-  prg = dev.runtime(spec.name, dev.compiler.compile_cached(spec.src))
-  bufs = [b.ensure_allocated()._buf for b in item.bufs]
-  graph = HCQGraph(dev, [(prg, bufs, (), tuple(spec.global_size), tuple(spec.local_size))] * 2)
-  for k in range(3):
-    new_in = dev.allocator.alloc(64)
-    data = np.arange(16, dtype=np.float32) * (k + 1)
-    ctypes.memmove(new_in.va_addr, data.tobytes(), 64)
-    graph({id(bufs[1]): new_in})
-    dev.synchronize()
-    np.testing.assert_array_equal(np.frombuffer(ctypes.string_at(bufs[0].va_addr, 64), np.float32), data * 2 + 1)
+def test_hcq_graph_replays_with_swapped_buffers(mock_amd) -> None: check_graph_replay(mock_amd, "AMD")
 
-def _run(code: str, dev: str) -> subprocess.CompletedProcess:
-  return subprocess.run([sys.executable, "-c", code], env={**ENV, "DEV": dev}, capture_output=True, text=True,
-                        timeout=300)
+def _run(code: str, dev: str) -> subprocess.CompletedProcess: return run_python(code, {**ENV, "DEV": dev})
 
 @pytest.mark.skipif(os.path.exists("/dev/kfd"), reason="this machine has the AMD KFD driver")
 def test_amd_without_kfd_fails_with_the_reason() -> None:
@@ -121,5 +90,5 @@ def test_llvm_renderer_is_refused_on_mock() -> None:
 
 def test_importing_ember_loads_nothing_of_the_backend() -> None:
   code = "import sys, ember\nprint(sorted(m for m in sys.modules if m.startswith('ember_amd')))"
-  proc = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=120)
+  proc = run_python(code, ENV)
   assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr

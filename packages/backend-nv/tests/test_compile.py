@@ -5,7 +5,8 @@ from ember.errors import CompileError
 from ember.dtype import dtypes
 from ember.testing import KERNEL_CORPUS
 from ember.uop.ops import AxisType, Ops, UOp
-from nv_kernels import CORPUS_DTYPES, corpus_tensor, programs
+from nv_kernels import corpus_tensor, programs
+from ember.testing.hostshim import corpus_programs
 from ember_nv.renderer import CUDARenderer, PTXRenderer
 
 ARCHS = ("sm_80", "sm_90")
@@ -36,11 +37,10 @@ def _elf_arch(cubin: bytes) -> int:
 def test_corpus_compiles_with_nvrtc(name: str, arch: str) -> None:
   from ember_nv.compiler import NVRTCCompiler
   renderer, compiler = CUDARenderer(arch), NVRTCCompiler(arch)
-  for dt in CORPUS_DTYPES:
-    for spec in programs(corpus_tensor(name, dt), renderer):
-      assert spec.src.startswith(("#include", 'extern "C"', "static")), spec.src
-      cubin = compiler.compile_cached(spec.src)
-      assert _elf_arch(cubin) == int(arch[3:]), f"{name} {dt}: cubin not built for {arch}"
+  for spec in corpus_programs(name, renderer):
+    assert spec.src.startswith(("#include", 'extern "C"', "static")), spec.src
+    cubin = compiler.compile_cached(spec.src)
+    assert _elf_arch(cubin) == int(arch[3:]), f"{name} {spec.name}: cubin not built for {arch}"
 
 @needs_nvrtc
 def test_nvrtc_ptx_output_and_errors_quote_source() -> None:
@@ -63,11 +63,9 @@ def test_bad_arch_is_a_typed_error() -> None:
 def test_corpus_assembles_with_ptxas(name: str, arch: str) -> None:
   from ember_nv.compiler import PTXCompiler
   renderer, compiler = PTXRenderer(arch), PTXCompiler(arch)
-  for dt in CORPUS_DTYPES:
-    if dt in renderer.unsupported_dtypes: continue
-    for spec in programs(corpus_tensor(name, dt), renderer):
-      assert f".target {arch}" in spec.src and "%tid.x" in spec.src
-      assert _elf_arch(compiler.compile_cached(spec.src)) == int(arch[3:])
+  for spec in corpus_programs(name, renderer):
+    assert f".target {arch}" in spec.src and "%tid.x" in spec.src
+    assert _elf_arch(compiler.compile_cached(spec.src)) == int(arch[3:])
 
 def _linear(*items: UOp) -> list[UOp]:
   out: dict[UOp, None] = {}

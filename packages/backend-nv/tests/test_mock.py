@@ -3,30 +3,17 @@ from __future__ import annotations
 import ctypes
 import os
 import subprocess
-import sys
-import numpy as np
 import pytest
+from ember.testing.hostshim import check_graph_replay, check_tensor_ops, run_python, selected_device
 
-ENV = {**os.environ, "EMBER_PLUGINS": "nv=ember_nv.plugin", "EMBER_STRICT_BACKENDS": "1"}
+ENV = {"EMBER_PLUGINS": "nv=ember_nv.plugin", "EMBER_STRICT_BACKENDS": "1"}
 
 @pytest.fixture(scope="module")
 def mock_nv():
-  from ember.device import Device
-  old = (Device._dev, Device._default)
-  Device.DEFAULT = "MOCK+NV"  # selects like DEV=MOCK+NV
-  yield Device["NV"]
-  Device._dev, Device._default = old
+  with selected_device("MOCK+NV", "NV") as dev: yield dev  # selects like DEV=MOCK+NV
 
 def test_tensor_ops_match_numpy(mock_nv) -> None:
-  from ember.tensor import Tensor
-  rng = np.random.default_rng(0)
-  a, b = rng.normal(size=(7, 9)).astype(np.float32), rng.normal(size=(9, 5)).astype(np.float32)
-  x, y = Tensor(a, device="NV"), Tensor(b, device="NV")
-  np.testing.assert_allclose(((x @ y).relu() + 1).numpy(), np.maximum(a @ b, 0) + 1, rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(x.sum(1).numpy(), a.sum(1), rtol=1e-5, atol=1e-5)
-  np.testing.assert_array_equal(x.pad(((1, 2), (0, 3))).numpy(), np.pad(a, ((1, 2), (0, 3))))
-  from ember.dtype import dtypes
-  np.testing.assert_array_equal((x * 3).cast(dtypes.int32).numpy(), (a * 3).astype(np.int32))
+  check_tensor_ops("NV")
 
 def test_queues_signals_and_copies(mock_nv) -> None:
   from ember_nv.queue import NVComputeQueue, NVCopyQueue
@@ -51,30 +38,9 @@ def test_queues_signals_and_copies(mock_nv) -> None:
   dev.timeline_signal.value = value  # back to the device's own timeline
   dev.gpu.pending.clear()
 
-def test_hcq_graph_replays_with_swapped_buffers(mock_nv) -> None:
-  from ember.codegen import get_program
-  from ember.device.hcq import HCQGraph
-  from ember.tensor import Tensor
-  x = Tensor(np.zeros(16, np.float32), device="NV")
-  t = (x * 2 + 1)
-  item = [it for it in t.schedule() if it.kind == "kernel"][0]
-  dev = mock_nv
-  spec = get_program(item.ast, dev.renderer)
-  prg = dev.runtime(spec.name, dev.compiler.compile_cached(spec.src))
-  bufs = [b.ensure_allocated()._buf for b in item.bufs]
-  graph = HCQGraph(dev, [(prg, bufs, (), tuple(spec.global_size), tuple(spec.local_size))] * 2)
-  for k in range(3):
-    new_in = dev.allocator.alloc(64)
-    data = np.arange(16, dtype=np.float32) * (k + 1)
-    ctypes.memmove(new_in.va_addr, data.tobytes(), 64)
-    graph({id(bufs[1]): new_in})
-    dev.synchronize()
-    out = np.frombuffer(ctypes.string_at(bufs[0].va_addr, 64), np.float32)
-    np.testing.assert_array_equal(out, data * 2 + 1)
+def test_hcq_graph_replays_with_swapped_buffers(mock_nv) -> None: check_graph_replay(mock_nv, "NV")
 
-def _run(code: str, dev: str) -> subprocess.CompletedProcess:
-  env = {**ENV, "DEV": dev}
-  return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+def _run(code: str, dev: str) -> subprocess.CompletedProcess: return run_python(code, {**ENV, "DEV": dev})
 
 @pytest.mark.skipif(os.path.exists("/dev/nvidiactl"), reason="this machine has the NVIDIA driver")
 @pytest.mark.parametrize("dev,reason", [("NV", "no NVIDIA kernel driver"),
@@ -85,5 +51,5 @@ def test_real_devices_fail_with_the_reason(dev: str, reason: str) -> None:
 
 def test_importing_ember_loads_nothing_of_the_backend() -> None:
   code = "import sys, ember\nprint(sorted(m for m in sys.modules if m.startswith('ember_nv')))"
-  proc = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=120)
+  proc = run_python(code, ENV)
   assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr

@@ -342,5 +342,6 @@ def test_two_size_changing_bitcasts_of_one_buffer_keep_their_own_bytes():
   from ember import dtypes
   t = Tensor(np.arange(8, dtype=np.uint8))
   a, b = t[0:2].bitcast(dtypes.uint16), t[2:4].bitcast(dtypes.uint16)
-  want = np.arange(8, dtype=np.uint8)[0:2].view(np.uint16).astype(np.int32) * 1000 + np.arange(8, dtype=np.uint8)[2:4].view(np.uint16)
+  raw = np.arange(8, dtype=np.uint8)
+  want = raw[0:2].view(np.uint16).astype(np.int32) * 1000 + raw[2:4].view(np.uint16)
   np.testing.assert_array_equal((a.cast(dtypes.int32) * 1000 + b.cast(dtypes.int32)).numpy(), want)

@@ -8,11 +8,10 @@ render node) is not written yet; `DEV=AMD` says so, or says that the driver is a
 """
 from __future__ import annotations
 import ctypes
-import hashlib
 import os
 from ember.plugin import (BufferSpec, CompileError, Compiler, DeviceError, HCQAllocator, HCQBuffer, HCQCompiled,
-                          HCQProgram, ProbeResult, Renderer)
-from ember_amd.mock import HostShimCompiler, MockAMDGPU, kernel_signature, signature_layout
+                          HCQProgram, ProbeResult, Renderer, shim_arg_layout)
+from ember_amd.mock import HostShimCompiler, MockAMDGPU
 from ember_amd.queue import AMDComputeQueue, AMDCopyQueue
 
 KFD_PATH = "/dev/kfd"
@@ -49,7 +48,6 @@ class AMDDevice(HCQCompiled):
   of `HIPRenderer` built for the host through the shim (`HostShimCompiler`); no ROCm is needed."""
   def __init__(self, device: str, renderer: Renderer) -> None:
     self.gpu = MockAMDGPU()
-    self.sources: dict[str, str] = {}  # sha256 of a shim binary -> its HIP C (the kernarg layout comes from it)
     signals = _aligned(64, 64)
     self._signal_keep = signals
     super().__init__(device, AMDAllocator(self), renderer, HostShimCompiler(),
@@ -59,20 +57,8 @@ class AMDDevice(HCQCompiled):
     self.gpu.doorbell(ring, self.gpu.rings[ring].write(words))
   def _progress(self) -> None: self.gpu.run_pending()
   def arg_layout(self, name: str, lib: bytes) -> tuple[list[tuple[int, int]], int]:
-    src = self.sources.get(hashlib.sha256(lib).hexdigest())
-    if src is None: raise DeviceError(f"MOCK+AMD has no source for kernel {name}; compile it through this device")
-    return signature_layout(kernel_signature(src)[1])
-
-class _RecordingShimCompiler(HostShimCompiler):
-  """The MOCK's compiler: the host shim build, remembering each kernel's source so its kernarg layout is known."""
-  def __init__(self, device: AMDDevice) -> None:
-    super().__init__()
-    self.device = device
-  def compile(self, src: str) -> bytes: return self.remember(src, super().compile(src))
-  def compile_cached(self, src: str) -> bytes: return self.remember(src, super().compile_cached(src))
-  def remember(self, src: str, lib: bytes) -> bytes:
-    self.device.sources[hashlib.sha256(lib).hexdigest()] = src
-    return lib
+    """The parameter block of a host-shim kernel, from the source its compiler remembers."""
+    return shim_arg_layout(self.compiler, name, lib)
 
 def amd_interface(interface: str) -> type[AMDDevice]:
   """The device class that drives AMD through `interface`; only MOCK exists so far."""
@@ -85,9 +71,7 @@ def open_amd_device(device: str, interface: str, renderer: Renderer | None, comp
   if not isinstance(renderer, HIPRenderer):
     raise CompileError(f"MOCK+AMD runs HIP-style C through the host shim; {type(renderer).__name__} output cannot run "
                        "on it; use DEV=MOCK+AMD or DEV=MOCK+AMD:HIP")
-  dev = amd_interface(interface or "KFD")(device, renderer)
-  dev.compiler = _RecordingShimCompiler(dev)
-  return dev
+  return amd_interface(interface or "KFD")(device, renderer)
 
 def hip_compiler(renderer: Renderer, interface: str) -> Compiler:
   """The compiler for HIPRenderer output: the host shim on MOCK+AMD, a HIP-capable clang otherwise."""

@@ -16,24 +16,18 @@ memory holds the value, ACQUIRE_MEM is a barrier (host memory is coherent), COPY
 from __future__ import annotations
 import ctypes
 import hashlib
-import os
-import re
-import shutil
 import struct
-import subprocess
-import tempfile
 import time
-from ember.plugin import CompileError, Compiler, DeviceError
+from ember.plugin import DeviceError, HostKernel, ShimDialect, signature_layout
+from ember.plugin import HostShimCompiler as _HostShimCompiler
 from ember_amd import queue as q
 
+__all__ = ["SHIM_HEADER", "AMD_SHIM", "kernel_signature", "signature_layout", "shim_launcher", "HostShimCompiler",
+           "HostKernel", "elf_image_size", "Ring", "MockAMDGPU"]
+
 SHIM_HEADER = r"""
-#include <math.h>
-#include <string.h>
-#include <stdint.h>
 struct ember_dim3 { unsigned int x, y, z; };
 static thread_local ember_dim3 ember_workgroup, ember_workitem;
-#define __global__
-#define __device__
 #define EMBER_LAUNCH_BOUNDS
 #define __builtin_amdgcn_workgroup_id_x() ((int)ember_workgroup.x)
 #define __builtin_amdgcn_workgroup_id_y() ((int)ember_workgroup.y)
@@ -43,77 +37,23 @@ static thread_local ember_dim3 ember_workgroup, ember_workitem;
 #define __builtin_amdgcn_workitem_id_z() ((int)ember_workitem.z)
 """
 
-_kernel_re = re.compile(r'extern "C" __global__ void EMBER_LAUNCH_BOUNDS (\w+)\(([^)]*)\)')
+AMD_SHIM = ShimDialect("AMD", "HIPRenderer", 'extern "C" __global__ void EMBER_LAUNCH_BOUNDS ', SHIM_HEADER,
+                       "ember_workgroup = {bx, by, bz}; ember_workitem = {tx, ty, tz};")
+"""HIP-style C on the host: the amdgcn workgroup/workitem id builtins read the shim's thread-local globals. The
+launcher's parameter block is the kernarg segment (`signature_layout`, the layout `renderer.kernarg_layout` computes
+from the uops)."""
 
 def kernel_signature(src: str) -> tuple[str, list[str]]:
   """The name and the parameter types of the (single) kernel in HIPRenderer output."""
-  if (m := _kernel_re.search(src)) is None:
-    raise CompileError('no `extern "C" __global__ void` kernel in the source; the AMD host shim runs HIPRenderer '
-                       'output')
-  params = [p.strip() for p in m.group(2).split(",") if p.strip()]
-  return m.group(1), [p.rsplit(" ", 1)[0].replace("const ", "").strip() for p in params]
-
-def signature_layout(types: list[str]) -> tuple[list[tuple[int, int]], int]:
-  """The kernarg segment of a kernel with these C parameter types: pointers 8 bytes, ints their size, each aligned to
-  its size (the same layout `renderer.kernarg_layout` computes from the uops)."""
-  sizes = [8 if t.endswith("*") or "long long" in t else 2 if "short" in t else 1 if "char" in t else 4 for t in types]
-  layout, offset = [], 0
-  for size in sizes:
-    offset = -(-offset // size) * size
-    layout.append((offset, size))
-    offset += size
-  return layout, offset
+  return AMD_SHIM.signature(src)
 
 def shim_launcher(src: str) -> str:
   """C++ that runs the kernel over a grid: `ember_launch(kernargs, grid xyz, workgroup xyz)`."""
-  name, types = kernel_signature(src)
-  layout, _ = signature_layout(types)
-  lines = ['extern "C" void ember_launch(const unsigned char *kernargs, unsigned gx, unsigned gy, unsigned gz, '
-           'unsigned lx, unsigned ly, unsigned lz) {']
-  for i, (t, (offset, _)) in enumerate(zip(types, layout)):
-    lines.append(f"  {t} a{i}; memcpy(&a{i}, kernargs + {offset}, sizeof({t}));")
-  call = f"{name}({', '.join(f'a{i}' for i in range(len(types)))});"
-  lines += ["  for (unsigned bz = 0; bz < gz; bz++) for (unsigned by = 0; by < gy; by++)",
-            "  for (unsigned bx = 0; bx < gx; bx++) for (unsigned tz = 0; tz < lz; tz++)",
-            "    for (unsigned ty = 0; ty < ly; ty++) for (unsigned tx = 0; tx < lx; tx++) {",
-            f"      ember_workgroup = {{bx, by, bz}}; ember_workitem = {{tx, ty, tz}}; {call}", "    }", "}"]
-  return "\n".join(lines) + "\n"
+  return AMD_SHIM.launcher(src)
 
-class HostShimCompiler(Compiler):
+class HostShimCompiler(_HostShimCompiler):
   """HIP-style C (HIPRenderer output) -> a host shared object through the shim header and g++/clang++."""
-  binary_format = "host-shim-so"
-  def __init__(self, cxx: str | None = None) -> None:
-    found = cxx or next((p for n in ("g++", "clang++", "c++") if (p := shutil.which(n)) is not None), None)
-    if found is None: raise CompileError("the AMD host shim needs a C++ compiler (g++ or clang++) on PATH; install one")
-    self.cxx = found
-    super().__init__(f"compile_amd_shim_{os.path.basename(found)}")
-  def compile(self, src: str) -> bytes:
-    full = src + "\n" + shim_launcher(src)
-    with tempfile.TemporaryDirectory(prefix="ember_amdshim_") as tmp:
-      with open(os.path.join(tmp, "ember_shim.h"), "w") as f: f.write(SHIM_HEADER)
-      out = os.path.join(tmp, "kernel.so")
-      cmd = [self.cxx, "-x", "c++", "-std=c++17", "-O1", "-shared", "-fPIC", "-ffp-contract=off", "-fwrapv",
-             "-include", os.path.join(tmp, "ember_shim.h"), "-", "-o", out]
-      try: proc = subprocess.run(cmd, input=full.encode(), capture_output=True, timeout=300)
-      except (OSError, subprocess.SubprocessError) as e: raise CompileError(f"running {self.cxx} failed: {e}") from e
-      if proc.returncode != 0:
-        numbered = "\n".join(f"{i + 1:4d} {line}" for i, line in enumerate(full.splitlines()))
-        raise CompileError(f"{self.cxx} rejected the AMD host shim build:\n{proc.stderr.decode(errors='replace')}\n"
-                           f"source:\n{numbered}")
-      with open(out, "rb") as f: return f.read()
-
-class HostKernel:
-  """A shim build loaded into this process: `run(kernargs, grid, workgroup)` executes the whole grid."""
-  def __init__(self, lib: bytes) -> None:
-    with tempfile.NamedTemporaryFile(prefix="ember_amdshim_", suffix=".so", delete=False) as f: f.write(lib)
-    try: self.lib = ctypes.CDLL(f.name)
-    except OSError as e: raise DeviceError(f"cannot load an AMD host shim kernel: {e}") from e
-    finally: os.unlink(f.name)
-    self.fxn = self.lib.ember_launch
-    self.fxn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 6
-    self.fxn.restype = None
-  def run(self, kernargs: int, grid: tuple[int, int, int], workgroup: tuple[int, int, int]) -> None:
-    self.fxn(kernargs, *grid, *workgroup)
+  def __init__(self, cxx: str | None = None) -> None: super().__init__(AMD_SHIM, cxx)
 
 def elf_image_size(addr: int) -> int:
   """The length of the ELF file image at `addr` in memory: the end of its section headers or of its last segment."""

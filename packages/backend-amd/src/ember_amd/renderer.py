@@ -9,7 +9,7 @@ kernarg segment layout that `kernarg_layout` computes and the code object metada
 from __future__ import annotations
 import re
 from typing import Callable
-from ember.plugin import CompileError, CStyleLanguage, DType, LLVMRenderer, Ops, UOp, dtypes
+from ember.plugin import CompileError, CStyleLanguage, DType, LLVMRenderer, Ops, UOp, aligned_layout, dtypes
 
 DEFAULT_ARCH = "gfx1100"
 # the archs this backend knows: wave size and LDS bytes per workgroup (RDNA3 is wave32, CDNA3/4 wave64)
@@ -37,12 +37,7 @@ def kernarg_layout(uops: list[UOp]) -> tuple[list[tuple[int, int]], int]:
   argument aligned to its own size (the AMDGPU HSA ABI)."""
   sizes = [8 for _ in sorted((u for u in uops if u.op is Ops.PARAM), key=lambda u: u.arg)]
   sizes += [u.dtype.itemsize for u in uops if u.op is Ops.DEFINE_VAR]
-  layout, offset = [], 0
-  for size in sizes:
-    offset = -(-offset // size) * size
-    layout.append((offset, size))
-    offset += size
-  return layout, offset
+  return aligned_layout(sizes)
 
 # EXP2/LOG2/SIN are left to codegen's decompositions: the f64 forms have no amdgcn instruction (they would be calls to
 # the device library, which a code object of ours does not link), and the f32 ones are approximations

@@ -17,8 +17,8 @@ import hashlib
 import time
 from typing import Any
 from ember.plugin import (BufferSpec, CompileError, Compiler, DeviceError, Renderer, HCQAllocator, HCQArgs, HCQBuffer,
-                          HCQCompiled, HCQProgram, HCQSignal, HWQueue)
-from ember_nv.mock import HostKernel, HostShimCompiler, kernel_signature
+                          HCQCompiled, HCQProgram, HCQSignal, HWQueue, shim_arg_layout)
+from ember_nv.mock import HostKernel, HostShimCompiler
 
 SUBC_HOST, SUBC_COMPUTE, SUBC_COPY = 0, 1, 4
 # host class (clc56f)
@@ -178,7 +178,6 @@ class NVDevice(HCQCompiled):
   `CUDARenderer` built for the host through the shim (`HostShimCompiler`); NVRTC is not needed."""
   def __init__(self, device: str, renderer: Renderer) -> None:
     self.gpu = MockNVGPU()
-    self.sources: dict[str, str] = {}  # sha256 of a shim binary -> its CUDA C (the argument layout comes from it)
     self._qmds: HCQBuffer | None = None
     signals = (ctypes.c_uint8 * 64)()
     self._signal_keep = signals
@@ -199,28 +198,8 @@ class NVDevice(HCQCompiled):
     self._qmd_ptr += QMD_SIZE
     return buf
   def arg_layout(self, name: str, lib: bytes) -> tuple[list[tuple[int, int]], int]:
-    """The parameter block of a host-shim kernel: pointers are 8 bytes, ints their C size, each aligned to its size."""
-    src = self.sources.get(hashlib.sha256(lib).hexdigest())
-    if src is None: raise DeviceError(f"MOCK+NV has no source for kernel {name}; compile it through this device")
-    _, types = kernel_signature(src)
-    sizes = [8 if t.endswith("*") else 8 if "long long" in t else 4 for t in types]
-    layout, offset = [], 0
-    for size in sizes:
-      offset = -(-offset // size) * size
-      layout.append((offset, size))
-      offset += size
-    return layout, offset
-
-class _RecordingShimCompiler(HostShimCompiler):
-  """The MOCK's compiler: the host shim build, remembering each kernel's source so its argument layout is known."""
-  def __init__(self, device: NVDevice) -> None:
-    super().__init__()
-    self.device = device
-  def compile(self, src: str) -> bytes: return self.remember(src, super().compile(src))
-  def compile_cached(self, src: str) -> bytes: return self.remember(src, super().compile_cached(src))
-  def remember(self, src: str, lib: bytes) -> bytes:
-    self.device.sources[hashlib.sha256(lib).hexdigest()] = src
-    return lib
+    """The parameter block of a host-shim kernel, from the source its compiler remembers."""
+    return shim_arg_layout(self.compiler, name, lib)
 
 def nv_interface(interface: str) -> type[NVDevice]:
   """The device class that drives NV through `interface`; only MOCK exists so far."""
@@ -233,6 +212,4 @@ def open_nv_device(device: str, interface: str, renderer: Renderer | None, compi
   if not isinstance(renderer, CUDARenderer):
     raise CompileError(f"MOCK+NV runs CUDA C through the host shim; {type(renderer).__name__} output cannot run on it; "
                        "use DEV=MOCK+NV or DEV=MOCK+NV:CUDA")
-  dev = nv_interface(interface)(device, renderer)
-  dev.compiler = _RecordingShimCompiler(dev)
-  return dev
+  return nv_interface(interface)(device, renderer)

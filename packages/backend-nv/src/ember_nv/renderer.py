@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 import struct
 from typing import Callable
-from ember.plugin import CompileError, CStyleLanguage, DType, GroupOp, Ops, PtrDType, Renderer, UOp, dtypes
+from ember.plugin import (CompileError, CStyleLanguage, DType, GroupOp, Ops, PtrDType, Renderer, UOp, aligned_layout,
+                          dtypes)
 
 DEFAULT_ARCH = "sm_80"
 
@@ -24,12 +25,7 @@ def kernel_arg_layout(uops: list[UOp]) -> tuple[list[tuple[int, int]], int]:
   every argument is aligned to its own size, as the CUDA ABI lays out a `__global__` function's parameters."""
   sizes = [8 for u in sorted((u for u in uops if u.op is Ops.PARAM), key=lambda u: u.arg)]
   sizes += [u.dtype.itemsize for u in uops if u.op is Ops.DEFINE_VAR]
-  layout, offset = [], 0
-  for size in sizes:
-    offset = -(-offset // size) * size
-    layout.append((offset, size))
-    offset += size
-  return layout, offset
+  return aligned_layout(sizes)
 
 def _math(name: str) -> Callable[..., str]:
   return lambda x, dtype: f"{name}{'' if dtype is dtypes.float64 else 'f'}({x})"

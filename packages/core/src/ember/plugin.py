@@ -59,6 +59,8 @@ from ember.device.base import (Allocator, Buffer, BufferSpec, Compiled, Compiler
                                mv_address)
 from ember.device.hcq import (HCQAllocator, HCQArgs, HCQBuffer, HCQCompiled, HCQGraph, HCQProgram, HCQSignal,
                               HWQueue)
+from ember.device.hostshim import (HostKernel, HostShimCompiler, ShimDialect, aligned_layout, load_shim,
+                                   shim_arg_layout, signature_layout)
 from ember.dtype import DType, PtrDType, dtypes
 from ember.errors import (AxisError, CompileError, DeviceError, DTypeError, EmberError, GradientError, JitError,
                           MemoryAccessError, PluginError, ShapeError)
@@ -309,5 +311,6 @@ __all__ = [
   "PatternMatcher", "graph_rewrite", "DType", "PtrDType", "dtypes", "EmberError", "ShapeError", "AxisError",
   "DTypeError", "DeviceError", "PluginError", "CompileError", "MemoryAccessError", "JitError", "GradientError",
   "Target", "getenv", "NUM_CPU_THREADS", "HWQueue", "HCQSignal", "HCQBuffer", "HCQArgs", "HCQProgram", "HCQAllocator",
-  "HCQCompiled", "HCQGraph",
+  "HCQCompiled", "HCQGraph", "ShimDialect", "HostShimCompiler", "HostKernel", "load_shim", "aligned_layout",
+  "signature_layout", "shim_arg_layout",
 ]

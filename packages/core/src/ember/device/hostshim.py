@@ -1,0 +1,175 @@
+"""The host shim: GPU-style C/C++ kernels (CUDA, HIP) compiled for the host CPU and run over their whole grid.
+
+A backend without its GPU (the MOCK interfaces) runs its renderer's kernels here. The kernel source is compiled by the
+system C++ compiler with a *dialect* header force-included: it defines the GPU keywords away and the block/thread id
+builtins as thread-local globals. A generated launcher, `symbol(params, gx, gy, gz, lx, ly, lz)`, reads each kernel
+argument from a parameter block and calls the kernel once per (block, thread) of the grid, setting those globals first.
+Threads of a block run one after another, so this is exact for kernels without shared memory and barriers.
+
+The parameter block is the one the GPU ABIs (CUDA `__global__` parameters, the HSA kernarg segment) use for these
+kernels: arguments in order, each aligned to its own size (`aligned_layout`). Everything that differs between
+backends (the header, the kernel prefix their renderer writes, the id builtins) is a `ShimDialect`.
+"""
+from __future__ import annotations
+import ctypes
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from typing import Iterable
+from ember.device.base import Compiler
+from ember.errors import CompileError, DeviceError
+
+SHIM_PRELUDE = r"""
+#include <math.h>
+#include <string.h>
+#include <stdint.h>
+#define __global__
+#define __device__
+"""
+"""Force-included ahead of every dialect header: libm, memcpy, fixed-width ints, and the GPU qualifiers defined away."""
+
+def aligned_layout(sizes: Iterable[int]) -> tuple[list[tuple[int, int]], int]:
+  """(offset, size) of each argument, every one aligned to its own size, and the block's total size."""
+  layout, offset = [], 0
+  for size in sizes:
+    offset = -(-offset // size) * size
+    layout.append((offset, size))
+    offset += size
+  return layout, offset
+
+def c_param_size(ctype: str) -> int:
+  """The size in bytes of a kernel parameter of C type `ctype` on a 64-bit target (pointers are 8)."""
+  if ctype.endswith("*") or "long long" in ctype or ctype == "double": return 8
+  if "short" in ctype or ctype == "half": return 2
+  if "char" in ctype or ctype == "bool": return 1
+  return 4
+
+def signature_layout(types: list[str]) -> tuple[list[tuple[int, int]], int]:
+  """The parameter block of a kernel with these C parameter types (see `aligned_layout`)."""
+  return aligned_layout(c_param_size(t) for t in types)
+
+@dataclass(frozen=True)
+class ShimDialect:
+  """What one backend's kernel C needs to build and run on the host.
+
+  `backend` names it in messages and cache keys; `renderer` is the renderer whose output it runs; `kernel_prefix` is
+  what that renderer writes before a kernel's name; `header` is force-included after `SHIM_PRELUDE` and defines the id
+  builtins as thread-local globals; `set_ids` is the C statement that sets them from the block (`bx`, `by`, `bz`) and
+  thread (`tx`, `ty`, `tz`) indices; `prologue` runs once per launch with the grid (`gx`..) and block (`lx`..) sizes;
+  `include_files` are (name, text) headers put on the include path (replacing toolkit headers the source includes)."""
+  backend: str
+  renderer: str
+  kernel_prefix: str
+  header: str
+  set_ids: str
+  prologue: str = ""
+  include_files: tuple[tuple[str, str], ...] = ()
+  kernel_re: re.Pattern[str] = field(init=False, repr=False, compare=False)
+  def __post_init__(self) -> None:
+    object.__setattr__(self, "kernel_re", re.compile(re.escape(self.kernel_prefix) + r"(\w+)\(([^)]*)\)"))
+
+  def signature(self, src: str) -> tuple[str, list[str]]:
+    """The name and the C parameter types (without `const`) of the first kernel in `src`."""
+    if (m := self.kernel_re.search(src)) is None:
+      raise CompileError(f"no `{self.kernel_prefix.strip()}` kernel in the source; the {self.backend} host shim runs "
+                         f"{self.renderer} output")
+    params = [p.strip() for p in m.group(2).split(",") if p.strip()]
+    return m.group(1), [p.rsplit(" ", 1)[0].replace("const ", "").strip() for p in params]
+
+  def launcher(self, src: str, symbol: str = "ember_launch") -> str:
+    """C++ that runs the kernel of `src` over a grid: `symbol(params, grid xyz, block xyz)`, each argument read from
+    `params` at its `signature_layout` offset."""
+    name, types = self.signature(src)
+    layout, _ = signature_layout(types)
+    lines = [f'extern "C" void {symbol}(const unsigned char *params, unsigned gx, unsigned gy, unsigned gz, '
+             'unsigned lx, unsigned ly, unsigned lz) {']
+    for i, (t, (offset, _)) in enumerate(zip(types, layout)):
+      lines.append(f"  {t} a{i}; memcpy(&a{i}, params + {offset}, sizeof({t}));")
+    call = f"{name}({', '.join(f'a{i}' for i in range(len(types)))});"
+    if self.prologue: lines.append(f"  {self.prologue}")
+    lines += ["  for (unsigned bz = 0; bz < gz; bz++) for (unsigned by = 0; by < gy; by++)",
+              "  for (unsigned bx = 0; bx < gx; bx++) for (unsigned tz = 0; tz < lz; tz++)",
+              "    for (unsigned ty = 0; ty < ly; ty++) for (unsigned tx = 0; tx < lx; tx++) {",
+              f"      {self.set_ids} {call}", "    }", "}"]
+    return "\n".join(lines) + "\n"
+
+def find_cxx(cxx: str | None, backend: str) -> str:
+  """`cxx`, or the first of g++, clang++, c++ on PATH."""
+  found = cxx or next((p for n in ("g++", "clang++", "c++") if (p := shutil.which(n)) is not None), None)
+  if found is None:
+    raise CompileError(f"the {backend} host shim needs a C++ compiler (g++ or clang++) on PATH; install one")
+  return found
+
+class HostShimCompiler(Compiler):
+  """Kernel C of `dialect` -> a host shared object holding the kernel and its launcher `ember_launch`.
+
+  It remembers the source of every binary it returns, so a MOCK device can lay out the parameter block of a binary it
+  is handed (`arg_layout`)."""
+  binary_format = "host-shim-so"
+  def __init__(self, dialect: ShimDialect, cxx: str | None = None) -> None:
+    self.dialect, self.cxx = dialect, find_cxx(cxx, dialect.backend)
+    self.sources: dict[str, str] = {}  # sha256 of a binary -> its source
+    super().__init__(f"compile_{dialect.backend.lower()}_shim_{os.path.basename(self.cxx)}")
+
+  def compile(self, src: str) -> bytes: return self.remember(src, self.build(src + "\n" + self.dialect.launcher(src)))
+  def compile_cached(self, src: str) -> bytes: return self.remember(src, super().compile_cached(src))
+  def remember(self, src: str, lib: bytes) -> bytes:
+    self.sources[hashlib.sha256(lib).hexdigest()] = src
+    return lib
+
+  def arg_layout(self, name: str, lib: bytes) -> tuple[list[tuple[int, int]], int]:
+    """The parameter block of the kernel `name` in `lib`, a binary this compiler built."""
+    src = self.sources.get(hashlib.sha256(lib).hexdigest())
+    if src is None:
+      raise DeviceError(f"MOCK+{self.dialect.backend} has no source for kernel {name}; compile it through this device")
+    return signature_layout(self.dialect.signature(src)[1])
+
+  def build(self, full: str) -> bytes:
+    """A complete C++ translation unit (kernels and launchers) -> the bytes of a shared object."""
+    tag = self.dialect.backend.lower()
+    with tempfile.TemporaryDirectory(prefix=f"ember_{tag}shim_") as tmp:
+      for fname, text in (("ember_shim.h", SHIM_PRELUDE + self.dialect.header), *self.dialect.include_files):
+        with open(os.path.join(tmp, fname), "w") as f: f.write(text)
+      out = os.path.join(tmp, "kernel.so")
+      cmd = [self.cxx, "-x", "c++", "-std=c++17", "-O1", "-shared", "-fPIC", "-ffp-contract=off", "-fwrapv",
+             "-include", os.path.join(tmp, "ember_shim.h"), "-I", tmp, "-", "-o", out]
+      try: proc = subprocess.run(cmd, input=full.encode(), capture_output=True, timeout=300)
+      except (OSError, subprocess.SubprocessError) as e: raise CompileError(f"running {self.cxx} failed: {e}") from e
+      if proc.returncode != 0:
+        numbered = "\n".join(f"{i + 1:4d} {line}" for i, line in enumerate(full.splitlines()))
+        raise CompileError(f"{self.cxx} rejected the {self.dialect.backend} host shim build:\n"
+                           f"{proc.stderr.decode(errors='replace')}\nsource:\n{numbered}")
+      with open(out, "rb") as f: return f.read()
+
+def shim_arg_layout(compiler: Compiler | None, name: str, lib: bytes) -> tuple[list[tuple[int, int]], int]:
+  """The parameter block of kernel `name` in `lib`, asked of the device's `compiler`, which must have built it."""
+  if not isinstance(compiler, HostShimCompiler):
+    raise DeviceError(f"kernel {name}: this device runs host shim builds only; its compiler is "
+                      f"{type(compiler).__name__}")
+  return compiler.arg_layout(name, lib)
+
+def load_shim(lib: bytes) -> ctypes.CDLL:
+  """A shim build (shared object bytes) loaded into this process."""
+  with tempfile.NamedTemporaryFile(prefix="ember_shim_", suffix=".so", delete=False) as f: f.write(lib)
+  try: return ctypes.CDLL(f.name)
+  except OSError as e: raise DeviceError(f"cannot load a host shim kernel: {e}") from e
+  finally: os.unlink(f.name)
+
+class HostKernel:
+  """A shim build loaded into this process: `run(params, grid, block)` executes the whole grid through the launcher
+  `symbol`. `params` is the parameter block, as bytes or as the address of host memory holding it."""
+  def __init__(self, lib: bytes | ctypes.CDLL, symbol: str = "ember_launch") -> None:
+    self.lib = lib if isinstance(lib, ctypes.CDLL) else load_shim(lib)
+    try: self.fxn = getattr(self.lib, symbol)
+    except AttributeError as e: raise DeviceError(f"the host shim build has no launcher {symbol}: {e}") from e
+    self.fxn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 6
+    self.fxn.restype = None
+  def run(self, params: bytes | int, grid: tuple[int, int, int], block: tuple[int, int, int]) -> None:
+    self.fxn(params, *grid, *block)
+
+__all__ = ["SHIM_PRELUDE", "aligned_layout", "c_param_size", "signature_layout", "ShimDialect", "find_cxx",
+           "HostShimCompiler", "shim_arg_layout", "load_shim", "HostKernel"]
