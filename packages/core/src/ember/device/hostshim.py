@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from typing import Iterable
+from ember.helpers import content_hash
 from ember.device.base import Compiler
 from ember.errors import CompileError, DeviceError
 
@@ -113,7 +114,10 @@ class HostShimCompiler(Compiler):
   def __init__(self, dialect: ShimDialect, cxx: str | None = None) -> None:
     self.dialect, self.cxx = dialect, find_cxx(cxx, dialect.backend)
     self.sources: dict[str, str] = {}  # sha256 of a binary -> its source
-    super().__init__(f"compile_{dialect.backend.lower()}_shim_{os.path.basename(self.cxx)}")
+    # the binary also holds the headers and the launcher: the cache table is keyed by them (and by this module's code,
+    # which writes the launcher), not only by the kernel source
+    version = content_hash(repr(dialect), SHIM_PRELUDE, open(__file__, encoding="utf-8").read())[:16]
+    super().__init__(f"compile_{dialect.backend.lower()}_shim_{os.path.basename(self.cxx)}_{version}")
 
   def compile(self, src: str) -> bytes: return self.remember(src, self.build(src + "\n" + self.dialect.launcher(src)))
   def compile_cached(self, src: str) -> bytes: return self.remember(src, super().compile_cached(src))
