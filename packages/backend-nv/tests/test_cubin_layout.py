@@ -4,7 +4,6 @@ PTX and the cubin NVRTC builds from our CUDA C declare the same entry symbol and
 one the runtimes pack (`kernel_arg_layout`). This checks the launch interface of PTX output, not its numerics."""
 from __future__ import annotations
 import functools
-import glob
 import os
 import re
 import shutil
@@ -19,12 +18,8 @@ from ember_nv.renderer import CUDARenderer, PTXRenderer, kernel_arg_layout
 @functools.cache
 def find_cuobjdump() -> str | None:
   """cuobjdump from the nvidia-cuda-cuobjdump wheel, the CUDA toolkit, or PATH."""
-  try:
-    import nvidia
-    for root in nvidia.__path__:
-      if found := sorted(glob.glob(os.path.join(root, "*", "bin", "cuobjdump"))): return found[-1]
-  except ImportError:
-    pass
+  from ember_nv.compiler import wheel_files
+  if found := sorted(wheel_files("bin", "cuobjdump")): return found[-1]
   for root in (os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"):
     if root and os.path.exists(path := os.path.join(root, "bin", "cuobjdump")): return path
   return shutil.which("cuobjdump")

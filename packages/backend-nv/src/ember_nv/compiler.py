@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import glob
+import importlib.util
 import hashlib
 import os
 import shutil
@@ -21,27 +22,21 @@ def _toolkit_dirs() -> list[str]:
   roots = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"]
   return [r for r in roots if r and os.path.isdir(r)]
 
+def wheel_files(*parts: str) -> list[str]:
+  """Files matching `nvidia/*/<parts>` in the NVIDIA pip wheels (the `nvidia` namespace package), if installed."""
+  spec = importlib.util.find_spec("nvidia")
+  roots = list(spec.submodule_search_locations or []) if spec is not None else []
+  return [p for root in roots for p in glob.glob(os.path.join(root, "*", *parts))]
+
 def cuda_include_dirs() -> list[str]:
   """Directories holding cuda_fp16.h (kernels with half include it): the NVIDIA wheels', then the toolkit's."""
-  dirs: list[str] = []
-  try:
-    import nvidia
-    for root in nvidia.__path__:
-      dirs += [os.path.dirname(p) for p in glob.glob(os.path.join(root, "*", "include", "cuda_fp16.h"))]
-  except ImportError:
-    pass
+  dirs = [os.path.dirname(p) for p in wheel_files("include", "cuda_fp16.h")]
   toolkit = [os.path.join(root, "include") for root in _toolkit_dirs()]
   return dirs + [d for d in toolkit if os.path.exists(os.path.join(d, "cuda_fp16.h"))]
 
 def nvrtc_candidates() -> list[str]:
   """Where libnvrtc may be, most specific first: the pip wheel, the toolkit, then the plain soname."""
-  found: list[str] = []
-  try:
-    import nvidia  # namespace package of the NVIDIA wheels
-    for root in nvidia.__path__:
-      found += sorted(glob.glob(os.path.join(root, "*", "lib", "libnvrtc.so*")), reverse=True)
-  except ImportError:
-    pass
+  found = sorted(wheel_files("lib", "libnvrtc.so*"), reverse=True)
   for root in _toolkit_dirs():
     found += sorted(glob.glob(os.path.join(root, "lib64", "libnvrtc.so*")), reverse=True)
   found = [f for f in found if "builtins" not in os.path.basename(f) and "alt" not in os.path.basename(f)]
