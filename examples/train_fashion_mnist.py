@@ -15,11 +15,10 @@ import tempfile
 import time
 from typing import Any, Iterable, Iterator
 import numpy as np
-from ember import Tensor, TinyJit
+from ember import Tensor
 from ember.nn import BatchNorm1d, BatchNorm2d, Conv2d, Linear
 from ember.nn.datasets import batches, fashion_mnist
-from ember.nn.functional import cross_entropy
-from ember.nn.optim import Adam
+from ember.nn.optim import Adam, jit_train_step
 from ember.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save
 
 class SmallCNN:
@@ -62,13 +61,7 @@ def train(args: argparse.Namespace) -> dict[str, float]:
   model = SmallCNN()
   opt = Adam(get_parameters(model), lr=args.lr)
 
-  @TinyJit
-  def step(xb: Tensor, yb: Tensor) -> Tensor:
-    opt.zero_grad()
-    loss = cross_entropy(model(xb), yb)
-    loss.backward()
-    opt.step()
-    return loss
+  step = jit_train_step(model, opt)  # zero_grad, cross-entropy, backward, step; compiled once
 
   steps_per_epoch = len(train_x) // args.batch_size
   start = time.perf_counter()

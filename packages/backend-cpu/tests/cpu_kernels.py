@@ -7,6 +7,7 @@ from ember.plugin import AxisType, DType, Ops, UOp, dtypes
 from ember_cpu.compiler import ClangCompiler, LLVMCompiler
 from ember_cpu.device import CPUDevice
 from ember_cpu.renderer import ClangRenderer, CPULLVMRenderer
+from ember.testing.programs import end, linear, param
 
 RENDERERS = ("C", "LLVM")
 EMULATED = (dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2)
@@ -16,16 +17,6 @@ def device(kind: str) -> CPUDevice:
   if kind == "C": return CPUDevice("CPU", ClangRenderer(), ClangCompiler())
   return CPUDevice("CPU", CPULLVMRenderer(), LLVMCompiler())
 
-def linear(*items: UOp) -> list[UOp]:
-  """A linear program: each item after whatever of its sources is not listed yet."""
-  out: dict[UOp, None] = {}
-  for item in items:
-    for u in item.toposort():
-      out.setdefault(u, None)
-  return list(out)
-
-def param(slot: int, dt: DType, size: int) -> UOp: return UOp(Ops.PARAM, dt.ptr(size), arg=slot)
-def end(rng: UOp) -> UOp: return UOp(Ops.END, src=(rng,))
 def alu(op: Ops, *srcs: UOp) -> UOp: return srcs[0].alu(op, *srcs[1:])
 def const(dt: DType, v: Any) -> UOp: return UOp.const(dt, v)
 

@@ -23,8 +23,7 @@ def test_context_restores_values_even_on_error():
 
 def test_context_rejects_unknown_keys():
   with pytest.raises(KeyError, match="NOT_A_FLAG"):
-    with Context(NOT_A_FLAG=1):
-      pass
+    Context(NOT_A_FLAG=1).__enter__()
 
 def test_diskcache_round_trip(cachedb: Path):
   assert diskcache_get("t", "k") is None

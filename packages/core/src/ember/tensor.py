@@ -1753,7 +1753,7 @@ class Tensor:
     lhs, arrow, rhs = spec.partition("->")
     ins = lhs.split(",")
     if len(ins) != len(ops): raise ShapeError(f"einsum {formula!r} names {len(ins)} operands but {len(ops)} were given")
-    # "..." becomes as many upper-case placeholder letters as the operand has extra dims
+    # "..." expands to one fresh upper-case letter per dim the operand has beyond its named ones
     ell_ndim = max((t.ndim - len(s.replace("...", "")) for s, t in zip(ins, ops) if "..." in s), default=0)
     ell = "".join(chr(ord("A") + i) for i in range(ell_ndim))
     letters: list[str] = []

@@ -12,6 +12,7 @@ from ember.device.python import (PythonAllocator, PythonCompiler, PythonDevice, 
 from ember.dtype import DType, as_const, dtypes
 from ember.errors import CompileError, DeviceError, MemoryAccessError
 from ember.uop.ops import AxisType, GroupOp, Ops, UOp, exec_alu
+from ember.testing.programs import end, param
 
 # ** building and running linear programs **
 
@@ -20,9 +21,7 @@ def host(arr: np.ndarray) -> memoryview:
   return arr.data.cast("B")
 
 
-def param(slot: int, dt: DType, size: int) -> UOp: return UOp(Ops.PARAM, dt.ptr(size), arg=slot)
 def i32(v: int) -> UOp: return UOp.const(dtypes.int32, v)
-def end(r: UOp) -> UOp: return UOp(Ops.END, dtypes.void, (r,))
 def acc(init: UOp, acc_id: int = 0) -> UOp: return UOp(Ops.DEFINE_ACC, init.dtype, (init,), acc_id)
 def assign(a: UOp, value: UOp) -> UOp: return UOp(Ops.ASSIGN, a.dtype, (a, value))
 

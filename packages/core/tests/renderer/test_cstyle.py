@@ -9,19 +9,12 @@ from ember.dtype import dtypes
 from ember.errors import CompileError
 from ember.renderer.cstyle import CStyleLanguage, EmulatedFloat, float32_literal, var_name
 from ember.uop.ops import AxisType, Ops, UOp
+from ember.testing.programs import end, linear, param
 
 class PlainC(CStyleLanguage):
   """The base as it is, plus threads (the CPU renderer's setting)."""
   has_threads = True
 
-def linear(*items: UOp) -> list[UOp]:
-  out: dict[UOp, None] = {}
-  for item in items:
-    for u in item.toposort(): out.setdefault(u, None)
-  return list(out)
-
-def param(slot: int, dt, size: int) -> UOp: return UOp(Ops.PARAM, dt.ptr(size), arg=slot)
-def end(rng: UOp) -> UOp: return UOp(Ops.END, src=(rng,))
 
 def test_int_literals() -> None:
   r = PlainC()

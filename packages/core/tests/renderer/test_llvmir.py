@@ -6,18 +6,11 @@ from ember.dtype import dtypes
 from ember.errors import CompileError
 from ember.renderer.llvmir import LLVMRenderer, lconst
 from ember.uop.ops import AxisType, Ops, UOp
+from ember.testing.programs import end, linear, param
 
 class PlainLLVM(LLVMRenderer):
   has_threads = True
 
-def linear(*items: UOp) -> list[UOp]:
-  out: dict[UOp, None] = {}
-  for item in items:
-    for u in item.toposort(): out.setdefault(u, None)
-  return list(out)
-
-def param(slot: int, dt, size: int) -> UOp: return UOp(Ops.PARAM, dt.ptr(size), arg=slot)
-def end(rng: UOp) -> UOp: return UOp(Ops.END, src=(rng,))
 
 def test_constants() -> None:
   assert lconst(1.0, dtypes.float32) == "0x3FF0000000000000"

@@ -9,10 +9,9 @@ from __future__ import annotations
 import argparse
 import time
 import numpy as np
-from ember import Tensor, TinyJit, Device
+from ember import Tensor, Device
 from ember.nn import Linear, Sequential
-from ember.nn.functional import cross_entropy
-from ember.nn.optim import Adam
+from ember.nn.optim import Adam, jit_train_step
 from ember.nn.state import get_parameters
 
 def spirals(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -36,13 +35,7 @@ def main(argv: list[str] | None = None) -> float:
   opt = Adam(get_parameters(model), lr=1e-2)
   xs, ys = Tensor(x), Tensor(y)
 
-  @TinyJit
-  def step(xb: Tensor, yb: Tensor) -> Tensor:
-    opt.zero_grad()
-    loss = cross_entropy(model(xb), yb)
-    loss.backward()
-    opt.step()
-    return loss
+  step = jit_train_step(model, opt)  # zero_grad, cross-entropy, backward, step; compiled once
 
   rng = np.random.default_rng(0)
   print(f"training a 2-64-64-2 MLP on {len(x)} points, device {Device.DEFAULT}")
