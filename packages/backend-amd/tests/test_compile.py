@@ -9,6 +9,7 @@ import tempfile
 import pytest
 from ember.dtype import dtypes
 from ember.errors import CompileError
+from ember.uop.ops import Ops
 from ember.testing import KERNEL_CORPUS
 from amd_kernels import corpus_tensor, programs
 from ember.testing.hostshim import corpus_programs
@@ -33,7 +34,9 @@ def check_code_object(lib: bytes, spec, arch: str) -> None:
   explicit = [(a[".offset"], a[".size"]) for a in meta[".args"] if not a[".value_kind"].startswith("hidden")]
   assert explicit == layout
   assert kd.kernarg_size == meta[".kernarg_segment_size"] >= size
-  assert kd.group_segment_size == meta[".group_segment_fixed_size"] == 0  # no LDS in these kernels
+  lds = sum(u.dtype.size * u.dtype.base.itemsize for u in spec.uops if u.op is Ops.DEFINE_LOCAL)
+  assert kd.group_segment_size == meta[".group_segment_fixed_size"] and (kd.group_segment_size >= lds)
+  assert (kd.group_segment_size == 0) == (lds == 0)  # LDS only where a group reduction declares it
   assert kd.private_segment_size == meta[".private_segment_fixed_size"]
   assert kd.uses_kernarg_ptr == bool(layout)
   assert kd.wavefront_size32 == WAVE32[arch] and meta[".wavefront_size"] == (32 if WAVE32[arch] else 64)

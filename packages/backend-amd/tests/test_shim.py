@@ -3,8 +3,11 @@ from __future__ import annotations
 import pytest
 from ember.dtype import dtypes
 from ember.testing import KERNEL_CORPUS
-from ember.testing.hostshim import check_casts, check_corpus_kernel, check_over_covering_math
+from ember.testing.hostshim import (GROUP_CASES, ShimRunner, check_casts, check_corpus_kernel, check_group_case,
+                                    check_over_covering_math)
 from amd_kernels import CORPUS_DTYPES, run_on_shim
+from ember_amd.mock import HostShimCompiler
+from ember_amd.renderer import HIPRenderer, kernarg_layout
 
 @pytest.mark.parametrize("dt", CORPUS_DTYPES, ids=lambda d: d.name)
 @pytest.mark.parametrize("name", list(KERNEL_CORPUS))
@@ -14,3 +17,10 @@ def test_over_covering_grid_and_math() -> None: check_over_covering_math(run_on_
 
 def test_casts_between_dtypes() -> None:
   check_casts(run_on_shim, (dtypes.int8, dtypes.int32, dtypes.int64, dtypes.float16, dtypes.float64, dtypes.bool))
+
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx942"])  # wave32 and wave64
+@pytest.mark.parametrize("name", list(GROUP_CASES))
+def test_group_reductions_run_like_python(name: str, arch: str) -> None:
+  """LDS, s_barrier and ds_bpermute, with a workgroup's threads on host threads."""
+  runner = ShimRunner(lambda: HIPRenderer(arch), kernarg_layout, HostShimCompiler)
+  check_group_case(name, HIPRenderer(arch), runner.run)

@@ -1,8 +1,11 @@
 """Run MetalRenderer's MSL on the host: g++ compiles the kernel source against `shim/metal_stdlib`, a generated
 launcher loops over the grid (threadgroups, then the threads of each), and ctypes calls it.
 
-Threads run one after another. That is exact for what ember emits today: kernels have no threadgroup memory and no
-barriers (MetalRenderer has `has_shared = False`), so no thread can observe another's progress.
+Threads run one after another, which is exact for kernels without threadgroup memory, barriers or SIMD shuffles. A
+kernel with any of those (group reductions) runs each thread of a threadgroup on its own host thread: `threadgroup`
+arrays are function statics, `threadgroup_barrier` is a C++20 barrier over the threadgroup's threads, and
+`simd_shuffle_xor` exchanges through a slot per thread (shim/metal_stdlib); every thread walks the threadgroups in the
+same order with a barrier after each.
 Many kernels go into one translation unit, each in its own namespace, so a whole corpus costs one g++ run.
 """
 from __future__ import annotations
@@ -18,8 +21,10 @@ from ember_metal.renderer import MetalRenderer
 
 SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shim")
 # exact IEEE arithmetic (no contraction into fma, no fast math), signed char like MSL's char, wrapping ints
-CXX_FLAGS = ("-std=c++17", "-O1", "-shared", "-fPIC", "-fsigned-char", "-fwrapv", "-ffp-contract=off",
+CXX_FLAGS = ("-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-fsigned-char", "-fwrapv", "-ffp-contract=off",
              "-fno-fast-math", "-Wno-attributes", "-Werror=return-type")
+
+SYNC_MARKERS = ("threadgroup ", "threadgroup_barrier", "simd_shuffle")
 
 def find_cxx() -> str | None: return shutil.which("g++") or shutil.which("clang++")
 
@@ -33,6 +38,16 @@ def _launcher(spec: ProgramSpec, renderer: MetalRenderer, index: int) -> str:
     args.append(f"var{k}")  # binds to the kernel's `constant T&`
   args += ["uint3{gx, gy, gz}", "uint3{lx, ly, lz}"]
   call = f"k{index}::{spec.name}({', '.join(args)});"
+  head = (f'extern "C" void ember_launch_{index}(void** bufs, const long long* vals, uint ngx, uint ngy, uint ngz, '
+          f"uint nlx, uint nly, uint nlz) {{\n" + "\n".join(lines) + "\n")
+  if any(marker in spec.src for marker in SYNC_MARKERS):  # a host thread per Metal thread, a barrier per threadgroup
+    return head + ("  uint n = nlx * nly * nlz;\n  std::barrier<> bar(n);\n  ember_barrier = &bar;\n"
+                   "  ember_workers workers;\n"
+                   "  for (uint t = 0; t < n; t++) workers.emplace_back([&, t]() {\n"
+                   "    uint lx = t % nlx, ly = (t / nlx) % nly, lz = t / (nlx * nly);\n    ember_tid = t;\n"
+                   "    for (uint gz = 0; gz < ngz; gz++) for (uint gy = 0; gy < ngy; gy++)\n"
+                   f"    for (uint gx = 0; gx < ngx; gx++) {{ {call} ember_sync(); }}\n"
+                   "  });\n  for (auto& w : workers) w.join();\n  ember_barrier = nullptr;\n}\n")
   return (f'extern "C" void ember_launch_{index}(void** bufs, const long long* vals, uint ngx, uint ngy, uint ngz, '
           f"uint nlx, uint nly, uint nlz) {{\n" + "\n".join(lines) + "\n"
           "  for (uint gz = 0; gz < ngz; gz++) for (uint gy = 0; gy < ngy; gy++) for (uint gx = 0; gx < ngx; gx++)\n"

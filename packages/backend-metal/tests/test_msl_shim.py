@@ -21,6 +21,7 @@ from ember.engine.realize import run_schedule
 from ember.plugin import AxisType, DType, Ops, ProgramSpec, PtrDType, UOp, dtypes
 from ember.tensor import Tensor
 from ember.testing import KERNEL_CORPUS, sample, tensor, tolerance
+from ember.testing.hostshim import GROUP_CASES
 from ember_metal.renderer import MetalRenderer
 import msl_shim
 
@@ -78,6 +79,9 @@ EXTRA: dict[str, Callable[[], Tensor]] = {
   "compare_eq_ne": lambda: (_ints((12,), 61, dtypes.int32, 0, 4) == _ints((12,), 62, dtypes.int32, 0, 4)) |
                            (_f((12,), 63) != _f((12,), 63)),
 }
+
+# reductions long enough to be shared by a threadgroup: threadgroup memory, barriers and simd_shuffle_xor
+EXTRA.update({f"group_{name}": build for name, build in GROUP_CASES.items()})
 
 def _kit_case(builder: Callable[[str, DType], Tensor], dt: DType) -> Callable[[], Tensor]:
   return lambda: builder(REF, dt)
@@ -179,7 +183,7 @@ def test_kernel_matches_python_device(corpus: tuple[list[Kernel], msl_shim.ShimL
 
 def test_corpus_uses_the_gpu_features(corpus: tuple[list[Kernel], msl_shim.ShimLibrary]) -> None:
   """The corpus really reaches what it claims to: several threadgroups with a clamped tail, every transcendental,
-  a variable, half and emulated formats."""
+  a variable, half and emulated formats, group reductions (threadgroup memory, barriers, SIMD shuffles)."""
   specs = [k.spec for k in corpus[0]]
   assert any((s.global_size or [1])[0] > 1 for s in specs)
   tail = [s for s in specs if s.name.startswith("E_10_100")]
@@ -187,5 +191,6 @@ def test_corpus_uses_the_gpu_features(corpus: tuple[list[Kernel], msl_shim.ShimL
   src = "\n".join(s.src for s in specs)
   for needle in ("metal::exp2(", "metal::log2(", "metal::precise::sin(", "metal::sqrt(", "metal::trunc(",
                  "metal::isnan(", "as_type<", "device const half*", "device ushort*", "constant int& n [[buffer(2)]]",
-                 "(int)gid.x", "(int)lid.x"):
+                 "(int)gid.x", "(int)lid.x", "threadgroup float temp", "threadgroup long temp",
+                 "threadgroup_barrier(mem_flags::mem_threadgroup);", "simd_shuffle_xor("):
     assert needle in src, needle

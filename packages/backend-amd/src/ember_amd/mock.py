@@ -35,11 +35,17 @@ static thread_local ember_dim3 ember_workgroup, ember_workitem;
 #define __builtin_amdgcn_workitem_id_x() ((int)ember_workitem.x)
 #define __builtin_amdgcn_workitem_id_y() ((int)ember_workitem.y)
 #define __builtin_amdgcn_workitem_id_z() ((int)ember_workitem.z)
+#define __builtin_amdgcn_s_barrier() ember_sync()
+#define __builtin_amdgcn_fence(order, scope) ((void)0)
+#define __builtin_amdgcn_ds_bpermute(addr, v) ember_exchange_with((v), \
+  (ember_tid & ~(unsigned)(EMBER_WAVE_SIZE - 1)) + (((unsigned)(addr) >> 2) & (unsigned)(EMBER_WAVE_SIZE - 1)))
 """
 
 AMD_SHIM = ShimDialect("AMD", "HIPRenderer", 'extern "C" __global__ void EMBER_LAUNCH_BOUNDS ', SHIM_HEADER,
-                       "ember_workgroup = {bx, by, bz}; ember_workitem = {tx, ty, tz};")
-"""HIP-style C on the host: the amdgcn workgroup/workitem id builtins read the shim's thread-local globals. The
+                       "ember_workgroup = {bx, by, bz}; ember_workitem = {tx, ty, tz};",
+                       sync_markers=("__shared__", "__builtin_amdgcn_s_barrier", "__builtin_amdgcn_ds_bpermute"))
+"""HIP-style C on the host: the amdgcn workgroup/workitem id builtins read the shim's thread-local globals; the
+barrier is the shim's block sync and ds_bpermute its register exchange (lane `addr / 4` of the caller's wave). The
 launcher's parameter block is the kernarg segment (`signature_layout`, the layout `renderer.kernarg_layout` computes
 from the uops)."""
 

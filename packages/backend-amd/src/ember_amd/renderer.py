@@ -65,18 +65,31 @@ class AMDLLVMRenderer(LLVMRenderer):
   buffer_type = "ptr addrspace(1)"
   fn_attrs = f'nounwind "amdgpu-flat-work-group-size"="1,{MAX_WORKGROUP}"'
   code_for_op = {op: fn for op, fn in LLVMRenderer.code_for_op.items() if op not in _transcendental}
+  shuffle_dtypes = frozenset({dtypes.float32, dtypes.int32, dtypes.uint32})
+  local_ptr_type = "ptr addrspace(3)"  # LDS
+  barrier_ir = ('fence syncscope("workgroup") release\ncall void @llvm.amdgcn.s.barrier()\n'
+                'fence syncscope("workgroup") acquire')
 
   def __init__(self, arch: str = "") -> None:
     self.arch = parse_arch(arch)
     self.wave_size, self.shared_max = ARCHS[self.arch]
+    self.warp_size = self.wave_size
+
+  def shuffle_ir(self, ret: str, x: str, mask: int, dtype: DType) -> str:  # type: ignore[override]
+    """ds_bpermute reads lane `addr / 4` of the wave: the lane (workitem id within its wave) xor `mask`."""
+    t = "float" if dtype is dtypes.float32 else "i32"  # the shuffle_dtypes
+    bits = [f"{ret}.b = bitcast {t} {x} to i32"] if t != "i32" else []
+    src = f"{ret}.b" if bits else x
+    out = [f"{ret}.id = call i32 @llvm.amdgcn.workitem.id.x()", f"{ret}.lane = and i32 {ret}.id, {self.wave_size - 1}",
+           f"{ret}.src = xor i32 {ret}.lane, {mask}", f"{ret}.addr = shl i32 {ret}.src, 2", *bits,
+           f"{ret}{'.r' if bits else ''} = call i32 @llvm.amdgcn.ds.bpermute(i32 {ret}.addr, i32 {src})"]
+    if bits: out.append(f"{ret} = bitcast i32 {ret}.r to {t}")
+    return "\n".join(out)
 
   def render(self, uops: list[UOp], name: str = "kernel") -> str:
     src = super().render(uops, name)
     src = _private_ptr_re.sub(r"ptr addrspace(5) \1", _alloca_re.sub(r"\1, addrspace(5)", src))
-    used = sorted(set(re.findall(r"@(llvm\.amdgcn\.\w+\.id\.[xyz])\(\)", src)))
-    declares = "".join(f"declare i32 @{fn}() nounwind readnone\n" for fn in used)
-    head, sep, body = src.partition("define ")
-    return head + declares + sep + body + _code_object_version_flag
+    return src + _code_object_version_flag  # the base declares the intrinsics (workitem ids, barrier, bpermute)
 
   def _render_uop(self, u: UOp, ctx) -> None:
     if u.op is not Ops.SPECIAL: return super()._render_uop(u, ctx)
@@ -95,6 +108,9 @@ HIP_PRELUDE = f"""#ifndef __global__
 #endif
 #ifndef __device__
 #define __device__ __attribute__((device))
+#endif
+#ifndef __shared__
+#define __shared__ __attribute__((shared))
 #endif
 #define EMBER_LAUNCH_BOUNDS __attribute__((amdgpu_flat_work_group_size(1, {MAX_WORKGROUP})))
 """
@@ -120,12 +136,27 @@ class HIPRenderer(CStyleLanguage):
   code_for_op = {**{op: fn for op, fn in CStyleLanguage.code_for_op.items() if op not in _transcendental},
                  Ops.SQRT: _builtin("sqrt"), Ops.TRUNC: _builtin("trunc")}
 
+  shuffle_dtypes = frozenset({dtypes.float32, dtypes.int32, dtypes.uint32})
+  shared_prefix = "__shared__ "
+  barrier = ('__builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); __builtin_amdgcn_s_barrier(); '
+             '__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");')
+
   def __init__(self, arch: str = "") -> None:
     self.arch = parse_arch(arch)
     self.wave_size, self.shared_max = ARCHS[self.arch]
+    self.warp_size = self.wave_size
+
+  def code_for_shuffle(self, x: str, mask: int, dtype: DType) -> str:  # type: ignore[override]
+    """ds_bpermute reads lane `addr / 4` of the wave: the lane (workitem id within its wave) xor `mask`."""
+    t = self.render_dtype(dtype)
+    lane = "(__builtin_amdgcn_workitem_id_x() & (EMBER_WAVE_SIZE - 1))"
+    bits = f"__builtin_bit_cast(int, {x})"
+    return f"__builtin_bit_cast({t}, __builtin_amdgcn_ds_bpermute(({lane} ^ {mask}) << 2, {bits}))"
 
   def render_kernel(self, name: str, params: list[str], body: list[str], helpers: list[str]) -> str:
     uses_half = any("half" in line for line in (*params, *body, *helpers))
     head = HIP_PRELUDE + ("typedef _Float16 half;\n" if uses_half else "")
+    if any("EMBER_WAVE_SIZE" in line for line in body):
+      head += f"#undef EMBER_WAVE_SIZE\n#define EMBER_WAVE_SIZE {self.wave_size}\n"
     head += "\n".join(helpers) + ("\n" if helpers else "")
     return head + f"{self.kernel_prefix}{name}({', '.join(params)}) {{\n" + "\n".join(body) + "\n}\n"

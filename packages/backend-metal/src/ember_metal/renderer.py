@@ -9,6 +9,9 @@ The kernel's calling convention, which the runtime (`ember_metal.device`) binds:
   `ProgramSpec.global_size` is the grid in threadgroups, `local_size` the threadgroup size:
   `dispatchThreadgroups:threadsPerThreadgroup:` takes them as they are.
 
+Group reductions (ember.codegen.group) use `threadgroup` arrays declared at the top of the kernel,
+`threadgroup_barrier(mem_flags::mem_threadgroup)` and `simd_shuffle_xor` across the 32 threads of a SIMD-group.
+
 dtypes: `half` is native; there is no double on Apple GPUs, so float64 is unsupported. bfloat16 and fp8 are emulated
 as in every C-style renderer (raw bits in memory, computed in float32, round-to-nearest-even conversions): Metal's
 own `bfloat` needs MSL 3.1 (macOS 14), and the emulation gives the same results as the PYTHON reference everywhere.
@@ -38,6 +41,13 @@ class MetalRenderer(CStyleLanguage):
   device = "METAL"
   suffix = "metal"
   has_local = True
+  has_shared = True
+  shared_max = 32 * 1024  # threadgroup memory per threadgroup on Apple GPUs
+  warp_size = 32  # a SIMD-group
+  shuffle_dtypes = frozenset({dtypes.float32, dtypes.int32, dtypes.uint32})
+  shared_prefix = "threadgroup "
+  barrier = "threadgroup_barrier(mem_flags::mem_threadgroup);"
+  code_for_shuffle = staticmethod(lambda x, mask, dtype: f"simd_shuffle_xor({x}, (ushort){mask})")
   global_max = (0xFFFFFFFF, 0xFFFF, 0xFFFF)  # threadgroups per grid
   local_max = (1024, 1024, 64)  # threads per threadgroup; the pipeline's maxTotalThreadsPerThreadgroup caps the product
   kernel_prefix = "kernel void "

@@ -25,7 +25,8 @@ struct ember_uint3 { unsigned int x, y, z; };
 static thread_local ember_uint3 blockIdx, threadIdx, blockDim, gridDim;
 #define __forceinline__ inline
 #define __restrict__ __restrict
-#define __syncthreads() ((void)0)
+#define __syncthreads() ember_sync()
+template <typename T> static inline T __shfl_xor_sync(unsigned, T v, int mask) { return ember_shuffle_xor(v, mask); }
 template <typename D, typename S> static inline D ember_bits(S x) { D r; memcpy(&r, &x, sizeof(r)); return r; }
 static inline float __int_as_float(int x) { return ember_bits<float>(x); }
 static inline int __float_as_int(float x) { return ember_bits<int>(x); }

@@ -47,6 +47,11 @@ class CUDARenderer(CStyleLanguage):
   global_max = (2 ** 31 - 1, 65535, 65535)
   local_max = (1024, 1024, 64)
   shared_max = 48 * 1024
+  warp_size = 32
+  shuffle_dtypes = frozenset({dtypes.float32, dtypes.int32, dtypes.uint32})
+  shared_prefix = "__shared__ "
+  barrier = "__syncthreads();"
+  code_for_shuffle = staticmethod(lambda x, mask, dtype: f"__shfl_xor_sync(0xffffffffu, {x}, {mask})")
   kernel_prefix = 'extern "C" __global__ void '
   helper_prefix = "static __device__ __forceinline__ "
   arg_int_prefix = "const "
@@ -103,13 +108,19 @@ def _reg_type(dt: DType) -> str:
 
 class PTXRenderer(Renderer):
   """PTX text straight from the linear program: one virtual register per value, predicated loads and stores for
-  gates, `bra` loops, SPECIAL as `%ctaid.x`/`%tid.x`. Emulated floats (bfloat16, fp8) are not rendered: they need the
-  CStyle conversion helpers, so codegen's dtype check turns them away with a clear error."""
+  gates, `bra` loops, SPECIAL as `%ctaid.x`/`%tid.x`, DEFINE_LOCAL as a `.shared` array read and written with
+  `ld.shared`/`st.shared`, BARRIER as `bar.sync 0`, SHUFFLE_XOR as `shfl.sync.bfly.b32`. Emulated floats (bfloat16,
+  fp8) are not rendered: they need the CStyle conversion helpers, so codegen's dtype check turns them away with a
+  clear error."""
   device = "NV"
   suffix = "ptx"
   has_local = True
+  has_shared = True
   global_max = CUDARenderer.global_max
   local_max = CUDARenderer.local_max
+  shared_max = CUDARenderer.shared_max
+  warp_size = CUDARenderer.warp_size
+  shuffle_dtypes = CUDARenderer.shuffle_dtypes
   unsupported_dtypes = frozenset({dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2})
   # what the renderer computes natively (SIN is decomposed by codegen: PTX's sin.approx is too coarse)
   code_for_op = {op: (lambda *a, **k: "") for op in (Ops.EXP2, Ops.LOG2, Ops.SQRT, Ops.RECIPROCAL, Ops.TRUNC)}
@@ -223,6 +234,16 @@ class _PTXBuilder:
     elif op is Ops.ASSIGN:
       self.move(self.regs[u.src[0]], self.src(u.src[1]), u.dtype)
       self.regs[u] = self.regs[u.src[0]]
+    elif op is Ops.DEFINE_LOCAL:
+      self.lines.append(f"\t.shared .align 16 .b8 {u.arg}[{u.dtype.size * u.dtype.base.itemsize}];")
+      r = self.reg("b64")
+      self.emit(f"mov.u64 {r}, {u.arg};")
+      self.regs[u] = r
+    elif op is Ops.BARRIER: self.emit("bar.sync 0;")
+    elif op is Ops.SHUFFLE_XOR:
+      r = self.reg(u.dtype)
+      self.emit(f"shfl.sync.bfly.b32 {r}, {self.src(u.src[0])}, {u.arg}, 0x1f, 0xffffffff;")
+      self.regs[u] = r
     elif op is Ops.INDEX: self.render_index(u)
     elif op is Ops.LOAD: self.render_load(u)
     elif op is Ops.STORE: self.render_store(u)
@@ -256,7 +277,8 @@ class _PTXBuilder:
     if gate is not None:  # the value of a gated-off load is 0
       zero = "0" if dt is dtypes.bool else self.const(0, dt)
       self.emit(f"mov.{_bits(dtypes.int16) if dt is dtypes.bool else self.move_type(dt)} {target}, {zero};")
-    self.emit(f"{'@' + gate + ' ' if gate else ''}ld.global.{mem_t} {target}, [{self.regs[idx]}];")
+    space = "shared" if idx.src[0].op is Ops.DEFINE_LOCAL else "global"
+    self.emit(f"{'@' + gate + ' ' if gate else ''}ld.{space}.{mem_t} {target}, [{self.regs[idx]}];")
     if dt is dtypes.bool: self.emit(f"setp.ne.s16 {r}, {target}, 0;")
     self.regs[u] = r
 
@@ -271,7 +293,8 @@ class _PTXBuilder:
       self.emit(f"selp.u16 {wide}, 1, 0, {val};")
       val = wide
     mem_t = "u8" if dt is dtypes.bool else _ptx_type[dt] if dt.itemsize == 1 else _bits(dt)
-    self.emit(f"{'@' + gate + ' ' if gate else ''}st.global.{mem_t} [{self.regs[idx]}], {val};")
+    space = "shared" if idx.src[0].op is Ops.DEFINE_LOCAL else "global"
+    self.emit(f"{'@' + gate + ' ' if gate else ''}st.{space}.{mem_t} [{self.regs[idx]}], {val};")
 
   def render_alu(self, u: UOp) -> str:
     op, out = u.op, u.dtype

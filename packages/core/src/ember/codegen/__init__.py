@@ -9,6 +9,7 @@ from ember.uop.rewrite import graph_rewrite, PatternMatcher, UPat
 from ember.uop.symbolic import symbolic
 from ember.uop.spec import type_verify
 from ember.codegen.linearize import linearize
+from ember.codegen.group import group_reduce, _pow2_divisor
 from ember.codegen.opt import Opt, hand_coded_opts, apply_opts_list, opt_threads, fuse_mulacc, pm_recombine_divmod
 
 # ** lowering passes **
@@ -46,11 +47,6 @@ def apply_opts(ast: UOp, renderer: Renderer, work: int, threads: int | None = No
   n = min(nthreads, first.src[0].arg)
   if n < 2 or (threads is None and work < 1 << 15): return ast, None
   return ast.substitute({first: first.replace(arg=(first.arg[0], AxisType.THREAD))}), [n, 1, 1]
-
-def _pow2_divisor(n: int, cap: int) -> int:
-  size = 1
-  while size * 2 <= cap and n % (size * 2) == 0: size *= 2
-  return size
 
 def apply_gpudims(ast: UOp, renderer: Renderer) -> tuple[UOp, list[int] | None, list[int] | None]:
   """GPU renderers: the output ranges become one flat hardware index `gidx0*L + lidx0` (block, thread).
@@ -104,7 +100,9 @@ def full_rewrite(ast: UOp, renderer: Renderer,
   sink, gsize = apply_opts(sink, renderer, work, opt_threads(opts))  # split the outermost loop over CPU threads
   lsize = None
   if renderer.has_local:
-    sink, gsize, lsize = apply_gpudims(sink, renderer)  # output ranges -> block and thread indices
+    # a long reduction is shared by the threads of a block (shared memory, warp shuffles); else one thread per output
+    grouped = None if NOOPT.value else group_reduce(sink, renderer)
+    sink, gsize, lsize = grouped if grouped is not None else apply_gpudims(sink, renderer)
     sink = graph_rewrite(sink, symbolic, name="simplify gpu index math")
   if {Ops.EXP2, Ops.LOG2, Ops.SIN} - set(renderer.code_for_op):
     from ember.codegen.transcendental import pm_transcendental
@@ -136,8 +134,8 @@ def get_program(ast: UOp, renderer: Renderer, device: str = "", opts: list[Opt] 
   except CompileError: raise
   except Exception as e: raise CompileError(f"{type(renderer).__name__} failed to render kernel {name}: {e}") from e
   params = [u for u in uops if u.op is Ops.PARAM]
-  outs = sorted({u.src[0].src[0].arg for u in uops if u.op is Ops.STORE})
-  ins = sorted({u.src[0].src[0].arg for u in uops if u.op is Ops.LOAD})
+  outs = sorted({u.src[0].src[0].arg for u in uops if u.op is Ops.STORE and u.src[0].src[0].op is Ops.PARAM})
+  ins = sorted({u.src[0].src[0].arg for u in uops if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM})
   if DEBUG.value >= 4: _debug_print(src)
   variables = [u for u in uops if u.op is Ops.DEFINE_VAR]
   return ProgramSpec(name, src, device, uops, [p.arg for p in params], variables, outs, ins,

@@ -2,7 +2,8 @@
 
 Output ranges open first; each REDUCE becomes an accumulator, a loop over its ranges and an ASSIGN. Code that does
 not depend on a reduction's ranges is emitted before its loop (hoisted), so nothing is recomputed per iteration and
-no value is used outside the loop that defines it.
+no value is used outside the loop that defines it. Block-shared buffers (DEFINE_LOCAL) are declared right after the
+arguments; a BARRIER is emitted after the stores it orders (its sources).
 """
 from __future__ import annotations
 from ember.dtype import dtypes
@@ -38,6 +39,10 @@ def linearize(sink: UOp) -> list[UOp]:
   for v in sorted((n for n in topo if n.op is Ops.DEFINE_VAR), key=lambda n: n.arg):
     done[v] = v
     out.append(v)
+  # block-shared buffers are declared at the top of the kernel (MSL allows them only at kernel scope)
+  for lb in sorted((n for n in topo if n.op is Ops.DEFINE_LOCAL), key=lambda n: n.arg):
+    done[lb] = lb
+    out.append(lb)
 
   def emit(n: UOp) -> UOp:
     stack: list[tuple[UOp, bool]] = [(n, False)]

@@ -4,7 +4,11 @@ A backend without its GPU (the MOCK interfaces) runs its renderer's kernels here
 system C++ compiler with a *dialect* header force-included: it defines the GPU keywords away and the block/thread id
 builtins as thread-local globals. A generated launcher, `symbol(params, gx, gy, gz, lx, ly, lz)`, reads each kernel
 argument from a parameter block and calls the kernel once per (block, thread) of the grid, setting those globals first.
-Threads of a block run one after another, so this is exact for kernels without shared memory and barriers.
+Kernels without block-level sync run their threads one after another. A kernel that uses shared memory, barriers or
+warp shuffles (`ShimDialect.sync_markers` in its source) runs each thread of a block on its own host thread: shared
+arrays are function statics (one per kernel, reused block after block), `ember_sync()` is a C++20 barrier over the
+block's threads, and a shuffle writes its value to an exchange slot, syncs, reads the partner's slot and syncs again.
+Every thread walks the blocks in the same order with a barrier after each, so blocks never overlap.
 
 The parameter block is the one the GPU ABIs (CUDA `__global__` parameters, the HSA kernarg segment) use for these
 kernels: arguments in order, each aligned to its own size (`aligned_layout`). Everything that differs between
@@ -28,10 +32,31 @@ SHIM_PRELUDE = r"""
 #include <math.h>
 #include <string.h>
 #include <stdint.h>
+#include <barrier>
+#include <thread>
+#include <vector>
 #define __global__
 #define __device__
+#define __shared__ static
+static std::barrier<>* ember_barrier = nullptr;
+static thread_local unsigned ember_tid = 0;
+alignas(16) static unsigned char ember_exchange[1024 * 8];
+static inline void ember_sync() { if (ember_barrier) ember_barrier->arrive_and_wait(); }
+template <typename T> static inline T ember_exchange_with(T v, unsigned partner) {
+  T* slots = (T*)ember_exchange;
+  slots[ember_tid] = v;
+  ember_sync();
+  T r = slots[partner];
+  ember_sync();
+  return r;
+}
+template <typename T> static inline T ember_shuffle_xor(T v, unsigned mask) {
+  return ember_exchange_with(v, ember_tid ^ mask);
+}
 """
-"""Force-included ahead of every dialect header: libm, memcpy, fixed-width ints, and the GPU qualifiers defined away."""
+"""Force-included ahead of every dialect header: libm, memcpy, fixed-width ints, the GPU qualifiers defined away,
+shared arrays as statics, and the block sync (`ember_sync`) and register exchanges (`ember_exchange_with`,
+`ember_shuffle_xor`) of threaded launches."""
 
 def aligned_layout(sizes: Iterable[int]) -> tuple[list[tuple[int, int]], int]:
   """(offset, size) of each argument, every one aligned to its own size, and the block's total size."""
@@ -61,7 +86,8 @@ class ShimDialect:
   what that renderer writes before a kernel's name; `header` is force-included after `SHIM_PRELUDE` and defines the id
   builtins as thread-local globals; `set_ids` is the C statement that sets them from the block (`bx`, `by`, `bz`) and
   thread (`tx`, `ty`, `tz`) indices; `prologue` runs once per launch with the grid (`gx`..) and block (`lx`..) sizes;
-  `include_files` are (name, text) headers put on the include path (replacing toolkit headers the source includes)."""
+  `include_files` are (name, text) headers put on the include path (replacing toolkit headers the source includes);
+  a kernel whose source contains one of `sync_markers` gets the threaded launcher."""
   backend: str
   renderer: str
   kernel_prefix: str
@@ -69,6 +95,7 @@ class ShimDialect:
   set_ids: str
   prologue: str = ""
   include_files: tuple[tuple[str, str], ...] = ()
+  sync_markers: tuple[str, ...] = ("__shared__", "__syncthreads", "__shfl")
   kernel_re: re.Pattern[str] = field(init=False, repr=False, compare=False)
   def __post_init__(self) -> None:
     object.__setattr__(self, "kernel_re", re.compile(re.escape(self.kernel_prefix) + r"(\w+)\(([^)]*)\)"))
@@ -91,6 +118,16 @@ class ShimDialect:
     for i, (t, (offset, _)) in enumerate(zip(types, layout)):
       lines.append(f"  {t} a{i}; memcpy(&a{i}, params + {offset}, sizeof({t}));")
     call = f"{name}({', '.join(f'a{i}' for i in range(len(types)))});"
+    if any(marker in src for marker in self.sync_markers):  # a host thread per GPU thread, a barrier per block
+      lines += ["  unsigned n = lx * ly * lz;", "  std::barrier<> bar(n);", "  ember_barrier = &bar;",
+                "  std::vector<std::thread> workers;",
+                "  for (unsigned t = 0; t < n; t++) workers.emplace_back([&, t]() {",
+                "    unsigned tx = t % lx, ty = (t / lx) % ly, tz = t / (lx * ly);", "    ember_tid = t;",
+                *([f"    {self.prologue}"] if self.prologue else []),
+                "    for (unsigned bz = 0; bz < gz; bz++) for (unsigned by = 0; by < gy; by++)",
+                "    for (unsigned bx = 0; bx < gx; bx++) {", f"      {self.set_ids} {call}", "      ember_sync();",
+                "    }", "  });", "  for (auto& w : workers) w.join();", "  ember_barrier = nullptr;", "}"]
+      return "\n".join(lines) + "\n"
     if self.prologue: lines.append(f"  {self.prologue}")
     lines += ["  for (unsigned bz = 0; bz < gz; bz++) for (unsigned by = 0; by < gy; by++)",
               "  for (unsigned bx = 0; bx < gx; bx++) for (unsigned tz = 0; tz < lz; tz++)",
@@ -139,7 +176,7 @@ class HostShimCompiler(Compiler):
       for fname, text in (("ember_shim.h", SHIM_PRELUDE + self.dialect.header), *self.dialect.include_files):
         with open(os.path.join(tmp, fname), "w") as f: f.write(text)
       out = os.path.join(tmp, "kernel.so")
-      cmd = [self.cxx, "-x", "c++", "-std=c++17", "-O1", "-shared", "-fPIC", "-ffp-contract=off", "-fwrapv",
+      cmd = [self.cxx, "-x", "c++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-ffp-contract=off", "-fwrapv",
              "-include", os.path.join(tmp, "ember_shim.h"), "-I", tmp, "-", "-o", out]
       try: proc = subprocess.run(cmd, input=full.encode(), capture_output=True, timeout=300)
       except (OSError, subprocess.SubprocessError) as e: raise CompileError(f"running {self.cxx} failed: {e}") from e

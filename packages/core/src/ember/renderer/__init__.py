@@ -48,6 +48,10 @@ class Renderer(ABC):
   global_max: tuple[int, ...] | None = None
   local_max: tuple[int, ...] | None = None
   shared_max: int = 0
+  # threads that run in lockstep and exchange registers with SHUFFLE_XOR (a CUDA warp, an AMD wave, a Metal SIMD
+  # group), and the dtypes that exchange works on; 0: no register exchange, group reductions use shared memory only
+  warp_size: int = 0
+  shuffle_dtypes: frozenset[DType] = frozenset()
   # lanes of the target's vector unit for 32-bit values; kernel opts unroll by it (0: no SIMD opts)
   simd_width: int = 0
   # ops the target computes natively; codegen decomposes the transcendental ones that are missing here

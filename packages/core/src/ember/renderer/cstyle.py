@@ -22,7 +22,7 @@ from ember.uop.ops import Ops, UOp, AxisType, GroupOp
 
 # ** shared by the C-style and LLVM renderers **
 
-_generated_name = re.compile(r"^(data|ridx|acc|val|alu|cast)\d+(_\w*)?$")
+_generated_name = re.compile(r"^(data|ridx|acc|val|alu|cast|shfl|temp)\d+(_\w*)?$")
 
 def var_name(name: str, reserved: frozenset[str] = frozenset()) -> str:
   """A DEFINE_VAR's name as an identifier that cannot collide with a keyword or the names renderers generate."""
@@ -127,6 +127,11 @@ class CStyleLanguage(Renderer):
   thread_args: tuple[str, str] = ("core_id", "num_cores")
   # GPU targets: how to read a SPECIAL hardware index, keyed by its first letter ('g' block, 'l' thread) and axis letter
   code_for_workitem: dict[str, Callable[[str], str]] = {}
+  # GPU targets with block-shared memory: the qualifier of a DEFINE_LOCAL array, the BARRIER statement, and
+  # SHUFFLE_XOR as an expression of (value, lane mask, dtype) (None: no register exchange)
+  shared_prefix: str = ""
+  barrier: str = ""
+  code_for_shuffle: Callable[[str, int, DType], str] | None = None
   infinity: str = "INFINITY"
   nan: str = "NAN"
   bool_literals: tuple[str, str] = ("0", "1")
@@ -335,6 +340,21 @@ class CStyleLanguage(Renderer):
     elif op is Ops.ASSIGN:
       ctx.names[u] = self._src(u.src[0], ctx)
       ctx.emit(f"{ctx.names[u]} = {self._src(u.src[1], ctx)};")
+    elif op is Ops.DEFINE_LOCAL:
+      if not self.shared_prefix:
+        raise CompileError(f"{type(self).__name__} has no block-shared memory; set shared_prefix for GPU targets")
+      ctx.names[u] = u.arg
+      # the compute dtype: shared partials of bfloat16/fp8 stay float32, like the accumulators they come from
+      ctx.emit(f"{self.shared_prefix}{self.render_dtype(self.compute_dtype(u.dtype.base))} {u.arg}[{u.dtype.size}];")
+    elif op is Ops.BARRIER:
+      if not self.barrier: raise CompileError(f"{type(self).__name__} has no BARRIER; set barrier for GPU targets")
+      ctx.emit(self.barrier)
+    elif op is Ops.SHUFFLE_XOR:
+      if self.code_for_shuffle is None:
+        raise CompileError(f"{type(self).__name__} has no SHUFFLE_XOR; set code_for_shuffle (and warp_size)")
+      ctx.names[u] = ctx.fresh("shfl")
+      expr = self.code_for_shuffle(self._src(u.src[0], ctx), u.arg, value_dtype(u))
+      ctx.emit(f"{self.render_dtype(u.dtype)} {ctx.names[u]} = {expr};")
     elif op is Ops.INDEX:
       ctx.names[u] = f"{self._src(u.src[0], ctx)}[{self._src(u.src[1], ctx)}]"
       ctx.gates[u] = self._src(u.src[2], ctx) if len(u.src) == 3 else None
@@ -363,7 +383,8 @@ class CStyleLanguage(Renderer):
   def _render_load(self, u: UOp, ctx: _Ctx) -> None:
     idx = u.src[0]
     expr = self._src(idx, ctx)
-    if (dt := value_dtype(u)) in self.emulated_floats: expr = self._to_float(expr, dt, ctx)
+    if (dt := value_dtype(u)) in self.emulated_floats and idx.src[0].op is not Ops.DEFINE_LOCAL:
+      expr = self._to_float(expr, dt, ctx)
     if (gate := ctx.gates.get(idx)) is not None: expr = f"({gate} ? {expr} : {self.render_const(0, value_dtype(u))})"
     ctx.names[u] = ctx.fresh("val")
     ctx.emit(f"{self.render_dtype(u.dtype)} {ctx.names[u]} = {expr};")
@@ -371,7 +392,8 @@ class CStyleLanguage(Renderer):
   def _render_store(self, u: UOp, ctx: _Ctx) -> None:
     idx, value = u.src[0], self._src(u.src[1], ctx)
     dt = u.src[1].dtype
-    if isinstance(dt, DType) and dt in self.emulated_floats: value = self._from_float(value, dt, ctx)
+    if isinstance(dt, DType) and dt in self.emulated_floats and idx.src[0].op is not Ops.DEFINE_LOCAL:
+      value = self._from_float(value, dt, ctx)
     store = f"{self._src(idx, ctx)} = {value};"
     gate = ctx.gates.get(idx)
     ctx.emit(store if gate is None else f"if ({gate}) {store}")

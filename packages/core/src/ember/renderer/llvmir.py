@@ -94,6 +94,8 @@ class _Ctx:
   lines: list[str] = field(default_factory=list)
   helpers: dict[str, str] = field(default_factory=dict)
   block: str = "entry"
+  globals: list[str] = field(default_factory=list)  # module-level definitions (block-shared arrays)
+  ptr_types: dict[UOp, str] = field(default_factory=dict)  # INDEX -> the pointer type of its address space
   loops: dict[UOp, tuple[str, str]] = field(default_factory=dict)  # RANGE -> (its value, its stop value)
   def fresh(self, prefix: str) -> str:
     n = self.counters.get(prefix, 0)
@@ -112,6 +114,11 @@ class LLVMRenderer(Renderer):
   buffer_type: str = "ptr"       # e.g. "ptr addrspace(1)"
   fn_attrs: str = "nounwind"
   thread_args: tuple[str, str] = ("core_id", "num_cores")
+  # GPU targets with block-shared memory: its pointer type, the IR lines of a BARRIER, and SHUFFLE_XOR as
+  # `shuffle_ir(ret, x, mask, dtype) -> lines` (None: no register exchange)
+  local_ptr_type: str = ""
+  barrier_ir: str = ""
+  shuffle_ir: Callable[[str, str, int, DType], str] | None = None
   math_via_float: frozenset[DType] = frozenset({dtypes.float16})  # unary math runs in float32 for these
   code_for_op: dict[Ops, Callable[..., str]] = {
     Ops.NEG: _neg, Ops.EXP2: _intrinsic("exp2"), Ops.LOG2: _intrinsic("log2"), Ops.SIN: _intrinsic("sin"),
@@ -140,14 +147,15 @@ class LLVMRenderer(Renderer):
     for u in uops: self._render_uop(u, ctx)
     if ctx.loops: raise CompileError(f"{type(self).__name__}: kernel {name} has a RANGE without its END")
     body = "\n".join(ctx.lines)
-    intrinsics = re.findall(r"call (\w+) @(llvm\.[\w.]+)\((\w+) ", body)
-    declares = sorted({f"declare {ret} @{fn}({arg})" for ret, fn, arg in intrinsics})
+    intrinsics = re.findall(r"call (\w+) @(llvm\.[\w.]+)\(([^()]*)\)", body)
+    declares = sorted({f"declare {ret} @{fn}({', '.join(a.strip().rsplit(' ', 1)[0] for a in args.split(',') if a)})"
+                       for ret, fn, args in intrinsics})
     head = [f'target datalayout = "{self.datalayout}"'] if self.datalayout else []
     head += [f'target triple = "{self.triple}"'] if self.triple else []
     cc = f"{self.calling_conv} " if self.calling_conv else ""
     fn = [f"define {cc}void @{name}({', '.join(params)}) {self.fn_attrs} {{", "entry:", *ctx.allocas, body,
           "  ret void", "}"]
-    return "\n".join([*head, *declares, *ctx.helpers.values(), *fn]) + "\n"
+    return "\n".join([*head, *ctx.globals, *declares, *ctx.helpers.values(), *fn]) + "\n"
 
   # ** values **
   def _val(self, u: UOp, ctx: _Ctx) -> str:
@@ -173,6 +181,21 @@ class LLVMRenderer(Renderer):
     elif op is Ops.ASSIGN:
       acc = u.src[0]
       ctx.emit(f"store {ltype(acc.dtype)} {self._val(u.src[1], ctx)}, ptr %acc{acc.arg}")
+    elif op is Ops.DEFINE_LOCAL:
+      if not self.local_ptr_type:
+        raise CompileError(f"{type(self).__name__} has no block-shared memory; set local_ptr_type for GPU targets")
+      space = self.local_ptr_type.removeprefix("ptr").strip()
+      ctx.globals.append(f"@{u.arg} = internal unnamed_addr {space} global [{u.dtype.size} x "
+                         f"{ltype(u.dtype.base)}] undef, align 16")
+      ctx.names[u] = f"@{u.arg}"
+    elif op is Ops.BARRIER:
+      if not self.barrier_ir: raise CompileError(f"{type(self).__name__} has no BARRIER; set barrier_ir")
+      ctx.emit(self.barrier_ir)
+    elif op is Ops.SHUFFLE_XOR:
+      if self.shuffle_ir is None: raise CompileError(f"{type(self).__name__} has no SHUFFLE_XOR; set shuffle_ir")
+      ret = ctx.fresh("shfl")
+      ctx.emit(self.shuffle_ir(ret, self._val(u.src[0], ctx), u.arg, _dt(u)))
+      ctx.names[u] = ret
     elif op is Ops.INDEX: self._render_index(u, ctx)
     elif op is Ops.LOAD: self._render_load(u, ctx)
     elif op is Ops.STORE: self._render_store(u, ctx)
@@ -217,8 +240,11 @@ class LLVMRenderer(Renderer):
     buf, idx_dt = u.src[0], _dt(u.src[1])
     idx = self._convert(self._val(u.src[1], ctx), idx_dt, dtypes.int64 if _signed(idx_dt) else dtypes.uint64, ctx)
     ret, elem = ctx.fresh("idx"), mem_type(buf.dtype.base if isinstance(buf.dtype, PtrDType) else buf.dtype)
-    ctx.emit(f"{ret} = getelementptr {elem}, {self.buffer_type} {self._val(buf, ctx)}, i64 {idx}")
-    ctx.names[u] = ret
+    # block-shared arrays hold register values (an emulated float as float32, like its accumulator)
+    if buf.op is Ops.DEFINE_LOCAL: elem = ltype(buf.dtype.base)
+    ptr_t = self.local_ptr_type if buf.op is Ops.DEFINE_LOCAL else self.buffer_type
+    ctx.emit(f"{ret} = getelementptr {elem}, {ptr_t} {self._val(buf, ctx)}, i64 {idx}")
+    ctx.names[u], ctx.ptr_types[u] = ret, ptr_t
 
   def _gate(self, index: UOp, ctx: _Ctx) -> str | None:
     return self._val(index.src[2], ctx) if len(index.src) == 3 else None
@@ -226,6 +252,10 @@ class LLVMRenderer(Renderer):
   def _render_load(self, u: UOp, ctx: _Ctx) -> None:
     dt = _dt(u)
     ret, gate, ptr = ctx.fresh("val"), self._gate(u.src[0], ctx), ctx.names[u.src[0]]
+    if u.src[0].src[0].op is Ops.DEFINE_LOCAL:  # a register value, no conversion
+      ctx.emit(f"{ret} = load {ltype(dt)}, {ctx.ptr_types[u.src[0]]} {ptr}")
+      ctx.names[u] = ret
+      return
     def load_and_convert() -> str:
       ctx.emit(f"{ret}.m = load {mem_type(dt)}, {self.buffer_type} {ptr}")
       if dt is dtypes.bool:
@@ -249,12 +279,15 @@ class LLVMRenderer(Renderer):
   def _render_store(self, u: UOp, ctx: _Ctx) -> None:
     index, dt = u.src[0], _dt(u.src[1])
     value = self._val(u.src[1], ctx)
-    if dt is dtypes.bool:
-      ret = ctx.fresh("st")
-      ctx.emit(f"{ret} = zext i1 {value} to i8")
-      value = ret
-    elif dt in _emulated: value = self._helper_call(value, dt, to_float=False, ctx=ctx)
-    store = f"store {mem_type(dt)} {value}, {self.buffer_type} {ctx.names[index]}"
+    if index.src[0].op is Ops.DEFINE_LOCAL:
+      store = f"store {ltype(dt)} {value}, {ctx.ptr_types[index]} {ctx.names[index]}"
+    else:
+      if dt is dtypes.bool:
+        ret = ctx.fresh("st")
+        ctx.emit(f"{ret} = zext i1 {value} to i8")
+        value = ret
+      elif dt in _emulated: value = self._helper_call(value, dt, to_float=False, ctx=ctx)
+      store = f"store {mem_type(dt)} {value}, {self.buffer_type} {ctx.names[index]}"
     if (gate := self._gate(index, ctx)) is None:
       ctx.emit(store)
       return

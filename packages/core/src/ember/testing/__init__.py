@@ -134,8 +134,19 @@ def _matmul(device: str, dt: DType) -> Tensor:
   a, b = tensor(sample((4, 5), dt, 6), dt, device), tensor(sample((5, 3), dt, 7), dt, device)
   return a @ b
 
+def _long_reduce(device: str, dt: DType) -> Tensor:
+  """Reductions of 512 elements: GPU renderers share each among the threads of a block (shared memory, a barrier,
+  warp shuffles; ember.codegen.group). Integer-valued inputs keep every order of summation exact; 8/16-bit and
+  emulated formats take only the max (exact in any order)."""
+  from ember.dtype import dtypes
+  data = sample((3, 512), dt, 8)
+  x = tensor(np.round(data) if dtypes.is_float(dt) else data, dt, device)
+  if dt in (dtypes.float32, dtypes.float64) or (dtypes.is_int(dt) and dt.itemsize >= 4):
+    return x.max(1).cast(dtypes.float32) * 1000 + x.sum(1).cast(dtypes.float32)
+  return x.max(1)
+
 KERNEL_CORPUS: dict[str, Builder] = {"elementwise": _elementwise, "reduce": _reduce, "movement": _movement,
-                                     "gated_pad": _gated_pad, "matmul": _matmul}
+                                     "gated_pad": _gated_pad, "matmul": _matmul, "long_reduce": _long_reduce}
 
 def kernel_items(t: Tensor) -> list[Any]:
   return [it for it in t.schedule() if it.kind == "kernel"]

@@ -20,7 +20,7 @@ from ember.renderer import ProgramSpec, Renderer
 from ember.schedule import ScheduleItem
 from ember.tensor import Tensor
 from ember.testing import KERNEL_CORPUS, REFERENCE_DEVICE, tolerance
-from ember.uop.ops import UOp
+from ember.uop.ops import Ops, UOp
 
 EMULATED = (dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2)
 """The dtypes C renderers store as raw bits and compute in float32."""
@@ -133,6 +133,40 @@ def check_casts(run: Callable[[Tensor], np.ndarray], targets: tuple[DType, ...])
     if dt is dtypes.uint8: want = np.trunc(x).astype(np.int64).astype(np.uint8)
     else: want = x.astype(np.float64).astype(np.dtype(dt.fmt))
     np.testing.assert_array_equal(got, want, err_msg=dt.name)
+
+def _group_input(seed: int, *shape: int) -> Tensor:
+  return Tensor(np.random.default_rng(seed).standard_normal(shape).astype(np.float32), device=REFERENCE_DEVICE)
+
+def _group_nan() -> Tensor:
+  x = np.random.default_rng(5).standard_normal((4, 512)).astype(np.float32)
+  x[1, 300], x[3, 7] = np.nan, np.inf
+  return Tensor(x, device=REFERENCE_DEVICE).max(1)
+
+GROUP_CASES: dict[str, Callable[[], Tensor]] = {
+  "softmax_512": lambda: _group_input(1, 4, 512).softmax(1),
+  "var_1024": lambda: _group_input(2, 3, 1024).var(1),
+  "sum_plus_max_512": lambda: _group_input(8, 4, 512).sum(1) + _group_input(8, 4, 512).max(1),
+  "argmax_512": lambda: _group_input(3, 5, 512).argmax(1),
+  "matvec_576": lambda: _group_input(4, 1, 576) @ _group_input(6, 576, 40),
+  "max_nan_inf": _group_nan,
+  "sum_int64_768": lambda: Tensor(np.arange(-700, 2372, dtype=np.int64).reshape(4, 768) * 3_000_000_000,
+                                  device=REFERENCE_DEVICE).sum(1),
+  "sum_half_256": lambda: _group_input(7, 6, 256).cast(dtypes.float16).sum(1),
+}
+"""Kernels with reductions long enough for ember.codegen.group on GPU renderers (shared memory, barriers, warp
+shuffles), including dependent reductions (softmax, var), NaN/inf through MAX, and dtypes without shuffles."""
+
+def check_group_case(name: str, renderer: Renderer, run: Callable[[Tensor], np.ndarray]) -> None:
+  """GROUP_CASES[name], run by `run`, matches the reference device; at least one of its kernels is a group reduction
+  on `renderer` (so the test fails if the heuristic stops applying)."""
+  t = GROUP_CASES[name]()
+  uops = [u for spec in programs(t, renderer) for u in spec.uops]
+  assert any(u.op in (Ops.BARRIER, Ops.SHUFFLE_XOR) for u in uops), f"{name}: no group reduction on {renderer}"
+  got, want = run(t), t.numpy()
+  rtol, atol = (2e-3, 2e-3) if t.dtype is dtypes.float16 else (1e-5, 1e-5)  # sums in a different order
+  if dtypes.is_float(t.dtype):
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True)
+  else: np.testing.assert_array_equal(got, want)
 
 @contextlib.contextmanager
 def selected_device(dev: str, name: str) -> Iterator[Any]:

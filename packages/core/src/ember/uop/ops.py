@@ -41,6 +41,8 @@ class Ops(Enum):
   # materialisation and memory
   CONTIGUOUS = auto(); CONTIGUOUS_BACKWARD = auto(); DETACH = auto(); COPY = auto(); ASSIGN = auto()  # noqa: E702
   INDEX = auto(); LOAD = auto(); STORE = auto()  # noqa: E702
+  # GPU block-level memory and sync: a buffer shared by the threads of a block, a barrier, a register exchange
+  DEFINE_LOCAL = auto(); BARRIER = auto(); SHUFFLE_XOR = auto()  # noqa: E702
   def __repr__(self) -> str: return f"Ops.{self.name}"
 
 class GroupOp:
@@ -340,7 +342,7 @@ def _vmin_vmax(u: UOp) -> tuple[Any, Any]:
       if dtypes.is_float(u.src[0].dtype): return dmin, dmax
       if dmin <= smin and smax <= dmax: return (bool(smin), bool(smax)) if dt is dtypes.bool else (smin, smax)
     if dtypes.is_float(dt) and not dtypes.is_float(u.src[0].dtype): return float(smin), float(smax)
-  if u.op in (Ops.REDUCE, Ops.LOAD, Ops.ASSIGN, Ops.DEFINE_ACC): return dmin, dmax
+  if u.op in (Ops.REDUCE, Ops.LOAD, Ops.ASSIGN, Ops.DEFINE_ACC, Ops.SHUFFLE_XOR): return dmin, dmax
   return dmin, dmax
 
 def _clamp(lo: Any, hi: Any, dmin: Any, dmax: Any) -> tuple[Any, Any]:

@@ -27,10 +27,12 @@ def check_kernel_node(x: UOp) -> bool:
   if x.op in GroupOp.ALU: return _alu_ok(x)
   if x.op is Ops.PARAM: return isinstance(x.dtype, PtrDType) and isinstance(x.arg, int)
   if x.op is Ops.INDEX:
-    return (x.src[0].op is Ops.PARAM and dtypes.is_int(x.src[1].dtype)
+    return (x.src[0].op in (Ops.PARAM, Ops.DEFINE_LOCAL) and dtypes.is_int(x.src[1].dtype)
             and (len(x.src) == 2 or x.src[2].dtype is dtypes.bool))
-  if x.op is Ops.LOAD:
-    return x.src[0].op is Ops.INDEX and isinstance(x.src[0].dtype, PtrDType) and x.dtype is x.src[0].dtype.base
+  if x.op is Ops.LOAD:  # a load of block-shared memory also names the BARRIER it must wait for
+    if len(x.src) == 2 and x.src[1].op is not Ops.BARRIER: return False
+    return len(x.src) <= 2 and x.src[0].op is Ops.INDEX and isinstance(x.src[0].dtype, PtrDType) \
+      and x.dtype is x.src[0].dtype.base
   if x.op is Ops.STORE:
     return x.src[0].op is Ops.INDEX and isinstance(x.src[0].dtype, PtrDType) and x.src[1].dtype is x.src[0].dtype.base
   if x.op is Ops.RANGE: return dtypes.is_int(x.dtype) and len(x.src) == 1 and dtypes.is_int(x.src[0].dtype)
@@ -40,6 +42,11 @@ def check_kernel_node(x: UOp) -> bool:
   if x.op is Ops.SINK: return all(s.op in (Ops.STORE, Ops.SINK) for s in x.src)
   if x.op in (Ops.CAST, Ops.BITCAST): return len(x.src) == 1
   if x.op is Ops.SPECIAL: return x.dtype is dtypes.int32 and isinstance(x.arg, str) and len(x.src) == 1
+  if x.op is Ops.DEFINE_LOCAL:
+    return isinstance(x.dtype, PtrDType) and x.dtype.size > 0 and isinstance(x.arg, str) and x.src == ()
+  if x.op is Ops.BARRIER: return x.dtype is dtypes.void and all(s.op is Ops.STORE for s in x.src)
+  if x.op is Ops.SHUFFLE_XOR:
+    return len(x.src) == 1 and x.dtype is x.src[0].dtype and isinstance(x.arg, int) and x.arg > 0
   if x.op in (Ops.END, Ops.DEFINE_ACC, Ops.ASSIGN): return True
   return False
 

@@ -34,7 +34,7 @@ def fold_by_range(x: UOp) -> UOp | None:
   if x.op is Ops.CONST or isinstance(x.dtype, PtrDType) or dtypes.is_float(x.dtype) or x.dtype is dtypes.void:
     return None
   if x.op in (Ops.DEFINE_VAR, Ops.BIND, Ops.LOAD, Ops.RANGE, Ops.SPECIAL, Ops.DEFINE_ACC, Ops.ASSIGN, Ops.INDEX,
-              Ops.REDUCE):
+              Ops.REDUCE, Ops.SHUFFLE_XOR):
     return None
   lo, hi = x.vmin, x.vmax
   if lo is None or lo != hi: return None
