@@ -1,30 +1,27 @@
-"""The AMD device: `probe_amd` (what `ember_probe` answers), and `AMDDevice`, the HCQ device over the PM4/SDMA queues,
-driven here by the MOCK interface (`MockAMDGPU`).
-
-The KFD interface (the amdgpu kernel driver's /dev/kfd and /dev/dri/renderD* nodes: memory through
-AMDKFD_IOC_ALLOC_MEMORY_OF_GPU / MAP_MEMORY_TO_GPU, rings through AMDKFD_IOC_CREATE_QUEUE, doorbells mapped from the
-render node) is not written yet; `DEV=AMD` says so, or says that the driver is absent. Nothing here runs at
-`import ember`.
+"""The AMD device: `probe_amd` (what `ember_probe` answers), `AMDDevice`, the HCQ device over the PM4/SDMA queues driven
+by the MOCK interface (`MockAMDGPU`), and the choice between it and the KFD interface (`kfd.AMDKFDDevice`: the amdgpu
+kernel driver's /dev/kfd and render node). `kfd.py` is imported only when /dev/kfd exists or a KFD device is opened;
+nothing here runs at `import ember`.
 """
 from __future__ import annotations
 import ctypes
 import os
-from ember.plugin import (BufferSpec, CompileError, Compiler, DeviceError, HCQAllocator, HCQBuffer, HCQCompiled,
-                          HCQProgram, ProbeResult, Renderer, shim_arg_layout)
+from ember.plugin import (BufferSpec, CompileError, Compiled, Compiler, DeviceError, HCQAllocator, HCQBuffer,
+                          HCQCompiled, HCQProgram, ProbeResult, Renderer, shim_arg_layout)
 from ember_amd.mock import HostShimCompiler, MockAMDGPU
 from ember_amd.queue import AMDComputeQueue, AMDCopyQueue
 
 KFD_PATH = "/dev/kfd"
 
 def probe_amd(interface: str) -> ProbeResult:
-  """MOCK needs nothing; the hardware interface needs the KFD driver node, and then the KFD runtime of ember."""
+  """MOCK needs nothing; the KFD interface needs the driver node, access to it and a supported GPU in its topology."""
   if interface.startswith("MOCK"): return ProbeResult(True, "MOCK+AMD: software GPU executing the PM4/SDMA rings")
   if not os.path.exists(KFD_PATH):
     return ProbeResult(False, f"no AMD KFD driver ({KFD_PATH} not found: no AMD GPU, or the amdgpu kernel module is "
                               "not loaded); use DEV=MOCK+AMD to run the AMD queues without one, or DEV=NULL::gfx1100 "
                               "to compile AMD code")
-  return ProbeResult(False, f"{KFD_PATH} exists, but ember's KFD interface (ioctl memory and queue setup) is not "
-                            "implemented yet; use DEV=MOCK+AMD, or DEV=NULL::gfx1100 to compile AMD code")
+  from ember_amd.kfd import probe_kfd
+  return ProbeResult(*probe_kfd())
 
 def _aligned(size: int, align: int) -> HCQBuffer:
   mem = (ctypes.c_uint8 * (size + align))()
@@ -60,18 +57,25 @@ class AMDDevice(HCQCompiled):
     """The parameter block of a host-shim kernel, from the source its compiler remembers."""
     return shim_arg_layout(self.compiler, name, lib)
 
-def amd_interface(interface: str) -> type[AMDDevice]:
-  """The device class that drives AMD through `interface`; only MOCK exists so far."""
+def amd_interface(interface: str) -> type[Compiled]:
+  """The device class that drives AMD through `interface`: MOCK (`AMDDevice`) or KFD (`kfd.AMDKFDDevice`)."""
   if interface == "MOCK": return AMDDevice
-  raise DeviceError(f"the AMD interface {interface!r} is not implemented (the KFD ioctl interface is not written "
-                    "yet); use DEV=MOCK+AMD, or DEV=NULL::gfx1100 to compile AMD code")
+  if interface == "KFD":
+    from ember_amd.kfd import AMDKFDDevice
+    return AMDKFDDevice
+  raise DeviceError(f"AMD has no interface {interface!r}; use DEV=AMD (KFD, the amdgpu driver) or DEV=MOCK+AMD")
 
-def open_amd_device(device: str, interface: str, renderer: Renderer | None, compiler: Compiler | None) -> AMDDevice:
-  from ember_amd.renderer import HIPRenderer
-  if not isinstance(renderer, HIPRenderer):
-    raise CompileError(f"MOCK+AMD runs HIP-style C through the host shim; {type(renderer).__name__} output cannot run "
-                       "on it; use DEV=MOCK+AMD or DEV=MOCK+AMD:HIP")
-  return amd_interface(interface or "KFD")(device, renderer)
+def open_amd_device(device: str, interface: str, renderer: Renderer | None, compiler: Compiler | None) -> Compiled:
+  """MOCK+AMD runs the HIP-style C through the host shim; KFD loads the code objects of the selected compiler."""
+  if interface.startswith("MOCK"):
+    from ember_amd.renderer import HIPRenderer
+    if not isinstance(renderer, HIPRenderer):
+      raise CompileError(f"MOCK+AMD runs HIP-style C through the host shim; {type(renderer).__name__} output cannot "
+                         "run on it; use DEV=MOCK+AMD or DEV=MOCK+AMD:HIP")
+    return AMDDevice(device, renderer)
+  if renderer is None: raise CompileError("DEV=AMD needs a renderer (AMD:LLVM or AMD:HIP)")
+  from ember_amd.kfd import AMDKFDDevice
+  return AMDKFDDevice(device, renderer, compiler)
 
 def hip_compiler(renderer: Renderer, interface: str) -> Compiler:
   """The compiler for HIPRenderer output: the host shim on MOCK+AMD, a HIP-capable clang otherwise."""

@@ -1,5 +1,6 @@
 """ember's AMD backend: wiring only. Heavy modules (llvmlite, the queues, the MOCK) are imported inside the hooks."""
 from __future__ import annotations
+import os
 from typing import Any
 from ember.plugin import hookimpl, BackendInfo, CompileError, ProbeResult, PLUGIN_API_VERSION, device_target
 
@@ -16,15 +17,22 @@ def _amd_device(device: str, renderer: Any, compiler: Any) -> Any:
 def ember_register_devices(registry: Any) -> None:
   registry.add("AMD", _amd_device, priority=20, interfaces=("KFD", "MOCK"))
 
+def _gpu_arch(arch: str) -> str:
+  """DEV's arch, else (on the KFD interface) the arch of the GPU DEV selects; "" leaves the renderer's default."""
+  target = device_target("AMD")
+  if arch or target.interface.startswith("MOCK") or not os.path.exists("/dev/kfd"): return arch
+  from ember_amd.kfd import default_arch
+  return default_arch(target.index)
+
 def _llvm_renderer(arch: str) -> Any:
   if device_target("AMD").interface.startswith("MOCK"):
     raise CompileError("MOCK+AMD runs HIP-style C on the host; the LLVM renderer's code objects need the GPU")
   from ember_amd.renderer import AMDLLVMRenderer
-  return AMDLLVMRenderer(arch)
+  return AMDLLVMRenderer(_gpu_arch(arch))
 
 def _hip_renderer(arch: str) -> Any:
   from ember_amd.renderer import HIPRenderer
-  return HIPRenderer(arch)
+  return HIPRenderer(_gpu_arch(arch))
 
 def _null_renderer(arch: str) -> Any:  # DEV=NULL::gfx1100: only an AMD arch selects it, so DEV=NULL keeps PYTHON
   from ember_amd.renderer import AMDLLVMRenderer, parse_arch
