@@ -46,8 +46,11 @@ def probe_nv(interface: str) -> ProbeResult:
   if not os.path.exists("/dev/nvidiactl"):
     return ProbeResult(False, "no NVIDIA kernel driver (/dev/nvidiactl not found); use DEV=MOCK+NV to run the NV "
                               "queues without a GPU")
-  return ProbeResult(False, "the NV ioctl interface (GPFIFO over /dev/nvidia*) is not implemented yet; use DEV=CUDA "
-                            "on this machine, or DEV=MOCK+NV")
+  if not os.path.exists("/dev/nvidia-uvm"):
+    return ProbeResult(False, "the NVIDIA UVM driver is not loaded (/dev/nvidia-uvm not found); run "
+                              "`modprobe nvidia-uvm`, or use DEV=CUDA")
+  return ProbeResult(True, "NVIDIA kernel driver (/dev/nvidiactl, /dev/nvidia-uvm); the NV ioctl runtime has never "
+                           "run on hardware")
 
 class CUDAContext:
   """One device's primary context, made current on the calling thread for every driver call."""
@@ -107,13 +110,79 @@ class CUDAProgram:
     for event in (start, end): self.ctx.call("cuEventDestroy_v2", event)
     return ms.value / 1e3
 
+class CUDA_KERNEL_NODE_PARAMS(ctypes.Structure):
+  """cuda.h CUDA_KERNEL_NODE_PARAMS_v1 (what the unversioned cuGraphAddKernelNode/cuGraphExecKernelNodeSetParams
+  symbols take): the function, grid and block dimensions, dynamic shared memory, the argument pointers."""
+  _fields_ = [("func", ctypes.c_void_p), ("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint),
+              ("gridDimZ", ctypes.c_uint), ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint),
+              ("blockDimZ", ctypes.c_uint), ("sharedMemBytes", ctypes.c_uint), ("kernelParams", ctypes.c_void_p),
+              ("extra", ctypes.c_void_p)]
+
+class _KernelNode:
+  """One captured launch: its argument values (kept alive here: the driver reads them through `kernelParams`), the
+  node parameters, and the graph node."""
+  def __init__(self, prg: CUDAProgram, bufs: list[int], vals: tuple[int, ...], grid: tuple[int, ...],
+               block: tuple[int, ...]) -> None:
+    self.prg, self.vals, self.grid, self.block = prg, vals, (*grid, 1, 1)[:3], (*block, 1, 1)[:3]
+    self.node = ctypes.c_void_p()
+    self.set_buffers(bufs)
+  def set_buffers(self, bufs: list[int]) -> None:
+    self.args = [ctypes.c_uint64(b) for b in bufs] + [ctypes.c_int32(v) for v in self.vals]
+    self.argv = (ctypes.c_void_p * max(len(self.args), 1))(
+      *[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in self.args])
+    self.params = CUDA_KERNEL_NODE_PARAMS(self.prg.function, *self.grid, *self.block, 0,
+                                          ctypes.cast(self.argv, ctypes.c_void_p), None)
+
+class CUDAGraph:
+  """A TinyJit capture as one CUDA graph: a chain of kernel nodes (each depends on the one before, as the stream
+  ordered them), instantiated once; a replay rewrites the parameters of the nodes whose input buffers changed
+  (cuGraphExecKernelNodeSetParams) and launches the executable graph on the null stream. Never run on a GPU here."""
+  def __init__(self, dev: CUDADevice, captured: list[tuple[Any, list[Any], dict[str, int]]],
+               input_buffers: list[Any]) -> None:
+    self.dev, self.ctx = dev, dev.ctx
+    self.graph, self.exec = ctypes.c_void_p(), ctypes.c_void_p()
+    self.ctx.call("cuGraphCreate", ctypes.byref(self.graph), ctypes.c_uint(0))
+    self.nodes: list[_KernelNode] = []
+    self.handles: list[list[int]] = []
+    for runner, bufs, var_vals in captured:
+      if not isinstance(runner.prg, CUDAProgram): raise DeviceError(f"CUDAGraph runs CUDA kernels, got {runner.prg!r}")
+      spec = runner.spec
+      handles = [b.ensure_allocated()._buf for b in bufs]
+      node = _KernelNode(runner.prg, handles, tuple(var_vals[v.arg[0]] for v in spec.vars),
+                         tuple(spec.global_size or (1, 1, 1)), tuple(spec.local_size or (1, 1, 1)))
+      deps = (ctypes.c_void_p * 1)(self.nodes[-1].node) if self.nodes else None
+      self.ctx.call("cuGraphAddKernelNode", ctypes.byref(node.node), self.graph, deps, ctypes.c_size_t(len(self.nodes)
+                    and 1), ctypes.byref(node.params))
+      self.nodes.append(node)
+      self.handles.append(handles)
+    self.ctx.call("cuGraphInstantiateWithFlags", ctypes.byref(self.exec), self.graph, ctypes.c_ulonglong(0))
+    position = {id(b): i for i, b in enumerate(input_buffers)}
+    self.inputs = [[(j, position[id(b)]) for j, b in enumerate(bufs) if id(b) in position] for _, bufs, _ in captured]
+  def __call__(self, input_buffers: list[Any]) -> None:
+    """Replay with these inputs (in the capture's argument order); returns before the GPU finishes."""
+    for node, handles, inputs in zip(self.nodes, self.handles, self.inputs):
+      new = list(handles)
+      for j, i in inputs: new[j] = input_buffers[i].ensure_allocated()._buf
+      if new != handles:
+        handles[:] = new
+        node.set_buffers(new)
+        self.ctx.call("cuGraphExecKernelNodeSetParams", self.exec, node.node, ctypes.byref(node.params))
+    self.ctx.call("cuGraphLaunch", self.exec, None)
+  def __del__(self) -> None:
+    try:
+      if self.exec: self.ctx.call("cuGraphExecDestroy", self.exec)
+      if self.graph: self.ctx.call("cuGraphDestroy", self.graph)
+    except (DeviceError, AttributeError): return
+
 class CUDADevice(Compiled):
-  """DEV=CUDA: one GPU through the driver API; kernels from NVRTC (cubin) or ptxas."""
+  """DEV=CUDA: one GPU through the driver API; kernels from NVRTC (cubin) or ptxas; TinyJit captures replay as CUDA
+  graphs (`CUDAGraph`)."""
   def __init__(self, device: str, renderer: Renderer, compiler: Compiler) -> None:
     index = int(device.partition(":")[2] or 0)
     self.ctx = CUDAContext(index)
     super().__init__(device, CUDAAllocator(self.ctx), renderer, compiler,
-                     lambda name, lib: CUDAProgram(self.ctx, name, lib))
+                     lambda name, lib: CUDAProgram(self.ctx, name, lib),
+                     lambda captured, input_buffers: CUDAGraph(self, captured, input_buffers))
   def synchronize(self) -> None: self.ctx.call("cuCtxSynchronize")
 
 def param_block(uops: list[Any], bufs: list[int], vals: tuple[int, ...]) -> bytes:

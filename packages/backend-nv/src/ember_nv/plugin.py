@@ -19,9 +19,9 @@ def _nv_device(device: str, renderer: Any, compiler: Any) -> Any:
 @hookimpl
 def ember_register_devices(registry: Any) -> None:
   registry.add("CUDA", _cuda_device, priority=20)
-  # only the MOCK interface exists: the NV ioctl interface (GPFIFO over /dev/nvidia*) is not written, so NV declares
-  # no hardware interface and is never chosen automatically; DEV=NV says why it does not open (see probe_nv)
-  registry.add("NV", _nv_device, priority=21, interfaces=("MOCK",))
+  # NV: the kernel-driver interface (ember_nv.nvdriver, never run on hardware) and the MOCK software GPU. Its priority
+  # is below CUDA's, so a machine with both uses the CUDA driver API unless DEV=NV asks for the ioctl interface.
+  registry.add("NV", _nv_device, priority=19, interfaces=("NV", "MOCK"))
 
 @hookimpl
 def ember_register_renderers(registry: Any) -> None:
@@ -52,6 +52,7 @@ def ember_register_queues(registry: Any) -> None:
   def nv_interface(interface: str) -> Any:
     from ember_nv.queue import nv_interface as make
     return make(interface)
+  registry.add("NV", "NV", lambda: nv_interface("NV"))
   registry.add("NV", "MOCK", lambda: nv_interface("MOCK"))
 
 @hookimpl

@@ -1,107 +1,295 @@
-"""NV hardware command queues (HCQ): pushbuffer methods submitted through a GPFIFO ring, and the MOCK GPU running them.
+"""NV hardware command queues (HCQ): pushbuffer methods submitted through GPFIFO rings, and the MOCK GPU running them.
 
-Pushbuffer words are NVIDIA "incrementing method" headers, `(1 << 29) | (count << 16) | (subchannel << 13) | (method
->> 2)`, followed by `count` data words. Method numbers follow NVIDIA's class headers: host semaphores (clc56f
-SEM_ADDR_LO..SEM_EXECUTE), compute launches (clc6c0 SEND_PCAS_A with a QMD address >> 8, SEND_SIGNALING_PCAS2_B) and
-copy-engine DMA (clc6b5 OFFSET_IN/OUT, LINE_LENGTH_IN, LAUNCH_DMA).
+The formats are the hardware's, as NVIDIA's class headers define them (open-gpu-kernel-modules, src/common/sdk/nvidia/
+inc/class and kernel-open/nvidia-uvm):
 
-What differs from the hardware, and must change before the ioctl interface can drive a real GPU:
-* the QMD is a simplified layout of our own (`QMD_*` dword offsets below), not the Ampere/Hopper QMD bit layout;
-* a GPFIFO entry is two 64-bit words (pushbuffer address, length in words) instead of one packed 64-bit word, because
-  host addresses do not fit the 40-bit address field;
-* the timestamp release writes the nanosecond timer into the semaphore word itself.
+* *Pushbuffer methods* (clc56f.h `NVC56F_DMA_*`): an incrementing-method header `SEC_OP=INC_METHOD (31:29) | COUNT
+  (28:16) | SUBCHANNEL (15:13) | ADDRESS = method >> 2 (11:0)` followed by COUNT data words. Host semaphores
+  (`SEM_ADDR_LO..SEM_EXECUTE`, 64-bit payloads, acquire ">=" and release, release with timestamp), compute launches
+  (clc6c0.h `SEND_PCAS_A` = QMD address >> 8, `SEND_SIGNALING_PCAS2_B`), 1D copies on the copy engine (clc6b5.h
+  `OFFSET_IN_UPPER..LAUNCH_DMA`).
+* *GPFIFO entries* (`NVC56F_GP_ENTRY0/1`): one 64-bit word per pushbuffer segment, `GET` = address bits 31:2 in word 0,
+  `GET_HI` = address bits 39:32 and `LENGTH` (words, 30:10) and `LEVEL` in word 1. The CPU writes entries into the
+  channel's ring, then `GPPut` (byte 0x8c of the channel's USERD page, `Nvc56fControl`), then rings the doorbell.
+* *QMDs* (queue meta data, the launch descriptor `SEND_PCAS_A` points at): QMD version 3.0 for Ampere/Ada compute
+  classes (256 bytes; bit positions from NVIDIA's QMDV03_00 header) and version 4.0 for Hopper (384 bytes; bit
+  positions from Mesa NVK's clcbc0qmd.h, the only public copy). `QMDLayout` maps each field name to (high bit, low bit)
+  over the QMD seen as little-endian 32-bit words; both versions keep QMD_MAJOR_VERSION at bits 583:580, which is how
+  the MOCK decoder tells them apart.
+* *Timestamps*: a semaphore release with RELEASE_TIMESTAMP writes a 16-byte record, the 64-bit payload and then the
+  GPU's nanosecond timer. `timestamp(signal)` releases at `signal.addr - 8`, so the timer lands in the signal's word
+  and the payload in the 8 unused bytes below it (every HCQ signal owns a 16-byte slot and uses its first 8 bytes).
+
+Addresses: a GPFIFO entry holds 40 address bits and `SEND_PCAS_A` holds QMD address >> 8 in 32 bits, so pushbuffers
+and QMDs must live below 2^40. On hardware they are GPU virtual addresses we choose; the MOCK keeps them in host memory
+mapped below 2 GiB (`low_memory`, Linux x86-64 MAP_32BIT) so that host pointers are valid values for those fields.
+Every other address field (semaphores, copies, program, constant buffer) holds the full host address.
 """
 from __future__ import annotations
 import ctypes
 import hashlib
+import struct
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable, MutableSequence
 from ember.plugin import (BufferSpec, CompileError, Compiler, DeviceError, Renderer, HCQAllocator, HCQArgs, HCQBuffer,
                           HCQCompiled, HCQProgram, HCQSignal, HWQueue, shim_arg_layout)
 from ember_nv.mock import HostKernel, HostShimCompiler
 
 SUBC_HOST, SUBC_COMPUTE, SUBC_COPY = 0, 1, 4
-# host class (clc56f)
-SEM_ADDR_LO, SEM_EXECUTE, WFI = 0x005c, 0x006c, 0x0078
-SEM_ACQUIRE_GEQ, SEM_RELEASE, SEM_PAYLOAD_64, SEM_TIMESTAMP = 3, 1, 1 << 24, 1 << 25
-# compute class (clc6c0)
-SEND_PCAS_A, SEND_SIGNALING_PCAS2_B, PCAS_INVALIDATE_AND_SCHEDULE = 0x02b4, 0x02c0, 9
-# copy class (clc6b5)
+# host class methods (clc56f.h)
+SET_OBJECT = 0x0000
+SEM_ADDR_LO, SEM_ADDR_HI, SEM_PAYLOAD_LO, SEM_PAYLOAD_HI = 0x005c, 0x0060, 0x0064, 0x0068
+SEM_EXECUTE, WFI = 0x006c, 0x0078
+SEM_ACQUIRE_GEQ, SEM_RELEASE = 3, 1                            # SEM_EXECUTE_OPERATION (2:0): ACQ_CIRC_GEQ, RELEASE
+SEM_RELEASE_WFI, SEM_PAYLOAD_64, SEM_TIMESTAMP = 1 << 20, 1 << 24, 1 << 25  # RELEASE_WFI, PAYLOAD_SIZE, TIMESTAMP
+DMA_SEC_OP_INC_METHOD = 1
+# compute class methods (clc6c0.h; the same offsets in clc7c0/clc9c0/clcbc0)
+SEND_PCAS_A, SEND_SIGNALING_PCAS2_B, PCAS_INVALIDATE_COPY_SCHEDULE = 0x02b4, 0x02c0, 9
+SET_SHADER_SHARED_MEMORY_WINDOW_A, SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A = 0x02a0, 0x02e4
+SET_SHADER_LOCAL_MEMORY_A, SET_SHADER_LOCAL_MEMORY_WINDOW_A = 0x0790, 0x07b0
+# copy class methods (clc6b5.h): LAUNCH_DMA DATA_TRANSFER_TYPE=NON_PIPELINED (1:0 = 2), SRC/DST_MEMORY_LAYOUT=PITCH
 OFFSET_IN_UPPER, LINE_LENGTH_IN, LAUNCH_DMA, DMA_1D_PITCH = 0x0400, 0x0418, 0x0300, 0x182
-# our QMD layout (dword offsets)
-QMD_SIZE = 256
-QMD_PROGRAM_LO, QMD_PROGRAM_HI, QMD_PROGRAM_SIZE, QMD_GRID, QMD_BLOCK, QMD_CBUF0_LO, QMD_CBUF0_HI, QMD_CBUF0_SIZE = \
-  0, 1, 2, 3, 6, 9, 10, 11
+# GPFIFO entry (NVC56F_GP_ENTRY0/1) and the channel's USERD (Nvc56fControl)
+GP_ENTRY_LEVEL_SUBROUTINE, GP_ENTRY_MAX_WORDS, GP_ENTRY_ADDRESS_BITS = 1, (1 << 21) - 1, 40
+USERD_GP_GET, USERD_GP_PUT, USERD_SIZE = 0x88, 0x8c, 0x200
+DOORBELL_OFFSET = 0x90  # NVC361_NOTIFY_CHANNEL_PENDING in the usermode (doorbell) page
 
 def method(subchannel: int, mthd: int, *data: int) -> list[int]:
   """One incrementing-method header and its data words."""
-  return [(1 << 29) | (len(data) << 16) | (subchannel << 13) | (mthd >> 2), *[d & 0xffffffff for d in data]]
+  if not 0 < len(data) < 1 << 13: raise DeviceError(f"a pushbuffer method carries 1..8191 data words, got {len(data)}")
+  return [(DMA_SEC_OP_INC_METHOD << 29) | (len(data) << 16) | (subchannel << 13) | (mthd >> 2),
+          *[d & 0xffffffff for d in data]]
+
+def gpfifo_entry(addr: int, nwords: int) -> int:
+  """The 64-bit GPFIFO entry for a pushbuffer segment of `nwords` words at GPU address `addr`."""
+  if addr % 4 or not 0 <= addr < 1 << GP_ENTRY_ADDRESS_BITS:
+    raise DeviceError(f"a GPFIFO entry needs a 4-byte aligned pushbuffer address below 2^40, got {addr:#x}")
+  if not 0 < nwords <= GP_ENTRY_MAX_WORDS:
+    raise DeviceError(f"a GPFIFO entry holds 1..{GP_ENTRY_MAX_WORDS} words, got {nwords}; split the submission")
+  word0 = addr & 0xfffffffc
+  word1 = (addr >> 32) | (GP_ENTRY_LEVEL_SUBROUTINE << 9) | (nwords << 10)
+  return word0 | word1 << 32
+
+def decode_gpfifo_entry(entry: int) -> tuple[int, int]:
+  """(pushbuffer address, length in words) of a GPFIFO entry."""
+  word0, word1 = entry & 0xffffffff, entry >> 32
+  return (word0 & 0xfffffffc) | (word1 & 0xff) << 32, (word1 >> 10) & GP_ENTRY_MAX_WORDS
 
 def _lo_hi(x: int) -> tuple[int, int]: return x & 0xffffffff, x >> 32
 
+# ** QMDs **
+
+def set_bits(words: MutableSequence[int], hi: int, lo: int, value: int) -> None:
+  """Write `value` into bits hi..lo (inclusive) of a bit string stored as little-endian 32-bit words."""
+  width = hi - lo + 1
+  if value < 0 or value >> width:
+    raise DeviceError(f"QMD value {value:#x} does not fit the {width}-bit field at bits {hi}:{lo}")
+  pos = lo
+  while pos <= hi:
+    w, b = divmod(pos, 32)
+    n = min(32 - b, hi - pos + 1)
+    mask = ((1 << n) - 1) << b
+    words[w] = (words[w] & ~mask & 0xffffffff) | (((value >> (pos - lo)) << b) & mask)
+    pos += n
+
+def get_bits(words: MutableSequence[int], hi: int, lo: int) -> int:
+  value, pos = 0, lo
+  while pos <= hi:
+    w, b = divmod(pos, 32)
+    n = min(32 - b, hi - pos + 1)
+    value |= ((words[w] >> b) & ((1 << n) - 1)) << (pos - lo)
+    pos += n
+  return value
+
+@dataclass(frozen=True)
+class QMDLayout:
+  """One QMD version: its size and each field's (high bit, low bit). `cbuf_shift` is how far constant buffer
+  addresses are shifted right in the address fields (version 4 stores address >> 6)."""
+  name: str
+  major: int
+  minor: int
+  size: int
+  cbuf_shift: int
+  fields: dict[str, tuple[int, int]]
+  def set(self, words: MutableSequence[int], field: str, value: int) -> None:
+    if field not in self.fields: raise DeviceError(f"{self.name} has no field {field}")
+    set_bits(words, *self.fields[field], value)
+  def get(self, words: MutableSequence[int], field: str) -> int: return get_bits(words, *self.fields[field])
+
+# QMD version 3.0 (Ampere AMPERE_COMPUTE_A/B 0xC6C0/0xC7C0, Ada ADA_COMPUTE_A 0xC9C0): NVC6C0_QMDV03_00_*
+QMD_V3 = QMDLayout("QMD 3.0", 3, 0, 256, 0, {
+  "sm_global_caching_enable": (134, 134), "invalidate_texture_header_cache": (186, 186),
+  "invalidate_texture_sampler_cache": (187, 187), "invalidate_texture_data_cache": (188, 188),
+  "invalidate_shader_data_cache": (189, 189), "cwd_membar_type": (369, 368), "api_visible_call_limit": (378, 378),
+  "sampler_index": (382, 382), "grid_width": (415, 384), "grid_height": (431, 416), "grid_depth": (463, 448),
+  "shared_memory_size": (561, 544), "min_sm_config_shared_mem_size": (567, 562),
+  "max_sm_config_shared_mem_size": (574, 569), "qmd_version": (579, 576), "qmd_major_version": (583, 580),
+  "cta_thread_dimension0": (607, 592), "cta_thread_dimension1": (623, 608), "cta_thread_dimension2": (639, 624),
+  "constant_buffer_valid0": (640, 640), "register_count": (656, 648), "target_sm_config_shared_mem_size": (662, 657),
+  "barrier_count": (767, 763), "release0_address_lower": (799, 768), "release0_address_upper": (807, 800),
+  "release0_membar_type": (819, 819), "release0_enable": (823, 823), "release0_payload64b": (829, 829),
+  "release0_structure_size": (831, 830), "release0_payload_lower": (863, 832), "release0_payload_upper": (895, 864),
+  "constant_buffer_addr_lower0": (1055, 1024), "constant_buffer_addr_upper0": (1072, 1056),
+  "constant_buffer_size_shifted4_0": (1087, 1075), "program_address_lower": (1567, 1536),
+  "program_address_upper": (1584, 1568),
+})
+# QMD version 4.0 (Hopper HOPPER_COMPUTE_A 0xCBC0): NVCBC0_QMDV04_00_* as Mesa NVK's clcbc0qmd.h gives them
+QMD_V4 = QMDLayout("QMD 4.0", 4, 0, 384, 6, {
+  "qmd_type": (25, 23), "constant_buffer_valid0": (416, 416), "api_visible_call_limit": (568, 568),
+  "sampler_index": (569, 569), "qmd_version": (579, 576), "qmd_major_version": (583, 580),
+  "shared_memory_size": (601, 584), "grid_width": (1055, 1024), "grid_height": (1071, 1056),
+  "grid_depth": (1103, 1088), "cta_thread_dimension0": (1167, 1152), "cta_thread_dimension1": (1183, 1168),
+  "cta_thread_dimension2": (1199, 1184), "register_count": (1208, 1200), "barrier_count": (1215, 1211),
+  "program_address_lower": (1247, 1216), "program_address_upper": (1272, 1248),
+  "constant_buffer_addr_lower0": (1567, 1536), "constant_buffer_addr_upper0": (1586, 1568),
+  "constant_buffer_size_shifted4_0": (1599, 1587),
+})
+QMD_LAYOUTS = {3: QMD_V3, 4: QMD_V4}
+QMD_MAJOR_VERSION_BITS = (583, 580)  # the same in both versions
+QMD_TYPE_GRID_CTA = 2
+
+def qmd_layout_for_arch(arch: str) -> QMDLayout:
+  """The QMD version of an `sm_XX` target: 4.0 from Hopper (sm_90) on, 3.0 for Ampere and Ada."""
+  try: sm = int(arch.removeprefix("sm_").rstrip("a"))
+  except ValueError as e: raise DeviceError(f"NV needs an sm_XX architecture, got {arch!r}") from e
+  if sm < 80: raise DeviceError(f"NV queues drive Ampere (sm_80) and newer, not {arch}")
+  if sm >= 100: raise DeviceError(f"NV queues write QMD 3.0/4.0; {arch} (Blackwell) uses QMD 5.0, which is not written")
+  return QMD_V4 if sm >= 90 else QMD_V3
+
+def sm_config_shared_mem(nbytes: int) -> int:
+  """The SM shared-memory configuration encoding of the *_SM_CONFIG_SHARED_MEM_SIZE fields: 4 KiB units plus one."""
+  return nbytes // 4096 + 1
+
+def build_qmd(layout: QMDLayout, words: MutableSequence[int], program_address: int, grid: tuple[int, int, int],
+              block: tuple[int, int, int], cbuf0: tuple[int, int], shared_size: int = 0, registers: int = 0,
+              barriers: int = 0, max_shared: int = 0) -> None:
+  """Fill a zeroed QMD for one grid launch: program, grid and block dimensions, resources, constant buffer 0 (the
+  kernel's parameters) as (address, size)."""
+  addr, size = cbuf0
+  if addr % (1 << max(layout.cbuf_shift, 4)) or size % 16:
+    raise DeviceError(f"constant buffer 0 at {addr:#x} ({size} bytes) is not aligned as {layout.name} needs")
+  layout.set(words, "qmd_major_version", layout.major)
+  layout.set(words, "qmd_version", layout.minor)
+  layout.set(words, "api_visible_call_limit", 1)  # NO_CHECK
+  if "qmd_type" in layout.fields: layout.set(words, "qmd_type", QMD_TYPE_GRID_CTA)
+  if "sm_global_caching_enable" in layout.fields:
+    layout.set(words, "sm_global_caching_enable", 1)
+    for cache in ("texture_header", "texture_sampler", "texture_data", "shader_data"):
+      layout.set(words, f"invalidate_{cache}_cache", 1)
+    layout.set(words, "cwd_membar_type", 1)  # L1_SYSMEMBAR: the launch's writes are visible when it completes
+  for name, value in zip(("grid_width", "grid_height", "grid_depth"), grid): layout.set(words, name, value)
+  for i, value in enumerate(block): layout.set(words, f"cta_thread_dimension{i}", value)
+  layout.set(words, "shared_memory_size", -(-shared_size // 256) * 256)
+  if "min_sm_config_shared_mem_size" in layout.fields and max_shared:
+    layout.set(words, "min_sm_config_shared_mem_size", sm_config_shared_mem(8 << 10))
+    layout.set(words, "max_sm_config_shared_mem_size", sm_config_shared_mem(max_shared))
+    layout.set(words, "target_sm_config_shared_mem_size", sm_config_shared_mem(max_shared))
+  layout.set(words, "register_count", registers)
+  layout.set(words, "barrier_count", barriers)
+  layout.set(words, "program_address_lower", program_address & 0xffffffff)
+  layout.set(words, "program_address_upper", program_address >> 32)
+  shifted = addr >> layout.cbuf_shift
+  layout.set(words, "constant_buffer_addr_lower0", shifted & 0xffffffff)
+  layout.set(words, "constant_buffer_addr_upper0", shifted >> 32)
+  layout.set(words, "constant_buffer_size_shifted4_0", size >> 4)
+  layout.set(words, "constant_buffer_valid0", 1)
+
+@dataclass
+class QMDLaunch:
+  """What the MOCK GPU reads back from a QMD."""
+  program_address: int
+  grid: tuple[int, int, int]
+  block: tuple[int, int, int]
+  cbuf0: tuple[int, int]
+  shared_size: int
+  registers: int
+
+def read_qmd(addr: int) -> QMDLaunch:
+  major = get_bits((ctypes.c_uint32 * 32).from_address(addr), *QMD_MAJOR_VERSION_BITS)
+  if (layout := QMD_LAYOUTS.get(major)) is None: raise DeviceError(f"MOCK+NV: unknown QMD major version {major}")
+  q = (ctypes.c_uint32 * (layout.size // 4)).from_address(addr)
+  g = lambda name: layout.get(q, name)  # noqa: E731
+  return QMDLaunch(g("program_address_lower") | g("program_address_upper") << 32,
+                   (g("grid_width"), g("grid_height"), g("grid_depth")),
+                   (g("cta_thread_dimension0"), g("cta_thread_dimension1"), g("cta_thread_dimension2")),
+                   ((g("constant_buffer_addr_lower0") | g("constant_buffer_addr_upper0") << 32) << layout.cbuf_shift,
+                    g("constant_buffer_size_shifted4_0") << 4), g("shared_memory_size"), g("register_count"))
+
+# ** queues **
+
 class NVQueue(HWQueue):
-  """Pushbuffer words of one queue; `_submit` copies them to host memory and adds a GPFIFO entry for them."""
+  """Pushbuffer words of one queue; `_submit` hands them to the device's GPFIFO channel for this engine."""
+  engine = "compute"
   def __init__(self) -> None:
     super().__init__()
     self.words: list[int] = []
     self.value_at: dict[int, int] = {}  # command index -> word index of its 64-bit payload (low word)
-    self.memory: Any = None
-  def _semaphore(self, signal: HCQSignal, value: int, execute: int) -> None:
-    lo, hi = _lo_hi(signal.addr)
+  def _semaphore(self, addr: int, value: int, execute: int) -> None:
+    lo, hi = _lo_hi(addr)
     vlo, vhi = _lo_hi(value)
     self.value_at[len(self.commands)] = len(self.words) + 3
     self.words += method(SUBC_HOST, SEM_ADDR_LO, lo, hi, vlo, vhi, execute)
   def _wait(self, signal: HCQSignal, value: int) -> None:
-    self._semaphore(signal, value, SEM_ACQUIRE_GEQ | SEM_PAYLOAD_64)
-  def _signal(self, signal: HCQSignal, value: int) -> None: self._semaphore(signal, value, SEM_RELEASE | SEM_PAYLOAD_64)
+    self._semaphore(signal.addr, value, SEM_ACQUIRE_GEQ | SEM_PAYLOAD_64)
+  def _signal(self, signal: HCQSignal, value: int) -> None:
+    self._semaphore(signal.addr, value, SEM_RELEASE | SEM_RELEASE_WFI | SEM_PAYLOAD_64)
   def _timestamp(self, signal: HCQSignal) -> None:
-    self._semaphore(signal, 0, SEM_RELEASE | SEM_PAYLOAD_64 | SEM_TIMESTAMP)
+    self._semaphore(signal.addr - 8, 0, SEM_RELEASE | SEM_RELEASE_WFI | SEM_PAYLOAD_64 | SEM_TIMESTAMP)
   def _memory_barrier(self) -> None: self.words += method(SUBC_HOST, WFI, 0)
   def _patch_value(self, command_index: int, value: int) -> None:
     at = self.value_at[command_index]
     self.words[at], self.words[at + 1] = _lo_hi(value)
-    if self.memory is not None: self.memory[at], self.memory[at + 1] = _lo_hi(value)
   def _exec(self, prg: HCQProgram, args: HCQArgs, global_size: tuple[int, int, int],
             local_size: tuple[int, int, int]) -> None:
     raise DeviceError(f"{type(self).__name__} cannot launch kernels; use the compute queue")
   def _copy(self, dest: int, src: int, nbytes: int) -> None:
     raise DeviceError(f"{type(self).__name__} cannot copy; use the copy queue")
   def _submit(self, device: HCQCompiled) -> None:
-    if not isinstance(device, NVDevice): raise DeviceError(f"an NV queue cannot be submitted to {device!r}")
-    if self.memory is None or len(self.memory) != len(self.words):
-      self.memory = (ctypes.c_uint32 * len(self.words))(*self.words)
-    device.gpfifo_push(ctypes.addressof(self.memory), len(self.words), self.memory)
+    if not isinstance(device, NVHCQDevice): raise DeviceError(f"an NV queue cannot be submitted to {device!r}")
+    device.submit(self.engine, self.words)
 
 class NVComputeQueue(NVQueue):
   """Semaphores and QMD launches on the compute engine."""
   def _exec(self, prg: HCQProgram, args: HCQArgs, global_size: tuple[int, int, int],
             local_size: tuple[int, int, int]) -> None:
-    if not isinstance(prg, NVProgram): raise DeviceError(f"NVComputeQueue launches NVProgram kernels, got {prg!r}")
-    qmd = prg.device.qmd_alloc()
-    words = (ctypes.c_uint32 * (QMD_SIZE // 4)).from_address(qmd.va_addr)
-    words[QMD_PROGRAM_LO], words[QMD_PROGRAM_HI] = _lo_hi(prg.code.va_addr)
-    words[QMD_PROGRAM_SIZE] = prg.code.size
-    for i in range(3): words[QMD_GRID + i], words[QMD_BLOCK + i] = global_size[i], local_size[i]
-    words[QMD_CBUF0_LO], words[QMD_CBUF0_HI] = _lo_hi(args.buf.va_addr)
-    words[QMD_CBUF0_SIZE] = args.buf.size
+    if not isinstance(prg, NVLaunchable): raise DeviceError(f"NVComputeQueue launches NV programs, got {prg!r}")
+    dev = prg.device
+    if not isinstance(dev, NVHCQDevice): raise DeviceError(f"an NV program belongs to an NV device, not {dev!r}")
+    layout = dev.qmd_layout
+    qmd = dev.qmd_alloc(layout.size)
+    words = (ctypes.c_uint32 * (layout.size // 4)).from_address(qmd.va_addr)
+    ctypes.memset(qmd.va_addr, 0, layout.size)
+    build_qmd(layout, words, prg.program_address, global_size, local_size, (args.buf.va_addr, prg.cbuf0_size),
+              prg.shared_size, prg.registers, prg.barriers, dev.max_shared)
     self.words += method(SUBC_COMPUTE, SEND_PCAS_A, qmd.va_addr >> 8)
-    self.words += method(SUBC_COMPUTE, SEND_SIGNALING_PCAS2_B, PCAS_INVALIDATE_AND_SCHEDULE)
+    self.words += method(SUBC_COMPUTE, SEND_SIGNALING_PCAS2_B, PCAS_INVALIDATE_COPY_SCHEDULE)
 
 class NVCopyQueue(NVQueue):
   """Semaphores and 1D DMA copies on a copy engine."""
+  engine = "copy"
   def _copy(self, dest: int, src: int, nbytes: int) -> None:
-    shi, slo = src >> 32, src & 0xffffffff
-    dhi, dlo = dest >> 32, dest & 0xffffffff
-    self.words += method(SUBC_COPY, OFFSET_IN_UPPER, shi, slo, dhi, dlo)
+    self.words += method(SUBC_COPY, OFFSET_IN_UPPER, src >> 32, src & 0xffffffff, dest >> 32, dest & 0xffffffff)
     self.words += method(SUBC_COPY, LINE_LENGTH_IN, nbytes)
     self.words += method(SUBC_COPY, LAUNCH_DMA, DMA_1D_PITCH)
 
-class NVProgram(HCQProgram):
-  """A kernel binary uploaded to device memory; the QMD points at it."""
+class NVLaunchable(HCQProgram):
+  """An HCQ program the compute queue can put in a QMD: where its code starts and the resources it declares."""
+  program_address: int
+  cbuf0_size: int
+  shared_size: int = 0
+  registers: int = 0
+  barriers: int = 0
+
+class NVProgram(NVLaunchable):
+  """MOCK+NV: the host-shim shared object uploaded to memory; the QMD's program address points at its first byte, and
+  the kernel parameters are constant buffer 0 as they are."""
   def __init__(self, device: NVDevice, name: str, lib: bytes) -> None:
     self.code = device._host_alloc(len(lib))
     ctypes.memmove(self.code.va_addr, lib, len(lib))
+    self.program_address = self.code.va_addr
     super().__init__(device, name, *device.arg_layout(name, lib))
+    self.cbuf0_size = max(16, -(-self.args_size // 16) * 16)
 
 class NVAllocator(HCQAllocator):
   """Device memory: on the MOCK GPU, host memory whose address is the GPU virtual address."""
@@ -109,40 +297,136 @@ class NVAllocator(HCQAllocator):
     mem = (ctypes.c_uint8 * max(size, 1))()
     return HCQBuffer(ctypes.addressof(mem), size, mem)
 
+# ** GPFIFO channels **
+
+class GPFifo:
+  """One GPFIFO channel as the CPU drives it: the ring of entries, the USERD control page (GPGet, GPPut) and the
+  doorbell that tells the GPU the channel has new entries (`ring_doorbell(token)`)."""
+  def __init__(self, ring_addr: int, entries: int, userd_addr: int, token: int,
+               ring_doorbell: Callable[[int], None], progress: Callable[[], None] | None = None) -> None:
+    self.ring = (ctypes.c_uint64 * entries).from_address(ring_addr)
+    self.ring_addr, self.entries, self.userd_addr, self.token = ring_addr, entries, userd_addr, token
+    self.ring_doorbell, self.progress = ring_doorbell, progress
+    self.put = 0
+  @property
+  def gp_get(self) -> int: return ctypes.c_uint32.from_address(self.userd_addr + USERD_GP_GET).value
+  def push(self, addr: int, nwords: int, timeout_s: float = 30.0) -> None:
+    """Append one entry for the segment at `addr`; waits while the ring is full."""
+    deadline = time.monotonic() + timeout_s
+    while (self.put - self.gp_get) % self.entries >= self.entries - 1:
+      if self.progress is not None: self.progress()
+      if time.monotonic() > deadline:
+        raise DeviceError(f"GPFIFO ring of {self.entries} entries stayed full for {timeout_s} s; the GPU is hung")
+    self.ring[self.put] = gpfifo_entry(addr, nwords)
+    self.put = (self.put + 1) % self.entries
+    ctypes.c_uint32.from_address(self.userd_addr + USERD_GP_PUT).value = self.put
+    self.ring_doorbell(self.token)
+
+_MAP_PRIVATE, _MAP_ANONYMOUS, _MAP_32BIT, _PROT_RW = 0x02, 0x20, 0x40, 0x3
+
+def host_pages(size: int, low: bool = False) -> HCQBuffer:
+  """Page-aligned anonymous host memory, below 2 GiB when `low` (Linux x86-64 MAP_32BIT): MOCK pushbuffers and QMDs
+  must sit below 2^40 (see the module docstring). Never unmapped: rings live as long as the device."""
+  libc = ctypes.CDLL(None, use_errno=True)
+  libc.mmap.restype = ctypes.c_void_p
+  libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+  addr = libc.mmap(None, size, _PROT_RW, _MAP_PRIVATE | _MAP_ANONYMOUS | (_MAP_32BIT if low else 0), -1, 0)
+  if addr in (None, ctypes.c_void_p(-1).value) or (low and addr >= 1 << GP_ENTRY_ADDRESS_BITS):
+    raise DeviceError(f"MOCK+NV could not map {size} bytes{' below 2^40' if low else ''} (errno {ctypes.get_errno()}); "
+                      "MOCK+NV needs Linux on x86-64")
+  return HCQBuffer(addr, size)
+
+class NVHCQDevice(HCQCompiled):
+  """What the NV queues need of a device, MOCK or hardware: a GPFIFO channel per engine, a pushbuffer ring and a QMD
+  ring below 2^40 (`_cmd_memory`), the QMD version, and the shared memory the SMs can give a block."""
+  qmd_layout: QMDLayout = QMD_V3
+  max_shared: int = 0
+  def _rings(self, cmd: HCQBuffer, qmds: HCQBuffer, gpfifos: dict[str, GPFifo]) -> None:
+    self._cmd, self._cmd_ptr, self._qmds, self._qmd_ptr, self.gpfifos = cmd, 0, qmds, 0, gpfifos
+  def _ring_slot(self, ring: HCQBuffer, ptr: int, size: int, align: int) -> int:
+    ptr = -(-ptr // align) * align
+    if ptr + size > ring.size:
+      if size > ring.size: raise DeviceError(f"{size} bytes do not fit the NV ring of {ring.size} bytes")
+      self.synchronize()  # everything submitted so far has run: the ring can be reused from its start
+      ptr = 0
+    return ptr
+  def qmd_alloc(self, size: int) -> HCQBuffer:
+    """A 256-byte aligned QMD from the QMD ring (QMD addresses are sent >> 8)."""
+    at = self._qmd_ptr = self._ring_slot(self._qmds, self._qmd_ptr, size, 256)
+    self._qmd_ptr += size
+    return self._qmds.offset(at, size)
+  def submit(self, engine: str, words: list[int]) -> None:
+    """Copy a queue's words into the pushbuffer ring and add a GPFIFO entry for them on `engine`'s channel."""
+    nbytes = 4 * len(words)
+    at = self._cmd_ptr = self._ring_slot(self._cmd, self._cmd_ptr, nbytes, 16)
+    self._cmd_ptr += nbytes
+    addr = self._cmd.va_addr + at
+    (ctypes.c_uint32 * len(words)).from_address(addr)[:] = words
+    self.gpfifos[engine].push(addr, len(words))
+
+# ** the MOCK GPU **
+
+@dataclass
+class _Channel:
+  fifo: GPFifo
+  get: int = 0        # next entry to fetch
+  word: int = 0       # next word of the entry being executed (an unsatisfied acquire stops there)
+  regs: dict[tuple[int, int], int] | None = None
+
 class MockNVGPU:
-  """A software NV GPU: decodes the GPFIFO entries and pushbuffer methods and performs them in order, on host memory."""
+  """A software NV GPU: fetches GPFIFO entries of each channel whose doorbell rang, decodes their pushbuffer methods
+  and performs them on host memory. An acquire that is not satisfied stops its channel there, as on a GPU; the other
+  channels go on."""
   def __init__(self) -> None:
     self.kernels: dict[str, HostKernel] = {}
-    self.pending: list[tuple[int, int, Any]] = []
+    self.channels: dict[int, _Channel] = {}
     self.executed_methods = 0
-  def push(self, addr: int, nwords: int, keep: Any) -> None: self.pending.append((addr, nwords, keep))
+    self.doorbells: list[int] = []
+  def add_channel(self, fifo: GPFifo) -> None: self.channels[fifo.token] = _Channel(fifo, regs={})
+  def doorbell(self, token: int) -> None:
+    if token not in self.channels: raise DeviceError(f"MOCK+NV: doorbell rung with unknown work submit token {token}")
+    self.doorbells.append(token)
+    self.run_pending()
+  @property
+  def pending(self) -> int:
+    """GPFIFO entries written (GPPut) and not yet completed, over every channel."""
+    return sum((ch.fifo.put - ch.get) % ch.fifo.entries for ch in self.channels.values())
   def run_pending(self) -> None:
-    """Execute every submitted GPFIFO entry; an acquire that is not satisfied stops execution there (like a GPU)."""
-    while self.pending:
-      addr, nwords, keep = self.pending[0]
-      if not self.execute(addr, nwords): return
-      self.pending.pop(0)
-  def execute(self, addr: int, nwords: int) -> bool:
+    progress = True
+    while progress:
+      progress = False
+      for ch in self.channels.values():
+        while ch.get != ctypes.c_uint32.from_address(ch.fifo.userd_addr + USERD_GP_PUT).value:
+          addr, nwords = decode_gpfifo_entry(ch.fifo.ring[ch.get])
+          if not self._execute(ch, addr, nwords): break
+          ch.get, ch.word, progress = (ch.get + 1) % ch.fifo.entries, 0, True
+          ctypes.c_uint32.from_address(ch.fifo.userd_addr + USERD_GP_GET).value = ch.get
+  def drop_pending(self) -> None:
+    """Forget every entry not yet completed (a test that leaves a queue waiting on a signal nobody releases)."""
+    for ch in self.channels.values():
+      ch.get, ch.word = ch.fifo.put, 0
+      ctypes.c_uint32.from_address(ch.fifo.userd_addr + USERD_GP_GET).value = ch.get
+  def _execute(self, ch: _Channel, addr: int, nwords: int) -> bool:
     words = (ctypes.c_uint32 * nwords).from_address(addr)
-    regs: dict[tuple[int, int], int] = {}
-    i = 0
-    while i < nwords:
-      header = words[i]
-      if header >> 29 != 1: raise DeviceError(f"MOCK+NV: unsupported pushbuffer header {header:#010x} at word {i}")
-      count, subc, mthd = (header >> 16) & 0x1fff, (header >> 13) & 7, (header & 0x1fff) << 2
+    regs = ch.regs if ch.regs is not None else {}
+    while ch.word < nwords:
+      i, header = ch.word, words[ch.word]
+      if header >> 29 != DMA_SEC_OP_INC_METHOD:
+        raise DeviceError(f"MOCK+NV: unsupported pushbuffer header {header:#010x} at word {i}")
+      count, subc, mthd = (header >> 16) & 0x1fff, (header >> 13) & 7, (header & 0xfff) << 2
       for k in range(count): regs[(subc, mthd + 4 * k)] = words[i + 1 + k]
-      last = mthd + 4 * (count - 1)
-      if not self.method(subc, last, regs): return False
+      if not self.method(subc, mthd + 4 * (count - 1), regs): return False
       self.executed_methods += 1
-      i += 1 + count
+      ch.word = i + 1 + count
     return True
   def method(self, subc: int, mthd: int, regs: dict[tuple[int, int], int]) -> bool:
     if subc == SUBC_HOST and mthd == SEM_EXECUTE:
-      addr = regs[(subc, SEM_ADDR_LO)] | regs[(subc, SEM_ADDR_LO + 4)] << 32
-      value = regs[(subc, SEM_ADDR_LO + 8)] | regs[(subc, SEM_ADDR_LO + 12)] << 32
+      addr = regs[(subc, SEM_ADDR_LO)] | regs[(subc, SEM_ADDR_HI)] << 32
+      value = regs[(subc, SEM_PAYLOAD_LO)] | regs[(subc, SEM_PAYLOAD_HI)] << 32
       word, execute = ctypes.c_uint64.from_address(addr), regs[(subc, SEM_EXECUTE)]
-      if execute & 0xf == SEM_ACQUIRE_GEQ: return word.value >= value
-      word.value = time.perf_counter_ns() if execute & SEM_TIMESTAMP else value
+      if execute & 0x7 == SEM_ACQUIRE_GEQ: return word.value >= value
+      word.value = value
+      if execute & SEM_TIMESTAMP: ctypes.c_uint64.from_address(addr + 8).value = time.perf_counter_ns()
     elif subc == SUBC_COMPUTE and mthd == SEND_SIGNALING_PCAS2_B: self.launch(regs[(subc, SEND_PCAS_A)] << 8)
     elif subc == SUBC_COPY and mthd == LAUNCH_DMA:
       src = regs[(subc, OFFSET_IN_UPPER)] << 32 | regs[(subc, OFFSET_IN_UPPER + 4)]
@@ -150,66 +434,67 @@ class MockNVGPU:
       ctypes.memmove(dest, src, regs[(subc, LINE_LENGTH_IN)])
     return True
   def launch(self, qmd_addr: int) -> None:
-    q = (ctypes.c_uint32 * (QMD_SIZE // 4)).from_address(qmd_addr)
-    code = ctypes.string_at(q[QMD_PROGRAM_LO] | q[QMD_PROGRAM_HI] << 32, q[QMD_PROGRAM_SIZE])
+    """Run the grid a QMD describes: the program is the host-shim ELF at its program address (its size read from the
+    ELF header), constant buffer 0 is the parameter block."""
+    q = read_qmd(qmd_addr)
+    code = ctypes.string_at(q.program_address, elf_size(q.program_address))
     key = hashlib.sha256(code).hexdigest()
     if (kernel := self.kernels.get(key)) is None: kernel = self.kernels[key] = HostKernel(code)
-    params = ctypes.string_at(q[QMD_CBUF0_LO] | q[QMD_CBUF0_HI] << 32, q[QMD_CBUF0_SIZE])
-    grid, block = (q[QMD_GRID], q[QMD_GRID + 1], q[QMD_GRID + 2]), (q[QMD_BLOCK], q[QMD_BLOCK + 1], q[QMD_BLOCK + 2])
-    kernel.run(params, grid, block)
+    kernel.run(ctypes.string_at(*q.cbuf0), q.grid, q.block)
 
-_MAP_PRIVATE, _MAP_ANONYMOUS, _MAP_32BIT, _PROT_RW = 0x02, 0x20, 0x40, 0x3
+def elf_size(addr: int) -> int:
+  """The file size of the ELF64 image at `addr`: the end of its section header table or of its last segment."""
+  header = ctypes.string_at(addr, 64)
+  if header[:4] != b"\x7fELF" or header[4] != 2:
+    raise DeviceError(f"MOCK+NV: no ELF64 program at {addr:#x}; the QMD's program address is wrong")
+  phoff, shoff = struct.unpack_from("<QQ", header, 32)
+  phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", header, 54)
+  end = shoff + shentsize * shnum
+  for i in range(phnum):
+    offset, _, _, filesz = struct.unpack_from("<QQQQ", ctypes.string_at(addr + phoff + i * phentsize + 8, 32))
+    end = max(end, offset + filesz)
+  return end
 
-def low_memory(size: int) -> HCQBuffer:
-  """Page-aligned host memory below 2 GiB (Linux x86-64 MAP_32BIT): a QMD address is sent as `addr >> 8` in one
-  32-bit method word, which holds only 40-bit GPU addresses. Never unmapped: the QMD ring lives as long as the
-  device."""
-  libc = ctypes.CDLL(None, use_errno=True)
-  libc.mmap.restype = ctypes.c_void_p
-  libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-  addr = libc.mmap(None, size, _PROT_RW, _MAP_PRIVATE | _MAP_ANONYMOUS | _MAP_32BIT, -1, 0)
-  if addr in (None, ctypes.c_void_p(-1).value) or addr >= 1 << 40:
-    raise DeviceError(f"MOCK+NV could not map {size} bytes below 2^40 for QMDs (errno {ctypes.get_errno()}); MOCK+NV "
-                      "needs Linux on x86-64")
-  return HCQBuffer(addr, size)
-
-class NVDevice(HCQCompiled):
-  """DEV=MOCK+NV: the NV queues, allocator, programs and graph, executed by `MockNVGPU`. Kernels are the CUDA C of
-  `CUDARenderer` built for the host through the shim (`HostShimCompiler`); NVRTC is not needed."""
+class NVDevice(NVHCQDevice):
+  """DEV=MOCK+NV: the NV queues, allocator, programs and graph, executed by `MockNVGPU` through real GPFIFO rings,
+  QMDs and doorbells. Kernels are the CUDA C of `CUDARenderer` built for the host through the shim
+  (`HostShimCompiler`); NVRTC is not needed. The QMD version follows the renderer's arch (sm_90: 4.0, else 3.0)."""
+  RING_ENTRIES = 1024
   def __init__(self, device: str, renderer: Renderer) -> None:
     self.gpu = MockNVGPU()
-    self._qmds: HCQBuffer | None = None
-    signals = (ctypes.c_uint8 * 64)()
-    self._signal_keep = signals
+    self.qmd_layout = qmd_layout_for_arch(getattr(renderer, "arch", "sm_80"))
+    signals = host_pages(4096)
     super().__init__(device, NVAllocator(self), renderer, HostShimCompiler(),
-                     lambda name, lib: NVProgram(self, name, lib), NVComputeQueue, NVCopyQueue,
-                     HCQBuffer(ctypes.addressof(signals), 64, signals))
-    self._qmd_ptr = 0
-  def gpfifo_push(self, addr: int, nwords: int, keep: Any) -> None:
-    self.gpu.push(addr, nwords, keep)
-    self.gpu.run_pending()
+                     lambda name, lib: NVProgram(self, name, lib), NVComputeQueue, NVCopyQueue, signals)
+    control = host_pages(2 * (self.RING_ENTRIES * 8 + 4096))
+    fifos = {}
+    for i, engine in enumerate(("compute", "copy")):
+      base = control.va_addr + i * (self.RING_ENTRIES * 8 + 4096)
+      fifos[engine] = GPFifo(base + 4096, self.RING_ENTRIES, base, i + 1, self.gpu.doorbell, self.gpu.run_pending)
+      self.gpu.add_channel(fifos[engine])
+    self._rings(host_pages(4 << 20, low=True), host_pages(QMD_V4.size * 4096, low=True), fifos)
   def _progress(self) -> None: self.gpu.run_pending()
-  def qmd_alloc(self) -> HCQBuffer:
-    """A 256-byte aligned QMD from a ring (QMD addresses are sent >> 8)."""
-    if self._qmds is None or self._qmd_ptr + QMD_SIZE > self._qmds.size:
-      self.synchronize()
-      self._qmds, self._qmd_ptr = low_memory(QMD_SIZE * 4096), 0
-    buf = self._qmds.offset(self._qmd_ptr, QMD_SIZE)
-    self._qmd_ptr += QMD_SIZE
-    return buf
+  def _host_alloc(self, size: int) -> HCQBuffer:
+    """Page-aligned host memory (QMD 4.0 needs constant buffers 64-byte aligned)."""
+    return host_pages(-(-max(size, 1) // 4096) * 4096)
   def arg_layout(self, name: str, lib: bytes) -> tuple[list[tuple[int, int]], int]:
     """The parameter block of a host-shim kernel, from the source its compiler remembers."""
     return shim_arg_layout(self.compiler, name, lib)
 
-def nv_interface(interface: str) -> type[NVDevice]:
-  """The device class that drives NV through `interface`; only MOCK exists so far."""
+def nv_interface(interface: str) -> Callable[..., Any]:
+  """The device class that drives NV through `interface`: MOCK (the software GPU) or NV (the NVIDIA kernel driver;
+  `DEV=NV` with no interface means this one)."""
   if interface == "MOCK": return NVDevice
-  raise DeviceError(f"the NV interface {interface or '(hardware)'} is not implemented: only MOCK exists (the ioctl "
-                    "interface over /dev/nvidia* is not written yet); use DEV=MOCK+NV, or DEV=CUDA on a GPU machine")
+  if interface in ("", "NV"):
+    from ember_nv.nvdriver import NVDriverDevice
+    return NVDriverDevice
+  raise DeviceError(f"NV has no interface {interface!r}: use DEV=NV (the NVIDIA kernel driver) or DEV=MOCK+NV")
 
-def open_nv_device(device: str, interface: str, renderer: Renderer | None, compiler: Compiler | None) -> NVDevice:
+def open_nv_device(device: str, interface: str, renderer: Renderer | None, compiler: Compiler | None) -> HCQCompiled:
   from ember_nv.renderer import CUDARenderer
-  if not isinstance(renderer, CUDARenderer):
-    raise CompileError(f"MOCK+NV runs CUDA C through the host shim; {type(renderer).__name__} output cannot run on it; "
-                       "use DEV=MOCK+NV or DEV=MOCK+NV:CUDA")
-  return nv_interface(interface)(device, renderer)
+  if interface == "MOCK":
+    if not isinstance(renderer, CUDARenderer):
+      raise CompileError(f"MOCK+NV runs CUDA C through the host shim; {type(renderer).__name__} output cannot run on "
+                         "it; use DEV=MOCK+NV or DEV=MOCK+NV:CUDA")
+    return NVDevice(device, renderer)
+  return nv_interface(interface)(device, renderer, compiler)
