@@ -41,11 +41,40 @@ static thread_local ember_dim3 ember_workgroup, ember_workitem;
   (ember_tid & ~(unsigned)(EMBER_WAVE_SIZE - 1)) + (((unsigned)(addr) >> 2) & (unsigned)(EMBER_WAVE_SIZE - 1)))
 """
 
+SHIM_HEADER += r"""
+// v_wmma_f32_16x16x16_f16 (RDNA3, wave32) for a wave of host threads (the threaded launcher runs a workgroup's threads
+// together). RDNA3 ISA: lane l holds row l % 16 of A and column l % 16 of B, k = 0..15 in order, and lanes 16..31 must
+// hold copies of lanes 0..15; D element v of lane l is D[2v + l / 16][l % 16]. Every lane publishes its fragments,
+// the workgroup syncs, each lane computes its D elements from lanes 0..15 (exact products, float sums), NaN where a
+// lane of the upper half does not hold the copy the ISA requires; a second sync lets the slots be reused.
+static float ember_wmma_frag[1024][32];
+static inline void __ember_wmma_wmma_f32_16x16x16_f16_w32(float* d, """ + \
+  ", ".join([f"_Float16 a{i}" for i in range(16)] + [f"_Float16 b{i}" for i in range(16)]) + r""") {
+  const _Float16 ab[32] = {""" + ", ".join([f"a{i}" for i in range(16)] + [f"b{i}" for i in range(16)]) + r"""};
+  unsigned lane = ember_tid % 32, base = ember_tid - lane;
+  for (unsigned i = 0; i < 32; i++) ember_wmma_frag[ember_tid][i] = (float)ab[i];
+  ember_sync();
+  bool copies = true;
+  for (unsigned l = 16; l < 32; l++)
+    for (unsigned i = 0; i < 32; i++)
+      copies = copies && ember_wmma_frag[base + l][i] == ember_wmma_frag[base + l - 16][i];
+  for (unsigned v = 0; v < 8; v++) {
+    unsigned row = 2 * v + lane / 16, col = lane % 16;
+    float sum = 0.0f;
+    for (unsigned k = 0; k < 16; k++) sum += ember_wmma_frag[base + row][k] * ember_wmma_frag[base + col][16 + k];
+    d[v] = copies ? sum : NAN;
+  }
+  ember_sync();
+}
+"""
+
 AMD_SHIM = ShimDialect("AMD", "HIPRenderer", 'extern "C" __global__ void EMBER_LAUNCH_BOUNDS ', SHIM_HEADER,
                        "ember_workgroup = {bx, by, bz}; ember_workitem = {tx, ty, tz};",
-                       sync_markers=("__shared__", "__builtin_amdgcn_s_barrier", "__builtin_amdgcn_ds_bpermute"))
+                       sync_markers=("__shared__", "__builtin_amdgcn_s_barrier", "__builtin_amdgcn_ds_bpermute",
+                                     "__ember_wmma_"))
 """HIP-style C on the host: the amdgcn workgroup/workitem id builtins read the shim's thread-local globals; the
-barrier is the shim's block sync and ds_bpermute its register exchange (lane `addr / 4` of the caller's wave). The
+barrier is the shim's block sync and ds_bpermute its register exchange (lane `addr / 4` of the caller's wave); the
+WMMA helper is emulated across the wave's host threads. The
 launcher's parameter block is the kernarg segment (`signature_layout`, the layout `renderer.kernarg_layout` computes
 from the uops)."""
 

@@ -50,6 +50,25 @@ _private_ptr_re = re.compile(r"\bptr (%(?:acc\d+|ridx\d+\.addr))\b")
 _code_object_version_flag = ("!llvm.module.flags = !{!0}\n"
                              f'!0 = !{{i32 1, !"amdhsa_code_object_version", i32 {CODE_OBJECT_VERSION * 100}}}\n')
 
+# matrix instructions (ember.codegen.tensorcore names): RDNA3's WMMA exists on gfx11 only (gfx12 changed its layouts)
+RDNA3_WMMA = "wmma_f32_16x16x16_f16_w32"
+def _tensor_cores(arch: str) -> tuple[str, ...]: return (RDNA3_WMMA,) if arch.startswith("gfx11") else ()
+
+_HIP_WMMA_ARGS = ", ".join([f"half a{i}" for i in range(16)] + [f"half b{i}" for i in range(16)])
+_HIP_WMMA = f"""#ifdef __AMDGCN__
+typedef _Float16 ember_half16 __attribute__((ext_vector_type(16)));
+typedef float ember_float8 __attribute__((ext_vector_type(8)));
+static inline __device__ void __ember_wmma_{RDNA3_WMMA}(float* d, {_HIP_WMMA_ARGS}) {{
+  ember_half16 a = {{{", ".join(f"a{i}" for i in range(16))}}};
+  ember_half16 b = {{{", ".join(f"b{i}" for i in range(16))}}};
+  ember_float8 c = {{}};
+  ember_float8 r = __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(a, b, c);
+  for (int i = 0; i < 8; i++) d[i] = r[i];
+}}
+#endif"""
+"""HIP's WMMA helper: `fn(d, a0..a15, b0..b15)` with C = 0 (codegen adds D to its accumulators). Only device code
+defines it: the host shim defines a function of the same signature that emulates the wave (ember_amd.mock)."""
+
 class AMDLLVMRenderer(LLVMRenderer):
   """AMDGPU LLVM IR: an `amdgpu_kernel` over `ptr addrspace(1)` buffers, hardware indices from the amdgcn workgroup /
   workitem id intrinsics, allocas in the private address space (mem2reg removes them at -O2)."""
@@ -69,11 +88,13 @@ class AMDLLVMRenderer(LLVMRenderer):
   local_ptr_type = "ptr addrspace(3)"  # LDS
   barrier_ir = ('fence syncscope("workgroup") release\ncall void @llvm.amdgcn.s.barrier()\n'
                 'fence syncscope("workgroup") acquire')
+  wmma_intrinsics = {RDNA3_WMMA: ("llvm.amdgcn.wmma.f32.16x16x16.f16.v8f32.v16f16", "")}
 
   def __init__(self, arch: str = "") -> None:
     self.arch = parse_arch(arch)
     self.wave_size, self.shared_max = ARCHS[self.arch]
     self.warp_size = self.wave_size
+    self.tensor_cores = _tensor_cores(self.arch)
 
   def shuffle_ir(self, ret: str, x: str, mask: int, dtype: DType) -> str:  # type: ignore[override]
     """ds_bpermute reads lane `addr / 4` of the wave: the lane (workitem id within its wave) xor `mask`."""
@@ -141,10 +162,13 @@ class HIPRenderer(CStyleLanguage):
   barrier = ('__builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); __builtin_amdgcn_s_barrier(); '
              '__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");')
 
+  code_for_wmma = {RDNA3_WMMA: (f"__ember_wmma_{RDNA3_WMMA}", _HIP_WMMA)}
+
   def __init__(self, arch: str = "") -> None:
     self.arch = parse_arch(arch)
     self.wave_size, self.shared_max = ARCHS[self.arch]
     self.warp_size = self.wave_size
+    self.tensor_cores = _tensor_cores(self.arch)
 
   def code_for_shuffle(self, x: str, mask: int, dtype: DType) -> str:  # type: ignore[override]
     """ds_bpermute reads lane `addr / 4` of the wave: the lane (workitem id within its wave) xor `mask`."""

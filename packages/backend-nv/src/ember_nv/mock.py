@@ -36,6 +36,38 @@ static inline double __longlong_as_double(long long x) { return ember_bits<doubl
 static inline long long __double_as_longlong(double x) { return ember_bits<long long>(x); }
 """
 
+def _mma_wrapper(name: str, arg_type: str) -> str:
+  a = ", ".join(f"{arg_type} a{i}" for i in range(8))
+  b = ", ".join(f"{arg_type} b{i}" for i in range(4))
+  return (f"static inline void __ember_wmma_{name}(float* d, {a}, {b}) {{\n"
+          f"  const float a[8] = {{{', '.join(f'(float)a{i}' for i in range(8))}}};\n"
+          f"  const float b[4] = {{{', '.join(f'(float)b{i}' for i in range(4))}}};\n"
+          "  ember_mma_m16n8k16(d, a, b);\n}\n")
+
+SHIM_HEADER += r"""
+// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16} for a warp of host threads (the threaded launcher runs a block's
+// threads together): each lane writes its fragment elements into its warp's A (16x16) and B (16x8) tiles where the PTX
+// ISA puts them (groupID = lane >> 2, threadID_in_group = lane % 4; A: row groupID (+8 for a2,a3,a6,a7), col
+// 2*threadID_in_group + (i & 1) (+8 for a4..a7); B: row 2*threadID_in_group + (i & 1) (+8 for b2,b3), col groupID),
+// the block syncs, and each lane computes its D elements (row groupID (+8 for d2,d3), col 2*threadID_in_group +
+// (i & 1)) with exact products and float sums; a second sync lets the tiles be reused.
+static float ember_mma_a[32][16][16], ember_mma_b[32][16][8];
+static inline void ember_mma_m16n8k16(float* d, const float* a, const float* b) {
+  unsigned lane = ember_tid % 32, warp = ember_tid / 32, group = lane >> 2, tig = lane % 4;
+  for (unsigned i = 0; i < 8; i++)
+    ember_mma_a[warp][group + ((i >> 1) & 1) * 8][tig * 2 + (i & 1) + (i >> 2) * 8] = a[i];
+  for (unsigned i = 0; i < 4; i++) ember_mma_b[warp][tig * 2 + (i & 1) + (i >> 1) * 8][group] = b[i];
+  ember_sync();
+  for (unsigned i = 0; i < 4; i++) {
+    unsigned row = group + (i >> 1) * 8, col = tig * 2 + (i & 1);
+    float sum = 0.0f;
+    for (unsigned k = 0; k < 16; k++) sum += ember_mma_a[warp][row][k] * ember_mma_b[warp][k][col];
+    d[i] = sum;
+  }
+  ember_sync();
+}
+""" + _mma_wrapper("mma_m16n8k16_f16_f32", "_Float16") + _mma_wrapper("mma_m16n8k16_bf16_f32", "float")
+
 FP16_HEADER = r"""
 typedef _Float16 half;
 static inline half __float2half(float x) { return (half)x; }
@@ -48,9 +80,10 @@ static inline half __ushort_as_half(unsigned short x) { return ember_bits<half>(
 
 NV_SHIM = ShimDialect("NV", "CUDARenderer", 'extern "C" __global__ void ', SHIM_HEADER,
                       "blockIdx = {bx, by, bz}; threadIdx = {tx, ty, tz};",
-                      "gridDim = {gx, gy, gz}; blockDim = {lx, ly, lz};", (("cuda_fp16.h", FP16_HEADER),))
+                      "gridDim = {gx, gy, gz}; blockDim = {lx, ly, lz};", (("cuda_fp16.h", FP16_HEADER),),
+                      sync_markers=("__shared__", "__syncthreads", "__shfl", "__ember_wmma_"))
 """CUDA C on the host: `blockIdx`/`threadIdx`/`blockDim`/`gridDim` are the shim's thread-local globals, cuda_fp16.h is
-`FP16_HEADER`."""
+`FP16_HEADER`; kernels with shared memory, barriers, shuffles or matrix instructions run a block's threads together."""
 
 def kernel_signature(src: str) -> tuple[str, list[str]]:
   """The name and the parameter types of the (single) kernel in CUDARenderer output."""

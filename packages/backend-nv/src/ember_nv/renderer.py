@@ -37,6 +37,31 @@ _bitcast_intrinsics = {
   (dtypes.float16, dtypes.int16): "__half_as_short", (dtypes.int16, dtypes.float16): "__short_as_half",
   (dtypes.float16, dtypes.uint16): "__half_as_ushort", (dtypes.uint16, dtypes.float16): "__ushort_as_half"}
 
+def _mma_helper(name: str, ptx_type: str, arg_type: str, bits: Callable[[str], str]) -> tuple[str, str]:
+  """The CUDA C helper of `mma.sync.aligned.m16n8k16.row.col.f32.<ptx_type>.<ptx_type>.f32` with C = 0 (codegen
+  adds D to its accumulators): `fn(d, a0..a7, b0..b3)`, the elements packed in pairs into .b32 registers, the lower
+  index in the low half (ember.codegen.tensorcore has the fragment layouts). Only device code defines it: the host
+  shim defines a function of the same signature that emulates the warp (ember_nv.mock.SHIM_HEADER)."""
+  fn = f"__ember_wmma_{name}"
+  args = ", ".join([f"{arg_type} a{i}" for i in range(8)] + [f"{arg_type} b{i}" for i in range(4)])
+  def pack(x: str, i: int) -> str: return f"((unsigned)({bits(f'{x}{i}')}) | ((unsigned)({bits(f'{x}{i + 1}')}) << 16))"
+  regs = [f"pa{i}" for i in range(4)] + [f"pb{i}" for i in range(2)]
+  packs = [f"  unsigned {r} = {pack(r[1], 2 * int(r[2]))};" for r in regs]
+  asm = (f'  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{ptx_type}.{ptx_type}.f32 {{%0, %1, %2, %3}}, '
+         '{%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};"\n'
+         '    : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])\n'
+         f'    : {", ".join(f"{chr(34)}r{chr(34)}({r})" for r in regs)}, "f"(0.0f));')
+  body = "\n".join(["#ifdef __CUDA_ARCH__", f"static __device__ __forceinline__ void {fn}(float* d, {args}) {{", *packs,
+                    asm, "}", "#endif"])
+  return fn, body
+
+_code_for_mma = {
+  "mma_m16n8k16_f16_f32": _mma_helper("mma_m16n8k16_f16_f32", "f16", "half", lambda x: f"__half_as_ushort({x})"),
+  # bfloat16 is computed in float32 (its LOADs convert): the upper half of the float's bits is the value exactly
+  "mma_m16n8k16_bf16_f32": _mma_helper("mma_m16n8k16_bf16_f32", "bf16", "float",
+                                       lambda x: f"__float_as_uint({x}) >> 16"),
+}
+
 class CUDARenderer(CStyleLanguage):
   """CUDA C for NVRTC: `extern "C" __global__` kernels, `half` from cuda_fp16.h, bfloat16 and fp8 as raw bits
   computed in float32 (the CStyle helpers), math through CUDA's device functions, bit casts through intrinsics."""
@@ -60,13 +85,16 @@ class CUDARenderer(CStyleLanguage):
   nan = "__int_as_float(0x7fc00000)"
   bool_literals = ("false", "true")
   type_map: dict[DType, str] = {**CStyleLanguage.type_map, dtypes.float16: "half"}
+  # fp16 and bf16 matmuls on mma.sync (sm_80+: every arch this toolchain targets but sm_75, see __init__)
+  tensor_cores: tuple[str, ...] = ("mma_m16n8k16_f16_f32", "mma_m16n8k16_bf16_f32")
+  code_for_wmma = _code_for_mma
   code_for_op = {**CStyleLanguage.code_for_op, Ops.EXP2: _math("exp2"), Ops.LOG2: _math("log2"), Ops.SIN: _math("sin"),
                  Ops.SQRT: _math("sqrt"), Ops.TRUNC: _math("trunc"),
                  Ops.RECIPROCAL: lambda x, dtype: f"({'1.0' if dtype is dtypes.float64 else '1.0f'}/{x})"}
 
   def __init__(self, arch: str = "") -> None:
     self.arch = arch or DEFAULT_ARCH
-    parse_arch(self.arch)
+    if parse_arch(self.arch) < 80: self.tensor_cores = ()  # m16n8k16 for f16/bf16 into f32 needs sm_80
 
   def render_bitcast(self, x: str, src: DType, dst: DType, ctx) -> str:  # type: ignore[no-untyped-def]
     if (fn := _bitcast_intrinsics.get((src, dst))) is not None: return f"{fn}({x})"
@@ -96,7 +124,8 @@ _ptx_type = {dtypes.bool: "pred", dtypes.int8: "s8", dtypes.uint8: "u8", dtypes.
              dtypes.float16: "f16", dtypes.float32: "f32", dtypes.float64: "f64"}
 
 # register name prefixes by register type (a prefix may not end in a digit: `%r32<4>` would read as `%r320`...)
-_reg_prefix = {"pred": "p", "b64": "rd", "s16": "rh", "u16": "rhu", "s32": "r", "u32": "ru", "s64": "rl", "u64": "rlu",
+_reg_prefix = {"pred": "p", "b32": "rb", "b64": "rd",
+               "s16": "rh", "u16": "rhu", "s32": "r", "u32": "ru", "s64": "rl", "u64": "rlu",
                "f16": "h", "f32": "f", "f64": "fd"}
 
 def _bits(dt: DType) -> str: return f"b{8 * dt.itemsize}"
@@ -105,6 +134,9 @@ def _reg_type(dt: DType) -> str:
   """Registers hold at least 16 bits; 8-bit values live in 16-bit registers, loads and stores widen/narrow them."""
   t = _ptx_type[dt]
   return t[0] + "16" if t in ("s8", "u8") else t
+
+# matrix instructions (ember.codegen.tensorcore names): the mnemonic and how many packed .b32 registers hold A
+_ptx_mma = {"mma_m16n8k16_f16_f32": ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", 4)}
 
 class PTXRenderer(Renderer):
   """PTX text straight from the linear program: one virtual register per value, predicated loads and stores for
@@ -122,12 +154,14 @@ class PTXRenderer(Renderer):
   warp_size = CUDARenderer.warp_size
   shuffle_dtypes = CUDARenderer.shuffle_dtypes
   unsupported_dtypes = frozenset({dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2})
+  tensor_cores: tuple[str, ...] = ("mma_m16n8k16_f16_f32",)
   # what the renderer computes natively (SIN is decomposed by codegen: PTX's sin.approx is too coarse)
   code_for_op = {op: (lambda *a, **k: "") for op in (Ops.EXP2, Ops.LOG2, Ops.SQRT, Ops.RECIPROCAL, Ops.TRUNC)}
 
   def __init__(self, arch: str = "") -> None:
     self.arch = arch or DEFAULT_ARCH
     self.sm = parse_arch(self.arch)
+    if self.sm < 80: self.tensor_cores = ()
 
   def render(self, uops: list[UOp], name: str = "kernel") -> str:
     return _PTXBuilder(self, uops, name).build()
@@ -142,6 +176,7 @@ class _PTXBuilder:
     self.gates: dict[UOp, str | None] = {}
     self.loops: list[tuple[UOp, str]] = []
     self.labels = 0
+    self.wmma: dict[tuple[UOp, ...], list[str]] = {}  # sources of a matrix instruction -> its D registers
 
   def reg(self, dt: DType | str) -> str:
     kind = dt if isinstance(dt, str) else _reg_type(dt)
@@ -244,6 +279,7 @@ class _PTXBuilder:
       r = self.reg(u.dtype)
       self.emit(f"shfl.sync.bfly.b32 {r}, {self.src(u.src[0])}, {u.arg}, 0x1f, 0xffffffff;")
       self.regs[u] = r
+    elif op is Ops.WMMA: self.render_wmma(u)
     elif op is Ops.INDEX: self.render_index(u)
     elif op is Ops.LOAD: self.render_load(u)
     elif op is Ops.STORE: self.render_store(u)
@@ -254,6 +290,25 @@ class _PTXBuilder:
       self.emit(f"mov.{_bits(u.dtype)} {r}, {self.src(u.src[0])};")
       self.regs[u] = r
     else: raise CompileError(f"PTXRenderer cannot render {op.name}: it is not an op of the linear program")
+
+  def render_wmma(self, u: UOp) -> None:
+    """The first WMMA of a set of sources packs them in pairs into .b32 registers (the lower element in the low half)
+    and runs the instruction with C = 0; every WMMA is one of its D registers."""
+    name, index, count = u.arg
+    if (instr := _ptx_mma.get(name)) is None:
+      raise CompileError(f"PTXRenderer has no code for the matrix instruction {name}; known: {', '.join(_ptx_mma)}")
+    if (outs := self.wmma.get(u.src)) is None:
+      mnemonic, a_regs = instr
+      halves = [self.src(s) for s in u.src]
+      packed = []
+      for lo, hi in zip(halves[::2], halves[1::2]):
+        packed.append(self.reg("b32"))  # mma takes untyped registers
+        self.emit(f"mov.b32 {packed[-1]}, {{{lo}, {hi}}};")
+      zero = self.src(UOp.const(dtypes.float32, 0.0))
+      outs = self.wmma[u.src] = [self.reg(dtypes.float32) for _ in range(count)]
+      self.emit(f"{mnemonic} {{{', '.join(outs)}}}, {{{', '.join(packed[:a_regs])}}}, "
+                f"{{{', '.join(packed[a_regs:])}}}, {{{', '.join([zero] * count)}}};")
+    self.regs[u] = outs[index]
 
   def move(self, dst: str, src: str, dt: DType) -> None:
     self.emit(f"mov.{'pred' if dt is dtypes.bool else self.move_type(dt)} {dst}, {src};")

@@ -10,6 +10,7 @@ from ember.uop.symbolic import symbolic
 from ember.uop.spec import type_verify
 from ember.codegen.linearize import linearize
 from ember.codegen.group import group_reduce, _pow2_divisor
+from ember.codegen.tensorcore import apply_tensor_cores
 from ember.codegen.opt import Opt, hand_coded_opts, apply_opts_list, opt_threads, fuse_mulacc, pm_recombine_divmod
 
 # ** lowering passes **
@@ -100,8 +101,9 @@ def full_rewrite(ast: UOp, renderer: Renderer,
   sink, gsize = apply_opts(sink, renderer, work, opt_threads(opts))  # split the outermost loop over CPU threads
   lsize = None
   if renderer.has_local:
-    # a long reduction is shared by the threads of a block (shared memory, warp shuffles); else one thread per output
-    grouped = None if NOOPT.value else group_reduce(sink, renderer)
+    # a matmul runs on the warp's matrix instructions; a long reduction is shared by the threads of a block (shared
+    # memory, warp shuffles); else one thread per output
+    grouped = None if NOOPT.value else apply_tensor_cores(sink, renderer) or group_reduce(sink, renderer)
     sink, gsize, lsize = grouped if grouped is not None else apply_gpudims(sink, renderer)
     sink = graph_rewrite(sink, symbolic, name="simplify gpu index math")
   if {Ops.EXP2, Ops.LOG2, Ops.SIN} - set(renderer.code_for_op):

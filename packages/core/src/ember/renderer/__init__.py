@@ -52,6 +52,9 @@ class Renderer(ABC):
   # group), and the dtypes that exchange works on; 0: no register exchange, group reductions use shared memory only
   warp_size: int = 0
   shuffle_dtypes: frozenset[DType] = frozenset()
+  # warp-level matrix instructions (`ember.codegen.tensorcore.TENSOR_CORES` names) the target has, in order of
+  # preference: matmul-like kernels over their input dtype run on them (one warp per block)
+  tensor_cores: tuple[str, ...] = ()
   # lanes of the target's vector unit for 32-bit values; kernel opts unroll by it (0: no SIMD opts)
   simd_width: int = 0
   # ops the target computes natively; codegen decomposes the transcendental ones that are missing here

@@ -22,7 +22,7 @@ from ember.uop.ops import Ops, UOp, AxisType, GroupOp
 
 # ** shared by the C-style and LLVM renderers **
 
-_generated_name = re.compile(r"^(data|ridx|acc|val|alu|cast|shfl|temp)\d+(_\w*)?$")
+_generated_name = re.compile(r"^(data|ridx|acc|val|alu|cast|shfl|temp|wmma)\d+(_\w*)?$")
 
 def var_name(name: str, reserved: frozenset[str] = frozenset()) -> str:
   """A DEFINE_VAR's name as an identifier that cannot collide with a keyword or the names renderers generate."""
@@ -108,6 +108,7 @@ class _Ctx:
   counters: dict[str, int] = field(default_factory=dict)
   lines: list[str] = field(default_factory=list)
   helpers: dict[str, str] = field(default_factory=dict)
+  wmma: dict[tuple[UOp, ...], str] = field(default_factory=dict)  # sources of a matrix instruction -> its result array
   depth: int = 1
   def fresh(self, prefix: str) -> str:
     n = self.counters.get(prefix, 0)
@@ -132,6 +133,9 @@ class CStyleLanguage(Renderer):
   shared_prefix: str = ""
   barrier: str = ""
   code_for_shuffle: Callable[[str, int, DType], str] | None = None
+  # warp matrix instructions (Renderer.tensor_cores): name -> (helper function, its definition). The helper takes a
+  # pointer to this lane's D elements, then its A and B elements, and writes D = A @ B
+  code_for_wmma: dict[str, tuple[str, str]] = {}
   infinity: str = "INFINITY"
   nan: str = "NAN"
   bool_literals: tuple[str, str] = ("0", "1")
@@ -355,6 +359,7 @@ class CStyleLanguage(Renderer):
       ctx.names[u] = ctx.fresh("shfl")
       expr = self.code_for_shuffle(self._src(u.src[0], ctx), u.arg, value_dtype(u))
       ctx.emit(f"{self.render_dtype(u.dtype)} {ctx.names[u]} = {expr};")
+    elif op is Ops.WMMA: self._render_wmma(u, ctx)
     elif op is Ops.INDEX:
       ctx.names[u] = f"{self._src(u.src[0], ctx)}[{self._src(u.src[1], ctx)}]"
       ctx.gates[u] = self._src(u.src[2], ctx) if len(u.src) == 3 else None
@@ -379,6 +384,20 @@ class CStyleLanguage(Renderer):
     else:
       ctx.emit(f"for ({int_t} {ridx} = 0; {ridx} < {end}; {ridx}++) {{")
     ctx.depth += 1
+
+  def _render_wmma(self, u: UOp, ctx: _Ctx) -> None:
+    """The first WMMA of a set of sources calls the instruction's helper into an array; each names its element."""
+    name, index, count = u.arg
+    if (out := ctx.wmma.get(u.src)) is None:
+      if name not in self.code_for_wmma:
+        raise CompileError(f"{type(self).__name__} has no code for the matrix instruction {name}; add it to "
+                           "code_for_wmma or drop it from tensor_cores")
+      fn, definition = self.code_for_wmma[name]
+      ctx.helpers.setdefault(fn, definition)
+      out = ctx.wmma[u.src] = ctx.fresh("wmma")
+      ctx.emit(f"{self.render_dtype(u.dtype)} {out}[{count}];")
+      ctx.emit(f"{fn}({out}, {', '.join(self._src(s, ctx) for s in u.src)});")
+    ctx.names[u] = f"{out}[{index}]"
 
   def _render_load(self, u: UOp, ctx: _Ctx) -> None:
     idx = u.src[0]

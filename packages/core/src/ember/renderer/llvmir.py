@@ -97,6 +97,7 @@ class _Ctx:
   globals: list[str] = field(default_factory=list)  # module-level definitions (block-shared arrays)
   ptr_types: dict[UOp, str] = field(default_factory=dict)  # INDEX -> the pointer type of its address space
   loops: dict[UOp, tuple[str, str]] = field(default_factory=dict)  # RANGE -> (its value, its stop value)
+  wmma: dict[tuple[UOp, ...], str] = field(default_factory=dict)  # sources of a matrix instruction -> its result
   def fresh(self, prefix: str) -> str:
     n = self.counters.get(prefix, 0)
     self.counters[prefix] = n + 1
@@ -119,6 +120,9 @@ class LLVMRenderer(Renderer):
   local_ptr_type: str = ""
   barrier_ir: str = ""
   shuffle_ir: Callable[[str, str, int, DType], str] | None = None
+  # warp matrix instructions (Renderer.tensor_cores): name -> (intrinsic, extra trailing arguments such as
+  # ", i32 0"); it is called as `<nD x acc> @intrinsic(<nA x in> A, <nB x in> B, <nD x acc> zeroinitializer...)`
+  wmma_intrinsics: dict[str, tuple[str, str]] = {}
   math_via_float: frozenset[DType] = frozenset({dtypes.float16})  # unary math runs in float32 for these
   code_for_op: dict[Ops, Callable[..., str]] = {
     Ops.NEG: _neg, Ops.EXP2: _intrinsic("exp2"), Ops.LOG2: _intrinsic("log2"), Ops.SIN: _intrinsic("sin"),
@@ -196,6 +200,7 @@ class LLVMRenderer(Renderer):
       ret = ctx.fresh("shfl")
       ctx.emit(self.shuffle_ir(ret, self._val(u.src[0], ctx), u.arg, _dt(u)))
       ctx.names[u] = ret
+    elif op is Ops.WMMA: self._render_wmma(u, ctx)
     elif op is Ops.INDEX: self._render_index(u, ctx)
     elif op is Ops.LOAD: self._render_load(u, ctx)
     elif op is Ops.STORE: self._render_store(u, ctx)
@@ -203,6 +208,35 @@ class LLVMRenderer(Renderer):
     elif op is Ops.CAST: ctx.names[u] = self._convert(self._val(u.src[0], ctx), _dt(u.src[0]), _dt(u), ctx)
     elif op is Ops.BITCAST: ctx.names[u] = self._bitcast(self._val(u.src[0], ctx), _dt(u.src[0]), _dt(u), ctx)
     else: raise CompileError(f"{type(self).__name__} cannot render {op.name}: it is not an op of the linear program")
+
+  def _render_wmma(self, u: UOp, ctx: _Ctx) -> None:
+    """The first WMMA of a set of sources builds the A and B vectors and calls the intrinsic with C = 0; each WMMA
+    extracts its element of the result."""
+    from ember.codegen.tensorcore import tensor_core
+    name, index, count = u.arg
+    if name not in self.wmma_intrinsics:
+      raise CompileError(f"{type(self).__name__} has no intrinsic for the matrix instruction {name}; add it to "
+                         "wmma_intrinsics or drop it from tensor_cores")
+    tc = tensor_core(name)
+    t_in, t_acc = ltype(tc.dtype_in), ltype(tc.dtype_acc)
+    acc_t = f"<{count} x {t_acc}>"
+    if (ret := ctx.wmma.get(u.src)) is None:
+      intrinsic, extra = self.wmma_intrinsics[name]
+      ret = ctx.wmma[u.src] = ctx.fresh("wmma")
+      n_a = tc.elements[0]
+      vectors = []
+      for part, srcs in (("a", u.src[:n_a]), ("b", u.src[n_a:])):
+        vec_t, prev = f"<{len(srcs)} x {t_in}>", "poison"
+        for i, s in enumerate(srcs):
+          ctx.emit(f"{ret}.{part}{i} = insertelement {vec_t} {prev}, {t_in} {self._val(s, ctx)}, i32 {i}")
+          prev = f"{ret}.{part}{i}"
+        vectors.append(f"{vec_t} {prev}")
+      ctx.emit(f"{ret} = call {acc_t} @{intrinsic}({', '.join(vectors)}, {acc_t} zeroinitializer{extra})")
+      extra_types = "".join(", " + arg.strip().split(" ")[0] for arg in extra.split(",") if arg.strip())
+      ctx.helpers.setdefault(intrinsic, f"declare {acc_t} @{intrinsic}({vectors[0].rsplit(' ', 1)[0]}, "
+                                        f"{vectors[1].rsplit(' ', 1)[0]}, {acc_t}{extra_types})")
+    ctx.names[u] = f"{ret}.d{index}"
+    ctx.emit(f"{ctx.names[u]} = extractelement {acc_t} {ret}, i32 {index}")
 
   def _render_range(self, u: UOp, ctx: _Ctx) -> None:
     axis, axis_type = u.arg

@@ -43,6 +43,8 @@ class Ops(Enum):
   INDEX = auto(); LOAD = auto(); STORE = auto()  # noqa: E702
   # GPU block-level memory and sync: a buffer shared by the threads of a block, a barrier, a register exchange
   DEFINE_LOCAL = auto(); BARRIER = auto(); SHUFFLE_XOR = auto()  # noqa: E702
+  # a warp-level matrix instruction (tensor cores): one output element of this lane, see ember.codegen.tensorcore
+  WMMA = auto()
   def __repr__(self) -> str: return f"Ops.{self.name}"
 
 class GroupOp:
@@ -342,7 +344,7 @@ def _vmin_vmax(u: UOp) -> tuple[Any, Any]:
       if dtypes.is_float(u.src[0].dtype): return dmin, dmax
       if dmin <= smin and smax <= dmax: return (bool(smin), bool(smax)) if dt is dtypes.bool else (smin, smax)
     if dtypes.is_float(dt) and not dtypes.is_float(u.src[0].dtype): return float(smin), float(smax)
-  if u.op in (Ops.REDUCE, Ops.LOAD, Ops.ASSIGN, Ops.DEFINE_ACC, Ops.SHUFFLE_XOR): return dmin, dmax
+  if u.op in (Ops.REDUCE, Ops.LOAD, Ops.ASSIGN, Ops.DEFINE_ACC, Ops.SHUFFLE_XOR, Ops.WMMA): return dmin, dmax
   return dmin, dmax
 
 def _clamp(lo: Any, hi: Any, dmin: Any, dmax: Any) -> tuple[Any, Any]:

@@ -47,6 +47,9 @@ def check_kernel_node(x: UOp) -> bool:
   if x.op is Ops.BARRIER: return x.dtype is dtypes.void and all(s.op is Ops.STORE for s in x.src)
   if x.op is Ops.SHUFFLE_XOR:
     return len(x.src) == 1 and x.dtype is x.src[0].dtype and isinstance(x.arg, int) and x.arg > 0
+  if x.op is Ops.WMMA:  # arg: (instruction name, this output element, output elements per lane)
+    return dtypes.is_float(x.dtype) and len(x.src) >= 2 and all(not isinstance(s.dtype, PtrDType) for s in x.src) \
+      and isinstance(x.arg, tuple) and len(x.arg) == 3 and isinstance(x.arg[0], str) and 0 <= x.arg[1] < x.arg[2]
   if x.op in (Ops.END, Ops.DEFINE_ACC, Ops.ASSIGN): return True
   return False
 
