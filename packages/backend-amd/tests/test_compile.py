@@ -19,8 +19,8 @@ from ember_amd.renderer import AMDLLVMRenderer, HIPRenderer, kernarg_layout
 
 ARCHS = ("gfx1100", "gfx942", "gfx950")
 # from the AMDGPU ELF spec (LLVM AMDGPUUsage): EF_AMDGPU_MACH per target, and the wave size of each
-MACH = {"gfx1100": 0x041, "gfx942": 0x04c, "gfx950": 0x04f}
-WAVE32 = {"gfx1100": True, "gfx942": False, "gfx950": False}
+MACH = {"gfx1100": 0x041, "gfx90a": 0x03f, "gfx942": 0x04c, "gfx950": 0x04f}
+WAVE32 = {"gfx1100": True, "gfx90a": False, "gfx942": False, "gfx950": False}
 VGPR_GRANULE = 8  # gfx10+ in wave32 and gfx90a+ (unified VGPR/AGPR file) allocate VGPRs in blocks of 8
 
 def check_code_object(lib: bytes, spec, arch: str) -> None:

@@ -68,6 +68,29 @@ static inline void __ember_wmma_wmma_f32_16x16x16_f16_w32(float* d, """ + \
 }
 """
 
+SHIM_HEADER += r"""
+// v_mfma_f32_16x16x16_f16 (CDNA, wave64) for a wave of host threads. AMD's CDNA3/4 matrix core guide: lane l holds
+// A[l % 16][4(l / 16) + i] and B[4(l / 16) + i][l % 16], i = 0..3; D element i of lane l is D[4(l / 16) + i][l % 16].
+// Every lane publishes its fragments, the workgroup syncs, each lane computes its D elements by reading A and B back
+// from the lanes that hold them, and a second sync lets the slots be reused.
+static float ember_mfma_frag[1024][8];
+static inline void __ember_wmma_mfma_f32_16x16x16_f16(float* d, """ + \
+  ", ".join([f"_Float16 a{i}" for i in range(4)] + [f"_Float16 b{i}" for i in range(4)]) + r""") {
+  const _Float16 ab[8] = {a0, a1, a2, a3, b0, b1, b2, b3};
+  unsigned lane = ember_tid % 64, base = ember_tid - lane;
+  for (unsigned i = 0; i < 8; i++) ember_mfma_frag[ember_tid][i] = (float)ab[i];
+  ember_sync();
+  for (unsigned i = 0; i < 4; i++) {
+    unsigned row = 4 * (lane / 16) + i, col = lane % 16;
+    float sum = 0.0f;
+    for (unsigned k = 0; k < 16; k++)
+      sum += ember_mfma_frag[base + row + 16 * (k / 4)][k % 4] * ember_mfma_frag[base + col + 16 * (k / 4)][4 + k % 4];
+    d[i] = sum;
+  }
+  ember_sync();
+}
+"""
+
 AMD_SHIM = ShimDialect("AMD", "HIPRenderer", 'extern "C" __global__ void EMBER_LAUNCH_BOUNDS ', SHIM_HEADER,
                        "ember_workgroup = {bx, by, bz}; ember_workitem = {tx, ty, tz};",
                        sync_markers=("__shared__", "__builtin_amdgcn_s_barrier", "__builtin_amdgcn_ds_bpermute",

@@ -52,7 +52,10 @@ _code_object_version_flag = ("!llvm.module.flags = !{!0}\n"
 
 # matrix instructions (ember.codegen.tensorcore names): RDNA3's WMMA exists on gfx11 only (gfx12 changed its layouts)
 RDNA3_WMMA = "wmma_f32_16x16x16_f16_w32"
-def _tensor_cores(arch: str) -> tuple[str, ...]: return (RDNA3_WMMA,) if arch.startswith("gfx11") else ()
+CDNA_MFMA = "mfma_f32_16x16x16_f16"  # gfx908 and later CDNA (wave64)
+def _tensor_cores(arch: str) -> tuple[str, ...]:
+  if arch.startswith("gfx11"): return (RDNA3_WMMA,)
+  return (CDNA_MFMA,) if arch in ("gfx90a", "gfx942", "gfx950") else ()
 
 _HIP_WMMA_ARGS = ", ".join([f"half a{i}" for i in range(16)] + [f"half b{i}" for i in range(16)])
 _HIP_WMMA = f"""#ifdef __AMDGCN__
@@ -68,6 +71,20 @@ static inline __device__ void __ember_wmma_{RDNA3_WMMA}(float* d, {_HIP_WMMA_ARG
 #endif"""
 """HIP's WMMA helper: `fn(d, a0..a15, b0..b15)` with C = 0 (codegen adds D to its accumulators). Only device code
 defines it: the host shim defines a function of the same signature that emulates the wave (ember_amd.mock)."""
+
+_HIP_MFMA_ARGS = ", ".join([f"half a{i}" for i in range(4)] + [f"half b{i}" for i in range(4)])
+_HIP_MFMA = f"""#ifdef __AMDGCN__
+typedef _Float16 ember_half4 __attribute__((ext_vector_type(4)));
+typedef float ember_float4 __attribute__((ext_vector_type(4)));
+static inline __device__ void __ember_wmma_{CDNA_MFMA}(float* d, {_HIP_MFMA_ARGS}) {{
+  ember_half4 a = {{a0, a1, a2, a3}};
+  ember_half4 b = {{b0, b1, b2, b3}};
+  ember_float4 c = {{}};
+  ember_float4 r = __builtin_amdgcn_mfma_f32_16x16x16f16(a, b, c, 0, 0, 0);
+  for (int i = 0; i < 4; i++) d[i] = r[i];
+}}
+#endif"""
+"""HIP's MFMA helper, like `_HIP_WMMA`: `fn(d, a0..a3, b0..b3)`, C = 0, cbsz/abid/blgp 0 (no broadcast)."""
 
 class AMDLLVMRenderer(LLVMRenderer):
   """AMDGPU LLVM IR: an `amdgpu_kernel` over `ptr addrspace(1)` buffers, hardware indices from the amdgcn workgroup /
@@ -88,7 +105,8 @@ class AMDLLVMRenderer(LLVMRenderer):
   local_ptr_type = "ptr addrspace(3)"  # LDS
   barrier_ir = ('fence syncscope("workgroup") release\ncall void @llvm.amdgcn.s.barrier()\n'
                 'fence syncscope("workgroup") acquire')
-  wmma_intrinsics = {RDNA3_WMMA: ("llvm.amdgcn.wmma.f32.16x16x16.f16.v8f32.v16f16", "")}
+  wmma_intrinsics = {RDNA3_WMMA: ("llvm.amdgcn.wmma.f32.16x16x16.f16.v8f32.v16f16", ""),
+                     CDNA_MFMA: ("llvm.amdgcn.mfma.f32.16x16x16f16", ", i32 0, i32 0, i32 0")}
 
   def __init__(self, arch: str = "") -> None:
     self.arch = parse_arch(arch)
@@ -162,7 +180,8 @@ class HIPRenderer(CStyleLanguage):
   barrier = ('__builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); __builtin_amdgcn_s_barrier(); '
              '__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");')
 
-  code_for_wmma = {RDNA3_WMMA: (f"__ember_wmma_{RDNA3_WMMA}", _HIP_WMMA)}
+  code_for_wmma = {RDNA3_WMMA: (f"__ember_wmma_{RDNA3_WMMA}", _HIP_WMMA),
+                   CDNA_MFMA: (f"__ember_wmma_{CDNA_MFMA}", _HIP_MFMA)}
 
   def __init__(self, arch: str = "") -> None:
     self.arch = parse_arch(arch)

@@ -74,6 +74,15 @@ def _rdna3_a(lane: Any, i: int) -> tuple[Any, Any]: return lane % 16, i
 def _rdna3_b(lane: Any, i: int) -> tuple[Any, Any]: return i, lane % 16
 def _rdna3_c(lane: Any, i: int) -> tuple[Any, Any]: return lane // 16 + 2 * i, lane % 16
 
+# ** AMD CDNA (gfx90a, gfx942, gfx950; wave64) v_mfma_f32_16x16x16_f16 **
+# AMD, "Matrix Core Programming on AMD CDNA3 and CDNA4" (its HIP example for __builtin_amdgcn_mfma_f32_16x16x16f16):
+# lane l holds A[l % 16][4*(l // 16) + i] and B[4*(l // 16) + i][l % 16] for i = 0..3, and D element i of lane l is
+# D[4*(l // 16) + i][l % 16].
+
+def _cdna_a(lane: Any, i: int) -> tuple[Any, Any]: return lane % 16, lane // 16 * 4 + i
+def _cdna_b(lane: Any, i: int) -> tuple[Any, Any]: return lane // 16 * 4 + i, lane % 16
+def _cdna_c(lane: Any, i: int) -> tuple[Any, Any]: return lane // 16 * 4 + i, lane % 16
+
 TENSOR_CORES: dict[str, TensorCore] = {tc.name: tc for tc in (
   TensorCore("mma_m16n8k16_f16_f32", (16, 8, 16), dtypes.float16, dtypes.float32, 32, (8, 4, 4),
              _mma_a, _mma_b, _mma_c),
@@ -81,6 +90,8 @@ TENSOR_CORES: dict[str, TensorCore] = {tc.name: tc for tc in (
              _mma_a, _mma_b, _mma_c),
   TensorCore("wmma_f32_16x16x16_f16_w32", (16, 16, 16), dtypes.float16, dtypes.float32, 32, (16, 16, 8),
              _rdna3_a, _rdna3_b, _rdna3_c),
+  TensorCore("mfma_f32_16x16x16_f16", (16, 16, 16), dtypes.float16, dtypes.float32, 64, (4, 4, 4),
+             _cdna_a, _cdna_b, _cdna_c),
 )}
 """The matrix instructions codegen knows, by the name a renderer lists in `Renderer.tensor_cores`."""
 
