@@ -108,4 +108,5 @@ class CPUDevice(Compiled):
     if (runtime := self.runtimes.get(compiler.binary_format)) is None:
       raise DeviceError(f"CPU cannot run {compiler.binary_format!r} binaries from {type(compiler).__name__}; "
                         f"use a compiler that produces one of {sorted(self.runtimes)}")
-    super().__init__(device, CPUAllocator(), renderer, compiler, runtime)
+    from ember_cpu.graph import CPUGraph
+    super().__init__(device, CPUAllocator(), renderer, compiler, runtime, graph=CPUGraph)

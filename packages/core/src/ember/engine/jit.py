@@ -82,8 +82,10 @@ class TinyJit(Generic[R]):
     # bound Variables passed as arguments change sizes/positions without recapture: the kernels are symbolic in them
     var_vals = {u.src[0].arg[0]: u.src[1].arg for u in (*args, *kwargs.values())
                 if isinstance(u, UOp) and u.op is Ops.BIND}
-    if self.graph is not None and not var_vals:
-      self.graph(in_bufs)
+    # a graph replays the capture in one device call; one that `takes_var_vals` also takes new Variable values
+    if self.graph is not None and (not var_vals or getattr(self.graph, "takes_var_vals", False)):
+      if var_vals: self.graph(in_bufs, var_vals)
+      else: self.graph(in_bufs)
       engine.GlobalCounters.kernel_count += len(self.captured)
       self.cnt += 1
       return self.ret
