@@ -84,4 +84,25 @@ def test_probe_subcommand(fake_site) -> None:
   rc, result = _doctor(fake_site, "--probe", "gone", "--json")
   assert rc == 0
   renderers = {"TC": {"ok": True, "reason": ""}}
-  assert result["devices"]["GONE"] == {"ok": False, "reason": "no gone hardware here", "renderers": renderers}
+  assert result["devices"]["GONE"] == {"ok": False, "reason": "no gone hardware here", "renderers": renderers,
+                                       "interfaces": {}}
+
+PCI_NEEDS_A_CARD = '''
+from ember.plugin import device_target
+@hookimpl
+def ember_probe(device):
+  if device != "TOY": return None
+  iface = device_target(device).interface
+  return ProbeResult(iface == "MOCK", "" if iface == "MOCK" else f"no PCI card for interface {iface or 'PCI'!r}")
+'''
+
+def test_each_interface_is_probed_as_dev_would_select_it(fake_site) -> None:
+  fake_site.add_toy("toy", devices=("TOY",), interfaces=("PCI", "MOCK"), extra=PCI_NEEDS_A_CARD)
+  rc, report = _doctor(fake_site, "--json")
+  device = _by_name(report)["toy"]["devices"][0]
+  probes = {i["name"]: i for i in device["interface_probes"]}
+  assert probes["MOCK"]["ok"] and probes["MOCK"]["dev"] == "DEV=MOCK+TOY"
+  assert not probes["PCI"]["ok"] and "no PCI card for interface 'PCI'" in probes["PCI"]["reason"]
+  rc, text = _doctor(fake_site)
+  assert any("interface MOCK" in line and line.endswith("ok") for line in text.splitlines())
+  assert any("interface PCI" in line and "unavailable: no PCI card" in line for line in text.splitlines())

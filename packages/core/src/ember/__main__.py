@@ -46,7 +46,15 @@ def probe_backend(name: str) -> dict[str, Any]:
         renderers[rend.name] = {"ok": True, "reason": ""}
       except Exception as e:  # noqa: BLE001  the failure is the report
         renderers[rend.name] = _failure(e)
-    devices[entry.name] = {"ok": probe.ok, "reason": probe.reason, "renderers": renderers}
+    interfaces: dict[str, Any] = {}
+    for iface in entry.interfaces:  # each as DEV=<interface>+<device> would select it
+      saved = (Device._dev, Device._default)
+      Device.DEFAULT = f"{iface}+{entry.name}"
+      try:
+        iprobe = registry.probe(entry.name)
+        interfaces[iface] = {"ok": iprobe.ok, "reason": iprobe.reason}
+      finally: Device._dev, Device._default = saved
+    devices[entry.name] = {"ok": probe.ok, "reason": probe.reason, "renderers": renderers, "interfaces": interfaces}
   return {"backend": name, "status": rec.status, "reason": rec.reason, "devices": devices}
 
 def _child_env() -> dict[str, str]:
@@ -104,7 +112,9 @@ def collect() -> dict[str, Any]:
       if ok and renderers and not any(r["ok"] for r in renderers):
         ok, why = False, "no renderer builds: " + "; ".join(f"{r['name']}: {r['reason']}" for r in renderers)
       if ok and not dev.conflict: usable.add(dev.name)
-      devices.append({**asdict(dev), "ok": ok, "reason": why, "renderers": renderers,
+      iprobes = dprobe.get("interfaces", {})
+      interfaces = [{"name": i, "dev": f"DEV={i}+{dev.name}", **iprobes.get(i, unknown)} for i in dev.interfaces]
+      devices.append({**asdict(dev), "ok": ok, "reason": why, "renderers": renderers, "interface_probes": interfaces,
                       "dev": [f"DEV={dev.name}"] + [f"DEV={i}+{dev.name}" for i in dev.interfaces]})
     if status == "ok" and devices and not any(d["ok"] for d in devices):
       status, reason = "unavailable", "; ".join(f"{d['name']}: {d['reason']}" for d in devices)
@@ -127,7 +137,9 @@ def format_report(report: dict[str, Any]) -> str:
       ifaces = ", ".join(d["interfaces"]) or "-"
       lines.append(f"  {d['name']:<8} priority {d['priority']:>4}  interfaces: {ifaces}  {state}")
       if d["conflict"]: lines.append(f"    CONFLICT: {d['conflict']}")
-      for i in d["interfaces"]: lines.append(f"    interface {i:<8} DEV={i}+{d['name']}")
+      for i in d["interface_probes"]:
+        istate = "ok" if i["ok"] else f"unavailable: {i['reason']}"
+        lines.append(f"    interface {i['name']:<8} {i['dev']:<20} {istate}")
       for r in d["renderers"]:
         rstate = "ok" if r["ok"] else f"unavailable: {r['reason']}"
         lines.append(f"    renderer  {r['name']:<8} {r['dev']:<20} {rstate}")
