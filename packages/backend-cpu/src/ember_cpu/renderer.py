@@ -8,7 +8,7 @@ pass each value at its own width.
 from __future__ import annotations
 import os
 from typing import Any, Callable
-from ember.plugin import CStyleLanguage, LLVMRenderer, DType, Ops, UOp, dtypes, NUM_CPU_THREADS
+from ember.plugin import CStyleLanguage, LLVMRenderer, DType, Ops, UOp, UPat, PatternMatcher, dtypes, NUM_CPU_THREADS
 
 ARGFMT_SUFFIX = "_argfmt"
 
@@ -29,11 +29,11 @@ def _index_terms(idx: UOp, inlined: set[UOp]) -> tuple[list[UOp], int]:
   """An integer index as the terms of its ADD tree, in order, and the sum of its constant terms.
 
   An inlined value is printed where its user is evaluated, so an ADD is split into its terms only where that keeps
-  each inlined term at the place it was planned for: the index's own use (every ADD above it inlined), or a named
-  ADD whose terms are all named."""
+  each inlined term's value: the index's own use (every ADD above it inlined), a named ADD whose terms are named, or
+  inlined terms that read no accumulator (their string means the same wherever the ADD's value is in scope)."""
   def splittable(x: UOp, here: bool) -> bool:
     return all(c.op is Ops.CONST or c not in inlined or here or (c.op is Ops.ADD and splittable(c, False))
-               for c in x.src)
+               or not any(n.op in (Ops.DEFINE_ACC, Ops.ASSIGN, Ops.REDUCE) for n in c.toposort()) for c in x.src)
   terms: list[UOp] = []
   const = 0
   stack = [(idx, idx in inlined)]  # (value, whether it is evaluated at the index's use)
@@ -43,6 +43,39 @@ def _index_terms(idx: UOp, inlined: set[UOp]) -> tuple[list[UOp], int]:
     elif x.op is Ops.ADD and splittable(x, here): stack += [(c, here and c in inlined) for c in reversed(x.src)]
     else: terms.append(x)
   return terms, const
+
+# ** float MAX reductions as integer MAX reductions **
+# A NaN-propagating float max, `(a>b || a!=a) ? a : b`, is no reduction gcc or LLVM vectorise (without
+# -ffinite-math-only they may not reassociate it, and its select reads the accumulator twice), but an int max is.
+# The bits of a float b, as a signed int, order like the float for every non-NaN value once the negative ones have
+# their magnitude bits flipped: key(b) = b ^ ((b >> 31) & 0x7fffffff) (an involution; -0.0 < +0.0). NaN is found by a
+# second int max over the magnitude bits, b & 0x7fffffff, which exceeds inf's exactly for a NaN. Both reductions run
+# in one loop (same ranges) as plain int maxima: vpmaxsd on AVX-512.
+
+_KEY_INT = {dtypes.float32: dtypes.int32, dtypes.float64: dtypes.int64}
+
+def _flip(bits: UOp) -> UOp:
+  """key(bits) and its inverse: the magnitude bits flipped where the sign bit is set."""
+  width = bits.dtype.itemsize * 8
+  return bits ^ (bits.alu(Ops.SHR, bits.const_like(width - 1)) & bits.const_like((1 << (width - 1)) - 1))
+
+def _int_max_reduce(red: UOp) -> UOp | None:
+  if red.arg is not Ops.MAX or (idt := _KEY_INT.get(red.dtype)) is None: return None
+  width = idt.itemsize * 8
+  magnitude = (1 << (width - 1)) - 1
+  exp, man = dtypes.finfo(red.dtype)
+  inf_bits = ((1 << exp) - 1) << man
+  bits = red.src[0].bitcast(idt)
+  keys = UOp(Ops.REDUCE, idt, (_flip(bits), *red.src[1:]), Ops.MAX)
+  mags = UOp(Ops.REDUCE, idt, (bits & magnitude, *red.src[1:]), Ops.MAX)
+  # an empty reduction leaves keys at the int minimum: clamp it to -inf's key (-inf is the sign bit and inf's bits)
+  top = keys.maximum(UOp.const(idt, (inf_bits - (1 << (width - 1))) ^ magnitude))
+  return UOp.const(idt, inf_bits).lt(mags).where(mags.bitcast(red.dtype), _flip(top).bitcast(red.dtype))
+
+# codegen's rewrite for the CPU renderers: float MAX reductions as int maxima
+pm_cpu = PatternMatcher([
+  (UPat(Ops.REDUCE, name="red"), _int_max_reduce),
+])
 
 class ClangRenderer(CStyleLanguage):
   """C for clang or gcc: builtins instead of libm headers, `_Float16` for half, bfloat16/fp8 as raw bits."""
@@ -56,11 +89,21 @@ class ClangRenderer(CStyleLanguage):
   # kernel opts turn `acc += a*b` into MULACC with arg "fma" (ember.codegen.opt.FUSED): one fused multiply-add
   # (vfmadd), which gcc's SLP vectoriser keeps in vector registers; a plain MULACC stays a*b rounded, then +c
   fused_mulacc = True
-  code_for_op = {**CStyleLanguage.code_for_op, Ops.EXP2: _builtin("exp2"), Ops.LOG2: _builtin("log2"),
-                 Ops.SIN: _builtin("sin"), Ops.SQRT: _builtin("sqrt"), Ops.TRUNC: _builtin("trunc")}
+  # no EXP2 here, so codegen decomposes it (ember.codegen.transcendental: a polynomial and exponent bits, as accurate):
+  # libm's exp2f is a call per element that gcc cannot vectorise, the decomposition is plain arithmetic it does. A
+  # hand-built program's EXP2 still renders, as the builtin (`_render_alu`)
+  code_for_op = {k: v for k, v in CStyleLanguage.code_for_op.items() if k is not Ops.EXP2} | {
+    Ops.LOG2: _builtin("log2"), Ops.SIN: _builtin("sin"), Ops.SQRT: _builtin("sqrt"), Ops.TRUNC: _builtin("trunc")}
+  extra_matcher = pm_cpu
+  vector_reduce_ops = frozenset({Ops.MAX})  # as int maxima (pm_cpu) they vectorise unsplit: no SPLIT opt
   def __init__(self) -> None:
     self.global_max = (cpu_threads(),)
   def _render_alu(self, u: UOp, ctx: Any) -> str:
+    if u.op is Ops.EXP2:
+      x, dt = self._src(u.src[0], ctx), self.compute_dtype(u.dtype)
+      if dt in self.math_via_float: return self.render_cast(_builtin("exp2")(self.render_cast(x, dtypes.float32),
+                                                                             dtype=dtypes.float32), u.dtype)
+      return _builtin("exp2")(x, dtype=dt)
     if u.op is Ops.MULACC and u.arg == "fma" and u.dtype in (dtypes.float32, dtypes.float64):
       a, b, c = (self._src(s, ctx) for s in u.src)
       return f"__builtin_fma{'f' if u.dtype is dtypes.float32 else ''}({a},{b},{c})"
@@ -88,6 +131,8 @@ class CPULLVMRenderer(LLVMRenderer):
   suffix = "ll"
   has_threads = True
   simd_width = 16
+  extra_matcher = pm_cpu
+  vector_reduce_ops = frozenset({Ops.MAX})  # as int maxima (pm_cpu) they vectorise unsplit: no SPLIT opt
   def __init__(self) -> None:
     from ember_cpu.compiler import host_target_machine
     machine = host_target_machine()

@@ -8,7 +8,8 @@ it can keep in vector registers:
   A matmul's output columns become amt accumulators over one shared k loop; upcasting its rows as well gives a
   rows x columns block of accumulators per k step (register blocking: each loaded value is used several times).
 * `split_reduce(ast, red, amt)`: a reduction over `k` -> amt partial reductions over `k_o` (k = k_o*amt + c), combined
-  at the end. The partial sums of a dot product are then independent lanes a vector unit can run at once.
+  at the end. The partial sums of a dot product are then independent lanes a vector unit can run at once. Over several
+  ranges the innermost is split (a sum over (blocks, 16 lanes) becomes 16 partial sums over the blocks).
 * `fuse_mulacc(uops)`: in the linear program, `acc = acc + a*b` becomes one MULACC, which renderers that declare
   `fused_mulacc` print as a fused multiply-add (what lets gcc keep a matmul's accumulators in vector registers).
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from ember.dtype import dtypes
 from ember.errors import CompileError
+from ember.helpers import prod
 from ember.renderer import Renderer
 from ember.uop.ops import Ops, UOp, AxisType
 from ember.uop.rewrite import graph_rewrite, PatternMatcher, UPat
@@ -34,8 +36,8 @@ OPT_KINDS = ("UPCAST", "UPCAST_OUTER", "SPLIT", "THREADS")
 class Opt:
   """One optimisation. UPCAST/UPCAST_OUTER: `axis` is the axis number of a constant output range at the time the opt
   applies (UPCAST_OUTER makes the shortened range axis 0 and numbers every other range one up); SPLIT: every
-  one-range float ADD/MAX reduction is split into `amt` partial sums (`axis` unused, 0); THREADS: the outermost
-  output loop runs on `amt` CPU threads."""
+  float ADD/MAX reduction is split into `amt` partial sums over its innermost range (`axis` unused, 0); THREADS: the
+  outermost output loop runs on `amt` CPU threads."""
   op: str
   axis: int
   amt: int
@@ -67,13 +69,17 @@ def upcast(ast: UOp, rng: UOp, amt: int, outermost: bool = False) -> UOp:
   return graph_rewrite(ast.replace(src=stores), symbolic, name="upcast")
 
 def split_reduce(ast: UOp, red: UOp, amt: int) -> UOp:
-  """Split a one-range reduction into `amt` independent partial reductions, combined after the loop."""
-  if len(red.src) != 2: raise KernelOptError("split_reduce handles reductions over one range")
-  rng = red.src[1]
+  """Split a reduction into `amt` independent partial reductions, combined after the loop. Over several ranges, the
+  innermost (its last range, the loop that runs fastest) is split: k = k_o*amt + c; a k_o of one iteration goes."""
+  rng = red.src[-1]
   end = _const_end(rng)
   if amt < 2 or end % amt: raise KernelOptError(f"cannot split a reduction of {end} by {amt}")
-  outer = UOp.range(end // amt, rng.arg[0], AxisType.REDUCE)
-  parts = [UOp(Ops.REDUCE, red.dtype, (red.src[0].substitute({rng: outer * amt + c}), outer), red.arg)
+  keep = red.src[1:-1]
+  if end == amt and keep: outer, rngs = UOp.const(rng.dtype, 0), keep  # lane c of the loop over the other ranges
+  else:
+    outer = UOp.range(end // amt, rng.arg[0], AxisType.REDUCE)
+    rngs = (*keep, outer)
+  parts = [UOp(Ops.REDUCE, red.dtype, (red.src[0].substitute({rng: outer * amt + c}), *rngs), red.arg)
            for c in range(amt)]
   while len(parts) > 1:  # combine by halves, like a vector reduction: lane c with lane c + half, as whole vectors
     half = (len(parts) + 1) // 2
@@ -82,8 +88,12 @@ def split_reduce(ast: UOp, red: UOp, amt: int) -> UOp:
   return graph_rewrite(ast.substitute({red: parts[0]}), symbolic, name="split reduce")
 
 def _splittable(red: UOp) -> bool:
-  return len(red.src) == 2 and red.src[1].src[0].op is Ops.CONST and red.arg in (Ops.ADD, Ops.MAX) \
+  """A float ADD/MAX reduction over constant ranges (its innermost range is the one split)."""
+  return len(red.src) >= 2 and all(r.src[0].op is Ops.CONST for r in red.src[1:]) and red.arg in (Ops.ADD, Ops.MAX) \
     and not dtypes.is_int(red.dtype)
+
+def _split_key(red: UOp) -> tuple[tuple[object, int], ...]:
+  return tuple((r.arg, _const_end(r)) for r in red.src[1:])
 
 def apply_opt(ast: UOp, opt: Opt) -> UOp:
   """Apply one opt to a kernel AST; KernelOptError when it does not fit this kernel."""
@@ -93,12 +103,13 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
     return upcast(ast, rng, opt.amt, outermost=opt.op == "UPCAST_OUTER")
   if opt.op == "SPLIT":
     reds = [n for n in ast.toposort() if n.op is Ops.REDUCE and _splittable(n)]
-    if not reds: raise KernelOptError(f"{opt}: no one-range float ADD/MAX reduction to split")
+    if not reds: raise KernelOptError(f"{opt}: no float ADD/MAX reduction over constant ranges to split")
     for red in reds:
-      if (end := _const_end(red.src[1])) % opt.amt: raise KernelOptError(f"{opt}: a reduction of {end} does not divide")
-    targets = {(r.src[1].arg, _const_end(r.src[1])) for r in reds}  # the new partial loops are shorter: not targets
+      if (end := _const_end(red.src[-1])) % opt.amt:
+        raise KernelOptError(f"{opt}: a reduction whose innermost range is {end} does not divide")
+    targets = {_split_key(r) for r in reds}  # the partial reductions' ranges differ (shorter or gone): not targets
     while (red := next((n for n in ast.toposort() if n.op is Ops.REDUCE and _splittable(n)
-                        and (n.src[1].arg, _const_end(n.src[1])) in targets), None)) is not None:
+                        and _split_key(n) in targets), None)) is not None:
       ast = split_reduce(ast, red, opt.amt)
     return ast
   if opt.amt < 1: raise KernelOptError(f"{opt}: a thread count must be at least 1")
@@ -196,16 +207,54 @@ def matmul_opts(ast: UOp, width: int, cols: int, rows: int) -> list[Opt]:
     if r > 1: opts.append(Opt("UPCAST", rngs[ri].arg[0] + 1, r))  # after UPCAST_OUTER every other axis is one up
   return opts
 
+SHORT_REDUCE_ONE_THREAD = 1 << 20  # output elements x lanes up to which a short reduction runs on one thread
+
+def reuse_opts(ast: UOp, amts: tuple[int, ...] = (8, 4, 2)) -> list[Opt]:
+  """Register blocking for a reduction kernel that is no matmul (a convolution: its output columns are not a multiple
+  of the SIMD width, its weights not contiguous in the output channels): upcast the longest output range that one
+  input ignores (stride 0: a convolution's output channels, which the image does not depend on) and another moves
+  along, by the largest of `amts` that divides it. Each such load is then shared by `amt` accumulators of one loop,
+  so the loop does `amt` multiply-adds per load of that input. The innermost output range (the contiguous stores)
+  stays as it is; [] when no range fits."""
+  rngs = output_ranges(ast)
+  loads = [n.src[0].src[1] for n in ast.toposort() if n.op is Ops.LOAD]
+  best: tuple[int, UOp, int] | None = None
+  for rng in rngs[:-1]:
+    end = _const_end(rng)
+    amt = next((a for a in amts if end % a == 0 and end > a), None)
+    if amt is None: continue
+    strides = [_stride(i, rng) for i in loads]
+    if 0 in strides and any(s != 0 for s in strides) and (best is None or end > best[0]): best = (end, rng, amt)
+  return [] if best is None else [Opt("UPCAST", best[1].arg[0], best[2])]
+
 def hand_coded_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
   """The default opts: register-block a matmul-like kernel (rows x vectors of columns of accumulators), else split
-  long contiguous reductions into SIMD-width partial sums."""
+  long contiguous reductions into SIMD-width partial sums, else keep short reductions (at most a SIMD width per
+  output, such as summing partial-sum lanes) on one thread."""
   width = getattr(renderer, "simd_width", 0)
   if width < 2 or not any(n.op is Ops.REDUCE for n in ast.toposort()): return []
-  if (mm := matmul_opts(ast, width, cols=4, rows=4)): return mm
+  # 2 vectors of columns x 8 rows: B's rows are a power-of-two stride apart, so its panel does not stay in cache;
+  # 8 rows per B load halve that traffic against 4x4 (2x16 and 4x8 are ~15% faster still, but unroll twice as many
+  # accumulators: 4x the first-call time of a transformer block, spent rewriting the unrolled graph)
+  if (mm := matmul_opts(ast, width, cols=2, rows=8)): return mm
+  # reductions the target's compiler vectorises as they are (`Renderer.vector_reduce_ops`, e.g. the CPU's MAX as an
+  # int max) run fastest unsplit: partial lanes only make it shuffle them
+  native = getattr(renderer, "vector_reduce_ops", frozenset())  # duck-typed renderers may lack it
+  if all(n.arg in native for n in ast.toposort() if n.op is Ops.REDUCE): return []
   reds = [n for n in ast.toposort() if n.op is Ops.REDUCE and _splittable(n)]
-  if reds and all(_const_end(r.src[1]) % width == 0 and _const_end(r.src[1]) >= 4 * width for r in reds):
+  # the innermost range gives the lanes; the whole reduction must be long enough to pay for combining them
+  if reds and all(_const_end(r.src[-1]) % width == 0 and prod(_const_end(x) for x in r.src[1:]) >= 4 * width
+                  for r in reds):
     return [Opt("SPLIT", 0, width)]
-  return []
+  # a reduction of at most `width` elements per output (summing partial-sum lanes) does too little per output for a
+  # second thread to pay for its launch (~25 us on the 2-core development machine, the time of 10^5-10^6 adds)
+  every = [n for n in ast.toposort() if n.op is Ops.REDUCE]
+  outs = [n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] is AxisType.GLOBAL]
+  short = len(reds) == len(every) and all(prod(_const_end(x) for x in r.src[1:]) <= width for r in reds)
+  if short and all(o.src[0].op is Ops.CONST for o in outs) and \
+     prod(_const_end(o) for o in outs) * width <= SHORT_REDUCE_ONE_THREAD:
+    return [Opt("THREADS", 0, 1)]
+  return reuse_opts(ast)  # a convolution: its output channels share each image load
 
 # ** the linear program **
 

@@ -157,14 +157,14 @@ def xexp2(d: UOp) -> UOp:
   """2**d from basic ALU ops."""
   if (fmt := _format_of(d)) is None: return _in_float32(xexp2, d)
   hi_limit, lo_limit = float(fmt.emax + 1), -float(fmt.bias + fmt.mant)  # 2**lo_limit: a quarter of the least subnormal
-  # inputs outside (lo_limit, hi_limit) and nan compute on 0, so no inf/nan reaches a float->int cast
-  x = d.lt(hi_limit).where(d.gt(lo_limit).where(d, d.const_like(0.0)), d.const_like(0.0))
-  q = _rint(x)
-  r = _sub(x, q)  # exact, |r| <= 1/2
-  ret = _ldexp(_poly(r, _exp2_coeffs(fmt)), q.cast(dtypes.int32), fmt)
-  ret = d.gt(lo_limit).where(ret, d.const_like(0.0))  # rounds to 0 (so does -inf)
-  ret = d.lt(hi_limit).where(ret, d.const_like(math.inf))
-  return d.ne(d).where(d.const_like(math.nan), ret)
+  # clamped to [lo_limit, hi_limit] the same steps give the special results: 2**hi_limit overflows to inf (so does
+  # inf), 2**lo_limit rounds to 0 (so does -inf). nan stays in x and reaches the result through r; only q, which is
+  # cast to int, computes on 0 for it. No select wraps the result, so a sum of exp2 stays a plain vectorisable add.
+  x = d.lt(lo_limit).where(d.const_like(lo_limit), d)
+  x = x.gt(hi_limit).where(x.const_like(hi_limit), x)
+  q = _rint(x.ne(x).where(x.const_like(0.0), x))
+  r = _sub(x, q)  # exact, |r| <= 1/2 (nan for nan)
+  return _ldexp(_poly(r, _exp2_coeffs(fmt)), q.cast(dtypes.int32), fmt)
 
 # ** log2 **
 

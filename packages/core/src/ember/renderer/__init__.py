@@ -57,6 +57,8 @@ class Renderer(ABC):
   tensor_cores: tuple[str, ...] = ()
   # lanes of the target's vector unit for 32-bit values; kernel opts unroll by it (0: no SIMD opts)
   simd_width: int = 0
+  # reduce ops the target's compiler vectorises as written (no SPLIT into partial lanes needed)
+  vector_reduce_ops: frozenset[Ops] = frozenset()
   # ops the target computes natively; codegen decomposes the transcendental ones that are missing here
   code_for_op: dict[Ops, Callable[..., str]] = {}
   extra_matcher: Any = None

@@ -1,0 +1,158 @@
+"""The CPU renderers' kernel rewrites and the default opts they get, on both renderers, against numpy and against the
+unoptimised kernel: float MAX reductions as int maxima (NaN, infinities, signed zeros), exp2 as a polynomial,
+convolution and matmul register blocking."""
+from __future__ import annotations
+import numpy as np
+import pytest
+from ember import Tensor
+from ember.codegen import get_program
+from ember.codegen.opt import Opt, hand_coded_opts, output_ranges
+from ember.plugin import Ops, PtrDType, UOp
+from ember.uop.rewrite import graph_rewrite
+from ember.uop.symbolic import symbolic
+from cpu_kernels import RENDERERS, device, np_dtype
+
+def kernel_of(t: Tensor) -> UOp:
+  """The last kernel of `t`'s schedule, as codegen sees it before the opts."""
+  items = [it for it in t.schedule() if it.kind != "copy"]
+  return graph_rewrite(items[-1].ast, symbolic, name="test: simplify")
+
+def run_kernel(kind: str, ast: UOp, inputs: dict[int, np.ndarray], opts: list[Opt] | None = None,
+               threads: bool = True) -> list[np.ndarray]:
+  """Codegen `ast` for renderer `kind` (`opts` None: the hand-coded default), run it with buffer slot s holding
+  inputs[s] (zeros elsewhere), return the buffers it writes."""
+  dev = device(kind)
+  spec = get_program(ast, dev.renderer, "", opts)
+  prg = dev.runtime(spec.name, dev.compiler.compile(spec.src))
+  params = sorted((u for u in spec.uops if u.op is Ops.PARAM), key=lambda u: u.arg)
+  arrays, handles = [], []
+  for p in params:
+    assert isinstance(p.dtype, PtrDType)
+    a = np.ascontiguousarray(inputs[p.arg]) if p.arg in inputs else np.zeros(p.dtype.size, np_dtype(p.dtype.base))
+    h = dev.allocator.alloc(a.nbytes)
+    dev.allocator._copyin(h, memoryview(a).cast("B"))
+    arrays.append(a)
+    handles.append(h)
+  gsize = spec.global_size if threads and spec.global_size else (1, 1, 1)
+  prg(*handles, global_size=tuple(gsize), wait=True)
+  outs = []
+  for slot in spec.outs:
+    out = np.empty_like(arrays[slot])
+    dev.allocator._copyout(memoryview(out).cast("B"), handles[slot])
+    outs.append(out)
+  return outs
+
+def _specials(dtype: type, rows: int, cols: int, seed: int = 0) -> np.ndarray:
+  """Random rows, then rows holding NaN (either sign), -inf only, +inf, signed zeros only, huge and tiny values."""
+  rng = np.random.default_rng(seed)
+  x = rng.standard_normal((rows, cols)).astype(dtype)
+  fi = np.finfo(dtype)
+  x[1, 5] = np.nan
+  x[2, :] = -np.inf
+  x[3, 7] = np.inf
+  x[4, :] = -0.0
+  x[5, :] = np.where(np.arange(cols) % 2 == 0, -0.0, 0.0)
+  x[6, :] = -fi.max
+  x[6, 3] = -fi.smallest_subnormal
+  x[7, 9] = -np.copysign(np.nan, -1.0)  # a NaN with the sign bit set (what 0/0 gives on x86)
+  x[7, 10] = np.copysign(np.nan, -1.0)
+  x[8, :] = -np.abs(x[8, :])  # negatives only
+  x[9, :] = fi.smallest_subnormal * np.arange(cols)
+  return x
+
+@pytest.mark.parametrize("kind", RENDERERS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_max_reduction_specials_match_numpy(kind: str, dtype: type) -> None:
+  x = _specials(dtype, 12, 48)
+  ast = kernel_of(Tensor(x).max(axis=1))
+  want = x.max(axis=1)
+  for opts in (None, []):
+    got = run_kernel(kind, ast, {1: x.reshape(-1)}, opts)[0]
+    np.testing.assert_array_equal(got, want)  # NaN where numpy has NaN, the same infinities and extremes
+  assert np.signbit(got[4]) and np.isnan(got[1]) and np.isnan(got[7]) and got[2] == -np.inf and got[3] == np.inf
+
+@pytest.mark.parametrize("kind", RENDERERS)
+def test_max_rewrite_applies_to_every_max_reduction(kind: str) -> None:
+  x = _specials(np.float32, 10, 64, seed=3)
+  full = kernel_of(Tensor(x).max())  # a reduction over both axes of the (10, 64) input
+  np.testing.assert_array_equal(run_kernel(kind, full, {1: x.reshape(-1)})[0], np.array([x.max()]))
+  finite = np.random.default_rng(4).standard_normal((6, 40)).astype(np.float32)
+  cols = kernel_of(Tensor(finite).max(axis=0))  # the reduced axis strided
+  np.testing.assert_array_equal(run_kernel(kind, cols, {1: finite.reshape(-1)})[0], finite.max(axis=0))
+
+def test_max_only_kernels_stay_unsplit_int_maxima() -> None:
+  renderer = device("C").renderer
+  ast = kernel_of(Tensor(np.zeros((8, 256), np.float32)).max(axis=1))
+  assert hand_coded_opts(ast, renderer) == []  # the int max vectorises as it is: no SPLIT lanes
+  src = get_program(ast, renderer, "").src
+  assert "int acc0" in src and "float acc" not in src  # both accumulators of the loop are ints
+  summed = kernel_of(Tensor(np.zeros((8, 256), np.float32)).sum(axis=1))
+  assert [o.op for o in hand_coded_opts(summed, renderer)] == ["SPLIT"]  # an ADD still gets partial sums
+
+@pytest.mark.parametrize("kind", RENDERERS)
+def test_exp_matches_numpy_with_specials(kind: str) -> None:
+  x = np.concatenate([np.random.default_rng(1).uniform(-100, 100, 4000),
+                      [-np.inf, np.inf, np.nan, 0.0, -0.0, -150.0, -104.0, -103.9, -87.3, 88.72, 88.73, 89.0, 1e-30,
+                       -1e-30, 200.0, -200.0, 3.4e38, -3.4e38]]).astype(np.float32)
+  ast = kernel_of(Tensor(x).exp())
+  got = run_kernel(kind, ast, {1: x})[0]
+  # exp(x) is exp2 of the float32 product x * log2(e): the oracle rounds that product the same way
+  with np.errstate(over="ignore", invalid="ignore"):
+    t = x * np.float32(1 / np.log(2))
+    want = np.exp2(t.astype(np.float64)).astype(np.float32)
+  special = ~np.isfinite(want) | (want == 0) | ~np.isfinite(x)
+  np.testing.assert_array_equal(got[special], want[special])
+  tiny = np.finfo(np.float32).smallest_subnormal  # one unit of a subnormal result
+  np.testing.assert_allclose(got[~special], want[~special], rtol=4e-7, atol=tiny)
+
+@pytest.mark.parametrize("kind", RENDERERS)
+def test_softmax_kernels_match_unoptimised(kind: str) -> None:
+  x = np.random.default_rng(2).standard_normal((6, 96)).astype(np.float32) * 4
+  items = [it for it in Tensor(x).softmax(-1).schedule() if it.kind != "copy"]
+  assert len(items) >= 2
+  rng = np.random.default_rng(7)
+  for it in items:  # each kernel on random inputs (every slot but the output), optimised against unoptimised
+    ast = graph_rewrite(it.ast, symbolic, name="test: simplify")
+    params = [n for n in ast.toposort() if n.op is Ops.PARAM]
+    written = {n.src[0].src[0].arg for n in ast.toposort() if n.op is Ops.STORE}
+    inputs = {p.arg: rng.uniform(0.5, 3.0, p.dtype.size).astype(np.float32) for p in params if p.arg not in written}
+    got, plain = run_kernel(kind, ast, inputs)[0], run_kernel(kind, ast, inputs, [])[0]
+    np.testing.assert_allclose(got, plain, rtol=1e-5, atol=1e-7)
+
+def test_softmax_end_to_end_matches_numpy() -> None:
+  x = np.random.default_rng(2).standard_normal((6, 96)).astype(np.float32) * 4
+  x[1, 3] = -np.inf
+  e = np.exp(x - x.max(-1, keepdims=True))
+  np.testing.assert_allclose(Tensor(x, device="CPU").softmax(-1).numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5,
+                             atol=1e-7)
+
+def _np_conv(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+  from numpy.lib.stride_tricks import sliding_window_view
+  xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+  return np.einsum("nchwij,ocij->nohw", sliding_window_view(xp, (3, 3), axis=(2, 3)), w)
+
+@pytest.mark.parametrize("kind", RENDERERS)
+def test_conv_gets_output_channel_blocking_and_matches(kind: str) -> None:
+  rng = np.random.default_rng(5)
+  x, w = rng.standard_normal((2, 5, 7, 6)).astype(np.float32), rng.standard_normal((16, 5, 3, 3)).astype(np.float32)
+  ast = kernel_of(Tensor(x).conv2d(Tensor(w), padding=1))
+  opts = hand_coded_opts(ast, device(kind).renderer)
+  channels = next(r for r in output_ranges(ast) if r.src[0].arg == 16)
+  assert opts == [Opt("UPCAST", channels.arg[0], 8)]  # the image load is shared by 8 output channels
+  inputs = {1: x.reshape(-1), 2: w.reshape(-1)}
+  got, plain = run_kernel(kind, ast, inputs, opts)[0], run_kernel(kind, ast, inputs, [])[0]
+  np.testing.assert_allclose(got, plain, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(got.reshape(2, 16, 7, 6), _np_conv(x, w), rtol=1e-4, atol=1e-4)
+
+@pytest.mark.parametrize("kind", RENDERERS)
+@pytest.mark.parametrize("m,k,n", [(4, 5, 32), (6, 3, 16)])
+def test_default_matmul_blocks_match_numpy(kind: str, m: int, k: int, n: int) -> None:
+  rng = np.random.default_rng(6)
+  a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+  ast = kernel_of(Tensor(a) @ Tensor(b))
+  opts = hand_coded_opts(ast, device(kind).renderer)
+  assert [o.op for o in opts] == ["UPCAST_OUTER", "UPCAST"]  # columns and rows of accumulators
+  got = run_kernel(kind, ast, {1: a.reshape(-1), 2: b.reshape(-1)})[0]
+  np.testing.assert_allclose(got, run_kernel(kind, ast, {1: a.reshape(-1), 2: b.reshape(-1)}, [])[0],
+                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(got.reshape(m, n), a @ b, rtol=1e-4, atol=1e-4)
