@@ -22,6 +22,7 @@ from ember.plugin import AxisType, DType, Ops, ProgramSpec, PtrDType, UOp, dtype
 from ember.tensor import Tensor
 from ember.testing import KERNEL_CORPUS, sample, tensor, tolerance
 from ember.testing.hostshim import GROUP_CASES
+from ember.testing.tensorcore import TC_CASES, cases_for, check_tensor_core_case
 from ember_metal.renderer import MetalRenderer
 import msl_shim
 
@@ -82,6 +83,8 @@ EXTRA: dict[str, Callable[[], Tensor]] = {
 
 # reductions long enough to be shared by a threadgroup: threadgroup memory, barriers and simd_shuffle_xor
 EXTRA.update({f"group_{name}": build for name, build in GROUP_CASES.items()})
+# float32 matmuls on simdgroup_float8x8 (ember.codegen.tensorcore), checked against PYTHON like every case here
+EXTRA.update({f"tc_{name}": (lambda name=name: TC_CASES[name][1]()[0]) for name in cases_for(RENDERER)})
 
 def _kit_case(builder: Callable[[str, DType], Tensor], dt: DType) -> Callable[[], Tensor]:
   return lambda: builder(REF, dt)
@@ -192,5 +195,19 @@ def test_corpus_uses_the_gpu_features(corpus: tuple[list[Kernel], msl_shim.ShimL
   for needle in ("metal::exp2(", "metal::log2(", "metal::precise::sin(", "metal::sqrt(", "metal::trunc(",
                  "metal::isnan(", "as_type<", "device const half*", "device ushort*", "constant int& n [[buffer(2)]]",
                  "(int)gid.x", "(int)lid.x", "threadgroup float temp", "threadgroup long temp",
-                 "threadgroup_barrier(mem_flags::mem_threadgroup);", "simd_shuffle_xor("):
+                 "threadgroup_barrier(mem_flags::mem_threadgroup);", "simd_shuffle_xor(",
+                 "simdgroup_multiply_accumulate(", "simdgroup_load(", "simdgroup_store("):
     assert needle in src, needle
+
+@pytest.mark.parametrize("name", cases_for(RENDERER))
+def test_simdgroup_matmuls_match_numpy_and_python(name: str) -> None:
+  """The float32 simdgroup matmul cases against their float64 numpy oracle too (and that the opt applies)."""
+  def run(t: Tensor) -> np.ndarray:
+    kernels = list(_schedule_kernels(name, t))
+    with tempfile.TemporaryDirectory(prefix="ember_msl_") as tmp:
+      lib = msl_shim.build([k.spec for k in kernels], RENDERER, tmp)
+      for i, k in enumerate(kernels):
+        bufs = [a.copy() for a in k.inputs]
+        lib.run(i, bufs, k.vals)
+    return bufs[0].reshape(tuple(int(s) for s in t.shape))
+  check_tensor_core_case(name, RENDERER, run)

@@ -19,7 +19,7 @@ def test_tensor_core_matmuls_run_like_python(name: str) -> None:
   check_tensor_core_case(name, CUDARenderer(), run_on_shim)
 
 def test_cuda_takes_fp16_and_bf16_and_ptx_fp16() -> None:
-  assert set(cases_for(CUDARenderer())) == set(TC_CASES)
+  assert set(cases_for(CUDARenderer())) == {n for n, (dt, _) in TC_CASES.items() if dt is not dtypes.float32}
   assert "bf16_to_f32_32x32x16" not in cases_for(PTXRenderer())  # PTXRenderer has no bfloat16
 
 def _matmul(m: int, k: int, n: int, dt=np.float16) -> Tensor:

@@ -11,6 +11,8 @@ The kernel's calling convention, which the runtime (`ember_metal.device`) binds:
 
 Group reductions (ember.codegen.group) use `threadgroup` arrays declared at the top of the kernel,
 `threadgroup_barrier(mem_flags::mem_threadgroup)` and `simd_shuffle_xor` across the 32 threads of a SIMD-group.
+float32 matmuls whose dims divide 8 run on `simdgroup_float8x8` (ember.codegen.tensorcore), one SIMD-group per 8x8
+output tile, its A/B/D tiles staged through threadgroup memory with `simdgroup_load` / `simdgroup_store`.
 
 dtypes: `half` is native; there is no double on Apple GPUs, so float64 is unsupported. bfloat16 and fp8 are emulated
 as in every C-style renderer (raw bits in memory, computed in float32, round-to-nearest-even conversions): Metal's
@@ -22,7 +24,7 @@ behave as IEEE says and MAX can propagate NaN.
 from __future__ import annotations
 import re
 from typing import Callable
-from ember.plugin import CStyleLanguage, DType, Ops, dtypes
+from ember.plugin import CompileError, CStyleLanguage, DType, Ops, UOp, dtypes
 
 METAL_HEADER = "#include <metal_stdlib>\nusing namespace metal;\n"
 
@@ -32,6 +34,9 @@ def _metal(name: str) -> Callable[..., str]:
 def _max(a: str, b: str, dtype: DType) -> str:
   if dtypes.is_float(dtype): return f"((({a}>{b})||metal::isnan({a}))?{a}:{b})"  # NaN in either operand propagates
   return f"(({a}>{b})?{a}:{b})"
+
+SIMDGROUP_MATMUL = "simdgroup_f32_8x8x8"  # ember.codegen.tensorcore: float32 matmuls on simdgroup_float8x8
+PRE_APPLE7 = ("apple6", "apple5", "mac2")  # GPU families without simdgroup matrices (an arch of DEV=METAL::<arch>)
 
 # a scalar parameter as CStyleLanguage prints it: "<arg_int_prefix><type> <name>"
 _scalar_param = re.compile(r"^constant (\w+) (\w+)$")
@@ -65,8 +70,36 @@ class MetalRenderer(CStyleLanguage):
   code_for_op = {**CStyleLanguage.code_for_op, Ops.EXP2: _metal("exp2"), Ops.LOG2: _metal("log2"),
                  Ops.SIN: _metal("precise::sin"), Ops.SQRT: _metal("sqrt"), Ops.TRUNC: _metal("trunc"), Ops.MAX: _max}
 
+  tensor_cores = (SIMDGROUP_MATMUL,)
+
   def __init__(self, arch: str = "") -> None:
     self.arch = arch
+    if arch.lower() in PRE_APPLE7: self.tensor_cores = ()
+
+  def _render_wmma(self, u: UOp, ctx) -> None:  # type: ignore[no-untyped-def]
+    """An 8x8x8 simdgroup matmul: each lane writes its two A and B elements to threadgroup tiles, the SIMD-group loads
+    them as simdgroup matrices, multiplies, stores D to a third tile, and each lane reads its two D elements back
+    (barriers between; the threadgroup is the one SIMD-group, lane = lid.x). `simdgroup_load`/`simdgroup_store`
+    fix the tiles' layout, so the undocumented register layout of a simdgroup matrix never matters."""
+    name, index, count = u.arg
+    if (out := ctx.wmma.get(u.src)) is None:
+      if name != SIMDGROUP_MATMUL:
+        raise CompileError(f"MetalRenderer has no code for the matrix instruction {name}; it has {SIMDGROUP_MATMUL}")
+      if "__ember_tc" not in ctx.helpers:  # the tiles, once, at kernel scope (threadgroup memory is declared there)
+        ctx.helpers["__ember_tc"] = ""
+        ctx.lines.insert(0, "  threadgroup float __ember_tc_a[64], __ember_tc_b[64], __ember_tc_c[64];")
+      a0, a1, b0, b1 = (self._src(s, ctx) for s in u.src)
+      out = ctx.wmma[u.src] = ctx.fresh("wmma")
+      bar = "threadgroup_barrier(mem_flags::mem_threadgroup);"
+      for line in (f"float {out}[{count}];",
+                   f"__ember_tc_a[lid.x*2] = {a0}; __ember_tc_a[lid.x*2+1] = {a1};",
+                   f"__ember_tc_b[lid.x*2] = {b0}; __ember_tc_b[lid.x*2+1] = {b1};", bar,
+                   "{ simdgroup_float8x8 tc_a, tc_b, tc_d = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);",
+                   "  simdgroup_load(tc_a, __ember_tc_a, 8); simdgroup_load(tc_b, __ember_tc_b, 8);",
+                   "  simdgroup_multiply_accumulate(tc_d, tc_a, tc_b, tc_d); simdgroup_store(tc_d, __ember_tc_c, 8); }",
+                   bar, f"{out}[0] = __ember_tc_c[lid.x*2]; {out}[1] = __ember_tc_c[lid.x*2+1];"):
+        ctx.emit(line)
+    ctx.names[u] = f"{out}[{index}]"
 
   def render_bitcast(self, x: str, src: DType, dst: DType, ctx: object) -> str:
     return f"as_type<{self.render_dtype(dst)}>({x})"

@@ -1,4 +1,5 @@
-"""Tensor cores: matmul-like kernels on the warp-level matrix instructions of GPUs (NVIDIA mma.sync, AMD WMMA).
+"""Tensor cores: matmul-like kernels on the warp-level matrix instructions of GPUs (NVIDIA mma.sync, AMD WMMA and
+MFMA, Apple simdgroup matrices).
 
 A matrix instruction computes D = A @ B on small tiles (A is M x K, B is K x N, D is M x N) with all the lanes of a
 warp at once. Each lane holds a *fragment*: some elements of A and of B in its registers, and it gets some elements of
@@ -83,6 +84,14 @@ def _cdna_a(lane: Any, i: int) -> tuple[Any, Any]: return lane % 16, lane // 16 
 def _cdna_b(lane: Any, i: int) -> tuple[Any, Any]: return lane // 16 * 4 + i, lane % 16
 def _cdna_c(lane: Any, i: int) -> tuple[Any, Any]: return lane // 16 * 4 + i, lane % 16
 
+# ** Apple simdgroup matrices (Apple7+, a SIMD-group of 32 threads): simdgroup_float8x8 **
+# Which elements of a simdgroup matrix each thread holds is not documented, so the Metal renderer never relies on it:
+# each lane writes its fragment to threadgroup memory and `simdgroup_load` / `simdgroup_store` move whole 8x8 tiles
+# (documented, row-major with a stride). The fragment layout is therefore ember's own choice: lane l holds row l // 4,
+# columns 2*(l % 4) and 2*(l % 4) + 1 of A, of B and of D (two elements each).
+
+def _simd_rc(lane: Any, i: int) -> tuple[Any, Any]: return lane // 4, lane % 4 * 2 + i
+
 TENSOR_CORES: dict[str, TensorCore] = {tc.name: tc for tc in (
   TensorCore("mma_m16n8k16_f16_f32", (16, 8, 16), dtypes.float16, dtypes.float32, 32, (8, 4, 4),
              _mma_a, _mma_b, _mma_c),
@@ -92,6 +101,8 @@ TENSOR_CORES: dict[str, TensorCore] = {tc.name: tc for tc in (
              _rdna3_a, _rdna3_b, _rdna3_c),
   TensorCore("mfma_f32_16x16x16_f16", (16, 16, 16), dtypes.float16, dtypes.float32, 64, (4, 4, 4),
              _cdna_a, _cdna_b, _cdna_c),
+  TensorCore("simdgroup_f32_8x8x8", (8, 8, 8), dtypes.float32, dtypes.float32, 32, (2, 2, 2),
+             _simd_rc, _simd_rc, _simd_rc),
 )}
 """The matrix instructions codegen knows, by the name a renderer lists in `Renderer.tensor_cores`."""
 
@@ -112,8 +123,11 @@ class _Matmul:
   y: UOp
 
 def _factors(value: UOp, tc: TensorCore) -> tuple[UOp, UOp] | None:
-  """(x, y) of dtype_in when `value` is cast(x * y) or cast(x) * cast(y) to dtype_acc."""
+  """(x, y) of dtype_in when `value` is cast(x * y) or cast(x) * cast(y) to dtype_acc, or x * y when the input and
+  accumulator dtypes are the same."""
   if value.dtype is not tc.dtype_acc: return None
+  if tc.dtype_in is tc.dtype_acc:
+    return (value.src[0], value.src[1]) if value.op is Ops.MUL else None
   if value.op is Ops.CAST and value.src[0].op is Ops.MUL and value.src[0].dtype is tc.dtype_in:
     return value.src[0].src[0], value.src[0].src[1]
   if value.op is Ops.MUL and all(s.op is Ops.CAST and s.src[0].dtype is tc.dtype_in for s in value.src):

@@ -53,6 +53,17 @@ def _bfloat16() -> tuple[Tensor, np.ndarray]:
     return rounded.astype(np.uint32).view(np.float32).astype(np.float64)
   return x.float() @ y.float(), bf16(a) @ bf16(b)
 
+def _float(seed: int, *shape: int) -> np.ndarray:
+  return np.random.default_rng(seed).uniform(-1.0, 1.0, shape).astype(np.float32)
+
+def _f32() -> tuple[Tensor, np.ndarray]:
+  a, b = _float(14, 32, 64), _float(15, 64, 48)
+  return _t(a) @ _t(b), _f64(a) @ _f64(b)
+
+def _f32_batched_bias() -> tuple[Tensor, np.ndarray]:
+  a, b, bias = _float(16, 2, 16, 24), _float(17, 2, 24, 40), _float(18, 40)
+  return _t(a) @ _t(b) + _t(bias), _f64(a) @ _f64(b) + bias
+
 TC_CASES: dict[str, tuple[DType, Callable[[], tuple[Tensor, np.ndarray]]]] = {
   "f16_to_f32_32x64x48": (dtypes.float16, _f32_out),
   "f16_32x64x48": (dtypes.float16, _half_out),
@@ -60,10 +71,13 @@ TC_CASES: dict[str, tuple[DType, Callable[[], tuple[Tensor, np.ndarray]]]] = {
   "f16_transposed_b_48x32x16": (dtypes.float16, _transposed_b),
   "f16_bias_relu_16x48x32": (dtypes.float16, _epilogue),
   "bf16_to_f32_32x32x16": (dtypes.bfloat16, _bfloat16),
+  "f32_32x64x48": (dtypes.float32, _f32),
+  "f32_batched_bias_2x16x24x40": (dtypes.float32, _f32_batched_bias),
 }
 """Matmuls over the input dtype whose shapes fit the matrix instructions (M, N, K dividing 16 x 8 x 16 and
 16 x 16 x 16): float32 and float16 outputs, a batch, B stored transposed, an epilogue (bias + relu) after the
-reduction, bfloat16 inputs. Each gives the tensor (built on the reference device) and a float64 numpy oracle."""
+reduction, bfloat16 inputs, float32 inputs (8 x 8 x 8 simdgroup matrices). Each gives the tensor (built on the
+reference device) and a float64 numpy oracle."""
 
 def cases_for(renderer: Renderer) -> list[str]:
   """The TC_CASES whose input dtype one of `renderer`'s tensor cores takes."""
