@@ -11,6 +11,7 @@ A backend subclasses these (through `ember.plugin`, which re-exports them):
 * `Compiled(device, allocator, renderer, compiler, runtime)` ties them together; `Device["CPU"]` returns one.
 """
 from __future__ import annotations
+import contextlib
 import ctypes
 from abc import ABC, abstractmethod
 import functools
@@ -122,9 +123,8 @@ class Buffer:
   def __del__(self) -> None:
     if not hasattr(self, "_buf") or self._base is not None: return
     MemoryStats.used -= self.nbytes
-    try: self.allocator.free(self._buf, self.nbytes, self.options)
-    except Exception:  # noqa: BLE001  interpreter shutdown may have torn down the allocator already
-      pass
+    with contextlib.suppress(Exception):  # interpreter shutdown may have torn down the allocator already
+      self.allocator.free(self._buf, self.nbytes, self.options)
   def __repr__(self) -> str:
     offset = f" offset:{self.offset}" if self._base is not None else ""
     return f"<buf device:{self.device} size:{self.size} dtype:{self.dtype!r}{offset}>"
