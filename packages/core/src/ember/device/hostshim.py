@@ -32,12 +32,13 @@ SHIM_PRELUDE = r"""
 #include <math.h>
 #include <string.h>
 #include <stdint.h>
-#include <barrier>
-#include <thread>
-#include <vector>
 #define __global__
 #define __device__
 #define __shared__ static
+#ifdef EMBER_THREADED
+#include <barrier>
+#include <thread>
+#include <vector>
 static std::barrier<>* ember_barrier = nullptr;
 static thread_local unsigned ember_tid = 0;
 alignas(16) static unsigned char ember_exchange[1024 * 8];
@@ -50,13 +51,21 @@ template <typename T> static inline T ember_exchange_with(T v, unsigned partner)
   ember_sync();
   return r;
 }
+#else
+// a build whose kernels have no sync markers runs their threads one after another and never syncs or exchanges:
+// reaching these is a shim bug, so it traps instead of returning a wrong value
+static const unsigned ember_tid = 0;
+static inline void ember_sync() { __builtin_trap(); }
+template <typename T> static inline T ember_exchange_with(T v, unsigned) { __builtin_trap(); return v; }
+#endif
 template <typename T> static inline T ember_shuffle_xor(T v, unsigned mask) {
   return ember_exchange_with(v, ember_tid ^ mask);
 }
 """
 """Force-included ahead of every dialect header: libm, memcpy, fixed-width ints, the GPU qualifiers defined away,
 shared arrays as statics, and the block sync (`ember_sync`) and register exchanges (`ember_exchange_with`,
-`ember_shuffle_xor`) of threaded launches."""
+`ember_shuffle_xor`) of threaded launches. The C++ thread headers are heavy, so they are included only in builds
+compiled with EMBER_THREADED (sources that contain a sync marker)."""
 
 def aligned_layout(sizes: Iterable[int]) -> tuple[list[tuple[int, int]], int]:
   """(offset, size) of each argument, every one aligned to its own size, and the block's total size."""
@@ -176,7 +185,9 @@ class HostShimCompiler(Compiler):
       for fname, text in (("ember_shim.h", SHIM_PRELUDE + self.dialect.header), *self.dialect.include_files):
         with open(os.path.join(tmp, fname), "w") as f: f.write(text)
       out = os.path.join(tmp, "kernel.so")
-      cmd = [self.cxx, "-x", "c++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-ffp-contract=off", "-fwrapv",
+      threaded = ["-DEMBER_THREADED"] if any(m in full for m in self.dialect.sync_markers) else []
+      cmd = [self.cxx, "-x", "c++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", *threaded,
+             "-ffp-contract=off", "-fwrapv",
              "-include", os.path.join(tmp, "ember_shim.h"), "-I", tmp, "-", "-o", out]
       try: proc = subprocess.run(cmd, input=full.encode(), capture_output=True, timeout=300)
       except (OSError, subprocess.SubprocessError) as e: raise CompileError(f"running {self.cxx} failed: {e}") from e
