@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import re
 from typing import Any
 from ember.plugin import BufferSpec, Compiled, Compiler, DeviceError, LRUAllocator, ProbeResult, Renderer
 from ember_nv.renderer import kernel_arg_layout
@@ -82,17 +83,31 @@ class CUDAAllocator(LRUAllocator):
                   ctypes.c_size_t(dest.nbytes))
   def _offset(self, opaque: Any, size: int, offset: int) -> Any: return opaque + offset
 
+def param_widths(lib: bytes, name: str) -> list[int]:
+  """The byte width of each parameter of kernel `name`, from the binary itself: a cubin's EIATTR_KPARAM_INFO records,
+  or the `.param .<type>` list of a PTX entry (so an int64 variable is passed as 8 bytes, an int32 one as 4)."""
+  if lib.startswith(b"\x7fELF"):
+    from ember_nv.nvdriver import cubin_param_layout
+    return [size for _, size in cubin_param_layout(lib, name)[0]]
+  text = lib.decode(errors="replace")
+  if (start := text.find(f".entry {name}(")) < 0:
+    raise DeviceError(f"the PTX has no entry {name}; it was compiled from a different kernel")
+  return [int(bits) // 8 for bits in re.findall(r"\.param\s+\.[a-z]+?(\d+)\s", text[start:text.index(")", start)])]
+
+def _arg(value: int, width: int) -> Any: return ctypes.c_int64(value) if width == 8 else ctypes.c_int32(value)
+
 class CUDAProgram:
-  """A cubin (or PTX) loaded with cuModuleLoadData; launches pass the arguments as one parameter block."""
+  """A cubin (or PTX) loaded with cuModuleLoadData; launches pass the arguments as one parameter block, each variable
+  at the width the binary declares for it."""
   def __init__(self, ctx: CUDAContext, name: str, lib: bytes) -> None:
-    self.ctx, self.name = ctx, name
+    self.ctx, self.name, self.widths = ctx, name, param_widths(lib, name)
     self.module, self.function = ctypes.c_void_p(), ctypes.c_void_p()
     image = ctypes.create_string_buffer(lib + (b"\0" if not lib.startswith(b"\x7fELF") else b""))
     ctx.call("cuModuleLoadData", ctypes.byref(self.module), image)
     ctx.call("cuModuleGetFunction", ctypes.byref(self.function), self.module, name.encode())
   def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] | None = None,
                vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
-    args = [ctypes.c_uint64(b) for b in bufs] + [ctypes.c_int32(v) for v in vals]
+    args = [ctypes.c_uint64(b) for b in bufs] + [_arg(v, w) for v, w in zip(vals, self.widths[len(bufs):])]
     params = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in args])
     grid, block = (*global_size, 1, 1)[:3], (*(local_size or (1, 1, 1)), 1, 1)[:3]
     start, end = ctypes.c_void_p(), ctypes.c_void_p()
@@ -127,7 +142,8 @@ class _KernelNode:
     self.node = ctypes.c_void_p()
     self.set_buffers(bufs)
   def set_buffers(self, bufs: list[int]) -> None:
-    self.args = [ctypes.c_uint64(b) for b in bufs] + [ctypes.c_int32(v) for v in self.vals]
+    widths = self.prg.widths[len(bufs):]
+    self.args = [ctypes.c_uint64(b) for b in bufs] + [_arg(v, w) for v, w in zip(self.vals, widths)]
     self.argv = (ctypes.c_void_p * max(len(self.args), 1))(
       *[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in self.args])
     self.params = CUDA_KERNEL_NODE_PARAMS(self.prg.function, *self.grid, *self.block, 0,
