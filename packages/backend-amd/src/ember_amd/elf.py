@@ -161,10 +161,14 @@ def link_code_object(obj: bytes) -> bytes:
   phnum = 5
   # ** segment 1 (R): headers, notes, dynsym, hash, dynstr, rodata **
   placed: dict[int, int] = {}  # input section index -> output address (== file offset)
+  def lay_out(sections: list[int], cursor: int) -> int:
+    """Place `sections` one after another from `cursor`, each at its alignment; returns the end."""
+    for i in sections:
+      cursor = _align(cursor, elf.sections[i].align)
+      placed[i], cursor = cursor, cursor + elf.sections[i].size
+    return cursor
   cursor = 64 + 56 * phnum
-  for i in notes:
-    cursor = _align(cursor, elf.sections[i].align)
-    placed[i], cursor = cursor, cursor + elf.sections[i].size
+  cursor = lay_out(notes, cursor)
   dynsym_at = _align(cursor, 8)
   dynsym_size = 24 * (len(exported) + 1)
   hash_at = _align(dynsym_at + dynsym_size, 4)
@@ -172,22 +176,16 @@ def link_code_object(obj: bytes) -> bytes:
   hash_size = 4 * (2 + nbucket + len(exported) + 1)
   dynstr_at = hash_at + hash_size
   cursor = dynstr_at + len(dynstr.data)
-  for i in rodata:
-    cursor = _align(cursor, elf.sections[i].align)
-    placed[i], cursor = cursor, cursor + elf.sections[i].size
+  cursor = lay_out(rodata, cursor)
   seg1_end = cursor
   # ** segment 2 (RX): text; segment 3 (RW): data, dynamic **
   cursor = _align(cursor, PAGE)
   seg2_start = cursor
-  for i in text:
-    cursor = _align(cursor, elf.sections[i].align)
-    placed[i], cursor = cursor, cursor + elf.sections[i].size
+  cursor = lay_out(text, cursor)
   seg2_end = cursor
   cursor = _align(cursor, PAGE)
   seg3_start = cursor
-  for i in data:
-    cursor = _align(cursor, elf.sections[i].align)
-    placed[i], cursor = cursor, cursor + elf.sections[i].size
+  cursor = lay_out(data, cursor)
   dynamic_at = _align(cursor, 8)
   dynamic_entries = [(DT_HASH, hash_at), (DT_SYMTAB, dynsym_at), (DT_STRTAB, dynstr_at), (DT_STRSZ, len(dynstr.data)),
                      (DT_SYMENT, 24), (DT_NULL, 0)]

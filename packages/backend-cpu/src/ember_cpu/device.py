@@ -43,6 +43,13 @@ _ctypes_of = {"P": ctypes.c_void_p, "i": ctypes.c_int32, "q": ctypes.c_int64}
 
 def _address(buf: Any) -> int: return buf if isinstance(buf, int) else ctypes.addressof(buf)
 
+def load_shared_object(lib: bytes, what: str) -> ctypes.CDLL:
+  """A shared object's bytes loaded into this process (`what` names it in the error)."""
+  with tempfile.NamedTemporaryFile(prefix="ember_", suffix=".so", delete=False) as f: f.write(lib)
+  try: return ctypes.CDLL(f.name)
+  except OSError as e: raise DeviceError(f"cannot load the shared object of {what}: {e}") from e
+  finally: os.unlink(f.name)  # the mapping stays valid after the file is gone
+
 class _CPUKernel:
   """Runs a loaded kernel: buffers, then vals, then `core_id, num_cores`, on `global_size[0]` threads."""
   name: str
@@ -70,11 +77,7 @@ class CPUProgram(_CPUKernel):
   """A kernel compiled to a shared object, loaded into this process with ctypes."""
   def __init__(self, name: str, lib: bytes):
     self.name = name
-    with tempfile.NamedTemporaryFile(prefix="ember_", suffix=".so", delete=False) as f:
-      f.write(lib)
-    try: self.lib = ctypes.CDLL(f.name)
-    except OSError as e: raise DeviceError(f"cannot load the shared object of kernel {name}: {e}") from e
-    finally: os.unlink(f.name)  # the mapping stays valid after the file is gone
+    self.lib = load_shared_object(lib, f"kernel {name}")
     try:
       self.fxn = getattr(self.lib, name)
       fmt = ctypes.c_char.in_dll(self.lib, name + ARGFMT_SUFFIX)

@@ -20,11 +20,10 @@ symbolic decode step (a bound start position) replays through the graph too.
 from __future__ import annotations
 import ctypes
 import functools
-import tempfile
-import os
 from typing import Any
 from ember.plugin import Buffer, DeviceError
 from ember_cpu.compiler import ClangCompiler
+from ember_cpu.device import _address, load_shared_object
 from ember_cpu.renderer import cpu_threads
 
 _RUNTIME = r"""
@@ -100,21 +99,13 @@ _ctype = {"P": "void*", "i": "int32_t", "q": "int64_t"}
 @functools.cache
 def _runtime() -> ctypes.CDLL:
   """The worker pool, built once (compile cache) and started with cpu_threads() - 1 workers."""
-  lib = _load(ClangCompiler().compile_cached(_RUNTIME), "runtime")
+  lib = load_shared_object(ClangCompiler().compile_cached(_RUNTIME), "the CPU graph runtime")
   lib.ember_graph_start.argtypes, lib.ember_graph_start.restype = [ctypes.c_int32], ctypes.c_int32
   lib.ember_graph_run.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                   ctypes.c_void_p]
   lib.ember_graph_run.restype = None
   lib.ember_graph_start(max(cpu_threads() - 1, 0))
   return lib
-
-def _load(so: bytes, what: str) -> ctypes.CDLL:
-  with tempfile.NamedTemporaryFile(prefix=f"ember_graph_{what}_", suffix=".so", delete=False) as f: f.write(so)
-  try: return ctypes.CDLL(f.name)
-  except OSError as e: raise DeviceError(f"cannot load the CPU graph's {what}: {e}") from e
-  finally: os.unlink(f.name)
-
-def _address(handle: Any) -> int: return handle if isinstance(handle, int) else ctypes.addressof(handle)
 
 class CPUGraph:
   """TinyJit's graph runner for the CPU (`Compiled.graph`): built from a capture, called with the replay's input
@@ -151,7 +142,7 @@ class CPUGraph:
     self.var_slots, self.slots = var_slots, slots
     src = ("#include <stdint.h>\nvoid ember_graph_kernel(int32_t i, int32_t core, int32_t ncores, void **F, void **B, "
            "int64_t *V) {\n  switch (i) {\n" + "\n".join(cases) + "\n  }\n}\n")
-    self.lib = _load(ClangCompiler().compile_cached(src), "kernels")
+    self.lib = load_shared_object(ClangCompiler().compile_cached(src), "a CPU graph dispatcher")
     self.fn = ctypes.cast(self.lib.ember_graph_kernel, ctypes.c_void_p).value
     self.n = len(captured)
     self.F = (ctypes.c_void_p * max(self.n, 1))(*fns)

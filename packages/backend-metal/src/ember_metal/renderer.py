@@ -37,6 +37,7 @@ def _max(a: str, b: str, dtype: DType) -> str:
 
 SIMDGROUP_MATMUL = "simdgroup_f32_8x8x8"  # ember.codegen.tensorcore: float32 matmuls on simdgroup_float8x8
 PRE_APPLE7 = ("apple6", "apple5", "mac2")  # GPU families without simdgroup matrices (an arch of DEV=METAL::<arch>)
+TC_TILES = "  threadgroup float __ember_tc_a[64], __ember_tc_b[64], __ember_tc_c[64];"  # a simdgroup matmul's tiles
 
 # a scalar parameter as CStyleLanguage prints it: "<arg_int_prefix><type> <name>"
 _scalar_param = re.compile(r"^constant (\w+) (\w+)$")
@@ -85,9 +86,7 @@ class MetalRenderer(CStyleLanguage):
     if (out := ctx.wmma.get(u.src)) is None:
       if name != SIMDGROUP_MATMUL:
         raise CompileError(f"MetalRenderer has no code for the matrix instruction {name}; it has {SIMDGROUP_MATMUL}")
-      if "__ember_tc" not in ctx.helpers:  # the tiles, once, at kernel scope (threadgroup memory is declared there)
-        ctx.helpers["__ember_tc"] = ""
-        ctx.lines.insert(0, "  threadgroup float __ember_tc_a[64], __ember_tc_b[64], __ember_tc_c[64];")
+      if TC_TILES not in ctx.lines: ctx.lines.insert(0, TC_TILES)  # once, at kernel scope (where threadgroup memory is)
       a0, a1, b0, b1 = (self._src(s, ctx) for s in u.src)
       out = ctx.wmma[u.src] = ctx.fresh("wmma")
       bar = "threadgroup_barrier(mem_flags::mem_threadgroup);"

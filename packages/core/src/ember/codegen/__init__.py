@@ -9,7 +9,7 @@ from ember.uop.rewrite import graph_rewrite, PatternMatcher, UPat
 from ember.uop.symbolic import symbolic
 from ember.uop.spec import type_verify
 from ember.codegen.linearize import linearize
-from ember.codegen.group import group_reduce, _pow2_divisor
+from ember.codegen.group import global_ranges, group_reduce, unflatten, _pow2_divisor
 from ember.codegen.tensorcore import apply_tensor_cores
 from ember.codegen.opt import Opt, hand_coded_opts, apply_opts_list, opt_threads, fuse_mulacc, pm_recombine_divmod
 
@@ -32,11 +32,6 @@ def _gate_invariant_loads(x: UOp) -> UOp | None:
 pm_gates = PatternMatcher([
   (UPat(Ops.LOAD, name="x"), _gate_invariant_loads),
 ])
-
-def global_ranges(ast: UOp) -> list[UOp]:
-  """The kernel's output loops, outermost first."""
-  ranges = [n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] is AxisType.GLOBAL]
-  return sorted(ranges, key=lambda r: r.arg[0])
 
 def apply_opts(ast: UOp, renderer: Renderer, work: int, threads: int | None = None) -> tuple[UOp, list[int] | None]:
   """Kernel optimisations (the hook BEAM and hand-coded opts plug into). CPU: split the outermost range over threads."""
@@ -68,12 +63,7 @@ def apply_gpudims(ast: UOp, renderer: Renderer) -> tuple[UOp, list[int] | None, 
   flat = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, grid),), "gidx0") * local + \
     UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, local),), "lidx0")
   if grid * local != total: flat = flat.lt(total - 1).where(flat, UOp.const(dtypes.int32, total - 1))
-  subs: dict[UOp, UOp] = {}
-  stride = total
-  for r, n in zip(ranges, ends):
-    stride //= n
-    subs[r] = (flat // stride) % n if stride > 1 else flat % n
-  return ast.substitute(subs), [grid, 1, 1], [local, 1, 1]
+  return ast.substitute(dict(zip(ranges, unflatten(flat, ends)))), [grid, 1, 1], [local, 1, 1]
 
 def estimate(uops: list[UOp]) -> Estimates:
   ops, mult, stack = 0, 1, []

@@ -34,16 +34,25 @@ def _pow2_divisor(n: int, cap: int) -> int:
   while size * 2 <= cap and n % (size * 2) == 0: size *= 2
   return size
 
-def _output_ranges(ast: UOp) -> list[UOp]:
+def global_ranges(ast: UOp) -> list[UOp]:
+  """The kernel's output loops, outermost first."""
   return sorted((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] is AxisType.GLOBAL),
                 key=lambda r: r.arg[0])
+
+def unflatten(flat: UOp, counts: list[int]) -> list[UOp]:
+  """The index along each of `counts` (row-major: the last fastest) that the flat index `flat` stands for."""
+  out, stride = [], prod(counts)
+  for n in counts:
+    stride //= n
+    out.append((flat // stride) % n if stride > 1 else flat % n)
+  return out
 
 def group_size(ast: UOp, renderer: Renderer) -> int:
   """Threads per block for a group reduction of `ast` on `renderer`, or 0 when it does not apply."""
   if not (renderer.has_local and renderer.has_shared): return 0
   reds = [n for n in ast.toposort() if n.op is Ops.REDUCE]
   if not reds or any(len(r.src) != 2 or r.src[1].src[0].op is not Ops.CONST for r in reds): return 0
-  outs = _output_ranges(ast)
+  outs = global_ranges(ast)
   if any(r.src[0].op is not Ops.CONST for r in outs): return 0
   total = prod(r.src[0].arg for r in outs) if outs else 1
   if renderer.global_max and total > renderer.global_max[0]: return 0
@@ -100,12 +109,8 @@ def group_reduce(ast: UOp, renderer: Renderer) -> tuple[UOp, list[int], list[int
     gate = first if len(idx.src) == 2 else idx.src[2] & first
     stores.append(st.replace(src=(idx.src[0].index(idx.src[1], gate), *st.src[1:])))
   sink = sink.replace(src=tuple(stores))
-  outs = _output_ranges(sink)
-  total = prod(r.src[0].arg for r in outs) if outs else 1
+  outs = global_ranges(sink)
+  counts = [r.src[0].arg for r in outs]
+  total = prod(counts)
   gidx = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, total),), "gidx0")
-  subs: dict[UOp, UOp] = {}
-  stride = total
-  for r in outs:
-    stride //= r.src[0].arg
-    subs[r] = (gidx // stride) % r.src[0].arg if stride > 1 else gidx % r.src[0].arg
-  return sink.substitute(subs), [total, 1, 1], [size, 1, 1]
+  return sink.substitute(dict(zip(outs, unflatten(gidx, counts)))), [total, 1, 1], [size, 1, 1]

@@ -33,6 +33,7 @@ from ember.errors import CompileError
 from ember.helpers import prod
 from ember.renderer import Renderer
 from ember.uop.ops import Ops, UOp, AxisType
+from ember.codegen.group import unflatten
 
 Layout = Callable[[Any, int], tuple[Any, Any]]
 """(lane, element index) -> (row, col), written with `//`, `%`, `*`, `+` only so it works on an int lane (tests,
@@ -176,11 +177,7 @@ def _rewrite(ast: UOp, mm: _Matmul) -> UOp:
   outs = sorted((r for r in _ranges(ast) if r is not mm.k), key=lambda r: r.arg[0])
   counts = [r.src[0].arg // (M if r is mm.m else N if r is mm.n else 1) for r in outs]
   block = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, prod(counts)),), "gidx0")
-  tile: dict[UOp, UOp] = {}
-  stride = prod(counts)
-  for r, count in zip(outs, counts):  # the block index walks the tiles in loop order, the last range fastest
-    stride //= count
-    tile[r] = (block // stride) % count if stride > 1 else block % count
+  tile = dict(zip(outs, unflatten(block, counts)))  # the block index walks the tiles in loop order, the last fastest
   batch = {r: t for r, t in tile.items() if r is not mm.m and r is not mm.n}
   m0, n0 = tile[mm.m] * M, tile[mm.n] * N
   step = UOp.range(mm.k.src[0].arg // K, mm.k.arg[0], AxisType.REDUCE)

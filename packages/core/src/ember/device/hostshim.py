@@ -117,6 +117,10 @@ class ShimDialect:
     params = [p.strip() for p in m.group(2).split(",") if p.strip()]
     return m.group(1), [p.rsplit(" ", 1)[0].replace("const ", "").strip() for p in params]
 
+  def threaded(self, src: str) -> bool:
+    """Whether kernels of `src` sync (one of `sync_markers` appears): they get the threaded launcher and build."""
+    return any(marker in src for marker in self.sync_markers)
+
   def launcher(self, src: str, symbol: str = "ember_launch") -> str:
     """C++ that runs the kernel of `src` over a grid: `symbol(params, grid xyz, block xyz)`, each argument read from
     `params` at its `signature_layout` offset."""
@@ -127,7 +131,7 @@ class ShimDialect:
     for i, (t, (offset, _)) in enumerate(zip(types, layout)):
       lines.append(f"  {t} a{i}; memcpy(&a{i}, params + {offset}, sizeof({t}));")
     call = f"{name}({', '.join(f'a{i}' for i in range(len(types)))});"
-    if any(marker in src for marker in self.sync_markers):  # a host thread per GPU thread, a barrier per block
+    if self.threaded(src):  # a host thread per GPU thread, a barrier per block
       lines += ["  unsigned n = lx * ly * lz;", "  std::barrier<> bar(n);", "  ember_barrier = &bar;",
                 "  std::vector<std::thread> workers;",
                 "  for (unsigned t = 0; t < n; t++) workers.emplace_back([&, t]() {",
@@ -185,7 +189,7 @@ class HostShimCompiler(Compiler):
       for fname, text in (("ember_shim.h", SHIM_PRELUDE + self.dialect.header), *self.dialect.include_files):
         with open(os.path.join(tmp, fname), "w") as f: f.write(text)
       out = os.path.join(tmp, "kernel.so")
-      threaded = ["-DEMBER_THREADED"] if any(m in full for m in self.dialect.sync_markers) else []
+      threaded = ["-DEMBER_THREADED"] if self.dialect.threaded(full) else []
       cmd = [self.cxx, "-x", "c++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", *threaded,
              "-ffp-contract=off", "-fwrapv",
              "-include", os.path.join(tmp, "ember_shim.h"), "-I", tmp, "-", "-o", out]
