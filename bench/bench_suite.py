@@ -198,6 +198,12 @@ WORKLOADS: dict[str, Callable[[], Workload]] = {
 
 # ** timing **
 
+# Worker threads keep spinning after a call: numpy's OpenBLAS pool for ~2^28 cycles (0.1 s), torch's OpenMP pool for
+# a few ms. Run right after either, ember's matmul 1024 measured 18-25 ms instead of 12-14 ms (its own pool spins
+# 2000 iterations, then sleeps). So in each round every framework starts after SETTLE_S of quiet, makes one untimed
+# call (waking its own pool) and then the timed one, as it would inside its own loop.
+SETTLE_S = 0.15
+
 def _timed(fn: Callable[[], Any]) -> float:
   st = time.perf_counter()
   fn()
@@ -277,6 +283,8 @@ def bench_workload(wl: Workload, rounds: int, seed: int = 0) -> dict[str, Any]:
   times: dict[str, list[float]] = {k: [] for k in runners}
   for rnd in range(rounds + 1):  # round 0 warms up (JIT capture, caches)
     for k, fn in runners.items():
+      time.sleep(SETTLE_S)  # the previous framework's workers stop spinning (see SETTLE_S)
+      fn()  # untimed: the timed call follows a call of its own framework
       t = _timed(fn)
       if rnd > 0: times[k].append(t)
   if wl.stateful:  # the JIT'd train step's replay launches: µs per kernel

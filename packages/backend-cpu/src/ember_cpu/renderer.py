@@ -96,6 +96,7 @@ class ClangRenderer(CStyleLanguage):
     Ops.LOG2: _builtin("log2"), Ops.SIN: _builtin("sin"), Ops.SQRT: _builtin("sqrt"), Ops.TRUNC: _builtin("trunc")}
   extra_matcher = pm_cpu
   vector_reduce_ops = frozenset({Ops.MAX})  # as int maxima (pm_cpu) they vectorise unsplit: no SPLIT opt
+  pack_operands = True  # a matmul's B in its register block's layout (ember.codegen.pack)
   def __init__(self) -> None:
     self.global_max = (cpu_threads(),)
   def _render_alu(self, u: UOp, ctx: Any) -> str:
@@ -133,6 +134,7 @@ class CPULLVMRenderer(LLVMRenderer):
   simd_width = 16
   extra_matcher = pm_cpu
   vector_reduce_ops = frozenset({Ops.MAX})  # as int maxima (pm_cpu) they vectorise unsplit: no SPLIT opt
+  pack_operands = True  # a matmul's B in its register block's layout (ember.codegen.pack)
   def __init__(self) -> None:
     from ember_cpu.compiler import host_target_machine
     machine = host_target_machine()

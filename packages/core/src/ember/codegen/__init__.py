@@ -79,12 +79,16 @@ def estimate(uops: list[UOp]) -> Estimates:
   mem = sum(p.size * p.base.itemsize for p in params)
   return Estimates(ops, mem)
 
+def simplify_kernel(ast: UOp) -> UOp:
+  """Fold movement-op index math (a reshape of a permuted view leaves (k//a)*a + k%a chains that recombine to k) and
+  drop the gates of padding that is always valid."""
+  sink = graph_rewrite(ast, symbolic + pm_lower_alu + pm_recombine_divmod, name="simplify index math")
+  return graph_rewrite(sink, pm_gates, name="drop constant gates")
+
 def full_rewrite(ast: UOp, renderer: Renderer,
                  opts: list[Opt] | None = None) -> tuple[list[UOp], list[int] | None, list[int] | None]:
   """The pipeline from kernel AST to linear program; each pass runs where it does for the reason on its line."""
-  # fold movement-op index math; a reshape of a permuted view leaves (k//a)*a + k%a chains that recombine to k
-  sink = graph_rewrite(ast, symbolic + pm_lower_alu + pm_recombine_divmod, name="simplify index math")
-  sink = graph_rewrite(sink, pm_gates, name="drop constant gates")  # padding that is always valid needs no gate
+  sink = simplify_kernel(ast)
   work = prod(r.src[0].arg if r.src[0].op is Ops.CONST else 1 for r in sink.toposort() if r.op is Ops.RANGE)
   if opts is None: opts = [] if NOOPT.value else hand_coded_opts(sink, renderer)  # register blocking, partial sums
   sink = apply_opts_list(sink, opts)

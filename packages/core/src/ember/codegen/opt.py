@@ -171,17 +171,32 @@ def _stride(idx: UOp, rng: UOp) -> int | None:
   diff = graph_rewrite(idx.substitute({rng: rng + 1}) - idx, symbolic, name="stride")
   return diff.arg if diff.op is Ops.CONST else None
 
-def matmul_axes(ast: UOp, width: int) -> tuple[int, int | None] | None:
+MATMUL_COLS = 2  # vectors of columns per register block of a matmul (hand_coded_opts)
+
+def _lane_stride(idx: UOp, rng: UOp, span: int) -> int | None:
+  """How much `idx` moves per lane when `rng` is unrolled by `span` (rng -> r*span + c), if every lane c moves it by
+  the same constant: a packed operand (`(n//span)*K*span + k*span + n%span`) is contiguous across the lanes of one
+  block although not across blocks."""
+  if span < 2 or _const_end(rng) % span: return _stride(idx, rng)
+  outer = UOp.range(_const_end(rng) // span, -1, AxisType.GLOBAL)
+  at = lambda c: idx.substitute({rng: outer * span + c})  # noqa: E731
+  one, last = (graph_rewrite(at(c) - at(0), symbolic, name="lane stride") for c in (1, span - 1))
+  if one.op is not Ops.CONST or last.op is not Ops.CONST: return None
+  return one.arg if last.arg == one.arg * (span - 1) else None
+
+def matmul_axes(ast: UOp, width: int, span: int | None = None) -> tuple[int, int | None] | None:
   """(column range, row range or None) of a matmul-like reduction kernel, as indexes into `output_ranges`: the column
-  range is read contiguously by one input (B) and ignored by another (A); the row range moves A and not B."""
+  range is read contiguously (over blocks of `span` columns; default: of some register block's width) by one input
+  (B) and ignored by another (A); the row range moves A and not B."""
   if not any(n.op is Ops.REDUCE for n in ast.toposort()): return None
   rngs = output_ranges(ast)
   loads = [n.src[0].src[1] for n in ast.toposort() if n.op is Ops.LOAD]
   for ci in reversed(range(len(rngs))):
     col = rngs[ci]
-    if _const_end(col) % width: continue
-    strides = [_stride(i, col) for i in loads]
-    if 1 not in strides or 0 not in strides: continue
+    if (end := _const_end(col)) % width: continue
+    spans = [span] if span else [c * width for c in range(MATMUL_COLS, 0, -1) if end % (c * width) == 0]
+    strides = next((st for sp in spans if 1 in (st := [_lane_stride(i, col, sp) for i in loads]) and 0 in st), None)
+    if strides is None: continue
     a_loads = [i for i, s in zip(loads, strides) if s == 0]
     b_loads = [i for i, s in zip(loads, strides) if s == 1]
     for ri in reversed(range(len(rngs))):
@@ -196,11 +211,14 @@ def matmul_opts(ast: UOp, width: int, cols: int, rows: int) -> list[Opt]:
   """A rows x (cols vectors of `width`) block of accumulators for a matmul-like kernel, column block outermost (its
   slice of B stays in cache while the rows stream). Amounts shrink to what divides; [] if the kernel is not one."""
   if (axes := matmul_axes(ast, width)) is None: return []
-  ci, ri = axes
   rngs = output_ranges(ast)
-  cend = _const_end(rngs[ci])
-  cols = next(c for c in range(max(cols, 1), 0, -1) if cend % (c * width) == 0)
-  opts = [Opt("UPCAST_OUTER", rngs[ci].arg[0], cols * width)]
+  cend = _const_end(rngs[axes[0]])
+  # the block's columns must be contiguous in B (a packed B is so only within its own blocks)
+  span = next((c * width for c in range(max(cols, 1), 0, -1)
+               if cend % (c * width) == 0 and matmul_axes(ast, width, c * width) == axes), None)
+  if span is None: return []
+  ci, ri = axes
+  opts = [Opt("UPCAST_OUTER", rngs[ci].arg[0], span)]
   if ri is not None and rows > 1:
     rend = _const_end(rngs[ri])
     r = next((r for r in range(rows, 1, -1) if rend % r == 0), 1)
@@ -236,7 +254,7 @@ def hand_coded_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
   # 2 vectors of columns x 8 rows: B's rows are a power-of-two stride apart, so its panel does not stay in cache;
   # 8 rows per B load halve that traffic against 4x4 (2x16 and 4x8 are ~15% faster still, but unroll twice as many
   # accumulators: 4x the first-call time of a transformer block, spent rewriting the unrolled graph)
-  if (mm := matmul_opts(ast, width, cols=2, rows=8)): return mm
+  if (mm := matmul_opts(ast, width, cols=MATMUL_COLS, rows=8)): return mm
   # reductions the target's compiler vectorises as they are (`Renderer.vector_reduce_ops`, e.g. the CPU's MAX as an
   # int max) run fastest unsplit: partial lanes only make it shuffle them
   native = getattr(renderer, "vector_reduce_ops", frozenset())  # duck-typed renderers may lack it

@@ -5,6 +5,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 from ember.device.base import Buffer
+from ember.dtype import DType
 from ember.errors import CompileError
 from ember.helpers import BEAM, DEBUG, NOOPT, NUM_CPU_THREADS, colored
 from ember.renderer import ProgramSpec
@@ -54,6 +55,32 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
   _runner_cache[key] = runner
   return runner
 
+@dataclass
+class KernelCalls:
+  """What one scheduled kernel runs: compiled calls, each over the buffers at `slots` of the item's buffers followed
+  by fresh scratch buffers (`scratch`: elements and dtype of each). Most kernels are one call over their own buffers;
+  a matmul on a CPU may first pack its B operand into a scratch buffer (codegen/pack.py)."""
+  calls: list[tuple[CompiledRunner, tuple[int, ...]]]
+  scratch: list[tuple[int, DType]]
+
+_calls_cache: dict[tuple[str, str, UOp, int, int, int], KernelCalls] = {}
+
+def get_calls(device: str, ast: UOp, nbufs: int) -> KernelCalls:
+  """The calls that run kernel `ast` over `nbufs` buffers on `device`."""
+  from ember.device import Device
+  from ember.codegen.pack import plan_packing
+  dev = Device[device]
+  key = (device, repr(dev.renderer), ast, NUM_CPU_THREADS.value, NOOPT.value, BEAM.value)
+  if (c := _calls_cache.get(key)) is not None: return c
+  plan = plan_packing(ast, dev.renderer) if dev.compiler is not None else None
+  if plan is None or plan.scratch_slot != nbufs: c = KernelCalls([(get_runner(device, ast), tuple(range(nbufs)))], [])
+  else:
+    main = get_runner(device, plan.main)  # B's own slot is no argument of it any more: pass what it declares
+    calls = [(get_runner(device, plan.pack), (nbufs, plan.src_slot)), (main, tuple(main.spec.globals))]
+    c = KernelCalls(calls, [(plan.size, plan.dtype)])
+  _calls_cache[key] = c
+  return c
+
 # TinyJit listens here: each executed call is reported as (runner or None for copies, buffers, var_vals)
 capture_hooks: list[Callable[[CompiledRunner | None, list[Buffer], dict[str, int]], None]] = []
 
@@ -77,11 +104,14 @@ def run_schedule(items: list[ScheduleItem], var_vals: dict[str, int] | None = No
       GlobalCounters.global_mem += it.bufs[0].nbytes
       continue
     assert it.ast is not None
-    runner = get_runner(it.meta["device"], it.ast)
+    kc = get_calls(it.meta["device"], it.ast, len(it.bufs))
+    bufs = it.bufs + [Buffer(it.meta["device"], size, dt) for size, dt in kc.scratch]
     vv = {**it.var_vals, **(var_vals or {})}
-    et = runner(it.bufs, vv, wait=DEBUG.value >= 2)
-    for hook in capture_hooks: hook(runner, it.bufs, vv)
-    update_stats(runner, et)
+    for runner, slots in kc.calls:
+      call_bufs = [bufs[i] for i in slots]
+      et = runner(call_bufs, vv, wait=DEBUG.value >= 2)
+      for hook in capture_hooks: hook(runner, call_bufs, vv)
+      update_stats(runner, et)
   if DEBUG.value >= 1 and items:
     ms = (time.perf_counter() - st) * 1e3
     sys.stderr.write(f"realize: {len(items)} calls, {GlobalCounters.global_ops/1e9:.3f} GFLOP total, {ms:.2f} ms\n")

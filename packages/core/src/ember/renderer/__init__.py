@@ -57,6 +57,9 @@ class Renderer(ABC):
   tensor_cores: tuple[str, ...] = ()
   # lanes of the target's vector unit for 32-bit values; kernel opts unroll by it (0: no SIMD opts)
   simd_width: int = 0
+  # matmul-like kernels first copy their B operand into the register block's layout (codegen/pack.py): for caches
+  # that a power-of-two row stride thrashes, and B operands read transposed
+  pack_operands: bool = False
   # reduce ops the target's compiler vectorises as written (no SPLIT into partial lanes needed)
   vector_reduce_ops: frozenset[Ops] = frozenset()
   # ops the target computes natively; codegen decomposes the transcendental ones that are missing here
