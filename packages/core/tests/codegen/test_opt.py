@@ -47,6 +47,26 @@ def test_matmul_axes_find_columns_and_rows() -> None:
   assert axes is not None and axes[1] is not None and axes[0] != axes[1]
   assert matmul_axes(_kernel(_realized(8, 4).sum(1)), 4) is None  # no input ignores an output column
 
+def test_matmul_with_residual_keeps_its_row_block() -> None:
+  # the residual `c` is read after the reduction, along rows and columns alike: it must not hide the row range
+  a, b, c = _realized(8, 6), _realized(6, 16, seed=1), _realized(8, 16, seed=2)
+  ast = _kernel(a @ b + c)
+  axes = matmul_axes(ast, 4)
+  assert axes is not None and axes[1] is not None
+  opts = matmul_opts(ast, 4, 2, 2)
+  assert [o.op for o in opts] == ["UPCAST_OUTER", "UPCAST"]
+  _same_as_unoptimised(ast, opts)
+
+def test_packed_operand_counts_as_contiguous_within_its_blocks() -> None:
+  # B read as packed[(n//8)*K*8 + k*8 + n%8] (the layout codegen.pack writes): contiguous over 8 columns, not 16
+  from ember.codegen.opt import _lane_stride
+  from ember.uop.ops import AxisType
+  n, k = UOp.range(16, 0, AxisType.GLOBAL), UOp.range(6, 1, AxisType.REDUCE)
+  packed = (n // 8) * 48 + k * 8 + n % 8
+  assert _lane_stride(packed, n, 8) == 1
+  assert _lane_stride(packed, n, 16) is None  # the second block of 8 starts 48 elements on
+  assert _lane_stride(k * 16 + n, n, 16) == 1 and _lane_stride(n * 6 + k, n, 8) == 6
+
 def test_batched_matmul_blocks_match_numpy() -> None:
   a, b = _realized(3, 8, 6), _realized(3, 6, 16, seed=1)
   ast = _kernel(a @ b)

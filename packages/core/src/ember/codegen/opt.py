@@ -187,10 +187,11 @@ def _lane_stride(idx: UOp, rng: UOp, span: int) -> int | None:
 def matmul_axes(ast: UOp, width: int, span: int | None = None) -> tuple[int, int | None] | None:
   """(column range, row range or None) of a matmul-like reduction kernel, as indexes into `output_ranges`: the column
   range is read contiguously (over blocks of `span` columns; default: of some register block's width) by one input
-  (B) and ignored by another (A); the row range moves A and not B."""
-  if not any(n.op is Ops.REDUCE for n in ast.toposort()): return None
+  (B) and ignored by another (A); the row range moves A and not B. Only the reductions' inputs count: what the
+  kernel reads after them (a residual or bias added to the product) is read once per output either way."""
+  if not (reds := [n for n in ast.toposort() if n.op is Ops.REDUCE]): return None
   rngs = output_ranges(ast)
-  loads = [n.src[0].src[1] for n in ast.toposort() if n.op is Ops.LOAD]
+  loads = list(dict.fromkeys(n.src[0].src[1] for r in reds for n in r.src[0].toposort() if n.op is Ops.LOAD))
   for ci in reversed(range(len(rngs))):
     col = rngs[ci]
     if (end := _const_end(col)) % width: continue
