@@ -37,7 +37,7 @@ def test_plans_only_where_packing_pays() -> None:
 
 @pytest.mark.parametrize("kind", RENDERERS)
 def test_packed_kernel_gives_the_unpacked_bits(kind: str) -> None:
-  a, b = _rand(64, 256, seed=1), _rand(256, 64, seed=2)
+  a, b = _rand(64, 256, seed=1), _rand(256, 128, seed=2)
   ast = kernel_of(Tensor(a) @ Tensor(b))
   renderer = device(kind).renderer
   plan = plan_packing(ast, renderer)
@@ -47,10 +47,10 @@ def test_packed_kernel_gives_the_unpacked_bits(kind: str) -> None:
   assert hand_coded_opts(main, renderer) == hand_coded_opts(ast, renderer)
   packed = run_kernel(kind, plan.pack, {1: b.reshape(-1)})[0]
   # (column block, k, column within the block): each block's panel is contiguous
-  np.testing.assert_array_equal(packed.reshape(2, 256, 32), b.reshape(256, 2, 32).transpose(1, 0, 2))
+  np.testing.assert_array_equal(packed.reshape(4, 256, 32), b.reshape(256, 4, 32).transpose(1, 0, 2))
   got = run_kernel(kind, plan.main, {1: a.reshape(-1), 3: packed})[0]
   np.testing.assert_array_equal(got, run_kernel(kind, ast, {1: a.reshape(-1), 2: b.reshape(-1)})[0])
-  np.testing.assert_allclose(got.reshape(64, 64), a @ b, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(got.reshape(64, 128), a @ b, rtol=1e-4, atol=1e-4)
 
 def _layouts() -> dict[str, tuple[list[tuple[int, ...]], object, object]]:
   """name: (input shapes, ember function, numpy function)."""
@@ -104,3 +104,16 @@ def test_packed_matmul_under_jit_replays_with_new_inputs() -> None:
     out = step(Tensor(x), Tensor(w)).numpy()
     np.testing.assert_allclose(out, np.maximum(x @ w.T, 0), rtol=1e-4, atol=1e-4)
     if i >= 2: assert GlobalCounters.kernel_count == 2  # replay: the pack kernel and the matmul, nothing else
+
+def test_conv2d_runs_as_a_packed_matmul_over_im2col() -> None:
+  rng = np.random.default_rng(7)
+  x, w = rng.standard_normal((2, 32, 12, 12)).astype(np.float32), rng.standard_normal((64, 32, 3, 3)).astype(np.float32)
+  out = Tensor(x).conv2d(Tensor(w), padding=1)
+  kernels = [it for it in out.schedule() if it.kind == "kernel"]
+  # im2col (2*12*12 rows of 32*9), the matmul with the weight's rows (packed: 288 x 64 elements), then NCHW
+  plans = [plan_packing(it.ast, device("C").renderer) for it in kernels]
+  assert len(kernels) == 3 and plans[0] is None and plans[1] is not None and plans[2] is None
+  assert plans[1].size == 32 * 9 * 64
+  from numpy.lib.stride_tricks import sliding_window_view
+  win = sliding_window_view(np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3), axis=(2, 3))
+  np.testing.assert_allclose(out.numpy(), np.einsum("nchwij,ocij->nohw", win, w), rtol=1e-4, atol=1e-4)

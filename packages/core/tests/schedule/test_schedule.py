@@ -161,3 +161,17 @@ def test_symbolic_shape_times_a_scalar():
   x = np.arange(10, dtype=np.float32)
   t = (Tensor(x).shrink(((0, Variable("n", 1, 10).bind(4)),)) * 2).sum()
   assert t.item() == (x[:4] * 2).sum()
+
+def test_reshaped_buffer_is_read_at_its_flat_index():
+  # a matmul over a reshaped intermediate (conv2d's im2col matrix): a reshape keeps the element order, so the kernel
+  # indexes the buffer with the flat index, not a div/mod chain that splits the row and joins the dims again
+  from ember.uop.ops import Ops
+  x, w = rand(4, 6, 8), rand(8, 5)
+  mid = (Tensor(x) * 2).contiguous()
+  out = mid.reshape(24, 8) @ Tensor(w)
+  ks = kernels(out)
+  assert len(ks) == 2
+  splits = [n for n in ks[-1].ast.toposort() if n.op in (Ops.IDIV, Ops.MOD) and n.src[0].op is Ops.ADD and
+            any(r.op is Ops.RANGE and r.arg[1].name == "REDUCE" for r in n.src[0].toposort())]
+  assert not splits  # the reduce index (the row of 8) is never divided by mid's dims (6, 4)
+  np.testing.assert_allclose(out.numpy(), (x * 2).reshape(24, 8) @ w, rtol=1e-5, atol=1e-5)

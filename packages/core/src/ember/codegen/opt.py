@@ -172,6 +172,14 @@ def _stride(idx: UOp, rng: UOp) -> int | None:
   return diff.arg if diff.op is Ops.CONST else None
 
 MATMUL_COLS = 2  # vectors of columns per register block of a matmul (hand_coded_opts)
+WIDE_COLS, WIDE_ROWS = 4, 4  # a matmul of exactly 4 vectors of columns takes them all in one block
+
+def block_columns(end: int, width: int) -> int | None:
+  """Columns per register block of a matmul with `end` output columns: all of them when they are exactly WIDE_COLS
+  vectors (4 rows x 4 vectors of accumulators: A, often a tall im2col matrix, is then read once instead of twice),
+  else the largest of MATMUL_COLS..1 vectors that divides them; None if no vector does."""
+  if end == WIDE_COLS * width: return end
+  return next((c * width for c in range(MATMUL_COLS, 0, -1) if end % (c * width) == 0), None)
 
 def _lane_stride(idx: UOp, rng: UOp, span: int) -> int | None:
   """How much `idx` moves per lane when `rng` is unrolled by `span` (rng -> r*span + c), if every lane c moves it by
@@ -195,7 +203,9 @@ def matmul_axes(ast: UOp, width: int, span: int | None = None) -> tuple[int, int
   for ci in reversed(range(len(rngs))):
     col = rngs[ci]
     if (end := _const_end(col)) % width: continue
-    spans = [span] if span else [c * width for c in range(MATMUL_COLS, 0, -1) if end % (c * width) == 0]
+    spans = [span] if span else list(dict.fromkeys(
+      [*((b,) if (b := block_columns(end, width)) else ()), *(c * width for c in range(MATMUL_COLS, 0, -1)
+                                                             if end % (c * width) == 0)]))
     strides = next((st for sp in spans if 1 in (st := [_lane_stride(i, col, sp) for i in loads]) and 0 in st), None)
     if strides is None: continue
     a_loads = [i for i, s in zip(loads, strides) if s == 0]
@@ -255,6 +265,9 @@ def hand_coded_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
   # 2 vectors of columns x 8 rows: B's rows are a power-of-two stride apart, so its panel does not stay in cache;
   # 8 rows per B load halve that traffic against 4x4 (2x16 and 4x8 are ~15% faster still, but unroll twice as many
   # accumulators: 4x the first-call time of a transformer block, spent rewriting the unrolled graph)
+  if (axes := matmul_axes(ast, width)) is not None and \
+     block_columns(_const_end(output_ranges(ast)[axes[0]]), width) == WIDE_COLS * width:
+    return matmul_opts(ast, width, cols=WIDE_COLS, rows=WIDE_ROWS)
   if (mm := matmul_opts(ast, width, cols=MATMUL_COLS, rows=8)): return mm
   # reductions the target's compiler vectorises as they are (`Renderer.vector_reduce_ops`, e.g. the CPU's MAX as an
   # int max) run fastest unsplit: partial lanes only make it shuffle them

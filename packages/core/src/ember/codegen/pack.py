@@ -21,7 +21,7 @@ from ember.dtype import DType, PtrDType
 from ember.helpers import NOOPT, prod
 from ember.renderer import Renderer
 from ember.uop.ops import Ops, UOp, AxisType
-from ember.codegen.opt import output_ranges, MATMUL_COLS, _const_end
+from ember.codegen.opt import output_ranges, block_columns, _const_end
 from ember.schedule.kernel import KernelInfo
 
 PACK_MIN_ROWS = 32  # output rows sharing each column block of B
@@ -46,10 +46,6 @@ def _flat(idxs: list[UOp], ends: list[int]) -> UOp:
   for i, e in zip(idxs[1:], ends[1:]): out = out * e + i
   return out
 
-def _block_columns(col: UOp, width: int) -> int | None:
-  end = _const_end(col)
-  return next((c * width for c in range(MATMUL_COLS, 0, -1) if end % (c * width) == 0), None)
-
 def _find_operand(sink: UOp, red: UOp, width: int) -> tuple[UOp, UOp, int] | None:
   """(B's load, its column range, the block's columns): the load inside the reduction that moves with an output
   column range and a reduce range but not with a long output row range, which another load (A) moves with while
@@ -59,7 +55,7 @@ def _find_operand(sink: UOp, red: UOp, width: int) -> tuple[UOp, UOp, int] | Non
   if len(loads) < 2: return None
   reduce_rngs = set(red.src[1:])
   for col in reversed(outs):
-    if (span := _block_columns(col, width)) is None: continue
+    if (span := block_columns(_const_end(col), width)) is None: continue
     for b in loads:
       idx = b.src[0]
       if len(idx.src) != 2 or idx.src[0].op is not Ops.PARAM: continue  # gated (padded) loads stay as they are

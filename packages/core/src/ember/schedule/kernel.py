@@ -5,7 +5,7 @@ condition that gates loads). Elementwise ops are computed in place; a REDUCE_AXI
 the scheduler decided to materialise are read back from their buffers.
 """
 from __future__ import annotations
-from typing import Any
+from typing import Callable, Any
 from ember.dtype import DType, dtypes, strong_dtype
 from ember.errors import ShapeError
 from ember.helpers import prod
@@ -59,10 +59,12 @@ class KernelCtx:
     self.next_axis += 1
     return r
 
-def index_through(u: UOp, idxs: tuple[UOp, ...]) -> tuple[UOp, tuple[UOp, ...], UOp | None]:
-  """Walk down movement ops: the base node, the index into it, and the validity condition (None: always valid)."""
+def index_through(u: UOp, idxs: tuple[UOp, ...],
+                  stop: Callable[[UOp], bool] | None = None) -> tuple[UOp, tuple[UOp, ...], UOp | None]:
+  """Walk down movement ops (to the first node `stop` accepts, if given): the base node, the index into it, and the
+  validity condition (None: always valid)."""
   valid: UOp | None = None
-  while u.op in GroupOp.Movement:
+  while u.op in GroupOp.Movement and not (stop is not None and stop(u)):
     src = u.src[0]
     if u.op is Ops.RESHAPE:
       flat = flat_index(idxs, u.shape)
@@ -114,14 +116,27 @@ def lower(u: UOp, idxs: tuple[UOp, ...], valid: UOp | None, ctx: KernelCtx) -> U
 def _load(buf: UOp, idx: UOp, valid: UOp | None, ctx: KernelCtx) -> UOp:
   return ctx.param(buf).index(idx, valid).load()
 
+def _reshaped_buffer(u: UOp, ctx: KernelCtx) -> UOp | None:
+  """The buffer under a chain of reshapes, if the chain ends at one (a BUFFER, or a node already materialised)."""
+  base = u
+  while base.op is Ops.RESHAPE: base = base.src[0]
+  if base is ctx.output: return None
+  buf = base if base.op is Ops.BUFFER else ctx.realized.get(base)
+  return buf if buf is not None and buf.op is Ops.BUFFER else None
+
 def _lower(u: UOp, idxs: tuple[UOp, ...], valid: UOp | None, ctx: KernelCtx) -> UOp:
   if u.op is Ops.ASSIGN and u is not ctx.output:
     return lower(u.src[0], idxs, valid, ctx)  # an assign's value lives in its target (a view of a buffer)
   if u is not ctx.output and u in ctx.realized:
     return _load(ctx.realized[u], flat_index(idxs, u.shape), valid, ctx)
   dt: DType = strong_dtype(u.dtype)  # type: ignore[arg-type]
+  if u.op is Ops.RESHAPE and (flat := _reshaped_buffer(u, ctx)) is not None:
+    # a reshape keeps the element order: a materialised buffer is read at the flat index of the reshaped view, not
+    # through the div/mod chain that splitting and re-joining the dims would leave (and symbolic cannot always fold)
+    return _load(flat, flat_index(idxs, u.shape), valid, ctx)
   if u.op in GroupOp.Movement:
-    base, new_idxs, cond = index_through(u, idxs)
+    at_buffer = lambda n: n.op is Ops.RESHAPE and _reshaped_buffer(n, ctx) is not None  # noqa: E731
+    base, new_idxs, cond = index_through(u, idxs, at_buffer)
     inner = lower(base, new_idxs, _and(valid, cond), ctx)
     return inner if cond is None else cond.where(inner, inner.const_like(0))
   if u.op is Ops.BUFFER: return _load(u, idxs[0] if idxs else _idx_const(0), valid, ctx)
