@@ -1490,7 +1490,9 @@ class Tensor:
     ax = self._softmax_axis(axis, dim)
     x = self.cast(dtype) if dtype is not None else self._float()
     e = (x - x.max(ax, keepdim=True).detach()).exp()
-    return e / e.sum(ax, keepdim=True)
+    # one reciprocal per row and a multiply per element (as torch's CPU softmax does): a division per element was a
+    # third of the softmax's time on AVX-512 (vdivps), and the results differ from it by at most an ulp
+    return e * e.sum(ax, keepdim=True).reciprocal()
   def log_softmax(self, axis: PyInt | None = -1, dtype: DType | str | None = None, dim: PyInt | None = None) -> Tensor:
     """log(softmax(x)) along `axis`, computed as x - max - log(sum(exp(x - max))).
 

@@ -21,6 +21,7 @@ All constants (pi, ln2 and the bits of 2/pi) are computed here with integer arit
 from __future__ import annotations
 import functools
 import math
+import struct
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable
@@ -108,6 +109,10 @@ def _rint(x: UOp) -> UOp:
   """An integer within 1/2 (plus rounding) of x: trunc(x +- 1/2); the callers need no exact tie rule."""
   return _trunc(x + x.lt(0.0).where(x.const_like(-0.5), x.const_like(0.5)))
 
+def _float_bits(v: float, fmt: _Format) -> int:
+  """The bits of float `v` in `fmt`, as a signed int of its width."""
+  return int.from_bytes(struct.pack("<f" if fmt.dtype.itemsize == 4 else "<d", v), "little", signed=True)
+
 def _poly(x: UOp, coeffs: list[float]) -> UOp:
   """coeffs[0] + x*coeffs[1] + x**2*coeffs[2] + ... by Horner."""
   acc = x.const_like(coeffs[-1])
@@ -162,9 +167,15 @@ def xexp2(d: UOp) -> UOp:
   # cast to int, computes on 0 for it. No select wraps the result, so a sum of exp2 stays a plain vectorisable add.
   x = d.lt(lo_limit).where(d.const_like(lo_limit), d)
   x = x.gt(hi_limit).where(x.const_like(hi_limit), x)
-  q = _rint(x.ne(x).where(x.const_like(0.0), x))
-  r = _sub(x, q)  # exact, |r| <= 1/2 (nan for nan)
-  return _ldexp(_poly(r, _exp2_coeffs(fmt)), q.cast(dtypes.int32), fmt)
+  # q = round(x) by the magic add: 1.5 * 2**(mant-1) + x has no fraction bits left (|x| <= bias + mant is far below
+  # 2**(mant-2)), so the add rounds x to an integer and the subtraction is exact; q as an int is the difference of the
+  # sum's bits and the magic's bits. No select and no float-to-int conversion (undefined for nan in C): a select on
+  # nan here made gcc evaluate the polynomial twice per vector and blend
+  magic = x.const_like(1.5 * 2.0 ** (fmt.mant - 1))
+  t = x + magic
+  r = _sub(x, _sub(t, magic))  # exact, |r| <= 1/2 (nan for nan)
+  k = t.bitcast(fmt.int_dtype) - UOp.const(fmt.int_dtype, _float_bits(magic.arg, fmt))
+  return _ldexp(_poly(r, _exp2_coeffs(fmt)), k.cast(dtypes.int32), fmt)
 
 # ** log2 **
 
