@@ -167,3 +167,29 @@ def test_device_rejects_unknown_binary_format() -> None:
     def compile(self, src: str) -> bytes: return src.encode()
   with pytest.raises(DeviceError, match="cannot run 'ptx'"):
     CPUDevice("CPU", ClangRenderer(), PTXish())
+
+def test_new_kernels_compile_side_by_side_off_the_main_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+  import threading
+  from ember import Device, Tensor
+  from ember.engine import realize as engine
+  dev = Device[Device.DEFAULT]
+  if not dev.compiler.parallel_compile: pytest.skip(f"{type(dev.compiler).__name__} compiles on the caller's thread")
+  threads: list[int] = []
+  real = type(dev.compiler).compile_uncached
+  def spy(self, src: str) -> bytes:
+    threads.append(threading.get_ident())
+    return real(self, src)
+  monkeypatch.setattr(type(dev.compiler), "compile_uncached", spy)
+  rng = np.random.default_rng(11)
+  a, b = rng.standard_normal((37, 29)).astype(np.float32), rng.standard_normal((29, 41)).astype(np.float32)
+  out = ((Tensor(a) @ Tensor(b)).exp().sum(0) + 3.5).sqrt()  # shapes no other test compiles: every kernel is new
+  items = [it for it in out.schedule() if it.kind == "kernel"]
+  assert len(items) >= 2
+  with Context(CACHELEVEL=0):
+    engine.compile_ahead(items)
+    assert len(threads) >= 2 and threading.main_thread().ident not in threads
+    for it in items:  # every runner is there: running the schedule compiles nothing more
+      assert engine._key(it.meta["device"], dev.renderer, it.ast) in engine._runner_cache
+    compiled = len(threads)
+    np.testing.assert_allclose(out.numpy(), np.sqrt(np.exp(a @ b).sum(0) + 3.5), rtol=1e-4)
+    assert len(threads) == compiled

@@ -70,6 +70,7 @@ class ClangCompiler(Compiler):
   """Compiles C with the system compiler into a shared object, returned as bytes: clang, else gcc, else cc, skipping
   one that cannot build the kernels (an old clang or gcc without _Float16)."""
   binary_format = "elf-so"
+  parallel_compile = True  # each compile is its own compiler process in its own temporary directory
   def __init__(self, cc: str | None = None) -> None:
     candidates = [cc] if cc is not None else [p for name in C_COMPILERS if (p := shutil.which(name)) is not None]
     if not candidates:

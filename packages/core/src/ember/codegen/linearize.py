@@ -70,10 +70,17 @@ def linearize(sink: UOp) -> list[UOp]:
   for n in topo:
     if n.op is Ops.REDUCE: groups.setdefault(n.src[1:], []).append(n)
 
+  inner_reduces: dict[UOp, frozenset[UOp]] = {}  # the reductions each reduction's input contains (one walk each)
+  def feeds_from(r: UOp) -> frozenset[UOp]:
+    if (got := inner_reduces.get(r)) is None:
+      got = inner_reduces[r] = frozenset(n for n in r.src[0].toposort() if n.op is Ops.REDUCE)
+    return got
+
   def emit_reduce(node: UOp) -> None:
     rngs = node.src[1:]
     siblings = groups[rngs]
-    group = [r for r in siblings if r not in done and not any(o in r.src[0].toposort() for o in siblings if o is not r)]
+    sibling_set = frozenset(siblings)
+    group = [r for r in siblings if r not in done and not (feeds_from(r) & sibling_set) - {r}]
     if node not in group: group = [node]
     # hoist everything the loop body needs that only varies with loops already open
     for red in group:

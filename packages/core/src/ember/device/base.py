@@ -170,18 +170,28 @@ class Compiler(ABC):
   `binary_format` tells a device's runtime how to load the output (e.g. "elf-so", "llvm-ir", "ptx", "cubin").
   """
   binary_format: str = "bytes"
+  # `compile` may run on several threads at once (it runs a separate process, say): the engine then compiles a new
+  # schedule's kernels side by side while it generates the next ones' code
+  parallel_compile: bool = False
   def __init__(self, cachekey: str | None = None):
     self.cachekey = cachekey
   @abstractmethod
   def compile(self, src: str) -> bytes: """Compile rendered source to the bytes this device's runtime loads."""
-  def compile_cached(self, src: str) -> bytes:
-    key = content_hash(src)
-    if self.cachekey is not None and CACHELEVEL.value >= 1 and (lib := diskcache_get(self.cachekey, key)) is not None:
-      return lib
-    try: lib = self.compile(src)
+  def cached(self, src: str) -> bytes | None:
+    """The disk cache's binary for `src`, if caching is on and it has one."""
+    if self.cachekey is None or CACHELEVEL.value < 1: return None
+    return diskcache_get(self.cachekey, content_hash(src))
+  def compile_uncached(self, src: str) -> bytes:
+    """`compile` with any failure as a CompileError."""
+    try: return self.compile(src)
     except CompileError: raise
     except Exception as e: raise CompileError(f"{type(self).__name__} failed: {e}") from e
-    if self.cachekey is not None and CACHELEVEL.value >= 1: diskcache_put(self.cachekey, key, lib)
+  def store(self, src: str, lib: bytes) -> None:
+    if self.cachekey is not None and CACHELEVEL.value >= 1: diskcache_put(self.cachekey, content_hash(src), lib)
+  def compile_cached(self, src: str) -> bytes:
+    if (lib := self.cached(src)) is not None: return lib
+    lib = self.compile_uncached(src)
+    self.store(src, lib)
     return lib
   def disassemble(self, lib: bytes) -> str: return f"<{len(lib)} bytes; {type(self).__name__} has no disassembler>"
 

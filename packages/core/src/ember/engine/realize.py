@@ -1,5 +1,6 @@
 """Run a schedule: compile each kernel once (cached by AST and target), launch it, do copies, count the work."""
 from __future__ import annotations
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -39,12 +40,15 @@ class CompiledRunner:
 
 _runner_cache: dict[tuple[str, str, UOp, int, int, int], CompiledRunner] = {}
 
+def _key(device: str, renderer: Any, ast: UOp) -> tuple[str, str, UOp, int, int, int]:
+  # the settings that change the generated code are part of the key
+  return (device, repr(renderer), ast, NUM_CPU_THREADS.value, NOOPT.value, BEAM.value)
+
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
   from ember.device import Device
   from ember.codegen import get_program
   dev = Device[device]
-  # the settings that change the generated code are part of the key
-  key = (device, repr(dev.renderer), ast, NUM_CPU_THREADS.value, NOOPT.value, BEAM.value)
+  key = _key(device, dev.renderer, ast)
   if (r := _runner_cache.get(key)) is not None: return r
   spec = get_program(ast, dev.renderer, device)
   if dev.compiler is None:
@@ -54,6 +58,43 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
   runner = CompiledRunner(spec, lib, dev.runtime(spec.name, lib), device)
   _runner_cache[key] = runner
   return runner
+
+def compile_ahead(items: list[ScheduleItem]) -> None:
+  """Generate the code of every kernel of `items` that has no runner yet, then compile the sources that miss the
+  disk cache on one thread per core, for compilers that allow it (`Compiler.parallel_compile`): the compiler
+  processes run side by side instead of one after another (a transformer block's 23 kernels on 2 cores). Codegen
+  itself stays on this thread. get_runner then finds every runner made."""
+  from concurrent.futures import ThreadPoolExecutor
+  from ember.device import Device
+  from ember.codegen import get_program
+  from ember.codegen.pack import plan_packing
+  todo: dict[tuple[str, str, UOp, int, int, int], tuple[str, Any, UOp]] = {}
+  for it in items:
+    if it.kind != "kernel" or it.ast is None: continue
+    dev = Device[it.meta["device"]]
+    if dev.compiler is None or not dev.compiler.parallel_compile: continue
+    if _key(it.meta["device"], dev.renderer, it.ast) in _calls_cache: continue
+    plan = plan_packing(it.ast, dev.renderer)
+    asts = [it.ast] if plan is None or plan.scratch_slot != len(it.bufs) else [plan.pack, plan.main]
+    for ast in asts:
+      if (k := _key(it.meta["device"], dev.renderer, ast)) not in _runner_cache:
+        todo.setdefault(k, (it.meta["device"], dev, ast))
+  if len(todo) < 2: return
+  specs = {k: get_program(ast, dev.renderer, device) for k, (device, dev, ast) in todo.items()}
+  libs = {k: todo[k][1].compiler.cached(spec.src) for k, spec in specs.items()}
+  missing = [k for k, lib in libs.items() if lib is None]
+  with ThreadPoolExecutor(max_workers=min(len(missing), os.cpu_count() or 1) or 1) as pool:
+    futures = {k: pool.submit(todo[k][1].compiler.compile_uncached, specs[k].src) for k in missing}
+  for k, fut in futures.items():
+    device, dev, _ = todo[k]
+    try: libs[k] = fut.result()
+    except CompileError as e: raise CompileError(f"compiling kernel {specs[k].name} for {device}: {e}") from e
+    dev.compiler.store(specs[k].src, libs[k])
+  for k, spec in specs.items():
+    device, dev, _ = todo[k]
+    lib = libs[k]
+    assert lib is not None
+    _runner_cache[k] = CompiledRunner(spec, lib, dev.runtime(spec.name, lib), device)
 
 @dataclass
 class KernelCalls:
@@ -70,7 +111,7 @@ def get_calls(device: str, ast: UOp, nbufs: int) -> KernelCalls:
   from ember.device import Device
   from ember.codegen.pack import plan_packing
   dev = Device[device]
-  key = (device, repr(dev.renderer), ast, NUM_CPU_THREADS.value, NOOPT.value, BEAM.value)
+  key = _key(device, dev.renderer, ast)
   if (c := _calls_cache.get(key)) is not None: return c
   plan = plan_packing(ast, dev.renderer) if dev.compiler is not None else None
   if plan is None or plan.scratch_slot != nbufs: c = KernelCalls([(get_runner(device, ast), tuple(range(nbufs)))], [])
@@ -97,6 +138,7 @@ def _copy(dst: Buffer, src: Buffer) -> None:
 
 def run_schedule(items: list[ScheduleItem], var_vals: dict[str, int] | None = None) -> None:
   st = time.perf_counter()
+  compile_ahead(items)
   for it in items:
     if it.kind == "copy":
       _copy(it.bufs[0], it.bufs[1])
