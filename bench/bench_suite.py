@@ -26,6 +26,16 @@ try:
 except ImportError:
   torch = None
 
+def _tinygrad() -> Any:
+  """tinygrad, when importable (`pip install tinygrad==0.14.0`; its CPU device needs clang on PATH), else None. Imported
+  after ember has picked its own device: both read DEV, and here both mean the CPU."""
+  try:
+    import tinygrad
+    tinygrad.Device[tinygrad.Device.DEFAULT]  # its CPU device compiles helper programs with clang on creation
+    return tinygrad
+  except Exception:  # noqa: BLE001  (not installed, or no usable device here: the column is left out)
+    return None
+
 @dataclass
 class Workload:
   name: str
@@ -40,6 +50,7 @@ class Workload:
   atol: float = 1e-4
   check: bool = True
   stateful: bool = False  # the ember function updates state (a train step): checked by its own test, not here
+  tinygrad: Callable[..., Any] | None = None  # tinygrad Tensors -> Tensor, JIT'd; None: the ember function (same API)
   extra: dict[str, Any] = field(default_factory=dict)
 
 # ** the workloads **
@@ -164,7 +175,7 @@ def _tf_numpy(x, wqkv, wo, w1, w2):
   h = x + o @ wo
   return h + _gelu_np(_ln_np(h) @ w1) @ w2
 
-def _tf_ember(x, wqkv, wo, w1, w2):
+def _tf_ember(x, wqkv, wo, w1, w2, gelu=lambda t: t.gelu(approximate="tanh")):
   hd = T_DIM // T_HEADS
   def ln(t):
     c = t - t.mean(-1, keepdim=True)
@@ -173,7 +184,10 @@ def _tf_ember(x, wqkv, wo, w1, w2):
   q, k, v = (qkv[:, i * T_DIM:(i + 1) * T_DIM].reshape(T_SEQ, T_HEADS, hd).permute(1, 0, 2) for i in range(3))
   o = q.scaled_dot_product_attention(k, v, is_causal=True).permute(1, 0, 2).reshape(T_SEQ, T_DIM)
   h = x + o @ wo
-  return h + (ln(h) @ w1).gelu(approximate="tanh") @ w2
+  return h + gelu(ln(h) @ w1) @ w2
+
+def _tf_tinygrad(x, wqkv, wo, w1, w2):
+  return _tf_ember(x, wqkv, wo, w1, w2, gelu=lambda t: t.gelu())  # tinygrad's gelu is the tanh form
 
 def _tf_torch(x, wqkv, wo, w1, w2):
   F = torch.nn.functional
@@ -187,7 +201,7 @@ def _tf_torch(x, wqkv, wo, w1, w2):
 def _transformer() -> Workload:
   fl = 2.0 * T_SEQ * T_DIM * (3 * T_DIM + T_DIM + 8 * T_DIM) + 4.0 * T_SEQ * T_SEQ * T_DIM
   return Workload("transformer", "transformer block fwd, seq 128, dim 512, 8 heads", _tf_params, _tf_ember, _tf_numpy,
-                  _tf_torch, flops=fl, rtol=2e-3, atol=2e-3)
+                  _tf_torch, flops=fl, rtol=2e-3, atol=2e-3, tinygrad=_tf_tinygrad)
 
 WORKLOADS: dict[str, Callable[[], Workload]] = {
   "elementwise": _elementwise, "sum": _sum, "rowmax": _rowmax, "softmax": _softmax,
@@ -209,25 +223,35 @@ def _timed(fn: Callable[[], Any]) -> float:
   fn()
   return time.perf_counter() - st
 
-def _mlp_runners(data: dict[str, np.ndarray], r: np.random.Generator) -> dict[str, Callable[[], Any]]:
-  from ember import Tensor, TinyJit
-  init = _mlp_params(r)
-  eparams = [Tensor(p.copy(), requires_grad=True).realize() for p in init]
-  def ember_step(x: Tensor, y: Tensor) -> Tensor:
+def _backward_grads(loss: Any, params: list[Any]) -> list[Any]:
+  for p in params: p.grad = None
+  loss.backward()
+  return [p.grad for p in params]
+
+def _mlp_jit_step(Tensor: Any, TinyJit: Any, init: list[np.ndarray], data: dict[str, np.ndarray],
+                  trainable: bool = True, grads: Callable[[Any, list[Any]], list[Any]] = _backward_grads
+                  ) -> Callable[[], Any]:
+  """The JIT'd train step on ember or tinygrad (the same API but for gradients: tinygrad 0.14 has no requires_grad and
+  takes `loss.gradient(*params)`): a function running one step, returning the loss."""
+  params = [(Tensor(p.copy(), requires_grad=True) if trainable else Tensor(p.copy())).realize() for p in init]
+  def step(x: Any, y: Any) -> Any:
     h = x
-    for i in range(0, len(eparams), 2):
-      h = h @ eparams[i] + eparams[i + 1]
-      if i + 2 < len(eparams): h = h.relu()
+    for i in range(0, len(params), 2):
+      h = h @ params[i] + params[i + 1]
+      if i + 2 < len(params): h = h.relu()
     loss = h.sparse_categorical_crossentropy(y)
-    for p in eparams: p.grad = None
-    loss.backward()
-    for p in eparams: p.assign(p.detach() - MLP_LR * p.grad)
-    Tensor.realize(loss, *eparams)
+    for p, g in zip(params, grads(loss, params)): p.assign(p.detach() - MLP_LR * g)
+    Tensor.realize(loss, *params)
     return loss
-  jit_step = TinyJit(ember_step)
-  ex, ey = Tensor(data["x"]).realize(), Tensor(data["y"]).realize()
+  jit_step = TinyJit(step)
+  x, y = Tensor(data["x"]).realize(), Tensor(data["y"]).realize()
+  return lambda: jit_step(x, y).numpy()
+
+def _mlp_runners(data: dict[str, np.ndarray], r: np.random.Generator) -> dict[str, Callable[[], Any]]:
+  import ember
+  init = _mlp_params(r)
   nparams = [p.copy() for p in init]
-  runners: dict[str, Callable[[], Any]] = {"ember": lambda: jit_step(ex, ey).numpy(),
+  runners: dict[str, Callable[[], Any]] = {"ember": _mlp_jit_step(ember.Tensor, ember.TinyJit, init, data),
                                            "numpy": lambda: _mlp_numpy_step(nparams, data["x"], data["y"])}
   if torch is not None:
     tparams = [torch.tensor(p.copy(), requires_grad=True) for p in init]
@@ -245,6 +269,9 @@ def _mlp_runners(data: dict[str, np.ndarray], r: np.random.Generator) -> dict[st
         for p in tparams: p -= MLP_LR * p.grad
       return float(loss)
     runners["torch"] = torch_step
+  if (tg := _tinygrad()) is not None:
+    runners["tinygrad"] = _mlp_jit_step(tg.Tensor, tg.TinyJit, init, data, trainable=False,
+                                        grads=lambda loss, params: list(loss.gradient(*params)))
   return runners
 
 def _first_call(wl: Workload, data: dict[str, np.ndarray]) -> dict[str, float]:
@@ -277,6 +304,15 @@ def bench_workload(wl: Workload, rounds: int, seed: int = 0) -> dict[str, Any]:
     if torch is not None and wl.torch is not None:
       tts = [torch.tensor(v) for v in data.values()]
       runners["torch"] = lambda: wl.torch(*tts)
+    if (tg := _tinygrad()) is not None:
+      tg_fn = tg.TinyJit(lambda *a: (wl.tinygrad or wl.ember)(*a).realize())
+      gts = [tg.Tensor(v).realize() for v in data.values()]
+      tg_dev = tg.Device[tg.Device.DEFAULT]
+      runners["tinygrad"] = lambda: (tg_fn(*gts), tg_dev.synchronize())  # its CPU queue runs asynchronously
+      if wl.check:
+        got = (wl.tinygrad or wl.ember)(*gts).numpy()
+        np.testing.assert_allclose(got, wl.numpy(*data.values()), rtol=wl.rtol, atol=wl.atol,
+                                   err_msg=f"tinygrad {wl.name} differs from numpy")
     if wl.check:
       got, want = wl.ember(*ets).numpy(), wl.numpy(*data.values())
       np.testing.assert_allclose(got, want, rtol=wl.rtol, atol=wl.atol, err_msg=f"ember {wl.name} differs from numpy")
@@ -309,12 +345,20 @@ def machine() -> dict[str, Any]:
   except OSError: pass
   return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
           "torch": torch.__version__ if torch is not None else None, "device": Device.DEFAULT,
+          "tinygrad": _version("tinygrad") if _tinygrad() is not None else None,
+          "cc": os.path.basename(getattr(Device[Device.DEFAULT].compiler, "cc", "") or "") or None,
           "renderer": type(Device[Device.DEFAULT].renderer).__name__, "load_avg": os.getloadavg()}
 
+def _version(dist: str) -> str:
+  from importlib.metadata import version, PackageNotFoundError
+  try: return version(dist)
+  except PackageNotFoundError: return "?"
+
 def markdown(results: list[dict[str, Any]], mach: dict[str, Any]) -> str:
-  lines = ["| workload | ember ms | numpy ms | torch ms | numpy/ember | torch/ember | first call cold / warm ms "
-           "| ember rate |",
-           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+  others = [k for k in ("numpy", "torch", "tinygrad") if any(k in r["median_ms"] for r in results)]
+  lines = ["| workload | ember ms | " + " | ".join(f"{k} ms" for k in others) + " | " +
+           " | ".join(f"{k}/ember" for k in others) + " | first call cold / warm ms | ember rate |",
+           "| --- | ---: | " + " | ".join("---:" for _ in others * 2) + " | ---: | ---: |"]
   for r in results:
     med, ratio = r["median_ms"], r["ratio"]
     fc = r.get("first_call")
@@ -322,12 +366,14 @@ def markdown(results: list[dict[str, Any]], mach: dict[str, Any]) -> str:
     def f(x: float | None) -> str: return "-" if x is None else f"{x:.2f}"
     rate = f"{r['gbs']['ember']:.1f} GB/s" if "gbs" in r else \
       f"{r['ember_gflops']:.1f} GFLOP/s" if "ember_gflops" in r else "-"
-    lines.append(f"| {r['title']} | {f(med['ember'])} | {f(med.get('numpy'))} | {f(med.get('torch'))} | "
-                 f"{f(ratio.get('numpy'))}x | {f(ratio.get('torch'))}x | {fcs} | {rate} |")
+    lines.append(f"| {r['title']} | {f(med['ember'])} | " + " | ".join(f(med.get(k)) for k in others) + " | " +
+                 " | ".join(f"{f(ratio.get(k))}x" for k in others) + f" | {fcs} | {rate} |")
   lines.append("")
   load = ", ".join(f"{x:.1f}" for x in mach["load_avg"])
+  cc = f", C compiler {mach['cc']}" if mach.get("cc") else ""
+  tg = f", tinygrad {mach['tinygrad']} (CPU, default renderer)" if mach.get("tinygrad") else ""
   lines.append(f"Machine: {mach['cpu']}, {mach['cores']} cores, load average {load} at the start; "
-               f"ember {mach['device']} ({mach['renderer']}), numpy {mach['numpy']}, torch {mach['torch']}, "
+               f"ember {mach['device']} ({mach['renderer']}{cc}), numpy {mach['numpy']}, torch {mach['torch']}{tg}, "
                f"Python {mach['python']}.")
   return "\n".join(lines)
 

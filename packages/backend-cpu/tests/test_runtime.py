@@ -111,14 +111,14 @@ def test_no_c_compiler_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_a_compiler_that_cannot_build_kernels_is_skipped(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
   if cpu_compiler.find_c_compiler() is None: pytest.skip("needs a working C compiler on PATH")
-  old_clang = tmp_path / "clang"  # stands in for a clang without _Float16: it rejects everything
-  old_clang.write_text("#!/bin/sh\necho \"error: _Float16 is not supported on this target\" >&2\nexit 1\n")
-  old_clang.chmod(0o755)
+  old_gcc = tmp_path / "gcc"  # stands in for a gcc without _Float16: it rejects everything
+  old_gcc.write_text("#!/bin/sh\necho \"error: _Float16 is not supported on this target\" >&2\nexit 1\n")
+  old_gcc.chmod(0o755)
   monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-  assert cpu_compiler.find_c_compiler() == str(old_clang)
-  assert ClangCompiler().cc != str(old_clang)
+  assert cpu_compiler.find_c_compiler() == str(old_gcc)
+  assert ClangCompiler().cc != str(old_gcc)  # the next one that works: clang, or cc
   with pytest.raises(CompileError, match="_Float16 is not supported.*install clang >= 15 or gcc >= 12"):
-    ClangCompiler(str(old_clang))
+    ClangCompiler(str(old_gcc))
 
 # ** device and plugin wiring **
 
@@ -193,3 +193,14 @@ def test_new_kernels_compile_side_by_side_off_the_main_thread(monkeypatch: pytes
     compiled = len(threads)
     np.testing.assert_allclose(out.numpy(), np.sqrt(np.exp(a @ b).sum(0) + 3.5), rtol=1e-4)
     assert len(threads) == compiled
+
+def test_ember_cc_picks_the_c_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
+  import shutil
+  gcc = shutil.which("gcc")
+  if gcc is None: pytest.skip("no gcc on PATH")
+  monkeypatch.setenv("EMBER_CC", "gcc")
+  assert ClangCompiler().cc == gcc
+  monkeypatch.setenv("EMBER_CC", "no-such-compiler-ember")
+  with pytest.raises(CompileError, match="EMBER_CC='no-such-compiler-ember' is not a compiler on PATH"): ClangCompiler()
+  monkeypatch.delenv("EMBER_CC")
+  assert ClangCompiler().cc == gcc  # gcc before clang: the kernels are written for its vectoriser

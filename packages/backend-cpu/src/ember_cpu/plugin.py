@@ -46,6 +46,6 @@ def ember_probe(device: str) -> ProbeResult | None:
   from ember_cpu.compiler import find_c_compiler
   cc, has_llvmlite = find_c_compiler(), importlib.util.find_spec("llvmlite") is not None
   if cc is None and not has_llvmlite:
-    return ProbeResult(ok=False, reason="no C compiler (clang, gcc or cc on PATH) and no llvmlite; "
+    return ProbeResult(ok=False, reason="no C compiler (gcc, clang or cc on PATH) and no llvmlite; "
                                         "install clang or gcc, or `pip install llvmlite`")
   return ProbeResult(ok=True, reason=f"C: {cc or 'no compiler'}; LLVM: {'llvmlite' if has_llvmlite else 'missing'}")
