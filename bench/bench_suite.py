@@ -1,12 +1,13 @@
-"""Benchmark suite: the workloads of the performance table, ember against numpy and torch in one process run.
+"""Benchmark suite: the performance table's workloads, ember against numpy, torch and tinygrad in one process run.
 
   python bench/bench_suite.py [--only matmul_1024,sum] [--rounds 7] [--json bench/results.json] [--markdown FILE]
 
-Each round runs every framework once, in turn (interleaved, so background load hits all of them alike); the figure is
+torch and tinygrad columns appear when they are importable (tinygrad's CPU device also needs clang on PATH). Each
+round runs every framework once, in turn (interleaved, so background load hits all of them alike); the figure is
 the median over the rounds after one warmup round. ember runs each workload under TinyJit (as tinygrad's column does);
 its first-call latency (schedule + codegen + compile, with the compile cache cold and warm) is measured separately on
-the plain, un-JIT'd call. Every ember result is checked against numpy before timing. Ratios are other / ember: above 1
-means ember is faster.
+the plain, un-JIT'd call. Every ember (and tinygrad) result is checked against numpy before timing. Ratios are
+other / ember: above 1 means ember is faster.
 """
 from __future__ import annotations
 import argparse
