@@ -117,3 +117,15 @@ def test_conv2d_runs_as_a_packed_matmul_over_im2col() -> None:
   from numpy.lib.stride_tricks import sliding_window_view
   win = sliding_window_view(np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3), axis=(2, 3))
   np.testing.assert_allclose(out.numpy(), np.einsum("nchwij,ocij->nohw", win, w), rtol=1e-4, atol=1e-4)
+
+def test_long_full_reductions_match_numpy() -> None:
+  rng = np.random.default_rng(12)
+  x = rng.standard_normal(1 << 21).astype(np.float32)
+  t = Tensor(x)
+  np.testing.assert_allclose(t.sum().numpy(), x.astype(np.float64).sum(), rtol=1e-5)
+  assert t.max().numpy() == x.max() and t.min().numpy() == x.min()
+  ints = rng.integers(-1000, 1000, 1 << 21, dtype=np.int32)
+  assert Tensor(ints).sum().numpy() == ints.sum()
+  g = Tensor(x.reshape(2048, 1024), requires_grad=True)
+  (g.sum() * 3).backward()
+  assert np.all(g.grad.numpy() == 3)

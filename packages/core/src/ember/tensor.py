@@ -48,6 +48,9 @@ def broadcast_shape(*shapes: tuple[sint, ...]) -> tuple[sint, ...]:
     out.append(non1.pop() if non1 else 1)
   return tuple(out)
 
+# reductions of every element of at least this many elements run in two stages (Tensor._reduce)
+SPLIT_REDUCE_MIN = 1 << 20
+
 class Tensor:
   """A lazy, multi-dimensional array with autograd.
 
@@ -1533,10 +1536,24 @@ class Tensor:
       if op is Ops.MAX: raise ShapeError(f"max/min of an empty dimension: shape {self.shape}, axes {axes}")
       out_shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
       ret = Tensor.full(out_shape, ident, dtype=self.dtype, device=self.device)
+    elif (parts := self._split_reduce_parts(axes)) is not None:
+      # a long reduction to one value in two stages: `parts` partial results (one output each: threads and GPU blocks
+      # share them), materialised, then reduced; one kernel would run the whole reduction on one thread
+      flat = self.reshape(parts, -1)
+      part = Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (flat.uop,), (op, (1,))), requires_grad=self.requires_grad)
+      ret = Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (part.contiguous().uop,), (op, (0,))),
+                   requires_grad=self.requires_grad).reshape((1,) * self.ndim)
     else:
       if axes: ret = Tensor(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)), requires_grad=self.requires_grad)
       else: ret = self
     return ret if keepdim else ret.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+  def _split_reduce_parts(self, axes: tuple[PyInt, ...]) -> PyInt | None:
+    """How many partial results a reduction of every element splits into (SPLIT_REDUCE_MIN elements or more, a
+    constant shape; the most of 256, 128, ... 2 that divides it into runs of at least 4096), else None."""
+    if len(axes) != self.ndim or not all(isinstance(d, int) for d in self.shape): return None
+    n = prod(self.shape)
+    if not isinstance(n, int) or n < SPLIT_REDUCE_MIN: return None
+    return next((c for c in (256, 128, 64, 32, 16, 8, 4, 2) if n % c == 0 and n // c >= 4096), None)
   def sum(self, axis: Any = None, keepdim: PyBool = False, dtype: DType | None = None) -> Tensor:
     acc = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
     ret = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)

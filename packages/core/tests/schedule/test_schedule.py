@@ -175,3 +175,11 @@ def test_reshaped_buffer_is_read_at_its_flat_index():
             any(r.op is Ops.RANGE and r.arg[1].name == "REDUCE" for r in n.src[0].toposort())]
   assert not splits  # the reduce index (the row of 8) is never divided by mid's dims (6, 4)
   np.testing.assert_allclose(out.numpy(), (x * 2).reshape(24, 8) @ w, rtol=1e-5, atol=1e-5)
+
+def test_long_full_reduction_runs_in_two_stages():
+  from ember.tensor import SPLIT_REDUCE_MIN
+  big = kernels(Tensor.empty(SPLIT_REDUCE_MIN * 4).sum())
+  assert len(big) == 2 and big[0].bufs[0].size == 256 and big[1].bufs[0].size == 1  # 256 partial sums, then one
+  assert len(kernels(Tensor.empty(2048, 2048).max())) == 2
+  assert len(kernels(Tensor.empty(SPLIT_REDUCE_MIN // 2).sum())) == 1  # short: one kernel
+  assert len(kernels(Tensor.empty(2048, 2048).sum(1))) == 1  # a row reduction has outputs to share already
