@@ -29,9 +29,10 @@ def test_plans_only_where_packing_pays() -> None:
   assert 256 * 32 < PACK_MIN_ELEMENTS <= 256 * 64
   assert _plan(a @ Tensor(_rand(256, 32))) is None  # B of 8192 elements stays in cache as it is
   assert _plan(Tensor(_rand(64, 256)).sum(1)) is None  # a reduction with no B operand
-  # 40 rows and 40 columns: no block of 16 or 32 divides either (a matmul whose rows divide packs A instead)
-  assert _plan(Tensor(_rand(40, 256)) @ Tensor(_rand(256, 40))) is None
-  assert (swapped := _plan(a @ Tensor(_rand(256, 40)))) is not None and swapped.src_slot == 1
+  # 72 columns: blocks of 8 (half a vector); 33 columns: no block divides them, and A is never packed in B's place
+  # (its block would be stored a row apart)
+  assert (narrow := _plan(a @ Tensor(_rand(256, 72)))) is not None and narrow.src_slot == 2 and narrow.size == 256 * 72
+  assert _plan(Tensor(_rand(64, 512)) @ Tensor(_rand(512, 33))) is None
   no_pack = type("NoPackRenderer", (ClangRenderer,), {"pack_operands": False})()
   assert plan_packing(kernel_of(a @ b), no_pack) is None
 
@@ -56,6 +57,7 @@ def _layouts() -> dict[str, tuple[list[tuple[int, ...]], object, object]]:
   """name: (input shapes, ember function, numpy function)."""
   return {
     "a@b": ([(96, 160), (160, 128)], lambda a, b: a @ b, lambda a, b: a @ b),
+    "a@b, 200 columns (blocks of 8)": ([(40, 256), (256, 200)], lambda a, b: a @ b, lambda a, b: a @ b),
     "a@b.T (Linear)": ([(64, 200), (96, 200)], lambda a, b: a @ b.T, lambda a, b: a @ b.T),
     "a.T@b": ([(160, 64), (160, 128)], lambda a, b: a.T @ b, lambda a, b: a.T @ b),
     "batched q@k.T": ([(3, 64, 48), (3, 128, 48)], lambda q, k: q @ k.transpose(-1, -2),

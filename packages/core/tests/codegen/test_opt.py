@@ -47,6 +47,14 @@ def test_matmul_axes_find_columns_and_rows() -> None:
   assert axes is not None and axes[1] is not None and axes[0] != axes[1]
   assert matmul_axes(_kernel(_realized(8, 4).sum(1)), 4) is None  # no input ignores an output column
 
+def test_column_counts_no_vector_divides_get_narrower_blocks() -> None:
+  from ember.codegen.opt import column_spans
+  assert column_spans(64, 16) == [64, 32, 16] and column_spans(200, 16) == [8, 4] and column_spans(33, 16) == []
+  ast = _kernel(_realized(8, 12) @ _realized(12, 24, seed=1))  # 24 columns: blocks of 8 at a SIMD width of 16
+  opts = matmul_opts(ast, 16, 2, 4)
+  assert opts and opts[0].op == "UPCAST_OUTER" and opts[0].amt == 8
+  _same_as_unoptimised(ast, opts)
+
 def test_matmul_with_residual_keeps_its_row_block() -> None:
   # the residual `c` is read after the reduction, along rows and columns alike: it must not hide the row range
   a, b, c = _realized(8, 6), _realized(6, 16, seed=1), _realized(8, 16, seed=2)

@@ -174,12 +174,19 @@ def _stride(idx: UOp, rng: UOp) -> int | None:
 MATMUL_COLS = 2  # vectors of columns per register block of a matmul (hand_coded_opts)
 WIDE_COLS, WIDE_ROWS = 4, 4  # a matmul of exactly 4 vectors of columns takes them all in one block
 
+def column_spans(end: int, width: int, cols: int = MATMUL_COLS) -> list[int]:
+  """Columns per register block of a matmul with `end` output columns, best first: all of them when they are exactly
+  WIDE_COLS vectors (4 rows x 4 vectors of accumulators: A, often a tall im2col matrix, is then read once instead of
+  twice), then `c` vectors (c = cols..1) that divide them, then half or a quarter of a vector (at least 4 lanes: an
+  AVX2 or SSE register) for column counts no whole vector divides (200 = 25 x 8)."""
+  out = [end] if end == WIDE_COLS * width else []
+  out += [c * width for c in range(max(cols, 1), 0, -1) if end % (c * width) == 0]
+  if not out: out = [w for w in (width // 2, width // 4) if w >= 4 and end % w == 0]
+  return list(dict.fromkeys(out))
+
 def block_columns(end: int, width: int) -> int | None:
-  """Columns per register block of a matmul with `end` output columns: all of them when they are exactly WIDE_COLS
-  vectors (4 rows x 4 vectors of accumulators: A, often a tall im2col matrix, is then read once instead of twice),
-  else the largest of MATMUL_COLS..1 vectors that divides them; None if no vector does."""
-  if end == WIDE_COLS * width: return end
-  return next((c * width for c in range(MATMUL_COLS, 0, -1) if end % (c * width) == 0), None)
+  """The default columns per register block (the first of `column_spans`), None if no block of 4+ lanes divides."""
+  return next(iter(column_spans(end, width)), None)
 
 def _lane_stride(idx: UOp, rng: UOp, span: int) -> int | None:
   """How much `idx` moves per lane when `rng` is unrolled by `span` (rng -> r*span + c), if every lane c moves it by
@@ -202,10 +209,7 @@ def matmul_axes(ast: UOp, width: int, span: int | None = None) -> tuple[int, int
   loads = list(dict.fromkeys(n.src[0].src[1] for r in reds for n in r.src[0].toposort() if n.op is Ops.LOAD))
   for ci in reversed(range(len(rngs))):
     col = rngs[ci]
-    if (end := _const_end(col)) % width: continue
-    spans = [span] if span else list(dict.fromkeys(
-      [*((b,) if (b := block_columns(end, width)) else ()), *(c * width for c in range(MATMUL_COLS, 0, -1)
-                                                             if end % (c * width) == 0)]))
+    spans = [span] if span else column_spans(_const_end(col), width)
     strides = next((st for sp in spans if 1 in (st := [_lane_stride(i, col, sp) for i in loads]) and 0 in st), None)
     if strides is None: continue
     a_loads = [i for i, s in zip(loads, strides) if s == 0]
@@ -225,8 +229,8 @@ def matmul_opts(ast: UOp, width: int, cols: int, rows: int) -> list[Opt]:
   rngs = output_ranges(ast)
   cend = _const_end(rngs[axes[0]])
   # the block's columns must be contiguous in B (a packed B is so only within its own blocks)
-  span = next((c * width for c in range(max(cols, 1), 0, -1)
-               if cend % (c * width) == 0 and matmul_axes(ast, width, c * width) == axes), None)
+  span = next((sp for sp in column_spans(cend, width, cols) if sp <= max(cols, 1) * width
+               and matmul_axes(ast, width, sp) == axes), None)
   if span is None: return []
   ci, ri = axes
   opts = [Opt("UPCAST_OUTER", rngs[ci].arg[0], span)]

@@ -21,7 +21,7 @@ from ember.dtype import DType, PtrDType
 from ember.helpers import NOOPT, prod
 from ember.renderer import Renderer
 from ember.uop.ops import Ops, UOp, AxisType
-from ember.codegen.opt import output_ranges, block_columns, _const_end
+from ember.codegen.opt import output_ranges, block_columns, _const_end, _lane_stride
 from ember.schedule.kernel import KernelInfo
 
 PACK_MIN_ROWS = 32  # output rows sharing each column block of B
@@ -54,8 +54,12 @@ def _find_operand(sink: UOp, red: UOp, width: int) -> tuple[UOp, UOp, int] | Non
   loads = [n for n in red.src[0].toposort() if n.op is Ops.LOAD]
   if len(loads) < 2: return None
   reduce_rngs = set(red.src[1:])
+  stores = [n.src[0].src[1] for n in sink.toposort() if n.op is Ops.STORE]
   for col in reversed(outs):
     if (span := block_columns(_const_end(col), width)) is None: continue
+    # the block's columns are stored contiguously (gcc's SLP vectoriser starts from those stores; a block of rows
+    # stored a row apart, A packed in B's place, ran at 5 GFLOP/s)
+    if any(_lane_stride(st, col, span) != 1 for st in stores): continue
     for b in loads:
       idx = b.src[0]
       if len(idx.src) != 2 or idx.src[0].op is not Ops.PARAM: continue  # gated (padded) loads stay as they are
