@@ -107,12 +107,12 @@ def test_packed_matmul_under_jit_replays_with_new_inputs() -> None:
     np.testing.assert_allclose(out, np.maximum(x @ w.T, 0), rtol=1e-4, atol=1e-4)
     if i >= 2: assert GlobalCounters.kernel_count == 2  # replay: the pack kernel and the matmul, nothing else
 
-def test_conv2d_runs_as_a_packed_matmul_over_im2col() -> None:
+def test_conv2d_runs_as_a_packed_implicit_gemm() -> None:
   rng = np.random.default_rng(7)
   x, w = rng.standard_normal((2, 32, 12, 12)).astype(np.float32), rng.standard_normal((64, 32, 3, 3)).astype(np.float32)
   out = Tensor(x).conv2d(Tensor(w), padding=1)
   kernels = [it for it in out.schedule() if it.kind == "kernel"]
-  # im2col (2*12*12 rows of 32*9), the matmul with the weight's rows (packed: 288 x 64 elements), then NCHW
+  # the padded image channels-last, the reduction reading its windows with the weight packed (288 x 64), then NCHW
   plans = [plan_packing(it.ast, device("C").renderer) for it in kernels]
   assert len(kernels) == 3 and plans[0] is None and plans[1] is not None and plans[2] is None
   assert plans[1].size == 32 * 9 * 64

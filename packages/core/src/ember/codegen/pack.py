@@ -24,7 +24,7 @@ from ember.uop.ops import Ops, UOp, AxisType
 from ember.codegen.opt import output_ranges, block_columns, _const_end, _lane_stride
 from ember.schedule.kernel import KernelInfo
 
-PACK_MIN_ROWS = 32  # output rows sharing each column block of B
+PACK_MIN_ROWS = 32  # outputs sharing each column block of B (rows of a matmul, pixels of a convolution)
 PACK_MIN_ELEMENTS = 1 << 14  # elements of B (64 KB of float32): smaller operands stay in L1/L2 as they are
 
 @dataclass(frozen=True)
@@ -65,7 +65,10 @@ def _find_operand(sink: UOp, red: UOp, width: int) -> tuple[UOp, UOp, int] | Non
       if len(idx.src) != 2 or idx.src[0].op is not Ops.PARAM: continue  # gated (padded) loads stay as they are
       brngs = _ranges(idx.src[1])
       if col not in brngs or not brngs & reduce_rngs or not brngs <= set(outs) | reduce_rngs: continue
-      rows = [r for r in outs if r is not col and r not in brngs and _const_end(r) >= PACK_MIN_ROWS]
+      # B's reuse: the outputs that read the same B elements (every output range B ignores: a convolution's
+      # batch x height x width, a matmul's rows)
+      rows = [r for r in outs if r is not col and r not in brngs]
+      if prod(_const_end(r) for r in rows) < PACK_MIN_ROWS: continue
       if any(col not in _ranges(a.src[0]) and row in _ranges(a.src[0]) for a in loads if a is not b for row in rows):
         return b, col, span
   return None
