@@ -11,6 +11,7 @@ other / ember: above 1 means ember is faster.
 """
 from __future__ import annotations
 import argparse
+import functools
 import json
 import os
 import platform
@@ -27,6 +28,7 @@ try:
 except ImportError:
   torch = None
 
+@functools.cache
 def _tinygrad() -> Any:
   """tinygrad, when importable (`pip install tinygrad==0.14.0`; its CPU device needs clang on PATH), else None. Imported
   after ember has picked its own device: both read DEV, and here both mean the CPU."""

@@ -1864,30 +1864,27 @@ class Tensor:
     kernel = tuple(int(k) for k in weight.shape[2:])
     pads = Tensor._pad_pairs(padding, nd)
     x = self.pad(((0, 0), (0, 0), *pads))
-    win = x._pool(kernel, Tensor._tuple_arg(stride, nd, "stride"), Tensor._tuple_arg(dilation, nd, "dilation"))
+    pool_args = (kernel, Tensor._tuple_arg(stride, nd, "stride"), Tensor._tuple_arg(dilation, nd, "dilation"))
+    # groups=1 is an implicit GEMM: the padded image is copied channels-last once, then one reduction over
+    # (*kernel, Cin) reads its windows in place (affine indices, no gates) and stores (N, *out, Cout), Cout innermost:
+    # the kernel is matmul-like with Cout as its columns (register blocks, the weight packed), and no im2col matrix is
+    # written (the bench's conv: 115 MB and 10 ms). One copy then makes it (N, Cout, *out).
+    implicit = groups == 1 and all(isinstance(s, int) for s in x.shape)
+    if implicit: x = x.permute(0, *range(2, 2 + nd), 1).contiguous().permute(0, nd + 1, *range(1, nd + 1))
+    win = x._pool(*pool_args)  # (N, Cin, *out, *kernel)
     out_sp = win.shape[2:2 + nd]
-    if groups == 1 and all(isinstance(s, int) for s in win.shape):
-      # an implicit GEMM: the padded image is copied channels-last once, then one reduction over (*kernel, Cin) reads
-      # its windows in place (affine indices, no gates) and stores (N, *out, Cout), Cout innermost: the kernel is
-      # matmul-like with Cout as its columns (register blocks, the weight packed), and no im2col matrix is written
-      # (the bench's conv: 115 MB and 10 ms). One copy then makes it (N, Cout, *out).
-      pool_args = (kernel, Tensor._tuple_arg(stride, nd, "stride"), Tensor._tuple_arg(dilation, nd, "dilation"))
-      last = x.permute(0, *range(2, 2 + nd), 1).contiguous().permute(0, nd + 1, *range(1, nd + 1))
-      cwin = last._pool(*pool_args).permute(0, *range(2, 2 + 2 * nd), 1).reshape(bs, *out_sp, 1, *kernel, cin)
+    if implicit:
+      win = win.permute(0, *range(2, 2 + 2 * nd), 1).reshape(bs, *out_sp, 1, *kernel, cin)
       w = weight.permute(0, *range(2, 2 + nd), 1).reshape(1, *([1] * nd), cout, *kernel, cin)
-      dt = least_upper_dtype(cwin.dtype, w.dtype)
-      acc_dt = sum_acc_dtype(dt) if not dtypes.is_float(dt) else None
-      out = (cwin.cast(dt) * w.cast(dt)).sum(tuple(range(nd + 2, 2 * nd + 3)), dtype=acc_dt).cast(dt).contiguous()
-      out = out.permute(0, nd + 1, *range(1, nd + 1))
-      return out if bias is None else out + bias.reshape(1, cout, *([1] * nd))
-    # (N, G, 1, Cin/G, *out, *k) * (1, G, Cout/G, Cin/G, *1, *k) summed over Cin/G and the kernel
-    win = win.reshape(bs, groups, 1, cin_g, *out_sp, *kernel)
-    w = weight.reshape(1, groups, cout // groups, cin_g, *([1] * nd), *kernel)
+      axes = list(range(nd + 2, 2 * nd + 3))
+    else:  # (N, G, 1, Cin/G, *out, *k) * (1, G, Cout/G, Cin/G, *1, *k) summed over Cin/G and the kernel
+      win = win.reshape(bs, groups, 1, cin_g, *out_sp, *kernel)
+      w = weight.reshape(1, groups, cout // groups, cin_g, *([1] * nd), *kernel)
+      axes = [3] + list(range(4 + nd, 4 + 2 * nd))
     dt = least_upper_dtype(win.dtype, w.dtype)
-    prodt = win.cast(dt) * w.cast(dt)
-    axes = [3] + list(range(4 + nd, 4 + 2 * nd))
     acc_dt = sum_acc_dtype(dt) if not dtypes.is_float(dt) else None
-    out = prodt.sum(axes, dtype=acc_dt).cast(dt).reshape(bs, cout, *out_sp)
+    out = (win.cast(dt) * w.cast(dt)).sum(axes, dtype=acc_dt).cast(dt)
+    out = out.contiguous().permute(0, nd + 1, *range(1, nd + 1)) if implicit else out.reshape(bs, cout, *out_sp)
     return out if bias is None else out + bias.reshape(1, cout, *([1] * nd))
   def conv_transpose2d(self, weight: Tensor, bias: Tensor | None = None, groups: PyInt = 1,
                        stride: PyInt | Sequence[PyInt] = 1, dilation: PyInt | Sequence[PyInt] = 1,

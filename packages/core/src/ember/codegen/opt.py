@@ -222,10 +222,12 @@ def matmul_axes(ast: UOp, width: int, span: int | None = None) -> tuple[int, int
     return ci, None
   return None
 
-def matmul_opts(ast: UOp, width: int, cols: int, rows: int) -> list[Opt]:
+def matmul_opts(ast: UOp, width: int, cols: int, rows: int,
+                axes: tuple[int, int | None] | None = None) -> list[Opt]:
   """A rows x (cols vectors of `width`) block of accumulators for a matmul-like kernel, column block outermost (its
-  slice of B stays in cache while the rows stream). Amounts shrink to what divides; [] if the kernel is not one."""
-  if (axes := matmul_axes(ast, width)) is None: return []
+  slice of B stays in cache while the rows stream). Amounts shrink to what divides; [] if the kernel is not one.
+  `axes`: its `matmul_axes`, when the caller has them."""
+  if (axes := axes or matmul_axes(ast, width)) is None: return []
   rngs = output_ranges(ast)
   cend = _const_end(rngs[axes[0]])
   # the block's columns must be contiguous in B (a packed B is so only within its own blocks)
@@ -269,10 +271,10 @@ def hand_coded_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
   # 2 vectors of columns x 8 rows: B's rows are a power-of-two stride apart, so its panel does not stay in cache;
   # 8 rows per B load halve that traffic against 4x4 (2x16 and 4x8 are ~15% faster still, but unroll twice as many
   # accumulators: 4x the first-call time of a transformer block, spent rewriting the unrolled graph)
-  if (axes := matmul_axes(ast, width)) is not None and \
-     block_columns(_const_end(output_ranges(ast)[axes[0]]), width) == WIDE_COLS * width:
-    return matmul_opts(ast, width, cols=WIDE_COLS, rows=WIDE_ROWS)
-  if (mm := matmul_opts(ast, width, cols=MATMUL_COLS, rows=8)): return mm
+  if (axes := matmul_axes(ast, width)) is not None:
+    if block_columns(_const_end(output_ranges(ast)[axes[0]]), width) == WIDE_COLS * width:
+      return matmul_opts(ast, width, WIDE_COLS, WIDE_ROWS, axes)
+    if (mm := matmul_opts(ast, width, MATMUL_COLS, 8, axes)): return mm
   # reductions the target's compiler vectorises as they are (`Renderer.vector_reduce_ops`, e.g. the CPU's MAX as an
   # int max) run fastest unsplit: partial lanes only make it shuffle them
   native = getattr(renderer, "vector_reduce_ops", frozenset())  # duck-typed renderers may lack it

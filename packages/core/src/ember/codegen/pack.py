@@ -53,6 +53,7 @@ def _find_operand(sink: UOp, red: UOp, width: int) -> tuple[UOp, UOp, int] | Non
   outs = output_ranges(sink)
   loads = [n for n in red.src[0].toposort() if n.op is Ops.LOAD]
   if len(loads) < 2: return None
+  moves = {ld: _ranges(ld.src[0]) for ld in loads}  # the ranges each load's index moves with
   reduce_rngs = set(red.src[1:])
   stores = [n.src[0].src[1] for n in sink.toposort() if n.op is Ops.STORE]
   for col in reversed(outs):
@@ -63,13 +64,13 @@ def _find_operand(sink: UOp, red: UOp, width: int) -> tuple[UOp, UOp, int] | Non
     for b in loads:
       idx = b.src[0]
       if len(idx.src) != 2 or idx.src[0].op is not Ops.PARAM: continue  # gated (padded) loads stay as they are
-      brngs = _ranges(idx.src[1])
+      brngs = moves[b]
       if col not in brngs or not brngs & reduce_rngs or not brngs <= set(outs) | reduce_rngs: continue
       # B's reuse: the outputs that read the same B elements (every output range B ignores: a convolution's
       # batch x height x width, a matmul's rows)
       rows = [r for r in outs if r is not col and r not in brngs]
       if prod(_const_end(r) for r in rows) < PACK_MIN_ROWS: continue
-      if any(col not in _ranges(a.src[0]) and row in _ranges(a.src[0]) for a in loads if a is not b for row in rows):
+      if any(col not in moves[a] and row in moves[a] for a in loads if a is not b for row in rows):
         return b, col, span
   return None
 

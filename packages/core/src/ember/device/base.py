@@ -177,21 +177,14 @@ class Compiler(ABC):
     self.cachekey = cachekey
   @abstractmethod
   def compile(self, src: str) -> bytes: """Compile rendered source to the bytes this device's runtime loads."""
-  def cached(self, src: str) -> bytes | None:
-    """The disk cache's binary for `src`, if caching is on and it has one."""
-    if self.cachekey is None or CACHELEVEL.value < 1: return None
-    return diskcache_get(self.cachekey, content_hash(src))
-  def compile_uncached(self, src: str) -> bytes:
-    """`compile` with any failure as a CompileError."""
-    try: return self.compile(src)
+  def compile_cached(self, src: str) -> bytes:
+    key = content_hash(src)
+    if self.cachekey is not None and CACHELEVEL.value >= 1 and (lib := diskcache_get(self.cachekey, key)) is not None:
+      return lib
+    try: lib = self.compile(src)
     except CompileError: raise
     except Exception as e: raise CompileError(f"{type(self).__name__} failed: {e}") from e
-  def store(self, src: str, lib: bytes) -> None:
-    if self.cachekey is not None and CACHELEVEL.value >= 1: diskcache_put(self.cachekey, content_hash(src), lib)
-  def compile_cached(self, src: str) -> bytes:
-    if (lib := self.cached(src)) is not None: return lib
-    lib = self.compile_uncached(src)
-    self.store(src, lib)
+    if self.cachekey is not None and CACHELEVEL.value >= 1: diskcache_put(self.cachekey, key, lib)
     return lib
   def disassemble(self, lib: bytes) -> str: return f"<{len(lib)} bytes; {type(self).__name__} has no disassembler>"
 

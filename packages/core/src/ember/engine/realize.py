@@ -4,7 +4,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 from ember.device.base import Buffer
 from ember.dtype import DType
 from ember.errors import CompileError
@@ -12,6 +12,7 @@ from ember.helpers import BEAM, DEBUG, NOOPT, NUM_CPU_THREADS, colored
 from ember.renderer import ProgramSpec
 from ember.schedule import ScheduleItem
 from ember.uop.ops import UOp
+if TYPE_CHECKING: from ember.codegen.pack import PackPlan
 
 class GlobalCounters:
   """What the realizes since the last `reset()` ran: kernels, FLOPs, bytes, kernel time."""
@@ -38,63 +39,29 @@ class CompiledRunner:
     handles = [b.ensure_allocated()._buf for b in bufs]
     return self.prg(*handles, global_size=gsize, local_size=lsize, vals=vals, wait=wait)
 
-_runner_cache: dict[tuple[str, str, UOp, int, int, int], CompiledRunner] = {}
+Key = tuple[str, str, UOp, int, int, int]  # device, renderer, kernel AST and the settings that change its code
+_runner_cache: dict[Key, CompiledRunner] = {}
 
-def _key(device: str, renderer: Any, ast: UOp) -> tuple[str, str, UOp, int, int, int]:
-  # the settings that change the generated code are part of the key
+def _key(device: str, renderer: Any, ast: UOp) -> Key:
   return (device, repr(renderer), ast, NUM_CPU_THREADS.value, NOOPT.value, BEAM.value)
+
+def _build(device: str, dev: Any, spec: ProgramSpec, compiled: Callable[[], bytes] | None = None) -> CompiledRunner:
+  """A runner for `spec`: its binary from `compiled` (a compile already under way), else compiled here (through the
+  disk cache)."""
+  if dev.compiler is None:
+    raise CompileError(f"device {device} has no compiler; run kernel {spec.name} on a compute device")
+  try: lib = compiled() if compiled is not None else dev.compiler.compile_cached(spec.src)
+  except CompileError as e: raise CompileError(f"compiling kernel {spec.name} for {device}: {e}") from e
+  return CompiledRunner(spec, lib, dev.runtime(spec.name, lib), device)
 
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
   from ember.device import Device
   from ember.codegen import get_program
   dev = Device[device]
   key = _key(device, dev.renderer, ast)
-  if (r := _runner_cache.get(key)) is not None: return r
-  spec = get_program(ast, dev.renderer, device)
-  if dev.compiler is None:
-    raise CompileError(f"device {device} has no compiler; run kernel {spec.name} on a compute device")
-  try: lib = dev.compiler.compile_cached(spec.src)
-  except CompileError as e: raise CompileError(f"compiling kernel {spec.name} for {device}: {e}") from e
-  runner = CompiledRunner(spec, lib, dev.runtime(spec.name, lib), device)
-  _runner_cache[key] = runner
-  return runner
-
-def compile_ahead(items: list[ScheduleItem]) -> None:
-  """Generate the code of every kernel of `items` that has no runner yet, then compile the sources that miss the
-  disk cache on one thread per core, for compilers that allow it (`Compiler.parallel_compile`): the compiler
-  processes run side by side instead of one after another (a transformer block's 23 kernels on 2 cores). Codegen
-  itself stays on this thread. get_runner then finds every runner made."""
-  from concurrent.futures import ThreadPoolExecutor
-  from ember.device import Device
-  from ember.codegen import get_program
-  from ember.codegen.pack import plan_packing
-  todo: dict[tuple[str, str, UOp, int, int, int], tuple[str, Any, UOp]] = {}
-  for it in items:
-    if it.kind != "kernel" or it.ast is None: continue
-    dev = Device[it.meta["device"]]
-    if dev.compiler is None or not dev.compiler.parallel_compile: continue
-    if _key(it.meta["device"], dev.renderer, it.ast) in _calls_cache: continue
-    plan = plan_packing(it.ast, dev.renderer)
-    asts = [it.ast] if plan is None or plan.scratch_slot != len(it.bufs) else [plan.pack, plan.main]
-    for ast in asts:
-      if (k := _key(it.meta["device"], dev.renderer, ast)) not in _runner_cache:
-        todo.setdefault(k, (it.meta["device"], dev, ast))
-  if len(todo) < 2: return
-  specs = {k: get_program(ast, dev.renderer, device) for k, (device, dev, ast) in todo.items()}
-  libs = {k: todo[k][1].compiler.cached(spec.src) for k, spec in specs.items()}
-  missing = [k for k, lib in libs.items() if lib is None]
-  with ThreadPoolExecutor(max_workers=min(len(missing), os.cpu_count() or 1) or 1) as pool:
-    futures = {k: pool.submit(todo[k][1].compiler.compile_uncached, specs[k].src) for k in missing}
-  for k, fut in futures.items():
-    device, dev, _ = todo[k]
-    try: libs[k] = fut.result()
-    except CompileError as e: raise CompileError(f"compiling kernel {specs[k].name} for {device}: {e}") from e
-    dev.compiler.store(specs[k].src, libs[k])
-  for k, spec in specs.items():
-    device, dev, _ = todo[k]
-    lib = libs[k]
-    assert lib is not None
-    _runner_cache[k] = CompiledRunner(spec, lib, dev.runtime(spec.name, lib), device)
+  if (r := _runner_cache.get(key)) is None:
+    r = _runner_cache[key] = _build(device, dev, get_program(ast, dev.renderer, device))
+  return r
 
 @dataclass
 class KernelCalls:
@@ -104,23 +71,60 @@ class KernelCalls:
   calls: list[tuple[CompiledRunner, tuple[int, ...]]]
   scratch: list[tuple[int, DType]]
 
-_calls_cache: dict[tuple[str, str, UOp, int, int, int], KernelCalls] = {}
+_calls_cache: dict[Key, KernelCalls] = {}
+
+def _plan(dev: Any, ast: UOp, nbufs: int) -> PackPlan | None:
+  """The packing plan the engine runs for a kernel over `nbufs` buffers, or None (one call over its own buffers)."""
+  from ember.codegen.pack import plan_packing
+  plan = plan_packing(ast, dev.renderer) if dev.compiler is not None else None
+  return plan if plan is not None and plan.scratch_slot == nbufs else None
+
+def _asts(ast: UOp, plan: PackPlan | None) -> list[UOp]: return [ast] if plan is None else [plan.pack, plan.main]
+
+def _assemble(ast: UOp, plan: PackPlan | None, nbufs: int, runner: Callable[[UOp], CompiledRunner]) -> KernelCalls:
+  if plan is None: return KernelCalls([(runner(ast), tuple(range(nbufs)))], [])
+  main = runner(plan.main)  # B's own slot is no argument of it any more: pass what it declares
+  return KernelCalls([(runner(plan.pack), (nbufs, plan.src_slot)), (main, tuple(main.spec.globals))],
+                     [(plan.size, plan.dtype)])
 
 def get_calls(device: str, ast: UOp, nbufs: int) -> KernelCalls:
   """The calls that run kernel `ast` over `nbufs` buffers on `device`."""
   from ember.device import Device
-  from ember.codegen.pack import plan_packing
   dev = Device[device]
   key = _key(device, dev.renderer, ast)
-  if (c := _calls_cache.get(key)) is not None: return c
-  plan = plan_packing(ast, dev.renderer) if dev.compiler is not None else None
-  if plan is None or plan.scratch_slot != nbufs: c = KernelCalls([(get_runner(device, ast), tuple(range(nbufs)))], [])
-  else:
-    main = get_runner(device, plan.main)  # B's own slot is no argument of it any more: pass what it declares
-    calls = [(get_runner(device, plan.pack), (nbufs, plan.src_slot)), (main, tuple(main.spec.globals))]
-    c = KernelCalls(calls, [(plan.size, plan.dtype)])
-  _calls_cache[key] = c
+  if (c := _calls_cache.get(key)) is None:
+    c = _calls_cache[key] = _assemble(ast, _plan(dev, ast, nbufs), nbufs, lambda a: get_runner(device, a))
   return c
+
+def compile_ahead(items: list[ScheduleItem]) -> None:
+  """The calls of every kernel of `items` not seen before, on devices whose compiler may run on several threads at
+  once (`Compiler.parallel_compile`): their code is generated here, then the sources compile on one thread per core,
+  the compiler processes side by side instead of one after another (a transformer block's 23 kernels on 2 cores).
+  get_calls then finds them all."""
+  from concurrent.futures import ThreadPoolExecutor
+  from ember.device import Device
+  from ember.codegen import get_program
+  new: dict[Key, tuple[str, Any, UOp, int, PackPlan | None]] = {}
+  for it in items:
+    if it.kind != "kernel" or it.ast is None: continue
+    device, dev = it.meta["device"], Device[it.meta["device"]]
+    if dev.compiler is None or not dev.compiler.parallel_compile: continue
+    if (k := _key(device, dev.renderer, it.ast)) not in _calls_cache and k not in new:
+      new[k] = (device, dev, it.ast, len(it.bufs), _plan(dev, it.ast, len(it.bufs)))
+  specs: dict[Key, tuple[str, Any, ProgramSpec]] = {}
+  for device, dev, ast, _, plan in new.values():
+    for a in _asts(ast, plan):
+      if (rk := _key(device, dev.renderer, a)) not in _runner_cache and rk not in specs:
+        specs[rk] = (device, dev, get_program(a, dev.renderer, device))
+  futures: dict[Key, Any] = {}
+  if len(specs) > 1:
+    with ThreadPoolExecutor(max_workers=min(len(specs), os.cpu_count() or 1)) as pool:
+      futures = {rk: pool.submit(dev.compiler.compile_cached, spec.src) for rk, (_, dev, spec) in specs.items()}
+  for rk, (device, dev, spec) in specs.items():
+    _runner_cache[rk] = _build(device, dev, spec, futures[rk].result if rk in futures else None)
+  for k, (device, dev, ast, nbufs, plan) in new.items():
+    made = lambda a, device=device, dev=dev: _runner_cache[_key(device, dev.renderer, a)]  # noqa: E731
+    _calls_cache[k] = _assemble(ast, plan, nbufs, made)
 
 # TinyJit listens here: each executed call is reported as (runner or None for copies, buffers, var_vals)
 capture_hooks: list[Callable[[CompiledRunner | None, list[Buffer], dict[str, int]], None]] = []
