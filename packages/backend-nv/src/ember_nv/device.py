@@ -105,9 +105,12 @@ class CUDAProgram:
     image = ctypes.create_string_buffer(lib + (b"\0" if not lib.startswith(b"\x7fELF") else b""))
     ctx.call("cuModuleLoadData", ctypes.byref(self.module), image)
     ctx.call("cuModuleGetFunction", ctypes.byref(self.function), self.module, name.encode())
+  def arguments(self, bufs: Any, vals: Any) -> list[Any]:
+    """The launch arguments: buffer addresses, then each variable at its declared width."""
+    return [ctypes.c_uint64(b) for b in bufs] + [_arg(v, w) for v, w in zip(vals, self.widths[len(bufs):])]
   def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] | None = None,
                vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
-    args = [ctypes.c_uint64(b) for b in bufs] + [_arg(v, w) for v, w in zip(vals, self.widths[len(bufs):])]
+    args = self.arguments(bufs, vals)
     params = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in args])
     grid, block = (*global_size, 1, 1)[:3], (*(local_size or (1, 1, 1)), 1, 1)[:3]
     start, end = ctypes.c_void_p(), ctypes.c_void_p()
@@ -142,8 +145,7 @@ class _KernelNode:
     self.node = ctypes.c_void_p()
     self.set_buffers(bufs)
   def set_buffers(self, bufs: list[int]) -> None:
-    widths = self.prg.widths[len(bufs):]
-    self.args = [ctypes.c_uint64(b) for b in bufs] + [_arg(v, w) for v, w in zip(self.vals, widths)]
+    self.args = self.prg.arguments(bufs, self.vals)
     self.argv = (ctypes.c_void_p * max(len(self.args), 1))(
       *[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in self.args])
     self.params = CUDA_KERNEL_NODE_PARAMS(self.prg.function, *self.grid, *self.block, 0,
