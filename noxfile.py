@@ -14,7 +14,9 @@ import nox
 ROOT = os.path.dirname(os.path.abspath(__file__))
 CORE = os.path.join(ROOT, "packages", "core")
 CPU = os.path.join(ROOT, "packages", "backend-cpu")
-TEST_ENV = {"EMBER_STRICT_BACKENDS": "1", "SPEC": "1"}
+# EMBER_REQUIRE_ORACLES: a test module skipped for want of an oracle (torch, hypothesis...) fails the session instead
+TEST_ENV = {"EMBER_STRICT_BACKENDS": "1", "SPEC": "1", "EMBER_REQUIRE_ORACLES": "1"}
+TORCH = "torch==2.13.0"  # the test oracle; a CPU wheel the machine's pip index serves
 KIT_DIR = os.path.join(CORE, "src", "ember", "testing")
 
 nox.options.sessions = ["tests"]
@@ -37,8 +39,8 @@ def _run_tests(session: nox.Session, tests: str) -> None:
 
 @nox.session(name="tests-core", venv_backend="venv")
 def tests_core(session: nox.Session) -> None:
-  """ember-core alone: its declared dependencies (numpy, pluggy) and pytest, nothing else."""
-  session.install(CORE, "pytest", "numpy")
+  """ember-core alone: its declared dependencies (numpy, pluggy), pytest and the test oracles (torch, hypothesis)."""
+  session.install(CORE, "pytest", "numpy", TORCH, "hypothesis")
   _run_tests(session, os.path.join(CORE, "tests"))
 
 @nox.session(name="tests-cpu", venv_backend="venv")
@@ -79,7 +81,6 @@ def tests_amd(session: nox.Session) -> None:
                 *session.posargs, env={**TEST_ENV, "DEV": "MOCK+AMD"})
 
 NN = os.path.join(ROOT, "packages", "nn")
-TORCH = "torch==2.13.0"  # the test oracle; a CPU wheel the machine's pip index serves
 
 def _nn_tests(session: nox.Session, markers: str) -> None:
   session.run("python", "-m", "pytest", *_pytest_plugin_args(), os.path.join(NN, "tests"), "-q", "-m", markers,

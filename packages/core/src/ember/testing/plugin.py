@@ -27,6 +27,24 @@ def pytest_configure(config: pytest.Config) -> None:
   Device.DEFAULT = config.getoption("--ember-device")  # selects interface/renderer/arch exactly as DEV would
   SPEC.value = max(int(SPEC.value), 1)  # the IR spec checker is on for a conformance run
 
+# The test oracles: a CI session that sets EMBER_REQUIRE_ORACLES=1 installs them, so a module skipped because one of them
+# is missing means that session tests nothing it claims to (hardware skips are not affected).
+ORACLES = ("torch", "numpy", "hypothesis", "safetensors", "gguf", "onnx", "onnxruntime", "openai")
+
+def _missing_oracle(report: pytest.CollectReport) -> str | None:
+  if not report.skipped or not isinstance(report.longrepr, tuple): return None
+  reason = str(report.longrepr[2])
+  return next((name for name in ORACLES if f"could not import '{name}'" in reason), None)
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Any:
+  outcome = yield
+  report = outcome.get_result()
+  if os.environ.get("EMBER_REQUIRE_ORACLES", "") not in ("", "0") and (name := _missing_oracle(report)) is not None:
+    report.outcome = "failed"
+    report.longrepr = (f"{collector.nodeid}: skipped because the test oracle {name!r} is not installed, but "
+                       f"EMBER_REQUIRE_ORACLES is set: install it in this session (noxfile.py) or unset the flag")
+
 def pytest_report_header(config: pytest.Config) -> str | None:
   if config.getoption("--ember-device") is None: return None
   return f"ember conformance kit: --ember-device={config.getoption('--ember-device')}"
