@@ -31,19 +31,26 @@ def pytest_configure(config: pytest.Config) -> None:
 # is missing means that session tests nothing it claims to (hardware skips are not affected).
 ORACLES = ("torch", "numpy", "hypothesis", "safetensors", "gguf", "onnx", "onnxruntime", "openai")
 
-def _missing_oracle(report: pytest.CollectReport) -> str | None:
+def _missing_oracle(report: pytest.CollectReport | pytest.TestReport) -> str | None:
   if not report.skipped or not isinstance(report.longrepr, tuple): return None
   reason = str(report.longrepr[2])
   return next((name for name in ORACLES if f"could not import '{name}'" in reason), None)
 
+def _fail_missing_oracle(report: pytest.CollectReport | pytest.TestReport) -> None:
+  if os.environ.get("EMBER_REQUIRE_ORACLES", "") in ("", "0") or (name := _missing_oracle(report)) is None: return
+  report.outcome = "failed"
+  report.longrepr = (f"{report.nodeid}: skipped because the test oracle {name!r} is not installed, but "
+                     f"EMBER_REQUIRE_ORACLES is set: install it in this session (noxfile.py) or unset the flag")
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_make_collect_report(collector: pytest.Collector) -> Any:
   outcome = yield
-  report = outcome.get_result()
-  if os.environ.get("EMBER_REQUIRE_ORACLES", "") not in ("", "0") and (name := _missing_oracle(report)) is not None:
-    report.outcome = "failed"
-    report.longrepr = (f"{collector.nodeid}: skipped because the test oracle {name!r} is not installed, but "
-                       f"EMBER_REQUIRE_ORACLES is set: install it in this session (noxfile.py) or unset the flag")
+  _fail_missing_oracle(outcome.get_result())
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+  outcome = yield
+  _fail_missing_oracle(outcome.get_result())
 
 def pytest_report_header(config: pytest.Config) -> str | None:
   if config.getoption("--ember-device") is None: return None
