@@ -33,9 +33,25 @@ def test_cross_entropy_matches_torch(kwargs):
   np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), atol=1e-6)
 
 def test_cross_entropy_and_one_hot_errors():
-  with pytest.raises(ShapeError, match="labels shape"): F.cross_entropy(Tensor.ones(4, 3), Tensor([1, 2]))
-  with pytest.raises(DTypeError, match="integer labels"): F.one_hot(Tensor([1.0]), 3)
-  np.testing.assert_array_equal(F.one_hot(Tensor([2, 0]), 3).numpy(), np.eye(3, dtype=np.float32)[[2, 0]])
+  with pytest.raises(ShapeError): F.cross_entropy(Tensor.ones(4, 3), Tensor([1, 2]))
+  with pytest.raises(DTypeError, match="int tensor"): F.one_hot(Tensor([1.0]), 3)
+  labels = np.array([2, 0, 1], dtype=np.int64)
+  np.testing.assert_array_equal(F.one_hot(Tensor(labels), 3).numpy(), TF.one_hot(torch.from_numpy(labels), 3).numpy())
+
+def test_functional_follows_torch_defaults():
+  """gelu is exact by default, normalize is the Lp normalisation, dropout applies unless training=False, and
+  cross_entropy takes the class dim 1 with ignore_index -100: torch's meanings of these names."""
+  x = _rand(3, 4, 5)
+  xt = torch.from_numpy(x)
+  np.testing.assert_allclose(F.gelu(Tensor(x)).numpy(), TF.gelu(xt).numpy(), atol=1e-5)
+  np.testing.assert_allclose(F.normalize(Tensor(x)).numpy(), TF.normalize(xt).numpy(), atol=1e-6)
+  np.testing.assert_allclose(F.normalize(Tensor(x), p=1.0, dim=2).numpy(), TF.normalize(xt, p=1.0, dim=2).numpy(),
+                             atol=1e-6)
+  assert (F.dropout(Tensor.ones(64), 0.5).numpy() == 0).any()
+  np.testing.assert_array_equal(F.dropout(Tensor(x), 0.5, training=False).numpy(), x)
+  labels = np.array([[1, -100, 3, 0, 2], [3, 2, -100, 1, 0], [0, 0, 1, 1, 2]], dtype=np.int64)  # (N, d1), C = 4
+  got = F.cross_entropy(Tensor(x), Tensor(labels.astype(np.int32)))
+  np.testing.assert_allclose(got.numpy(), TF.cross_entropy(xt, torch.from_numpy(labels)).numpy(), atol=1e-6)
 
 @pytest.mark.parametrize("kernel,stride,padding", [(2, None, 0), (3, 2, 1), ((3, 2), (1, 2), (1, 0))])
 def test_pooling_matches_torch(kernel, stride, padding):
@@ -62,7 +78,8 @@ def test_conv3d_and_dilated_conv_match_torch():
 def test_activations_match_torch():
   x = _rand(4, 5) * 3
   xt = torch.from_numpy(x)
-  np.testing.assert_allclose(F.gelu(Tensor(x)).numpy(), TF.gelu(xt, approximate="tanh").numpy(), atol=1e-5)
+  np.testing.assert_allclose(F.gelu(Tensor(x), approximate="tanh").numpy(), TF.gelu(xt, approximate="tanh").numpy(),
+                             atol=1e-5)
   np.testing.assert_allclose(F.silu(Tensor(x)).numpy(), TF.silu(xt).numpy(), atol=1e-5)
   np.testing.assert_allclose(F.leaky_relu(Tensor(x), 0.2).numpy(), TF.leaky_relu(xt, 0.2).numpy(), atol=1e-6)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Sequence, cast
 from ember.dtype import DType, dtypes
-from ember.errors import DTypeError, ShapeError
+from ember.errors import ShapeError
 from ember.helpers import TRAINING, prod
 from ember.tensor import Tensor, _is_done
 
@@ -60,66 +60,39 @@ def filled(shape: tuple[int, ...], value: float | int, dtype: DType | None = Non
   """A realized buffer filled with `value` (parameters and running statistics must be real buffers to be assigned)."""
   return Tensor.full(shape, value, dtype=dtype or dtypes.default_float, device=device).contiguous().realize()
 
-# ** activations and losses **
+# ** activations and losses: torch.nn.functional's names and argument order over the one Tensor implementation **
+# Where torch and tinygrad disagree (gelu's default, dropout's `training`, cross_entropy's class dim), these follow
+# torch; the Tensor methods are the implementation.
 
-def softmax(x: Tensor, axis: int = -1) -> Tensor:
-  e = (x - x.max(axis, keepdim=True).detach()).exp()
-  return e / e.sum(axis, keepdim=True)
+def softmax(x: Tensor, dim: int = -1, dtype: DType | None = None) -> Tensor: return x.softmax(dim, dtype)
+def log_softmax(x: Tensor, dim: int = -1, dtype: DType | None = None) -> Tensor: return x.log_softmax(dim, dtype)
+def gelu(x: Tensor, approximate: str = "none") -> Tensor: return x.gelu(approximate)
+def silu(x: Tensor) -> Tensor: return x.silu()
+def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor: return x.leaky_relu(negative_slope)
+def one_hot(x: Tensor, num_classes: int = -1) -> Tensor:
+  """torch's one_hot: integer class indices -> a new last dim of size num_classes, in the indices' int dtype."""
+  return x.one_hot(num_classes)
+def normalize(x: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor: return x.normalize(p, dim, eps)
 
-def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
-  shifted = x - x.max(axis, keepdim=True).detach()
-  return shifted - shifted.exp().sum(axis, keepdim=True).log()
+def cross_entropy(x: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
+                  reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+  """torch.nn.functional.cross_entropy: logits (N, C, ...) or (C,), class dim 1, against class indices or class
+  probabilities."""
+  return x.cross_entropy(target, reduction, label_smoothing, weight=weight, ignore_index=ignore_index)
 
-def gelu(x: Tensor) -> Tensor:
-  """The tanh approximation of GELU."""
-  return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
-
-def silu(x: Tensor) -> Tensor: return x * x.sigmoid()
-
-def leaky_relu(x: Tensor, slope: float = 0.01) -> Tensor: return (x > 0).where(x, x * slope)
-
-def one_hot(labels: Tensor, num_classes: int, dtype: DType | None = None) -> Tensor:
-  """(...,) integer labels -> (..., num_classes) with a 1 at each label."""
-  if not dtypes.is_int(labels.dtype):
-    raise DTypeError(f"one_hot needs integer labels, got {labels.dtype!r}; cast them with .int()")
-  classes = Tensor.arange(num_classes, device=labels.device, dtype=labels.dtype)
-  return (labels.unsqueeze(-1) == classes).cast(dtype or dtypes.default_float)
-
-def cross_entropy(logits: Tensor, labels: Tensor, reduction: str = "mean", label_smoothing: float = 0.0,
-                  ignore_index: int | None = None) -> Tensor:
-  """torch.nn.functional.cross_entropy for (N, C) logits (or (C,)) and integer class labels (N,)."""
-  if logits.ndim not in (1, 2):
-    raise ShapeError(f"cross_entropy expects (N, C) or (C,) logits, got shape {logits.shape}")
-  if labels.shape != logits.shape[:-1]:
-    raise ShapeError(f"cross_entropy: labels shape {labels.shape} must be logits shape {logits.shape} "
-                     "without the class dim")
-  num_classes = static_shape(logits, "cross_entropy")[-1]
-  logp = log_softmax(logits, -1)
-  target = one_hot(labels, num_classes, logp.dtype)
-  if label_smoothing: target = target * (1 - label_smoothing) + label_smoothing / num_classes
-  per_sample = -(logp * target).sum(-1)
-  if ignore_index is not None:
-    keep = (labels != ignore_index).cast(logp.dtype)
-    per_sample = per_sample * keep
-    if reduction == "mean": return per_sample.sum() / keep.sum()
-  if reduction == "mean": return per_sample.mean()
-  if reduction == "sum": return per_sample.sum()
-  if reduction == "none": return per_sample
-  raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-
-def mse_loss(x: Tensor, y: Tensor) -> Tensor: return (x - y).square().mean()
-
-def dropout(x: Tensor, p: float = 0.5) -> Tensor:
-  """Zero each element with probability p and scale the rest by 1/(1-p); the identity outside training mode."""
+def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
+  """torch.nn.functional.dropout: applied when `training` is true (torch's default), whatever the global mode;
+  `nn.Dropout` passes the global training mode."""
   if not 0 <= p <= 1: raise ValueError(f"dropout probability must be in [0, 1], got {p}")
-  if not is_training() or p == 0: return x
-  if p == 1: return x * 0
-  keep = Tensor.rand(*x.shape, device=x.device) >= p
-  return keep.where(x / (1 - p), 0.0).cast(x.dtype)
+  if not training: return x
+  saved = Tensor.training
+  Tensor.training = True
+  try: return x.dropout(p)
+  finally: Tensor.training = saved
 
 # ** normalisation **
 
-def normalize(x: Tensor, axes: tuple[int, ...], eps: float) -> Tensor:
+def _standardize(x: Tensor, axes: tuple[int, ...], eps: float) -> Tensor:
   """(x - mean) / sqrt(var + eps) over `axes`, with the biased variance (as every torch norm layer uses)."""
   centered = x - x.mean(axes, keepdim=True)
   return centered * (centered.square().mean(axes, keepdim=True) + eps).rsqrt()
@@ -129,7 +102,7 @@ def layer_norm(x: Tensor, normalized_shape: tuple[int, ...], weight: Tensor | No
   n = len(normalized_shape)
   if tuple(x.shape[x.ndim - n:]) != tuple(normalized_shape):
     raise ShapeError(f"layer_norm: input shape {x.shape} does not end with normalized_shape {tuple(normalized_shape)}")
-  out = normalize(x, tuple(range(x.ndim - n, x.ndim)), eps)
+  out = _standardize(x, tuple(range(x.ndim - n, x.ndim)), eps)
   if weight is not None: out = out * weight
   return out + bias if bias is not None else out
 
@@ -144,7 +117,7 @@ def group_norm(x: Tensor, num_groups: int, weight: Tensor | None = None, bias: T
   if x.ndim < 2 or x.shape[1] % num_groups != 0:
     raise ShapeError(f"group_norm: {num_groups} groups must divide the channel dim of input shape {x.shape}")
   grouped = x.reshape(x.shape[0], num_groups, -1)  # (N, G, C/G * spatial)
-  out = normalize(grouped, (2,), eps).reshape(x.shape)
+  out = _standardize(grouped, (2,), eps).reshape(x.shape)
   if weight is not None: out = out * _channel_view(weight, x.ndim)
   return out + _channel_view(bias, x.ndim) if bias is not None else out
 

@@ -202,14 +202,14 @@ class Embedding:
     if not dtypes.is_int(idx.dtype):
       raise DTypeError(f"Embedding needs integer ids, got {idx.dtype!r}; cast them with .int()")
     # a one-hot matmul: differentiable with respect to the table, and it fuses into one reduction
-    return F.one_hot(idx, self.vocab_size, self.weight.dtype) @ self.weight
+    return idx.one_hot(self.vocab_size).cast(self.weight.dtype) @ self.weight
 
 class Dropout:
   """Zero elements with probability p in training mode (scaling the rest by 1/(1-p)); the identity in eval mode."""
   def __init__(self, p: float = 0.5):
     if not 0 <= p <= 1: raise ValueError(f"Dropout probability must be in [0, 1], got {p}")
     self.p = p
-  def __call__(self, x: Tensor) -> Tensor: return F.dropout(x, self.p)
+  def __call__(self, x: Tensor) -> Tensor: return F.dropout(x, self.p, training=F.is_training())
 
 class LSTMCell:
   """One LSTM step (torch.nn.LSTMCell): (x, (h, c)) -> (h', c'), gates ordered input, forget, cell, output."""
