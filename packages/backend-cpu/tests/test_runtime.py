@@ -2,9 +2,11 @@
 from __future__ import annotations
 import ctypes
 import os
+import sqlite3
 import numpy as np
 import pytest
-from ember.helpers import Context
+from ember import helpers
+from ember.helpers import CacheWarning, Context
 from ember.plugin import AxisType, BufferSpec, CompileError, UOp, dtypes
 import ember_cpu.plugin as cpu_plugin
 from ember_cpu import compiler as cpu_compiler
@@ -79,6 +81,26 @@ def test_compile_cache_hit(kind: str, tmp_path, monkeypatch: pytest.MonkeyPatch)
   prg = dev.runtime("cached_kernel", lib)
   buf = dev.allocator.alloc(32)
   prg(buf, global_size=(2, 1, 1))
+  dev.allocator._copyout(memoryview(out).cast("B"), buf)
+  np.testing.assert_array_equal(out, np.arange(8, dtype=np.float32) * 0.5)
+
+@pytest.mark.parametrize("kind", RENDERERS)
+def test_damaged_cached_binary_is_recompiled_before_loading(kind: str, tmp_path) -> None:
+  dev = device(kind)
+  src = dev.renderer.render(_program(), "damaged_kernel")
+  path = tmp_path / "cache.db"
+  with Context(CACHEDB=str(path), CACHELEVEL=2):
+    lib = dev.compiler.compile_cached(src)
+    flipped = bytearray(lib)
+    for i in range(0, len(flipped), 7): flipped[i] ^= 0xA5  # garbage that would crash dlopen or the kernel
+    with sqlite3.connect(path) as conn:
+      sql = f"UPDATE {helpers._CACHE_TABLE} SET value=? WHERE table_name=?"
+      conn.execute(sql, (bytes(flipped), dev.compiler.cachekey))
+    with pytest.warns(CacheWarning, match="checksum"): again = dev.compiler.compile_cached(src)
+  assert again != bytes(flipped) and len(again) == len(lib)
+  out = np.zeros(8, np.float32)
+  buf = dev.allocator.alloc(32)
+  dev.runtime("damaged_kernel", again)(buf, global_size=(1, 1, 1))
   dev.allocator._copyout(memoryview(out).cast("B"), buf)
   np.testing.assert_array_equal(out, np.arange(8, dtype=np.float32) * 0.5)
 

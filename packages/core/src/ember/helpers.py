@@ -6,13 +6,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
 import math
 import operator
 import os
 import re
 import sqlite3
-import pickle
 import tempfile
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
@@ -133,6 +134,16 @@ def parse_target(s: str) -> Target:
   return Target(m.group("dev").upper(), (m.group("iface") or "").upper(), renderer, arch, index)
 
 # ** disk cache: content-addressed, sqlite, safe across processes **
+# It stores data only: bytes (compiled binaries), str, or plain JSON, each beside a sha256 of its format version, table,
+# key, kind and payload. Nothing read back is ever unpickled or executed before that checksum matches, so a tampered,
+# truncated or bit-flipped entry, or one written by another format, is dropped with a `CacheWarning` and recomputed.
+
+CACHE_FORMAT = 2  # bump when the row layout or a kind's encoding changes: older rows then fail their checksum
+_CACHE_TABLE = f"cache_v{CACHE_FORMAT}"
+_LEGACY_TABLES = ("cache",)  # format 1 pickled its values: never read, dropped so nothing can load them again
+
+class CacheWarning(UserWarning):
+  """A disk-cache entry was damaged, foreign or of another format; it was dropped and its value is recomputed."""
 
 _db_conn: dict[str, sqlite3.Connection] = {}
 
@@ -143,23 +154,64 @@ def _db() -> sqlite3.Connection | None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("CREATE TABLE IF NOT EXISTS cache "
-                 "(table_name TEXT, key TEXT, value BLOB, PRIMARY KEY (table_name, key))")
+    for legacy in _LEGACY_TABLES: conn.execute(f"DROP TABLE IF EXISTS {legacy}")
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {_CACHE_TABLE} "
+                 "(table_name TEXT, key TEXT, kind TEXT, checksum TEXT, value BLOB, PRIMARY KEY (table_name, key))")
   except (sqlite3.Error, OSError):
     return None  # an unwritable cache dir means no disk cache, not a failure
   _db_conn[path] = conn
   return conn
 
+def _cache_checksum(table: str, key: str, kind: str, payload: bytes) -> str:
+  return content_hash(f"ember-cache-v{CACHE_FORMAT}\0{table}\0{key}\0{kind}\0", payload)
+
+def _encode(table: str, key: str, value: Any) -> tuple[str, bytes]:
+  if isinstance(value, bytes): return "bytes", value
+  if isinstance(value, str): return "str", value.encode()
+  try: return "json", json.dumps(value, allow_nan=False, separators=(",", ":")).encode()
+  except (TypeError, ValueError) as e:
+    raise TypeError(f"diskcache_put({table!r}, {key!r}): the disk cache stores bytes, str or plain JSON data, not "
+                    f"{type(value).__name__} ({e}); serialise it to one of those first") from e
+
+def _decode(kind: str, payload: bytes) -> Any:
+  if kind == "bytes": return payload
+  if kind == "str": return payload.decode()
+  if kind == "json": return json.loads(payload)
+  raise ValueError(f"unknown kind {kind!r}")
+
+def _drop(conn: sqlite3.Connection, table: str, key: str, checksum: Any, why: str) -> None:
+  warnings.warn(f"ember disk cache {CACHEDB.value}: entry {table}/{key} {why}; dropped it, the value is recomputed",
+                CacheWarning, stacklevel=4)
+  sql = f"DELETE FROM {_CACHE_TABLE} WHERE table_name=? AND key=? AND checksum IS ?"  # not a good row written since
+  try: conn.execute(sql, (table, key, checksum))
+  except sqlite3.Error: pass  # another process holds the lock past the timeout: the next reader drops it
+
 def diskcache_get(table: str, key: str) -> Any:
+  """The value stored under `(table, key)`, or None when there is none or its entry is damaged (then dropped with a
+  `CacheWarning`). JSON values come back as JSON types: a tuple stored is a list read."""
   if CACHELEVEL.value == 0 or (conn := _db()) is None: return None
-  try: row = conn.execute("SELECT value FROM cache WHERE table_name=? AND key=?", (table, key)).fetchone()
+  sql = f"SELECT kind, checksum, value FROM {_CACHE_TABLE} WHERE table_name=? AND key=?"
+  try: row = conn.execute(sql, (table, key)).fetchone()
   except sqlite3.Error: return None
-  return pickle.loads(row[0]) if row is not None else None
+  if row is None: return None
+  kind, checksum, payload = row
+  if not isinstance(kind, str) or not isinstance(payload, bytes) or not isinstance(checksum, str):
+    _drop(conn, table, key, checksum, "is not in the cache's format")
+    return None
+  if _cache_checksum(table, key, kind, payload) != checksum:
+    _drop(conn, table, key, checksum, "does not match its checksum (damaged, foreign or of another cache format)")
+    return None
+  try: return _decode(kind, payload)
+  except (ValueError, RecursionError) as e:  # only a forged checksum gets here
+    _drop(conn, table, key, checksum, f"cannot be decoded ({type(e).__name__}: {e})")
+    return None
 
 def diskcache_put(table: str, key: str, value: Any) -> Any:
+  """Store `value` (bytes, str or plain JSON data; `TypeError` for anything else) and return it."""
+  kind, payload = _encode(table, key, value)
   if CACHELEVEL.value == 0 or (conn := _db()) is None: return value
-  sql = "INSERT OR REPLACE INTO cache (table_name, key, value) VALUES (?, ?, ?)"
-  try: conn.execute(sql, (table, key, pickle.dumps(value)))
+  sql = f"INSERT OR REPLACE INTO {_CACHE_TABLE} (table_name, key, kind, checksum, value) VALUES (?, ?, ?, ?, ?)"
+  try: conn.execute(sql, (table, key, kind, _cache_checksum(table, key, kind, payload), payload))
   except sqlite3.Error: pass  # another process holding the lock past the timeout: the value is still returned
   return value
 

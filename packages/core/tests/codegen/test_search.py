@@ -45,12 +45,11 @@ def test_beam_search_picks_a_candidate_and_caches_it() -> None:
   renderer, dev = Device[Device.DEFAULT].renderer, Device.DEFAULT
   best = beam_search(ast, renderer, dev, 2, budget_s=20)
   key = cache_key(ast, renderer, dev)
-  assert list(diskcache_get(CACHE_TABLE, key)) == best
+  assert [Opt(*o) for o in diskcache_get(CACHE_TABLE, key)] == best  # stored as plain data: [[op, axis, amt], ...]
   assert tuple(o for o in best if o.op != "THREADS") in [tuple(c) for c in candidate_opts(ast, renderer)]
   # a cached choice is returned without searching: plant one and read it back
-  planted = (Opt("THREADS", 0, 1),)
-  diskcache_put(CACHE_TABLE, key, planted)
-  assert beam_search(ast, renderer, dev, 2, budget_s=0) == list(planted)
+  diskcache_put(CACHE_TABLE, key, [["THREADS", 0, 1]])
+  assert beam_search(ast, renderer, dev, 2, budget_s=0) == [Opt("THREADS", 0, 1)]
 
 def test_beam_env_end_to_end_matches_numpy() -> None:
   rng = np.random.default_rng(5)

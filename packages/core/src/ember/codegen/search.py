@@ -103,7 +103,7 @@ def cache_key(ast: UOp, renderer: Renderer, device: str) -> str:
 def beam_search(ast: UOp, renderer: Renderer, device: str, amt: int, budget_s: float | None = None) -> list[Opt]:
   """The fastest opt list for `ast` on `device` among the candidates, checked against the unoptimised kernel."""
   key = cache_key(ast, renderer, device)
-  if (hit := diskcache_get(CACHE_TABLE, key)) is not None: return list(hit)
+  if (hit := _opts_from_cache(diskcache_get(CACHE_TABLE, key))) is not None: return hit
   default = hand_coded_opts(ast, renderer)
   if any(n.op is Ops.DEFINE_VAR for n in ast.toposort()): return default  # symbolic kernels: no fixed sizes to time
   budget = float(BEAM_BUDGET.value) if budget_s is None else budget_s
@@ -135,5 +135,13 @@ def beam_search(ast: UOp, renderer: Renderer, device: str, amt: int, budget_s: f
       if time.perf_counter() - start > budget: break
       if (t := measure((*cand, Opt("THREADS", 0, n)))) is not None: timed.append((t, (*cand, Opt("THREADS", 0, n))))
   best = min(timed, key=lambda x: x[0])[1]
-  diskcache_put(CACHE_TABLE, key, tuple(best))
+  diskcache_put(CACHE_TABLE, key, [[o.op, o.axis, o.amt] for o in best])
   return list(best)
+
+def _opts_from_cache(hit: Any) -> list[Opt] | None:
+  """The opt list a cache entry holds as `[[op, axis, amt], ...]`; None (search again) for anything else."""
+  if not isinstance(hit, list): return None
+  def well_formed(o: Any) -> bool: return isinstance(o, list) and [type(v) for v in o] == [str, int, int]
+  if not all(well_formed(o) for o in hit): return None
+  try: return [Opt(*o) for o in hit]
+  except KernelOptError: return None

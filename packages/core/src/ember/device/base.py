@@ -179,8 +179,8 @@ class Compiler(ABC):
   def compile(self, src: str) -> bytes: """Compile rendered source to the bytes this device's runtime loads."""
   def compile_cached(self, src: str) -> bytes:
     key = content_hash(src)
-    if self.cachekey is not None and CACHELEVEL.value >= 1 and (lib := diskcache_get(self.cachekey, key)) is not None:
-      return lib
+    cached = diskcache_get(self.cachekey, key) if self.cachekey is not None and CACHELEVEL.value >= 1 else None
+    if isinstance(cached, bytes): return cached  # its checksum matched: a damaged binary is recompiled, never loaded
     try: lib = self.compile(src)
     except CompileError: raise
     except Exception as e: raise CompileError(f"{type(self).__name__} failed: {e}") from e
