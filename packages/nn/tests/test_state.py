@@ -117,8 +117,26 @@ def _header(**entries: object) -> bytes: return json.dumps(entries).encode()
   (lambda p: _write(p, _header(x={"dtype": "Q9", "shape": [1], "data_offsets": [0, 1]}), b"\0"), "dtype 'Q9'"),
   (lambda p: _write(p, _header(x={"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}), b"\0" * 4), "needs 8 bytes"),
   (lambda p: _write(p, _header(x={"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}), b"\0" * 8), "past the end"),
-  (lambda p: _write(p, _header(x={"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}), b"\0" * 4), "invalid shape"),
+  (lambda p: _write(p, _header(x={"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}), b"\0" * 4),
+   "field shape: the shape \\(-1,\\) has a negative dimension"),
   (lambda p: _write(p, _header(x={"shape": [1]})), "needs dtype, shape and data_offsets"),
+  # malformed files that escaped as foreign exceptions or loaded (issue 24)
+  (lambda p: _write(p, b"[" * 100_000 + b"]" * 100_000), "nests too deeply"),
+  (lambda p: _write(p, b'{"x": {"dtype": "F32", "shape": [' + b"9" * 5000 + b'], "data_offsets": [0, 4]}}'),
+   "does not parse"),
+  (lambda p: _write(p, _header(x={"dtype": "F32", "shape": [0, 2**70], "data_offsets": [0, 0]})), "overflows int64"),
+  (lambda p: _write(p, _header(x={"dtype": ["F32"], "shape": [1], "data_offsets": [0, 4]}), b"\0" * 4), "dtype"),
+  (lambda p: _write(p, b'{"x": {"dtype": "F32", "shape": [true], "data_offsets": [0, 4]}}', b"\0" * 4),
+   "list of integers"),
+  (lambda p: _write(p, _header(__metadata__=[1], x={"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}), b"\0"),
+   "__metadata__ at offset 9 must map strings"),
+  (lambda p: _write(p, b'{"x": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}, '
+                       b'"x": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}', b"\0"), "names 'x' twice"),
+  (lambda p: _write(p, _header(x={"dtype": "U8", "shape": [2], "data_offsets": [0, 2]},
+                               y={"dtype": "U8", "shape": [2], "data_offsets": [1, 3]}), b"\0" * 3), "overlaps"),
+  (lambda p: _write(p, _header(x={"dtype": "U8", "shape": [2], "data_offsets": [1, 3]}), b"\0" * 3), "no gap"),
+  (lambda p: _write(p, _header(x={"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}), b"\0" * 3),
+   "trailing data"),
 ])
 def test_corrupt_safetensors_raise_clear_errors(tmp_path: Path, make, match):
   path = make(tmp_path / "bad.safetensors")

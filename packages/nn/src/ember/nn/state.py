@@ -14,19 +14,19 @@ import math
 import os
 import struct
 from typing import Any
-from ember.device.base import Buffer
 from ember.dtype import DType, dtypes, strong_dtype
 from ember.errors import EmberError
-from ember.schedule import attach_buffer, buffer_of
+from ember.schedule import buffer_of
 from ember.tensor import Tensor
-from ember.uop.ops import BufferArg, Ops, UOp, next_unique
+from ember.uop.ops import Ops
 from ember.nn.functional import static_shape
+from ember.nn.weightfile import FileBytes, WeightFormatError, check_disjoint, check_shape
 
 class StateDictError(EmberError, ValueError):
   """A state dict does not fit the model: missing, unexpected, mis-shaped or mis-typed keys."""
 
-class SafetensorsError(EmberError, ValueError):
-  """A safetensors file is truncated, corrupt or uses a dtype ember does not know."""
+class SafetensorsError(WeightFormatError):
+  """A safetensors file is truncated, corrupt, inconsistent or uses a dtype ember does not know."""
 
 # ** model state **
 
@@ -117,7 +117,10 @@ _DTYPE_NAMES = {dt: name for name, dt in SAFETENSORS_DTYPES.items()}
 _MAX_HEADER = 100 * 1024 * 1024  # the reference implementation's limit
 
 def safe_load_metadata(path: str) -> tuple[dict[str, Any], int, dict[str, str]]:
-  """Parse and check a safetensors header: (tensor entries by name, byte offset of the data, `__metadata__`)."""
+  """Parse and check a safetensors header: (tensor entries by name, byte offset of the data, `__metadata__`).
+
+  As the reference implementation requires, the tensors' byte ranges tile the data section exactly (no overlap, no
+  gap, nothing after the last); names must also be unique (JSON would silently keep the last of two)."""
   try: size = os.path.getsize(path)
   except OSError as e: raise SafetensorsError(f"cannot open safetensors file {path!r}: {e.strerror}") from e
   if size < 8:
@@ -127,60 +130,95 @@ def safe_load_metadata(path: str) -> tuple[dict[str, Any], int, dict[str, str]]:
     (header_len,) = struct.unpack("<Q", f.read(8))
     if header_len > min(size - 8, _MAX_HEADER):
       raise SafetensorsError(f"{path}: header length {header_len} at offset 0 runs past the end of the file "
-                             f"({size} bytes); "
-                             "the file is truncated or not safetensors")
+                             f"({size} bytes) or over the {_MAX_HEADER}-byte limit; the file is truncated or not "
+                             "safetensors")
     raw = f.read(header_len)
-  try: header = json.loads(raw.decode("utf-8"))
-  except (UnicodeDecodeError, json.JSONDecodeError) as e:
-    raise SafetensorsError(f"{path}: the JSON header at offset 8 ({header_len} bytes) does not parse: {e}") from e
-  if not isinstance(header, dict):
-    raise SafetensorsError(f"{path}: the header at offset 8 must be a JSON object, got {type(header).__name__}")
+  header = _parse_header(path, raw)
   metadata = header.pop("__metadata__", None) or {}
+  if not (isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())):
+    raise SafetensorsError(f"{path}: __metadata__ at offset {_offset_of(raw, '__metadata__')} must map strings to "
+                           f"strings, got {metadata!r:.200}")
   data_start = 8 + header_len
   data_size = size - data_start
-  for name, info in header.items(): _check_entry(path, name, info, data_start, data_size)
+  for name, info in header.items(): _check_entry(path, raw, name, info, data_size)
+  _check_tiling(path, header, data_start, data_size)
   return header, data_start, metadata
 
-def _check_entry(path: str, name: str, info: Any, data_start: int, data_size: int) -> None:
+def _parse_header(path: str, raw: bytes) -> dict[str, Any]:
+  def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+      if key in out:
+        raise SafetensorsError(f"{path}: the JSON header names {key!r} twice (first at offset "
+                               f"{_offset_of(raw, key)}); each tensor name must be unique")
+      out[key] = value
+    return out
+  try: header = json.loads(raw.decode("utf-8"), object_pairs_hook=unique)
+  except SafetensorsError: raise
+  except RecursionError as e:  # the parser's own nesting bound; a valid header nests three deep
+    raise SafetensorsError(f"{path}: the JSON header at offset 8 ({len(raw)} bytes) nests too deeply") from e
+  except ValueError as e:  # undecodable bytes, bad JSON, integers of more digits than Python converts
+    raise SafetensorsError(f"{path}: the JSON header at offset 8 ({len(raw)} bytes) does not parse: {e}") from e
+  if not isinstance(header, dict):
+    raise SafetensorsError(f"{path}: the header at offset 8 must be a JSON object, got {type(header).__name__}")
+  return header
+
+def _offset_of(raw: bytes, key: str) -> int:
+  """The file offset of `key`'s first occurrence in the header (8 when it cannot be found as written)."""
+  at = raw.find(json.dumps(key).encode("utf-8"))
+  return 8 + max(at, 0)
+
+def _check_entry(path: str, raw: bytes, name: str, info: Any, data_size: int) -> None:
+  where = f"{path}: tensor {name!r} (header entry at offset {_offset_of(raw, name)})"
   if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= info.keys():
-    raise SafetensorsError(f"{path}: header entry {name!r} needs dtype, shape and data_offsets, got {info!r}")
-  if info["dtype"] not in SAFETENSORS_DTYPES:
-    raise SafetensorsError(f"{path}: tensor {name!r} has dtype {info['dtype']!r}, which ember cannot read; "
-                           f"known: {', '.join(SAFETENSORS_DTYPES)}")
-  shape, offsets = info["shape"], info["data_offsets"]
-  if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)):
-    raise SafetensorsError(f"{path}: tensor {name!r} has an invalid shape {shape!r}")
-  ints = isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
+    raise SafetensorsError(f"{where} needs dtype, shape and data_offsets, got {info!r:.200}")
+  dtype, offsets = info["dtype"], info["data_offsets"]
+  if not isinstance(dtype, str) or dtype not in SAFETENSORS_DTYPES:
+    raise SafetensorsError(f"{where} has dtype {dtype!r:.50}, which ember cannot read; known: "
+                           f"{', '.join(SAFETENSORS_DTYPES)}")
+  itemsize = SAFETENSORS_DTYPES[dtype].itemsize
+  shape = check_shape(SafetensorsError, f"{where}, field shape", info["shape"], itemsize)
+  ints = isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)
   if not (ints and 0 <= offsets[0] <= offsets[1]):
-    raise SafetensorsError(f"{path}: tensor {name!r} has invalid data_offsets {offsets!r}")
-  expected = math.prod(shape) * SAFETENSORS_DTYPES[info["dtype"]].itemsize
-  if offsets[1] - offsets[0] != expected:
-    raise SafetensorsError(f"{path}: tensor {name!r} ({info['dtype']} {shape}) needs {expected} bytes, "
-                           f"but data_offsets {offsets} span {offsets[1] - offsets[0]}")
+    raise SafetensorsError(f"{where} has invalid data_offsets {offsets!r:.200}; expected [begin, end] with "
+                           "0 <= begin <= end")
   if offsets[1] > data_size:
-    raise SafetensorsError(f"{path}: tensor {name!r} ends at offset {data_start + offsets[1]}, "
-                           "past the end of the file "
-                           f"({data_start + data_size} bytes); the file is truncated")
+    raise SafetensorsError(f"{where} ends at offset {8 + len(raw) + offsets[1]}, past the end of the file "
+                           f"({8 + len(raw) + data_size} bytes); the file is truncated")
+  expected = math.prod(shape) * itemsize
+  if offsets[1] - offsets[0] != expected:
+    raise SafetensorsError(f"{where} ({dtype} {list(shape)}) needs {expected} bytes, but data_offsets {offsets} span "
+                           f"{offsets[1] - offsets[0]}")
+
+def _check_tiling(path: str, header: dict[str, Any], data_start: int, data_size: int) -> None:
+  ranges = [(name, *info["data_offsets"]) for name, info in header.items()]
+  check_disjoint(SafetensorsError, path, [(n, data_start + b, data_start + e) for n, b, e in ranges])
+  covered = 0
+  for begin, end, name in sorted((b, e, n) for n, b, e in ranges):
+    if begin != covered:
+      raise SafetensorsError(f"{path}: tensor {name!r} starts at offset {data_start + begin}, but the tensors before "
+                             f"it end at {data_start + covered}; the data ranges must leave no gap")
+    covered = end
+  if covered != data_size:
+    raise SafetensorsError(f"{path}: the tensors' data ends at offset {data_start + covered}, but the file has "
+                           f"{data_size - covered} more bytes up to offset {data_start + data_size}; the file is "
+                           "corrupt or has trailing data")
 
 def safe_load(path: str, device: str | None = None) -> dict[str, Tensor]:
   """The tensors of a safetensors file, lazily: each is a copy of its bytes from the memory-mapped file to `device`
-  (the default device when None; `"disk"` keeps them on the file itself), done when the tensor is realized.
+  (the default device when None; `"disk"` keeps them on the file itself), done when the tensor is realized. A
+  malformed file raises `SafetensorsError` (a `WeightFormatError`) before any tensor is made.
 
   >>> weights = safe_load("model.safetensors")  # doctest: +SKIP
   >>> weights["fc.weight"].numpy()  # doctest: +SKIP
   """
   header, data_start, _ = safe_load_metadata(path)
-  disk = f"disk:{os.path.abspath(path)}"
-  base = Buffer(disk, os.path.getsize(path), dtypes.uint8)
+  fb = FileBytes(path)
   out: dict[str, Tensor] = {}
   for name, info in header.items():
     dt = SAFETENSORS_DTYPES[info["dtype"]]
     begin, end = info["data_offsets"]
-    count = (end - begin) // dt.itemsize
-    uop = UOp(Ops.BUFFER, dt, (), BufferArg(next_unique(), disk, count))
-    attach_buffer(uop, Buffer(disk, count, dt, base=base, offset=data_start + begin))
-    t = Tensor(uop).reshape(tuple(info["shape"]))
-    out[name] = t if device == "disk" else t.to(device)
+    out[name] = fb.tensor(data_start + begin, (end - begin) // dt.itemsize, dt, device).reshape(tuple(info["shape"]))
   return out
 
 def safe_save(tensors: dict[str, Tensor], path: str, metadata: dict[str, str] | None = None) -> None:
