@@ -9,7 +9,7 @@ from ember.dtype import dtypes
 from ember.engine.realize import get_runner, run_schedule
 from ember.errors import MemoryAccessError
 from ember.schedule import ScheduleItem
-from ember.schedule.kernel import KernelInfo
+from ember.uop.ops import KernelInfo
 from ember.uop.ops import UOp, Ops, AxisType
 
 def n_kernels(t: Tensor) -> int: return sum(it.kind == "kernel" for it in t.schedule())

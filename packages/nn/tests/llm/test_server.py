@@ -2,13 +2,18 @@
 model for the fast tests, its greedy text checked against the numpy reference model; (marked `model`) SmolLM2's chat
 reply against the golden file."""
 from __future__ import annotations
+import contextlib
 import json
+import logging
+import math
+import socket
 import threading
 import urllib.error
 import urllib.request
 from typing import Any, Iterator
 import numpy as np
 import pytest
+from ember.nn.llm.generate import SamplingError, SamplingParams
 from ember.nn.llm.gguf import GGUFFile
 from ember.nn.llm.model import KVCache, Llama, LlamaSession
 from ember.nn.llm.server import LLMService, make_server
@@ -16,20 +21,29 @@ from ember.nn.llm.tokenizer import BPETokenizer, render_chatml
 
 MAX_CONTEXT = 48
 
-@pytest.fixture(scope="module")
-def tiny_server(tiny_llama_module) -> Iterator[tuple[str, BPETokenizer, str, dict[str, np.ndarray], dict]]:
-  path, hf, cfg = tiny_llama_module
-  f = GGUFFile(path)
-  tok = BPETokenizer.from_gguf_metadata(f.metadata)
-  template = f.metadata["tokenizer.chat_template"]
-  service = LLMService(Llama.from_gguf(f, max_context=MAX_CONTEXT), tok, template, "tiny", slots=2)
-  server = make_server(service, port=0)
-  thread = threading.Thread(target=server.serve_forever, daemon=True)
-  thread.start()
-  try: yield f"http://127.0.0.1:{server.server_address[1]}", tok, template, hf, cfg
+@contextlib.contextmanager
+def serving(service: LLMService, timeout: float = 30.0) -> Iterator[str]:
+  """`service` over HTTP on a free port for the block: its base URL."""
+  server = make_server(service, port=0, timeout=timeout)
+  threading.Thread(target=server.serve_forever, daemon=True).start()
+  try: yield f"http://127.0.0.1:{server.server_address[1]}"
   finally:
     server.shutdown()
     server.server_close()
+
+@pytest.fixture(scope="module")
+def tiny_service(tiny_llama_module) -> LLMService:
+  path, _, _ = tiny_llama_module
+  f = GGUFFile(path)
+  tok = BPETokenizer.from_gguf_metadata(f.metadata)
+  return LLMService(Llama.from_gguf(f, max_context=MAX_CONTEXT), tok, f.metadata["tokenizer.chat_template"], "tiny",
+                    slots=2)
+
+@pytest.fixture(scope="module")
+def tiny_server(tiny_llama_module, tiny_service) -> Iterator[tuple[str, BPETokenizer, str, dict[str, np.ndarray],
+                                                                   dict]]:
+  _, hf, cfg = tiny_llama_module
+  with serving(tiny_service) as url: yield url, tiny_service.tokenizer, tiny_service.chat_template or "", hf, cfg
 
 def request(url: str, body: Any = None, raw: bytes | None = None) -> tuple[int, dict[str, Any]]:
   data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
@@ -118,11 +132,66 @@ def test_streamed_completion_equals_plain_completion(tiny_server):
   ("/v1/completions", {"prompt": " the" * 100}, None, 400, "context holds 48"),
   ("/v1/completions", {"prompt": "x", "model": "gpt-4"}, None, 404, "does not exist"),
   ("/v1/embeddings", {"input": "x"}, None, 404, "no route"),
+  # every field's type and range, checked before any model work
+  ("/v1/completions", {"prompt": "x", "seed": -1}, None, 400, "'seed' must be an integer in [0, 18446744073709551615]"),
+  ("/v1/completions", {"prompt": "x", "seed": 2**64}, None, 400, "'seed' must be an integer"),
+  ("/v1/completions", {"prompt": "x", "seed": 1.5}, None, 400, "'seed' must be an integer"),
+  ("/v1/completions", None, b'{"prompt": "x", "temperature": NaN}', 400, "NaN is not a JSON number"),
+  ("/v1/completions", None, b'{"prompt": "x", "temperature": Infinity}', 400, "Infinity is not a JSON number"),
+  ("/v1/completions", None, b'{"prompt": "x", "temperature": 1e999}', 400, "'temperature' must be a finite number"),
+  ("/v1/completions", {"prompt": "x", "temperature": 2.5}, None, 400, "must be a finite number in [0, 2]"),
+  ("/v1/completions", {"prompt": "x", "temperature": "hot"}, None, 400, "'temperature' must be a finite number"),
+  ("/v1/completions", {"prompt": "x", "top_p": 0}, None, 400, "'top_p' must be a finite number in (0, 1]"),
+  ("/v1/completions", {"prompt": "x", "top_p": 1.5}, None, 400, "'top_p'"),
+  ("/v1/completions", {"prompt": "x", "top_k": -1}, None, 400, "'top_k' must be an integer"),
+  ("/v1/completions", {"prompt": "x", "max_tokens": 0}, None, 400, "'max_tokens' must be an integer"),
+  ("/v1/completions", {"prompt": "x", "max_tokens": True}, None, 400, "'max_tokens' must be an integer"),
+  ("/v1/completions", {"prompt": "x", "max_tokens": 10**19}, None, 400, "'max_tokens' must be an integer"),
+  ("/v1/completions", {"prompt": "x", "n": 0}, None, 400, "'n' must be an integer in [1, 128]"),
+  ("/v1/completions", {"prompt": "x", "n": 129}, None, 400, "'n' must be an integer in [1, 128]"),
+  ("/v1/completions", {"prompt": "x", "stop": 5}, None, 400, "'stop' must be a string or a list"),
+  ("/v1/completions", {"prompt": "x", "stop": list("abcde")}, None, 400, "at most 4 strings"),
+  ("/v1/completions", {"prompt": "x", "stop": [""]}, None, 400, "each stop string must have 1 to"),
+  ("/v1/completions", {"prompt": "x", "stream": "yes"}, None, 400, "'stream' must be true or false"),
+  ("/v1/completions", {"prompt": "x", "stream_options": {"include_usage": True}}, None, 400, "only allowed with"),
+  ("/v1/completions", {"prompt": "x", "stream": True, "stream_options": {"include_usage": 1}}, None, 400,
+   "'include_usage' must be true or false"),
+  ("/v1/completions", {"prompt": "x", "stream": True, "stream_options": []}, None, 400, "must be an object"),
+  ("/v1/completions", {"prompt": "x", "model": 5}, None, 400, "'model' must be a string"),
+  ("/v1/completions", {"prompt": "x", "logprobs": 2}, None, 400, "'logprobs' is not supported"),
+  ("/v1/completions", {"prompt": "x", "echo": True}, None, 400, "'echo' is not supported"),
+  ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}, None,
+   400, "'tools' is not supported"),
+  ("/v1/completions", {"prompt": ["a", "b"]}, None, 400, "one prompt per request"),
+  ("/v1/completions", {"prompt": [1, 300]}, None, 400, "token ids are integers in [0, 300)"),
+  ("/v1/completions", {"prompt": [1, True]}, None, 400, "token ids are integers"),
+  ("/v1/completions", {"prompt": []}, None, 400, "'prompt' is required"),
+  ("/v1/completions", [1, 2], None, 400, "must be a JSON object"),
+  ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]}, None, 400, "messages[0] must be"),
+  ("/v1/chat/completions", {"messages": [{"role": "user", "content": None}]}, None, 400, "messages[0].content"),
+  ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, None, 400,
+   "text only"),
+  # lone surrogates (JSON's \ud800 escape) would crash the tokenizer
+  ("/v1/completions", {"prompt": "a\ud800b"}, None, 400, "'prompt' holds a lone UTF-16 surrogate"),
+  ("/v1/chat/completions", {"messages": [{"role": "user", "content": "\udfff"}]}, None, 400, "lone UTF-16 surrogate"),
+  ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "text", "text": "\ud800"}]}]}, None,
+   400, "lone UTF-16 surrogate"),
+  ("/v1/completions", {"prompt": "x", "stop": ["\ud800"]}, None, 400, "'stop' holds a lone UTF-16 surrogate"),
+  # the JSON itself: nesting, integer size, encoding
+  ("/v1/completions", None, b'{"prompt": "x", "extra": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 400,
+   "nests 100001 levels deep"),
+  ("/v1/completions", None, b'{"prompt": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[", "max_tokens": [[[1]]]}', 400,
+   "'max_tokens' must be an integer"),
+  ("/v1/completions", None, b'{"prompt": "x", "max_tokens": ' + b"9" * 5000 + b"}", 400, "integer of 5000 digits"),
+  ("/v1/completions", None, b'{"prompt": "x", "unknown": -' + b"9" * 5000 + b"}", 400, "integer of 5000 digits"),
+  ("/v1/completions", None, b'{"prompt": "\xff\xfe"}', 400, "not UTF-8"),
+  ("/v1/completions", None, b"", 400, "not valid JSON"),
 ])
 def test_bad_requests_get_json_errors(tiny_server, path, body, raw, status, fragment):
   url, *_ = tiny_server
   got, payload = request(url + path, body, raw)
-  assert got == status and fragment in payload["error"]["message"]
+  assert got == status and fragment in payload["error"]["message"], payload
+  assert set(payload["error"]) == {"message", "type", "param", "code"}
   assert payload["error"]["type"] == "invalid_request_error"
 
 def test_sessions_interleave_without_sharing_a_cache(tiny_llama, reference_logits):
@@ -156,3 +225,119 @@ def test_smollm2_chat_over_http(smollm2_file, golden):
     server.server_close()
   assert status == 200 and body["choices"][0]["finish_reason"] == "stop"
   assert body["choices"][0]["message"]["content"] == golden["chat"]["greedy_reply"].removesuffix("<|im_end|>")
+
+# ** every request gets an HTTP reply **
+
+def raw_http(url: str, data: bytes, timeout: float = 30.0) -> bytes:
+  """Send `data` as it is over a new connection and read until the server closes it (a socket timeout fails the
+  test: the server neither answered nor hung up)."""
+  host, port = url.removeprefix("http://").split(":")
+  with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+    sock.sendall(data)
+    chunks = []
+    while chunk := sock.recv(65536): chunks.append(chunk)
+  return b"".join(chunks)
+
+def parse_reply(reply: bytes) -> tuple[int, dict[str, str], bytes]:
+  head, _, body = reply.partition(b"\r\n\r\n")
+  status_line, *header_lines = head.decode("latin-1").split("\r\n")
+  headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in header_lines)}
+  return int(status_line.split()[1]), headers, body
+
+def assert_error_shape(body: bytes, kind: str = "invalid_request_error") -> dict[str, Any]:
+  error = json.loads(body)["error"]
+  assert set(error) == {"message", "type", "param", "code"} and error["type"] == kind and error["message"]
+  return error
+
+@pytest.mark.parametrize("method, path, status, allow", [
+  ("GET", "/v1/completions", 405, "POST"), ("POST", "/v1/models", 405, "GET"), ("DELETE", "/v1/models", 405, "GET"),
+  ("PUT", "/v1/chat/completions", 405, "POST"), ("GET", "/nope", 404, None), ("GET", "/v1/models/gpt-4", 404, None),
+])
+def test_unknown_routes_and_methods(tiny_server, method, path, status, allow):
+  url, *_ = tiny_server
+  data = b"{}" if method in ("POST", "PUT") else None
+  req = urllib.request.Request(url + path, data=data, method=method)
+  with pytest.raises(urllib.error.HTTPError) as info: urllib.request.urlopen(req, timeout=60)
+  assert info.value.code == status and info.value.headers.get("Allow") == allow
+  assert_error_shape(info.value.read())
+
+def test_model_card(tiny_server):
+  url, *_ = tiny_server
+  status, card = request(url + "/v1/models/tiny")
+  assert status == 200 and card["id"] == "tiny" and card["object"] == "model"
+
+@pytest.mark.parametrize("data, status, fragment", [
+  (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n", 411, "Content-Length"),
+  (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2000000\r\n\r\n", 413, "at most 1048576"),
+  (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n", 413, "at most"),
+  (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -4\r\n\r\n", 400, "Content-Length must be"),
+  (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\n{}", 400, "the body ended after 2 of 4"),
+  (b"BREW /v1/models HTTP/1.1\r\nHost: x\r\n\r\n", 405, "BREW is not allowed on /v1/models; use GET"),
+  (b"BREW /teapot HTTP/1.1\r\nHost: x\r\n\r\n", 404, "no route BREW /teapot"),
+  (b"\x00\x01 garbage\r\n\r\n", 400, "request"),
+])
+def test_malformed_http_gets_a_json_reply(tiny_server, data, status, fragment):
+  url, *_ = tiny_server
+  if b"Content-Length: 4\r\n" in data:  # a client that sends half a body and hangs up its sending side
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+      sock.sendall(data)
+      sock.shutdown(socket.SHUT_WR)
+      reply = b"".join(iter(lambda: sock.recv(65536), b""))
+  else: reply = raw_http(url, data)
+  got, _, body = parse_reply(reply)
+  assert got == status and fragment in assert_error_shape(body)["message"]
+
+def test_bug_gets_500_with_logged_traceback(tiny_server, tiny_service, monkeypatch, caplog):
+  url, *_ = tiny_server
+  def broken(job, index=0, on_text=None): raise ZeroDivisionError("a bug")
+  monkeypatch.setattr(tiny_service, "complete", broken)
+  with caplog.at_level(logging.ERROR, logger="ember.nn.llm.server"):
+    status, payload = request(url + "/v1/completions", {"prompt": "x"})
+  assert status == 500 and "ZeroDivisionError: a bug" in payload["error"]["message"]
+  assert payload["error"]["type"] == "server_error"
+  assert any(r.exc_info and r.exc_info[0] is ZeroDivisionError for r in caplog.records)
+
+def test_error_mid_stream_ends_the_stream_with_an_error_event(tiny_server, tiny_service, monkeypatch):
+  url, *_ = tiny_server
+  def broken(job, index=0, on_text=None):
+    on_text("partial")
+    raise RuntimeError("lost the device")
+  monkeypatch.setattr(tiny_service, "complete", broken)
+  events = stream(url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]})
+  assert events[1]["choices"][0]["delta"] == {"content": "partial"}
+  assert "[DONE]" not in events and "lost the device" in events[-1]["error"]["message"]
+  assert events[-1]["error"]["type"] == "server_error"
+
+# ** a stalled client is dropped after the read timeout **
+
+@pytest.fixture(scope="module")
+def impatient_server(tiny_service) -> Iterator[str]:
+  with serving(tiny_service, timeout=0.3) as url: yield url
+
+def test_client_stalling_mid_body_gets_408_and_is_disconnected(impatient_server):
+  reply = raw_http(impatient_server, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+                                     b'{"prompt": ', timeout=20)
+  status, headers, body = parse_reply(reply)
+  assert status == 408 and "no bytes for 0.3 s" in assert_error_shape(body)["message"]
+  assert headers["connection"] == "close"
+
+@pytest.mark.parametrize("data", [b"", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"])
+def test_idle_or_half_headered_connection_is_closed(impatient_server, data):
+  # raw_http returns only once the server hangs up; without a read timeout it would wait forever (and fail here)
+  assert raw_http(impatient_server, data, timeout=20) == b""
+
+def test_read_timeout_must_be_positive(tiny_service):
+  for bad in (0.0, -1.0, math.nan):
+    with pytest.raises(ValueError, match="read timeout must be a positive number"): make_server(tiny_service, 0,
+                                                                                                timeout=bad)
+
+def test_server_binds_localhost_by_default(tiny_service):
+  server = make_server(tiny_service, port=0)
+  try: assert server.server_address[0] == "127.0.0.1"
+  finally: server.server_close()
+
+def test_sampling_params_reject_non_finite_temperature_and_negative_seed():
+  for temperature in (math.nan, math.inf):
+    with pytest.raises(SamplingError, match="finite"): SamplingParams(temperature=temperature)
+  with pytest.raises(SamplingError, match="seed"): SamplingParams(seed=-1)

@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from ember.dtype import DType, PtrDType
 from ember.helpers import NOOPT, prod
 from ember.renderer import Renderer
-from ember.uop.ops import Ops, UOp, AxisType
+from ember.uop.ops import Ops, UOp, AxisType, KernelInfo
 from ember.codegen.opt import output_ranges, block_columns, _const_end, _lane_stride
-from ember.schedule.kernel import KernelInfo
 
 PACK_MIN_ROWS = 32  # outputs sharing each column block of B (rows of a matmul, pixels of a convolution)
 PACK_MIN_ELEMENTS = 1 << 14  # elements of B (64 KB of float32): smaller operands stay in L1/L2 as they are

@@ -1,5 +1,6 @@
 """Core's own backend plugin: the NULL, PYTHON and DISK devices, wired through the same hooks a third-party backend
-implements (see `ember.plugin`). Device classes are imported inside the factories, as any backend would.
+implements (see `ember.plugin`; being core, it imports them from the device layer, `ember.device.registration`).
+Device classes are imported inside the factories, as any backend would.
 
 * PYTHON: the bounds-checked interpreter; renders and "compiles" with the PYTHON renderer/compiler.
 * NULL: schedules and compiles but does not run; uses the PYTHON renderer/compiler unless another backend adds its
@@ -8,8 +9,10 @@ implements (see `ember.plugin`). Device classes are imported inside the factorie
   automatically.
 """
 from __future__ import annotations
-from ember.plugin import (PLUGIN_API_VERSION, BackendInfo, Compiled, Compiler, CompilerRegistry, DeviceRegistry,
-                          Renderer, RendererRegistry, hookimpl)
+from ember.device.base import Compiled, Compiler
+from ember.device.registration import (PLUGIN_API_VERSION, BackendInfo, CompilerRegistry, DeviceRegistry,
+                                       RendererRegistry, hookimpl)
+from ember.renderer import Renderer
 
 @hookimpl
 def ember_backend_info() -> BackendInfo:

@@ -5,11 +5,11 @@ condition that gates loads). Elementwise ops are computed in place; a REDUCE_AXI
 the scheduler decided to materialise are read back from their buffers.
 """
 from __future__ import annotations
-from typing import Callable, Any
+from typing import Callable
 from ember.dtype import DType, dtypes, strong_dtype
 from ember.errors import ShapeError
 from ember.helpers import prod
-from ember.uop.ops import Ops, UOp, GroupOp, AxisType, sint
+from ember.uop.ops import Ops, UOp, GroupOp, AxisType, KernelInfo, sint
 
 def _idx_const(v: int) -> UOp: return UOp.const(dtypes.int32, v)
 
@@ -185,13 +185,5 @@ def lower_kernel(node: UOp, out_buf: UOp, realized: dict[UOp, UOp]) -> tuple[UOp
     store = out_param.index(flat_index(ranges, shape)).store(val)
   ends = tuple(r for r in ranges if r.op is Ops.RANGE)
   return UOp(Ops.SINK, dtypes.void, (store,), arg=KernelInfo(len(ends))), ctx.bufs, ctx.var_vals
-
-class KernelInfo:
-  """The SINK's arg: how many leading ranges are the kernel's output (global) ranges."""
-  __slots__ = ("n_global",)
-  def __init__(self, n_global: int): self.n_global = n_global
-  def __eq__(self, other: Any) -> bool: return isinstance(other, KernelInfo) and other.n_global == self.n_global
-  def __hash__(self) -> int: return hash(("KernelInfo", self.n_global))
-  def __repr__(self) -> str: return f"KernelInfo(n_global={self.n_global})"
 
 def kernel_size(shape: tuple[sint, ...]) -> sint: return prod(shape)

@@ -80,6 +80,14 @@ def _arg_key(arg: Any) -> Any:
   if isinstance(arg, tuple): return tuple(_arg_key(a) for a in arg)
   return arg
 
+class KernelInfo:
+  """The SINK's arg: how many leading ranges are the kernel's output (global) ranges."""
+  __slots__ = ("n_global",)
+  def __init__(self, n_global: int): self.n_global = n_global
+  def __eq__(self, other: Any) -> bool: return isinstance(other, KernelInfo) and other.n_global == self.n_global
+  def __hash__(self) -> int: return hash(("KernelInfo", self.n_global))
+  def __repr__(self) -> str: return f"KernelInfo(n_global={self.n_global})"
+
 class UOpMetaClass(type):
   ucache: weakref.WeakValueDictionary[tuple, UOp] = weakref.WeakValueDictionary()
   def __call__(cls, op: Ops, dtype: AnyDType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,

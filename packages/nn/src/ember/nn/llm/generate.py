@@ -4,6 +4,7 @@ Sampling runs on the host over the last position's logits (one vocabulary-sized 
 scaling, then top-k, then top-p (the smallest set of most likely tokens whose probability reaches p).
 """
 from __future__ import annotations
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
@@ -27,9 +28,11 @@ class SamplingParams:
   top_p: float = 1.0
   seed: int | None = None
   def __post_init__(self) -> None:
-    if self.temperature < 0: raise SamplingError(f"temperature must be >= 0, got {self.temperature}")
+    if not (math.isfinite(self.temperature) and self.temperature >= 0):
+      raise SamplingError(f"temperature must be a finite number >= 0, got {self.temperature}")
     if self.top_k < 0: raise SamplingError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
     if not 0.0 < self.top_p <= 1.0: raise SamplingError(f"top_p must be in (0, 1], got {self.top_p}")
+    if self.seed is not None and self.seed < 0: raise SamplingError(f"seed must be >= 0 or None, got {self.seed}")
 
 def sample(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> int:
   """One token id from `logits` (vocab,) under `params`."""
@@ -58,12 +61,13 @@ class GenerationStats:
     return steps / sum(self.decode_step_s) if steps and sum(self.decode_step_s) > 0 else 0.0
 
 def generate(model: LanguageModel, prompt_ids: Sequence[int], max_tokens: int, params: SamplingParams | None = None,
-             stop_ids: frozenset[int] | set[int] = frozenset(), on_token: Callable[[int], None] | None = None,
+             stop_ids: frozenset[int] | set[int] = frozenset(), on_token: Callable[[int], bool | None] | None = None,
              stats: GenerationStats | None = None) -> list[int]:
   """Continue the model's context with `prompt_ids`, then produce up to `max_tokens` tokens.
 
   Generation stops after a token in `stop_ids` (which is included in the result) or when the KV cache is full.
-  `on_token(id)` is called as each token arrives. The model's cache is not reset: call `model.reset()` first for
+  `on_token(id)` is called as each token arrives; when it returns True generation stops there (a caller's own stop
+  condition, such as a stop string in the decoded text). The model's cache is not reset: call `model.reset()` first for
   an independent prompt, or keep it to continue a conversation.
 
   >>> generate(model, tok.encode("Once upon a time"), 20, stop_ids=tok.stop_ids)  # doctest: +SKIP
@@ -81,8 +85,8 @@ def generate(model: LanguageModel, prompt_ids: Sequence[int], max_tokens: int, p
   while True:
     token = sample(logits, params, rng)
     out.append(token)
-    if on_token is not None: on_token(token)
-    if token in stop_ids or len(out) >= max_tokens or model.pos >= model.max_context: break
+    stop = on_token(token) if on_token is not None else False
+    if stop or token in stop_ids or len(out) >= max_tokens or model.pos >= model.max_context: break
     t = time.perf_counter()
     logits = model.forward([token])
     stats.decode_step_s.append(time.perf_counter() - t)
