@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import struct
 import zipfile
 from pathlib import Path
 import numpy as np
@@ -96,3 +97,83 @@ def test_corrupt_and_truncated_files(tmp_path: Path):
   legacy.write_bytes(buf.getvalue())
   with pytest.raises(CheckpointError, match="legacy"): torch_load(legacy)
   with pytest.raises(CheckpointError, match="cannot read checkpoint"): torch_load(tmp_path / "missing.pth")
+
+# ** malformed archives and pickles that escaped as foreign exceptions or loaded (issue 24) **
+
+class _StorageRef:
+  def __init__(self, numel: int): self.numel = numel
+
+class _TensorRef:
+  """Pickles as torch._utils._rebuild_tensor_v2(storage, offset, size, stride, False, OrderedDict())."""
+  def __init__(self, numel: int, offset: object, size: object, stride: object):
+    self.args = (_StorageRef(numel), offset, size, stride, False, __import__("collections").OrderedDict())
+  def __reduce__(self): return (torch._utils._rebuild_tensor_v2, self.args)
+
+class _Pickler(pickle.Pickler):
+  def persistent_id(self, obj):
+    return ("storage", torch.FloatStorage, "0", "cpu", obj.numel) if isinstance(obj, _StorageRef) else None
+
+def _tensor_pickle(numel: int, offset: object, size: object, stride: object) -> bytes:
+  buf = io.BytesIO()
+  _Pickler(buf, protocol=2).dump({"w": _TensorRef(numel, offset, size, stride)})
+  return buf.getvalue()
+
+def _nested(depth: int) -> list:
+  out: list = []
+  for _ in range(depth): out = [out]
+  return out
+
+@pytest.mark.parametrize("payload,match", [
+  (_tensor_pickle(2, 0, (-1, 2), (2, 1)), r"size of a tensor: the shape \(-1, 2\) has a negative dimension"),
+  (_tensor_pickle(2, 0, (2**62, 2**62), (0, 0)), "overflows int64"),
+  (_tensor_pickle(2, -1, (1,), (1,)), "storage offset must be an integer >= 0"),
+  (_tensor_pickle(2, 0, (2,), (-1,)), "stride"),
+  (_tensor_pickle(2, 0, ("2",), (1,)), "size must be a tuple of integers"),
+  (_tensor_pickle(-5, 0, (1,), (1,)), "unknown persistent id"),
+  (b"\x80\x04\x8e" + struct.pack("<Q", 2**62) + b"x.", "corrupt pickle at offset 2"),  # BINBYTES8 of 2**62 bytes
+  (b"\x80\x02]r" + struct.pack("<I", 2**31 - 1) + b".", "memo index 2147483647 at offset 3 is out of range"),
+  (pickle.dumps({"w": _nested(150)}, protocol=2), "deeper than 100 levels"),
+  (b"\x80\x02L" + b"9" * 5000 + b"L\n.", "corrupt pickle at offset 2"),  # more digits than int() converts
+])
+def test_malformed_pickles_raise_checkpoint_error(tmp_path: Path, payload: bytes, match: str):
+  with pytest.raises(CheckpointError, match=match) as e: torch_load(_with_pickle(tmp_path, payload))
+  assert "evil2.pth" in str(e.value)
+
+def _patched(tmp_path: Path, edit) -> Path:
+  path = Path(_save(tmp_path, {"w": torch.ones(2)}))
+  data = bytearray(path.read_bytes())
+  edit(data)
+  path.write_bytes(bytes(data))
+  return path
+
+def _central_entry(data: bytearray, suffix: bytes) -> int:
+  """The offset of the central directory entry whose name ends with `suffix`."""
+  at = 0
+  while (at := data.find(b"PK\x01\x02", at + 1)) >= 0:
+    name_len = struct.unpack("<H", data[at + 28:at + 30])[0]
+    if data[at + 46:at + 46 + name_len].endswith(suffix): return at
+  raise AssertionError(suffix)
+
+def test_malformed_archives_raise_checkpoint_error(tmp_path: Path):
+  # an unknown compression method (zipfile raises NotImplementedError when reading the member)
+  def method_99(data: bytearray) -> None: data[_central_entry(data, b"data.pkl") + 10] = 99
+  with pytest.raises(CheckpointError, match="data.pkl.* at offset 0 is corrupt"):
+    torch_load(_patched(tmp_path, method_99))
+  # a storage's central entry pointing at another member's local header
+  def moved(data: bytearray) -> None:
+    entry = _central_entry(data, b"data/0")
+    data[entry + 42:entry + 46] = struct.pack("<I", 0)
+  with pytest.raises(CheckpointError, match="local header at offset 0 does not name"):
+    torch_load(_patched(tmp_path, moved))
+  # a member declaring a huge size (OverflowError / MemoryError before)
+  def huge(data: bytearray) -> None:
+    entry = _central_entry(data, b"data.pkl")
+    data[entry + 24:entry + 28] = struct.pack("<I", 2**32 - 2)
+  with pytest.raises(CheckpointError, match="declares 4294967294 bytes"): torch_load(_patched(tmp_path, huge))
+  # a member name given twice
+  dup = tmp_path / "dup.pth"
+  src = zipfile.ZipFile(_save(tmp_path, {"w": torch.ones(2)}))
+  with pytest.warns(UserWarning), zipfile.ZipFile(dup, "w") as dst:
+    for info in src.infolist(): dst.writestr(info.filename, src.read(info.filename))
+    dst.writestr(src.infolist()[-1].filename, b"again")
+  with pytest.raises(CheckpointError, match="more than once"): torch_load(dup)

@@ -14,22 +14,22 @@ before anything is called. Storages are read lazily through the DISK device, as 
 from __future__ import annotations
 import collections
 import io
+import lzma
 import math
 import os
 import pickle
+import pickletools
 import struct
 import zipfile
+import zlib
 from dataclasses import dataclass
 from typing import Any, Callable
 import numpy as np
-from ember.device.base import Buffer
 from ember.dtype import DType, dtypes
-from ember.errors import EmberError
-from ember.schedule import attach_buffer
 from ember.tensor import Tensor
-from ember.uop.ops import BufferArg, Ops, UOp, next_unique
+from ember.nn.weightfile import INT64_MAX, FileBytes, WeightFormatError, check_disjoint, check_shape
 
-class CheckpointError(EmberError, ValueError):
+class CheckpointError(WeightFormatError):
   """A PyTorch checkpoint is truncated, corrupt, or in a layout this reader does not handle."""
 
 class PickleSecurityError(CheckpointError):
@@ -42,6 +42,14 @@ STORAGE_DTYPES: dict[str, DType] = {
   "UInt16Storage": dtypes.uint16, "UInt32Storage": dtypes.uint32, "UInt64Storage": dtypes.uint64,
   "Float8_e4m3fnStorage": dtypes.fp8e4m3, "Float8_e5m2Storage": dtypes.fp8e5m2, "UntypedStorage": dtypes.uint8,
 }
+MAX_NESTING = 100  # containers inside containers in the unpickled object (a state dict nests 2-5 deep)
+MAX_INFLATION = 1100  # decompressed bytes per compressed byte a zip member may declare (deflate's limit is ~1032)
+
+# what a corrupt zip archive or pickle stream makes the standard library raise; each is re-raised as CheckpointError
+# with the file, the member and the offset
+_CORRUPT = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, lzma.LZMAError, EOFError, OSError,
+            NotImplementedError, OverflowError, ValueError, TypeError, KeyError, IndexError, AttributeError,
+            struct.error, pickle.UnpicklingError)
 
 @dataclass(frozen=True)
 class StorageType:
@@ -56,17 +64,30 @@ class Storage:
   dtype: DType
   flat: Tensor
 
-def _rebuild_tensor(storage: Storage, offset: int, size: tuple[int, ...], stride: tuple[int, ...],
-                    *_ignored: Any) -> Tensor:
+def _int_tuple(where: str, field: str, value: Any) -> tuple[int, ...]:
+  if not isinstance(value, (tuple, list)) or not all(type(v) is int for v in value):
+    raise CheckpointError(f"{where}: the tensor's {field} must be a tuple of integers, got {value!r:.200}")
+  return tuple(value)
+
+def _rebuild_tensor(where: str, storage: Any, offset: Any, size: Any, stride: Any, *_ignored: Any) -> Tensor:
   """A lazy view of `storage` with torch's (offset, size, stride): a slice, reshape and permute when the strides are a
   permutation of a contiguous layout (plain and transposed tensors), else a gather (expanded or overlapping views)."""
-  size, stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
+  if not isinstance(storage, Storage):
+    raise CheckpointError(f"{where}: a tensor is rebuilt from {type(storage).__name__}, not from a storage")
+  if type(offset) is not int or offset < 0:
+    raise CheckpointError(f"{where}: the tensor's storage offset must be an integer >= 0, got {offset!r:.50}")
+  size = check_shape(CheckpointError, f"{where}: field size of a tensor", _int_tuple(where, "size", size),
+                     storage.dtype.itemsize)
+  stride = _int_tuple(where, "stride", stride)
+  if len(stride) != len(size) or any(st < 0 for st in stride):
+    raise CheckpointError(f"{where}: the tensor's stride {stride} does not fit its size {size} (one stride >= 0 per "
+                          "dimension)")
   numel = math.prod(size)
   if numel == 0: return Tensor.zeros(*size, dtype=storage.dtype, device=storage.flat.device)
   extent = offset + sum((s - 1) * st for s, st in zip(size, stride)) + 1
-  if offset < 0 or extent > storage.flat.shape[0]:
-    raise CheckpointError(f"tensor of size {size}, stride {stride}, offset {offset} reaches element {extent} of "
-                          f"storage {storage.key!r}, which holds {storage.flat.shape[0]} elements")
+  if extent > storage.flat.shape[0]:
+    raise CheckpointError(f"{where}: tensor of size {size}, stride {stride}, offset {offset} reaches element {extent} "
+                          f"of storage {storage.key!r}, which holds {storage.flat.shape[0]} elements")
   order = sorted(range(len(size)), key=lambda d: -stride[d])
   permuted = tuple(size[d] for d in order)
   expected = tuple(math.prod(permuted[i + 1:]) for i in range(len(permuted)))
@@ -74,23 +95,32 @@ def _rebuild_tensor(storage: Storage, offset: int, size: tuple[int, ...], stride
     view = storage.flat[offset:offset + numel].reshape(permuted)
     return view.permute(tuple(order.index(d) for d in range(len(size)))) if order != list(range(len(size))) else view
   # a general strided view: gather each element by its flat index, offset + sum(i_d * stride_d)
-  index = Tensor.full(size, offset, dtype=dtypes.int32, device=storage.flat.device)
+  index_dtype = dtypes.int32 if extent < 2**31 else dtypes.int64
+  index = Tensor.full(size, offset, dtype=index_dtype, device=storage.flat.device)
   for d, (s, st) in enumerate(zip(size, stride)):
-    index = index + Tensor.arange(s, dtype=dtypes.int32, device=storage.flat.device).reshape(
+    index = index + Tensor.arange(s, dtype=index_dtype, device=storage.flat.device).reshape(
       tuple(s if i == d else 1 for i in range(len(size)))) * st
   return storage.flat[index]
 
-def _rebuild_tensor_v1(storage: Storage, offset: int, size: tuple[int, ...], stride: tuple[int, ...]) -> Tensor:
-  return _rebuild_tensor(storage, offset, size, stride)
+def _rebuild_tensor_v1(where: str, storage: Any, offset: Any, size: Any, stride: Any) -> Tensor:
+  return _rebuild_tensor(where, storage, offset, size, stride)
 
-def _rebuild_parameter(data: Tensor, requires_grad: bool, backward_hooks: Any, *_state: Any) -> Tensor:
+def _rebuild_parameter(where: str, data: Any, requires_grad: Any, backward_hooks: Any, *_state: Any) -> Tensor:
+  if not isinstance(data, Tensor):
+    raise CheckpointError(f"{where}: a parameter is rebuilt from {type(data).__name__}, not from a tensor")
   return data
+
+@dataclass(frozen=True)
+class Rebuild:
+  """A tensor-rebuild function the pickle may call; it gets the pickle's position first, for its errors."""
+  fn: Callable[..., Tensor]
 
 # (module, name) -> what the restricted unpickler hands back; nothing else can be named
 SAFE_GLOBALS: dict[tuple[str, str], Any] = {
-  ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor, ("torch._utils", "_rebuild_tensor"): _rebuild_tensor_v1,
-  ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
-  ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
+  ("torch._utils", "_rebuild_tensor_v2"): Rebuild(_rebuild_tensor),
+  ("torch._utils", "_rebuild_tensor"): Rebuild(_rebuild_tensor_v1),
+  ("torch._utils", "_rebuild_parameter"): Rebuild(_rebuild_parameter),
+  ("torch._utils", "_rebuild_parameter_with_state"): Rebuild(_rebuild_parameter),
   ("collections", "OrderedDict"): collections.OrderedDict,
   **{("torch", name): StorageType(name, dt) for name, dt in STORAGE_DTYPES.items()},
 }
@@ -101,16 +131,49 @@ class RestrictedUnpickler(pickle.Unpickler):
     self.stream = io.BytesIO(data)
     super().__init__(self.stream)
     self.where, self.load_storage = where, load_storage
+  def here(self) -> str: return f"{self.where} at offset {self.stream.tell()}"
   def find_class(self, module: str, name: str) -> Any:
-    if (module, name) in SAFE_GLOBALS: return SAFE_GLOBALS[(module, name)]
-    raise PickleSecurityError(f"{self.where}: the pickle refers to {module}.{name} at offset {self.stream.tell()}, "
-                              "which is not a tensor-rebuild global; refusing to load it (nothing was executed). "
-                              "Only load checkpoints you trust with torch.load, or re-save the tensors as safetensors")
+    target = SAFE_GLOBALS.get((module, name))
+    if target is None:
+      raise PickleSecurityError(f"{self.here()}: the pickle refers to {module}.{name}, which is not a tensor-rebuild "
+                                "global; refusing to load it (nothing was executed). Only load checkpoints you trust "
+                                "with torch.load, or re-save the tensors as safetensors")
+    if isinstance(target, Rebuild): return lambda *args: target.fn(self.here(), *args)
+    return target
   def persistent_load(self, pid: Any) -> Any:
-    if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage" and isinstance(pid[1], StorageType)):
-      raise CheckpointError(f"{self.where}: unknown persistent id {pid!r} at offset {self.stream.tell()}; "
-                            "expected ('storage', <torch storage type>, key, location, numel)")
-    return self.load_storage(pid[1], str(pid[2]), int(pid[4]))
+    ok = isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage" and isinstance(pid[1], StorageType)
+    if not (ok and isinstance(pid[2], (str, int)) and type(pid[4]) is int and 0 <= pid[4] <= INT64_MAX):
+      raise CheckpointError(f"{self.here()}: unknown persistent id {pid!r:.200}; expected ('storage', <torch storage "
+                            "type>, key, location, numel >= 0)")
+    return self.load_storage(pid[1], str(pid[2]), pid[4])
+
+def _check_pickle(data: bytes, where: str) -> None:
+  """Walk the pickle's opcodes before running it: every length it declares lies inside the data (the C unpickler
+  allocates a declared length before reading it) and every memo index is below the data's size (the memo is grown
+  to the largest index)."""
+  stream = io.BytesIO(data)
+  pos = 0  # where the opcode being read starts
+  try:
+    for opcode, arg, at in pickletools.genops(stream):
+      if opcode.name in ("PUT", "BINPUT", "LONG_BINPUT") and not (isinstance(arg, int) and 0 <= arg < len(data)):
+        raise CheckpointError(f"{where}: memo index {arg!r:.50} at offset {at} is out of range for a "
+                              f"{len(data)}-byte pickle")
+      pos = stream.tell()
+  except CheckpointError: raise
+  except (ValueError, OverflowError, struct.error) as e:  # pickletools' truncated arguments and unknown opcodes
+    raise CheckpointError(f"{where}: corrupt pickle at offset {pos}: {e}") from e
+
+def _check_nesting(obj: Any, where: str) -> None:
+  """Refuse containers nested deeper than MAX_NESTING (code that walks the result recursively would overflow)."""
+  stack, seen = [(obj, 0)], set()
+  while stack:
+    item, depth = stack.pop()
+    if not isinstance(item, (dict, list, tuple, set, frozenset)) or id(item) in seen: continue
+    if depth >= MAX_NESTING:
+      raise CheckpointError(f"{where}: the pickled object nests containers deeper than {MAX_NESTING} levels")
+    seen.add(id(item))
+    children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+    stack.extend((child, depth + 1) for child in children)
 
 def _member_data_offset(raw: io.BufferedReader, info: zipfile.ZipInfo, path: str) -> int:
   """Where a stored member's bytes start: after its local header, whose extra field (alignment padding that torch
@@ -120,16 +183,15 @@ def _member_data_offset(raw: io.BufferedReader, info: zipfile.ZipInfo, path: str
   if len(header) != 30 or header[:4] != b"PK\x03\x04":
     raise CheckpointError(f"{path}: corrupt zip local header for {info.filename!r} at offset {info.header_offset}")
   name_len, extra_len = struct.unpack("<HH", header[26:30])
+  if raw.read(name_len) != info.filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437"):
+    raise CheckpointError(f"{path}: the local header at offset {info.header_offset} does not name "
+                          f"{info.filename!r}, which the central directory places there")
   return info.header_offset + 30 + name_len + extra_len
 
-def torch_load(path: str | os.PathLike[str], device: str | None = None) -> Any:
-  """The object a `torch.save` zip checkpoint holds (usually a state dict), its tensors as lazy ember Tensors on
-  `device`; a pickle naming anything but tensor-rebuild globals raises `PickleSecurityError` without executing it."""
-  fpath = os.fspath(path)
-  try:
-    size = os.path.getsize(fpath)
-    archive = zipfile.ZipFile(fpath)
+def _open_archive(fpath: str) -> tuple[zipfile.ZipFile, int]:
+  try: size = os.path.getsize(fpath)
   except OSError as e: raise CheckpointError(f"cannot read checkpoint {fpath!r}: {e}") from e
+  try: archive = zipfile.ZipFile(fpath)
   except zipfile.BadZipFile as e:
     with open(fpath, "rb") as f: head = f.read(4)
     if head[:2] == b"\x80\x02" or head[:1] == b"\x80":
@@ -137,60 +199,88 @@ def torch_load(path: str | os.PathLike[str], device: str | None = None) -> Any:
                             "handle; re-save it with a current torch.save") from e
     raise CheckpointError(f"{fpath}: not a zip checkpoint or truncated ({size} bytes; no end-of-central-directory "
                           f"record found before offset {size}): {e}") from e
+  except (FileNotFoundError, IsADirectoryError, PermissionError) as e:
+    raise CheckpointError(f"cannot read checkpoint {fpath!r}: {e}") from e
+  except _CORRUPT as e:
+    raise CheckpointError(f"{fpath}: corrupt zip central directory (before offset {size}): "
+                          f"{type(e).__name__}: {e}") from e
+  return archive, size
+
+def torch_load(path: str | os.PathLike[str], device: str | None = None) -> Any:
+  """The object a `torch.save` zip checkpoint holds (usually a state dict), its tensors as lazy ember Tensors on
+  `device`; a pickle naming anything but tensor-rebuild globals raises `PickleSecurityError` without executing it.
+  Any other malformed file raises `CheckpointError` (a `WeightFormatError`) naming the file, member and offset."""
+  fpath = os.fspath(path)
+  archive, size = _open_archive(fpath)
   with archive, open(fpath, "rb") as raw:
-    names = archive.namelist()
+    infos = archive.infolist()
+    names = [i.filename for i in infos]
+    if len(set(names)) != len(names):
+      dup = next(i for i in infos if names.count(i.filename) > 1)
+      raise CheckpointError(f"{fpath}: the archive holds member {dup.filename!r} (local header at offset "
+                            f"{dup.header_offset}) more than once; member names must be unique")
     pickles = [n for n in names if n.endswith("/data.pkl") or n == "data.pkl"]
     if len(pickles) != 1:
       scripted = any(n.endswith("constants.pkl") for n in names)
       hint = " (a TorchScript archive: load it with torch.jit)" if scripted else ""
       raise CheckpointError(f"{fpath}: expected one data.pkl in the archive, found {len(pickles)}{hint}")
+    members = {i.filename: i for i in infos}
     prefix = pickles[0][:-len("data.pkl")]
-    if f"{prefix}byteorder" in names and archive.read(f"{prefix}byteorder").strip() != b"little":
-      raise CheckpointError(f"{fpath}: a big-endian checkpoint; re-save it on a little-endian machine")
-    infos = {i.filename: i for i in archive.infolist()}
+    if f"{prefix}byteorder" in members and _read_member(archive, members[f"{prefix}byteorder"], fpath, size) \
+        .strip() != b"little":
+      raise CheckpointError(f"{fpath}: a big-endian checkpoint (or a corrupt {prefix}byteorder member); re-save it on "
+                            "a little-endian machine")
     storages: dict[str, Storage] = {}
-    disk = f"disk:{os.path.abspath(fpath)}"
-    base = Buffer(disk, size, dtypes.uint8)
+    ranges: list[tuple[str, int, int]] = []
+    fb = FileBytes(fpath)
 
     def load_storage(stype: StorageType, key: str, numel: int) -> Storage:
       if key in storages: return storages[key]
       member = f"{prefix}data/{key}"
-      if member not in infos: raise CheckpointError(f"{fpath}: storage {key!r} is missing (no member {member!r})")
-      info = infos[member]
+      if member not in members: raise CheckpointError(f"{fpath}: storage {key!r} is missing (no member {member!r})")
+      info = members[member]
       need = numel * stype.dtype.itemsize
       if info.file_size < need:
-        raise CheckpointError(f"{fpath}: storage {member!r} holds {info.file_size} bytes, {stype.name} of {numel} "
-                              f"elements needs {need}")
+        raise CheckpointError(f"{fpath}: storage {member!r} (local header at offset {info.header_offset}) holds "
+                              f"{info.file_size} bytes, {stype.name} of {numel} elements needs {need}")
       if numel == 0: flat = Tensor.zeros(0, dtype=stype.dtype, device=device)
       elif info.compress_type == zipfile.ZIP_STORED:
         start = _member_data_offset(raw, info, fpath)
-        if start + need > size:
+        if start + need > size or need > info.compress_size:
           raise CheckpointError(f"{fpath}: storage {member!r} spans bytes {start}..{start + need}, past the end of "
-                                f"the file at offset {size}; the file is truncated")
-        uop = UOp(Ops.BUFFER, stype.dtype, (), BufferArg(next_unique(), disk, numel))
-        attach_buffer(uop, Buffer(disk, numel, stype.dtype, base=base, offset=start))
-        flat = Tensor(uop).to(device)
+                                f"its member or of the file at offset {size}; the file is truncated")
+        ranges.append((member, start, start + need))
+        flat = fb.tensor(start, numel, stype.dtype, device)
       else:
-        data = _read_member(archive, member, fpath)[:need]
+        data = _read_member(archive, info, fpath, size)[:need]
         flat = Tensor(np.frombuffer(data, dtype=np.uint8).copy(), device=device).bitcast(stype.dtype)
       storages[key] = Storage(key, stype.dtype, flat)
       return storages[key]
 
     where = f"{fpath}:{pickles[0]}"
-    unpickler = RestrictedUnpickler(_read_member(archive, pickles[0], fpath), where, load_storage)
+    data = _read_member(archive, members[pickles[0]], fpath, size)
+    _check_pickle(data, where)
+    unpickler = RestrictedUnpickler(data, where, load_storage)
     try: obj = unpickler.load()
-    except (EOFError, pickle.UnpicklingError, struct.error, IndexError, TypeError, KeyError, ValueError) as e:
-      if isinstance(e, CheckpointError): raise
+    except CheckpointError: raise
+    except _CORRUPT as e:
       raise CheckpointError(f"{where}: corrupt pickle at offset {unpickler.stream.tell()}: "
                             f"{type(e).__name__}: {e}") from e
+    _check_nesting(obj, where)
+    check_disjoint(CheckpointError, fpath, ranges, "storage")
   return obj
 
-def _read_member(archive: zipfile.ZipFile, member: str, fpath: str) -> bytes:
-  info = archive.getinfo(member)
-  try: return archive.read(member)
-  except (zipfile.BadZipFile, EOFError, OSError) as e:
-    raise CheckpointError(f"{fpath}: member {member!r} at offset {info.header_offset} is corrupt or truncated: "
-                          f"{e}") from e
+def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, fpath: str, size: int) -> bytes:
+  """A member's bytes, after checking the size it declares against the file (a stored member's bytes are in the file;
+  a compressed one inflates at most MAX_INFLATION-fold)."""
+  limit = info.compress_size * (1 if info.compress_type == zipfile.ZIP_STORED else MAX_INFLATION)
+  if info.compress_size > size or info.file_size > limit:
+    raise CheckpointError(f"{fpath}: member {info.filename!r} (local header at offset {info.header_offset}) declares "
+                          f"{info.file_size} bytes from {info.compress_size} stored in a {size}-byte file")
+  try: return archive.read(info)
+  except _CORRUPT as e:
+    raise CheckpointError(f"{fpath}: member {info.filename!r} at offset {info.header_offset} is corrupt or truncated: "
+                          f"{type(e).__name__}: {e}") from e
 
 __all__ = ["CheckpointError", "PickleSecurityError", "RestrictedUnpickler", "SAFE_GLOBALS", "STORAGE_DTYPES",
            "torch_load"]
