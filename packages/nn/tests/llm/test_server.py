@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 import math
+import random
 import socket
 import threading
 import urllib.error
@@ -16,7 +17,7 @@ import pytest
 from ember.nn.llm.generate import SamplingError, SamplingParams
 from ember.nn.llm.gguf import GGUFFile
 from ember.nn.llm.model import KVCache, Llama, LlamaSession
-from ember.nn.llm.server import LLMService, make_server
+from ember.nn.llm.server import LLMService, StopText, make_server
 from ember.nn.llm.tokenizer import BPETokenizer, render_chatml
 
 MAX_CONTEXT = 48
@@ -341,3 +342,115 @@ def test_sampling_params_reject_non_finite_temperature_and_negative_seed():
   for temperature in (math.nan, math.inf):
     with pytest.raises(SamplingError, match="finite"): SamplingParams(temperature=temperature)
   with pytest.raises(SamplingError, match="seed"): SamplingParams(seed=-1)
+
+# ** n, stop, stream_options.include_usage, prompt and content forms **
+
+def plain_text(tok: BPETokenizer, ids: list[int]) -> str:
+  return tok.decode([t for t in ids if t not in tok.stop_ids])
+
+def test_n_greedy_choices_all_match_the_reference(tiny_server, reference_greedy):
+  url, tok, _, hf, cfg = tiny_server
+  status, body = request(url + "/v1/completions", {"prompt": " the", "max_tokens": 4, "temperature": 0, "n": 3})
+  expected = plain_text(tok, reference_greedy(hf, cfg, tok.encode(" the"), 4))
+  assert status == 200 and [c["index"] for c in body["choices"]] == [0, 1, 2]
+  assert all(c["text"] == expected and c["finish_reason"] == "length" for c in body["choices"])
+  assert body["usage"]["completion_tokens"] == 12
+
+def test_n_seeded_choices_are_reproducible_and_choice_0_is_the_single_reply(tiny_server):
+  url, *_ = tiny_server
+  sampled = {"prompt": " the", "max_tokens": 12, "temperature": 2.0, "seed": 7}
+  _, single = request(url + "/v1/completions", sampled)
+  _, three = request(url + "/v1/completions", {**sampled, "n": 3})
+  _, again = request(url + "/v1/completions", {**sampled, "n": 3})
+  texts = [c["text"] for c in three["choices"]]
+  assert texts == [c["text"] for c in again["choices"]] and texts[0] == single["choices"][0]["text"]
+  assert len(set(texts)) > 1  # the other choices sample with their own seeds
+
+def test_streamed_n_choices_equal_plain_choices(tiny_server):
+  url, *_ = tiny_server
+  body = {"messages": [{"role": "user", "content": "a hat"}], "max_tokens": 6, "temperature": 1.5, "seed": 3, "n": 2}
+  _, plain = request(url + "/v1/chat/completions", body)
+  events = stream(url + "/v1/chat/completions", body)
+  assert events[-1] == "[DONE]"
+  for choice in plain["choices"]:
+    mine = [e["choices"][0] for e in events[:-1] if e["choices"][0]["index"] == choice["index"]]
+    assert mine[0]["delta"] == {"role": "assistant"} and mine[-1]["finish_reason"] == choice["finish_reason"]
+    assert "".join(c["delta"].get("content", "") for c in mine) == choice["message"]["content"]
+
+def first_stop(text: str, stops: list[str]) -> int | None:
+  """Where the text ends for `stops`, read one character at a time: the start of the first stop string completed."""
+  for end in range(len(text) + 1):
+    if starts := [end - len(s) for s in stops if text[:end].endswith(s)]: return min(starts)
+  return None
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_stop_strings_end_the_text_at_the_first_one(tiny_server, reference_greedy, streamed):
+  url, tok, _, hf, cfg = tiny_server
+  ids = reference_greedy(hf, cfg, tok.encode(" the"), 12)
+  text = plain_text(tok, ids)
+  stops = ["zzz", "e the", "he t"]  # the first completed wins, whichever list position it has
+  cut = first_stop(text, stops)
+  assert cut is not None
+  # the oracle's token count: the fewest tokens whose text holds a stop string
+  used = next(m for m in range(1, len(ids) + 1) if first_stop(plain_text(tok, ids[:m]), stops) is not None)
+  body = {"prompt": " the", "max_tokens": 12, "temperature": 0, "stop": stops}
+  if streamed:
+    events = stream(url + "/v1/completions", {**body, "stream_options": {"include_usage": True}})
+    got, finish = "".join(e["choices"][0]["text"] for e in events[:-2]), events[-3]["choices"][0]["finish_reason"]
+    usage = events[-2]["usage"]
+  else:
+    _, reply = request(url + "/v1/completions", body)
+    got, finish, usage = reply["choices"][0]["text"], reply["choices"][0]["finish_reason"], reply["usage"]
+  assert got == text[:cut] and finish == "stop" and usage["completion_tokens"] == used
+
+def test_sampled_stop_is_the_unstopped_text_cut_at_the_stop(tiny_server):
+  url, *_ = tiny_server
+  body = {"messages": [{"role": "user", "content": "the tin"}], "max_tokens": 20, "temperature": 2.0, "seed": 11}
+  _, free = request(url + "/v1/chat/completions", body)
+  text = free["choices"][0]["message"]["content"]
+  stop = text[len(text) // 2:len(text) // 2 + 2]
+  _, stopped = request(url + "/v1/chat/completions", {**body, "stop": stop})
+  assert stopped["choices"][0] == {"index": 0, "finish_reason": "stop",
+                                   "message": {"role": "assistant", "content": text[:text.find(stop)]}}
+
+def test_stop_not_produced_keeps_the_whole_text(tiny_server):
+  url, *_ = tiny_server
+  body = {"prompt": " a hat", "max_tokens": 5, "temperature": 0}
+  _, free = request(url + "/v1/completions", body)
+  _, stopped = request(url + "/v1/completions", {**body, "stop": ["\u2603never"]})
+  assert stopped["choices"] == free["choices"] and stopped["choices"][0]["finish_reason"] == "length"
+
+def test_stop_text_holds_back_only_possible_stop_starts():
+  # every split of a text into pieces releases the text up to the first stop string (an oracle: str.find)
+  rng = random.Random(0)
+  for _ in range(500):
+    text = "".join(rng.choice("abc") for _ in range(rng.randint(0, 30)))
+    stops = tuple("".join(rng.choice("abc") for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(1, 4)))
+    cuts = sorted(rng.sample(range(len(text) + 1), min(len(text) + 1, rng.randint(0, 6))))
+    matcher, released = StopText(stops), []
+    for a, b in zip([0] + cuts, cuts + [len(text)]):
+      released.append(matcher.push(text[a:b]))
+      if matcher.stopped: break
+      assert first_stop("".join(released), list(stops)) is None
+    if not matcher.stopped: released.append(matcher.flush())
+    cut = first_stop(text, list(stops))
+    assert "".join(released) == (text if cut is None else text[:cut]) and matcher.stopped == (cut is not None)
+
+def test_include_usage_adds_a_usage_chunk(tiny_server):
+  url, *_ = tiny_server
+  body = {"prompt": " the", "max_tokens": 3, "temperature": 0, "n": 2}
+  _, plain = request(url + "/v1/completions", body)
+  events = stream(url + "/v1/completions", {**body, "stream_options": {"include_usage": True}})
+  assert events[-1] == "[DONE]" and events[-2]["choices"] == [] and events[-2]["usage"] == plain["usage"]
+  assert all(e["usage"] is None for e in events[:-2])
+  assert all("usage" not in e for e in stream(url + "/v1/completions", body)[:-1])
+
+def test_prompt_forms_and_content_parts_give_the_same_reply(tiny_server):
+  url, tok, *_ = tiny_server
+  base = {"max_tokens": 4, "temperature": 0}
+  replies = [request(url + "/v1/completions", {**base, "prompt": p})[1]["choices"][0]["text"]
+             for p in (" a hat", [" a hat"], tok.encode(" a hat"), [tok.encode(" a hat")])]
+  assert len(set(replies)) == 1
+  chats = [request(url + "/v1/chat/completions", {**base, "messages": [{"role": "user", "content": c}]})[1]
+           for c in ("a\nhat", [{"type": "text", "text": "a"}, {"type": "text", "text": "hat"}])]
+  assert chats[0]["choices"] == chats[1]["choices"]

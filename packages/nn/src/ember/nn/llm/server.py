@@ -9,7 +9,7 @@ With `"stream": true` the reply is server-sent events: one `data: {chunk}` per p
 with `"stream_options": {"include_usage": true}` a last chunk before `[DONE]` carries the usage and no choices.
 `n` choices are generated one after the other (streamed one after the other, each chunk naming its `index`); a seeded
 request gives choice 0 the request's seed and choice i a seed derived from (seed, i). `stop` strings (up to 4) end a
-choice at the first one produced, which is not part of the text; its finish_reason is then "stop".
+choice at the first one completed, which is not part of the text; its finish_reason is then "stop".
 
 Every request gets an HTTP reply, never a dropped connection: bad input a 4xx JSON body {"error": {"message", "type",
 "param", "code"}} (malformed, too deeply nested or non-UTF-8 JSON, integers of more than 20 digits, NaN/Infinity,
@@ -213,16 +213,17 @@ def _choice_params(params: SamplingParams, index: int) -> SamplingParams:
 
 class StopText:
   """Decoded text checked for stop strings: `push` returns the text that can no longer begin a stop string, and the
-  first stop string found ends the text (`stopped`), itself left out."""
+  stop string completed first (as if the text arrived one character at a time, so however it is split into tokens)
+  ends the text (`stopped`), itself left out."""
   def __init__(self, stops: tuple[str, ...]):
     self.stops, self.pending, self.stopped = stops, "", False
 
   def push(self, piece: str) -> str:
     self.pending += piece
-    hits = [at for stop in self.stops if (at := self.pending.find(stop)) >= 0]
+    hits = [(at + len(stop), at) for stop in self.stops if (at := self.pending.find(stop)) >= 0]
     if hits:
       self.stopped = True
-      released, self.pending = self.pending[:min(hits)], ""
+      released, self.pending = self.pending[:min(hits)[1]], ""  # the earliest end; of those, the longest
       return released
     # hold back the longest tail that a stop string starts with: the next piece may complete it
     hold = max((k for stop in self.stops for k in range(min(len(stop) - 1, len(self.pending)), 0, -1)
