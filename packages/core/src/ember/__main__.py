@@ -35,7 +35,7 @@ def probe_backend(name: str) -> dict[str, Any]:
   rec = registry.record(name)
   devices: dict[str, Any] = {}
   for entry in rec.devices:
-    probe = registry.probe(entry.name)
+    probe = registry.probe_here(entry.name)  # this process is the isolation: the doctor runs it as a child
     arch = Device.get_target(entry.name).arch
     renderers: dict[str, Any] = {}
     for rend in registry.renderer_entries(entry.name):
@@ -51,7 +51,7 @@ def probe_backend(name: str) -> dict[str, Any]:
       saved = (Device._dev, Device._default)
       Device.DEFAULT = f"{iface}+{entry.name}"
       try:
-        iprobe = registry.probe(entry.name)
+        iprobe = registry.probe_here(entry.name)
         interfaces[iface] = {"ok": iprobe.ok, "reason": iprobe.reason}
       finally: Device._dev, Device._default = saved
     devices[entry.name] = {"ok": probe.ok, "reason": probe.reason, "renderers": renderers, "interfaces": interfaces}

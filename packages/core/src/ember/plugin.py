@@ -122,7 +122,9 @@ class EmberHookSpec:
     """Say whether ``device`` (a registered device name such as ``"CPU"``, no index) is usable on this machine.
 
     When: before core opens a device, when ``Device.DEFAULT`` is computed with ``DEV`` unset, and by
-    ``python -m ember devices`` (in a subprocess, so a crashing native library cannot take the report down).
+    ``python -m ember devices``; always in a child process (once per device and ``DEV`` selection; core keeps the
+    answer), so a native library that aborts, crashes or hangs makes the device unavailable instead of killing the
+    user's interpreter. State the probe sets up does not reach the process that opens the device.
     Returns: a `ProbeResult`, or ``None`` for devices this backend knows nothing about. ``firstresult``: core stops at
     the first implementation returning non-None (pluggy calls the most recently loaded backend first); if every
     implementation returns None the device counts as usable. May import native libraries; must not open the device.

@@ -4,6 +4,7 @@ import json
 import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
+from ember.device import registry as registry_module
 from ember.device.registry import BackendRegistry, _Device, version_satisfies
 from ember.errors import DeviceError, PluginError
 from ember.helpers import Target
@@ -253,6 +254,75 @@ def test_probe_exception_is_a_reason(fake_site) -> None:
   fake_site.add_toy("toy", extra="\n@hookimpl\ndef ember_probe(device): raise OSError('driver exploded')\n")
   with pytest.raises(DeviceError, match=r"unavailable: ember_probe\('TOY'\) raised OSError: driver exploded"):
     _Device(fake_site.registry(), dev="")["TOY"]
+
+# ** a probe that crashes or hangs its process (abort() in a native library) never takes this one down **
+
+ABORTING_PROBE = """
+@hookimpl
+def ember_probe(device):
+  import os
+  if device in {devices!r}: os.abort()
+  return None
+"""
+
+COUNTING_PROBE = """
+@hookimpl
+def ember_probe(device):
+  with open({path!r}, "a") as f: f.write(device + "\\n")  # a child process runs it: count in a file
+  return ProbeResult(True, "counted")
+"""
+
+@pytest.fixture(params=["fork", "spawn"])
+def probe_process(request, monkeypatch: pytest.MonkeyPatch) -> str:
+  """Each isolation path: a forked child (Linux, one thread) and a fresh interpreter (elsewhere, or with threads)."""
+  if request.param == "fork" and not registry_module._can_fork(): pytest.skip("fork is used on Linux, one thread only")
+  monkeypatch.setattr(registry_module, "_can_fork", lambda: request.param == "fork")
+  return request.param
+
+def test_aborting_probe_is_a_device_error(fake_site, probe_process: str) -> None:
+  fake_site.add_toy("crashy", devices=("CRASHY",), extra=ABORTING_PROBE.format(devices=("CRASHY",)))
+  dev = _Device(fake_site.registry(), dev="CRASHY")
+  with pytest.raises(DeviceError, match=r"device CRASHY \(backend crashy \(ember-backend-crashy 1.0.0\)\) is "
+                                        r"unavailable: ember_probe\('CRASHY'\) of backend crashy .* killed the probe "
+                                        r"process with SIGABRT.*EMBER_DISABLE_BACKENDS=crashy"):
+    dev["CRASHY"]
+  assert dev.DEFAULT == "CRASHY"  # DEV selects it; only opening it fails
+
+def test_crash_is_pinned_on_the_probe_that_crashed(fake_site, probe_process: str) -> None:
+  fake_site.add_toy("toy")
+  fake_site.add_toy("evil", devices=("EVIL",), extra=ABORTING_PROBE.format(devices=("TOY", "EVIL")))
+  with pytest.raises(DeviceError, match=r"device TOY \(backend toy .*of backend evil .*SIGABRT"):
+    _Device(fake_site.registry(), dev="TOY")["TOY"]
+
+def test_default_scan_skips_an_aborting_probe(fake_site, probe_process: str) -> None:
+  fake_site.add_toy("crashy", devices=("CRASHY",), priority=500, extra=ABORTING_PROBE.format(devices=("CRASHY",)))
+  fake_site.add_toy("toy", priority=100)
+  dev = _Device(fake_site.registry(deny="core"), dev="")
+  assert dev.DEFAULT == "TOY" and dev["TOY"].device == "TOY"
+
+def test_hanging_probe_times_out(fake_site, monkeypatch: pytest.MonkeyPatch) -> None:
+  monkeypatch.setattr(registry_module, "PROBE_TIMEOUT_S", 1.0)
+  fake_site.add_toy("slow", devices=("SLOW",), extra="\n@hookimpl\ndef ember_probe(device):\n  import time\n"
+                                                     "  time.sleep(600)\n")
+  with pytest.raises(DeviceError, match=r"ember_probe\('SLOW'\) of backend slow .*did not answer within 1s"):
+    _Device(fake_site.registry(), dev="SLOW")["SLOW"]
+
+def test_probe_runs_once_per_device_and_selection(fake_site, tmp_path, probe_process: str) -> None:
+  calls = tmp_path / "calls"
+  fake_site.add_toy("toy", devices=("TOY", "TWO"), extra=COUNTING_PROBE.format(path=str(calls)))
+  registry = fake_site.registry(deny="core")
+  dev = _Device(registry, dev="")
+  assert dev.DEFAULT == "TOY" and dev["TOY"].device == "TOY" and dev["TOY:1"].device == "TOY:1"
+  assert registry.probe("TOY").reason == "counted" and dev["TWO"].device == "TWO"
+  assert calls.read_text().split() == ["TOY", "TWO"]
+
+def test_e2e_dev_selecting_an_aborting_backend_raises(fake_site) -> None:
+  fake_site.add_toy("crashy", devices=("CRASHY",), extra=ABORTING_PROBE.format(devices=("CRASHY",)))
+  code = ("from ember.device import Device\nfrom ember.errors import DeviceError\n"
+          "try: Device[Device.DEFAULT]\nexcept DeviceError as e: print('DeviceError:', e)")
+  out = fake_site.run(code, DEV="CRASHY")
+  assert out.returncode == 0, out.stderr  # before: the interpreter died with SIGABRT (-6)
+  assert "DeviceError: device CRASHY (backend crashy" in out.stdout and "SIGABRT" in out.stdout
 
 def test_factory_errors_name_the_backend(fake_site) -> None:
   fake_site.add_toy("toy", extra="\ndef make_device(device, renderer, compiler): raise OSError('cannot map BAR0')\n")

@@ -7,24 +7,35 @@ backend implements is documented in `ember.plugin`.
 """
 from __future__ import annotations
 import atexit
+import faulthandler
 import importlib
+import json
+import os
 import re
+import select
+import signal
+import subprocess
+import sys
 import threading
+import time
 import warnings
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 from ember.device.base import Compiled
+from ember.device.registration import (PLUGIN_API_VERSION, PROJECT_NAME, BackendInfo, CompilerRegistry, DeviceRegistry,
+                                         PluginWarning, ProbeResult, QueueRegistry, RendererRegistry)
 from ember.errors import DeviceError, EmberError, PluginError
 from ember.helpers import Target, getenv, parse_target
 
 if TYPE_CHECKING:
   import pluggy
   from ember.device.base import Compiler
-  from ember.plugin import BackendInfo, CompilerEntry, DeviceEntry, ProbeResult, QueueEntry, RendererEntry
+  from ember.device.registration import CompilerEntry, DeviceEntry, QueueEntry, RendererEntry
   from ember.renderer import Renderer
 
 ENTRY_POINT_GROUP = "ember.backends"
 BUILTIN_BACKEND = "core"
+PROBE_TIMEOUT_S = 120.0  # a probe that has not answered by then counts as hung
 
 # ** where backends come from **
 
@@ -148,8 +159,66 @@ class BackendReport:
 
 def _split_names(value: str) -> list[str]: return [n.strip().lower() for n in value.split(",") if n.strip()]
 
+# ** probing in a child process **
+
+def _can_fork() -> bool: return sys.platform == "linux" and threading.active_count() == 1
+
+def _report_probe(registry: BackendRegistry, name: str, fd: int) -> None:
+  """Run the probe here and write JSON lines to ``fd``: ``{"calling": label}`` before each backend's probe (line
+  buffered, so it is out before a crash), then ``{"ok": ..., "reason": ...}``."""
+  with open(fd, "w", buffering=1, closefd=False) as out:
+    def announce(rec: BackendRecord) -> None: out.write(json.dumps({"calling": rec.label, "name": rec.name}) + "\n")
+    result = registry.probe_here(name, announce)
+    out.write(json.dumps({"ok": result.ok, "reason": result.reason}) + "\n")
+
+def probe_child(config: str) -> None:
+  """The spawned probe process: rebuild the parent's registry and ``DEV`` selection from ``config`` and report."""
+  cfg = json.loads(config)
+  sources = None if cfg["sources"] is None else [BackendSource(**s) for s in cfg["sources"]]
+  registry = BackendRegistry(sources, allow=cfg["allow"], deny=cfg["deny"], builtin=cfg["builtin"],
+                             plugins=cfg["plugins"])
+  Device._dev = cfg["dev"]
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", PluginWarning)
+    registry.load()
+  _report_probe(registry, cfg["device"], cfg["fd"])
+
+def _read_until_eof(fd: int, timeout: float) -> tuple[bytes, bool]:
+  """Everything written to the pipe ``fd`` until its writers close it; True if ``timeout`` ran out first."""
+  chunks: list[bytes] = []
+  deadline = time.monotonic() + timeout
+  while (left := deadline - time.monotonic()) > 0:
+    if not select.select([fd], [], [], left)[0]: break
+    if not (chunk := os.read(fd, 1 << 16)): return b"".join(chunks), False
+    chunks.append(chunk)
+  return b"".join(chunks), True
+
+def _wait_exit_code(pid: int) -> int:
+  _, status = os.waitpid(pid, 0)
+  return os.waitstatus_to_exitcode(status)
+
+def _probe_answer(name: str, output: str, exit_code: int, timed_out: bool) -> ProbeResult:
+  from ember.plugin import ProbeResult
+  calling: dict[str, Any] = {}
+  for line in output.splitlines():
+    try: msg = json.loads(line)
+    except ValueError: continue  # a line cut short by the crash
+    if "calling" in msg: calling = msg
+    elif not timed_out and exit_code == 0: return ProbeResult(bool(msg["ok"]), str(msg["reason"]))
+  if timed_out: how = f"did not answer within {PROBE_TIMEOUT_S:.0f}s"
+  elif exit_code < 0: how = f"killed the probe process with {_signal_name(-exit_code)}"
+  else: how = f"ended the probe process with exit code {exit_code}"
+  if not calling:
+    return ProbeResult(False, f"probing device {name!r} in a child process failed before any ember_probe ran: it {how}")
+  return ProbeResult(False, f"ember_probe({name!r}) of backend {calling['calling']} {how} (it ran in a child process, "
+                            f"so this one survived); fix: repair or update that backend's driver or native library, or "
+                            f"disable it with EMBER_DISABLE_BACKENDS={calling['name']}")
+
+def _signal_name(signum: int) -> str:
+  try: return signal.Signals(signum).name
+  except ValueError: return f"signal {signum}"
+
 def _plugin_warning(msg: str) -> None:
-  from ember.plugin import PluginWarning
   warnings.warn(msg, PluginWarning, stacklevel=4)
 
 class BackendRegistry:
@@ -175,6 +244,7 @@ class BackendRegistry:
     self.compilers: dict[tuple[str, str], list[CompilerEntry]] = {}
     self.queues: dict[tuple[str, str], list[QueueEntry]] = {}
     self.conflicts: dict[tuple[str, ...], str] = {}
+    self._probes: dict[tuple[str, Target], ProbeResult] = {}
 
   @classmethod
   def from_env(cls, strict: bool | None = None) -> BackendRegistry:
@@ -194,9 +264,9 @@ class BackendRegistry:
 
   def _load_all(self) -> None:
     import pluggy
-    from ember import plugin
-    self.pm: pluggy.PluginManager = pluggy.PluginManager(plugin.PROJECT_NAME)
-    self.pm.add_hookspecs(plugin.EmberHookSpec)
+    from ember.plugin import EmberHookSpec  # the documented hook specifications live in the public plugin module
+    self.pm: pluggy.PluginManager = pluggy.PluginManager(PROJECT_NAME)
+    self.pm.add_hookspecs(EmberHookSpec)
     extra = env_plugin_sources(self.plugins)
     installed = entry_point_sources() if self._sources is None else self._sources
     installed = [s for s in installed if s.name not in {e.name for e in extra}] + extra
@@ -257,7 +327,6 @@ class BackendRegistry:
     return self.pm.subset_hook_caller(hook, remove_plugins=others)(**kwargs)
 
   def _load_one(self, rec: BackendRecord) -> None:
-    from ember import plugin
     what = f"plugin {rec.source.value!r} of backend {rec.label}"
     try: rec.plugin = rec.source.load()
     except Exception as e:  # noqa: BLE001  an installed backend's import error is recorded and reported, not fatal
@@ -272,7 +341,7 @@ class BackendRegistry:
     except Exception as e:  # noqa: BLE001
       return self._fail(rec, "failed", f"ember_backend_info of {what} raised {type(e).__name__}: {e}")
     info = infos[0] if infos else None
-    if not isinstance(info, plugin.BackendInfo):
+    if not isinstance(info, BackendInfo):
       return self._fail(rec, "failed", f"ember_backend_info of {what} returned {info!r}, "
                                        "not an ember.plugin.BackendInfo")
     rec.info = info
@@ -280,8 +349,8 @@ class BackendRegistry:
       return self._fail(rec, "failed", f"{what} calls itself {info.name!r} but its entry point is named {rec.name!r}; "
                                        f"fix: make the entry-point name and BackendInfo.name agree")
     if (problem := self._compat_problem(rec, info)) is not None: return self._fail(rec, "incompatible", problem)
-    devices, renderers = plugin.DeviceRegistry(rec.name), plugin.RendererRegistry(rec.name)
-    compilers, queues = plugin.CompilerRegistry(rec.name), plugin.QueueRegistry(rec.name)
+    devices, renderers = DeviceRegistry(rec.name), RendererRegistry(rec.name)
+    compilers, queues = CompilerRegistry(rec.name), QueueRegistry(rec.name)
     calls: list[tuple[str, Any]] = [("ember_register_devices", devices), ("ember_register_renderers", renderers),
                                     ("ember_register_compilers", compilers), ("ember_register_queues", queues)]
     for hook, registry in calls:
@@ -294,7 +363,6 @@ class BackendRegistry:
 
   def _compat_problem(self, rec: BackendRecord, info: BackendInfo) -> str | None:
     from ember import __version__ as core_version
-    from ember.plugin import PLUGIN_API_VERSION
     dist = rec.source.distribution
     if info.api_version != PLUGIN_API_VERSION:
       if info.api_version < PLUGIN_API_VERSION:
@@ -369,16 +437,70 @@ class BackendRegistry:
                        "`python -m ember devices`")
 
   def probe(self, name: str) -> ProbeResult:
-    """Ask the backends (``ember_probe``, firstresult) whether device ``name`` is usable; no answer means usable."""
-    from ember.plugin import ProbeResult
+    """Ask the backends (``ember_probe``, firstresult) whether device ``name`` is usable; no answer means usable.
+
+    The first probe of a device (per ``DEV`` selection) runs in a child process, so a probe that crashes it (a native
+    library calling abort(), a segfault) or hangs makes the device unavailable, naming the backend, instead of killing
+    this interpreter. The answer is kept for the rest of this process."""
+    from ember.plugin import device_target
     self.load()
-    try: result = self.pm.hook.ember_probe(device=name)
-    except Exception as e:  # noqa: BLE001  a crashing probe means "not usable", with the exception as the reason
-      return ProbeResult(False, f"ember_probe({name!r}) raised {type(e).__name__}: {e}")
-    if result is None: return ProbeResult(True)
-    if not isinstance(result, ProbeResult):
-      return ProbeResult(False, f"ember_probe({name!r}) returned {result!r}, not an ember.plugin.ProbeResult")
+    key = (name, device_target(name))
+    with self._lock:
+      if (result := self._probes.get(key)) is None: result = self._probes[key] = self._probe_isolated(name)
     return result
+
+  def probe_here(self, name: str, announce: Callable[[BackendRecord], None] = lambda rec: None) -> ProbeResult:
+    """`probe` in this process, without isolation: each backend's ``ember_probe`` in pluggy's firstresult order, with
+    ``announce(record)`` called before each runs (the isolated probe reports it, to name the backend that crashed)."""
+    self.load()
+    by_plugin = {id(r.plugin): r for r in self.backends if r.plugin is not None}
+    for impl in reversed(self.pm.hook.ember_probe.get_hookimpls()):  # the order pluggy calls them in
+      rec = by_plugin[id(impl.plugin)]
+      announce(rec)
+      try: result = self._call(rec, "ember_probe", device=name)
+      except Exception as e:  # noqa: BLE001  a crashing probe means "not usable", with the exception as the reason
+        return ProbeResult(False, f"ember_probe({name!r}) raised {type(e).__name__}: {e} (backend {rec.label})")
+      if result is None: continue
+      if not isinstance(result, ProbeResult):
+        return ProbeResult(False, f"ember_probe({name!r}) of backend {rec.label} returned {result!r}, "
+                                  "not an ember.plugin.ProbeResult")
+      return result
+    return ProbeResult(True)
+
+  def _probe_isolated(self, name: str) -> ProbeResult:
+    # fork is cheap and the child already has every plugin loaded; it is safe only without other threads, and never on
+    # macOS, whose system frameworks (Metal's probe) break in a forked child. Elsewhere a fresh interpreter probes.
+    read_fd, write_fd = os.pipe()
+    with open(read_fd, "rb") as pipe:
+      try:
+        if _can_fork(): child = self._fork_probe(name, read_fd, write_fd)
+        else: child = self._spawn_probe(name, write_fd)
+      finally: os.close(write_fd)  # the child holds the only writer now: EOF comes when it exits
+      output, timed_out = _read_until_eof(pipe.fileno(), PROBE_TIMEOUT_S)
+    if timed_out: os.kill(child, signal.SIGKILL)
+    return _probe_answer(name, output.decode(errors="replace"), _wait_exit_code(child), timed_out)
+
+  def _fork_probe(self, name: str, read_fd: int, write_fd: int) -> int:
+    pid = os.fork()
+    if pid != 0: return pid
+    code = 1  # the child: probe, report through the pipe, leave without running this process's atexit handlers
+    try:
+      faulthandler.disable()  # a crash dump would show the parent's stack, as if this process had died
+      os.close(read_fd)
+      _report_probe(self, name, write_fd)
+      code = 0
+    finally: os._exit(code)
+
+  def _spawn_probe(self, name: str, write_fd: int) -> int:
+    config = {"device": name, "fd": write_fd, "allow": ",".join(self.allow), "deny": ",".join(self.deny),
+              "builtin": self.builtin, "plugins": self.plugins,
+              "sources": None if self._sources is None else [asdict(s) for s in self._sources],
+              "dev": Device._dev if Device._dev is not None else getenv("DEV", "")}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # the child sees what we see
+    code = "import sys; from ember.device.registry import probe_child; probe_child(sys.argv[1])"
+    try: proc = subprocess.Popen([sys.executable, "-c", code, json.dumps(config)], pass_fds=(write_fd,), env=env)
+    except OSError as e: raise DeviceError(f"cannot start a process to probe device {name}: {e}") from e
+    return proc.pid
 
   def renderer_entries(self, device: str) -> list[RendererEntry]:
     """Renderers registered for ``device`` (by any backend), highest priority first."""
