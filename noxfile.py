@@ -17,7 +17,6 @@ CPU = os.path.join(ROOT, "packages", "backend-cpu")
 # EMBER_REQUIRE_ORACLES: a test module skipped for want of an oracle (torch, hypothesis...) fails the session instead
 TEST_ENV = {"EMBER_STRICT_BACKENDS": "1", "SPEC": "1", "EMBER_REQUIRE_ORACLES": "1"}
 TORCH = "torch==2.13.0"  # the test oracle; a CPU wheel the machine's pip index serves
-KIT_DIR = os.path.join(CORE, "src", "ember", "testing")
 
 nox.options.sessions = ["tests"]
 nox.options.default_venv_backend = "venv"
@@ -25,17 +24,9 @@ nox.options.default_venv_backend = "venv"
 def _has_tests(folder: str) -> bool:
   return bool(glob.glob(os.path.join(folder, "**", "test_*.py"), recursive=True))
 
-def _kit_present() -> bool:
-  return os.path.exists(os.path.join(KIT_DIR, "plugin.py")) and _has_tests(KIT_DIR)
-
-def _pytest_plugin_args() -> list[str]:
-  """ember-core declares the pytest11 entry point `ember = ember.testing.plugin`; until that module exists, block it
-  so an installed ember-core cannot break pytest start-up."""
-  return [] if os.path.exists(os.path.join(KIT_DIR, "plugin.py")) else ["-p", "no:ember"]
-
 def _run_tests(session: nox.Session, tests: str) -> None:
   if not _has_tests(tests): session.error(f"no test files (test_*.py) under {tests}")
-  session.run("python", "-m", "pytest", *_pytest_plugin_args(), tests, "-q", *session.posargs, env=TEST_ENV)
+  session.run("python", "-m", "pytest", tests, "-q", *session.posargs, env=TEST_ENV)
 
 @nox.session(name="tests-core", venv_backend="venv")
 def tests_core(session: nox.Session) -> None:
@@ -65,9 +56,8 @@ def tests_nv(session: nox.Session) -> None:
   nv = os.path.join(ROOT, "packages", "backend-nv")
   session.install(CORE, f"{nv}[nvrtc]", "pytest", "numpy", "nvidia-cuda-cuobjdump")  # cuobjdump: PTX vs CUDA cubins
   _run_tests(session, os.path.join(nv, "tests"))
-  if _kit_present():
-    session.run("python", "-m", "pytest", "--pyargs", "ember.testing", "--ember-device=MOCK+NV", "-q",
-                *session.posargs, env={**TEST_ENV, "DEV": "MOCK+NV"})
+  session.run("python", "-m", "pytest", "--pyargs", "ember.testing", "--ember-device=MOCK+NV", "-q",
+              *session.posargs, env={**TEST_ENV, "DEV": "MOCK+NV"})
 
 @nox.session(name="tests-amd", venv_backend="venv")
 def tests_amd(session: nox.Session) -> None:
@@ -76,14 +66,13 @@ def tests_amd(session: nox.Session) -> None:
   amd = os.path.join(ROOT, "packages", "backend-amd")
   session.install(CORE, amd, "pytest", "numpy")
   _run_tests(session, os.path.join(amd, "tests"))
-  if _kit_present():
-    session.run("python", "-m", "pytest", "--pyargs", "ember.testing", "--ember-device=MOCK+AMD", "-q",
-                *session.posargs, env={**TEST_ENV, "DEV": "MOCK+AMD"})
+  session.run("python", "-m", "pytest", "--pyargs", "ember.testing", "--ember-device=MOCK+AMD", "-q",
+              *session.posargs, env={**TEST_ENV, "DEV": "MOCK+AMD"})
 
 NN = os.path.join(ROOT, "packages", "nn")
 
 def _nn_tests(session: nox.Session, markers: str) -> None:
-  session.run("python", "-m", "pytest", *_pytest_plugin_args(), os.path.join(NN, "tests"), "-q", "-m", markers,
+  session.run("python", "-m", "pytest", os.path.join(NN, "tests"), "-q", "-m", markers,
               *session.posargs, env={**TEST_ENV, "DEV": "CPU"})
 
 @nox.session(name="tests-nn", venv_backend="venv")
@@ -124,8 +113,6 @@ def tests(session: nox.Session) -> None:
     session.notify(name)
 
 def _conformance(session: nox.Session, device: str, packages: list[str]) -> None:
-  if not _kit_present():
-    session.skip(f"the conformance kit (ember.testing) has no tests yet; nothing to run for DEV={device}")
   session.install(*packages, "pytest", "numpy")
   session.run("python", "-m", "pytest", "--pyargs", "ember.testing", f"--ember-device={device}", "-q", *session.posargs,
               env={**TEST_ENV, "DEV": device})
@@ -205,6 +192,6 @@ def multi(session: nox.Session) -> None:
     session.run("apt-get", "install", "-y", "-q", "openmpi-bin", "libopenmpi-dev", external=True)
   session.install(CORE, CPU, "pytest", "numpy", "mpi4py")
   tests = [os.path.join(CORE, "tests", name) for name in ("test_multi.py", "test_distributed.py")]
-  session.run("python", "-m", "pytest", *_pytest_plugin_args(), *tests, "-q", *session.posargs,
+  session.run("python", "-m", "pytest", *tests, "-q", *session.posargs,
               env={**TEST_ENV, "DEV": "PYTHON"})
   session.run("python", os.path.join(ROOT, "bench", "bench_allreduce.py"), env={"DEV": "CPU"})

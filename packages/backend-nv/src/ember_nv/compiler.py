@@ -111,7 +111,6 @@ class NVRTCCompiler(Compiler):
     major, minor = nvrtc_version()
     super().__init__(f"compile_nvrtc_{major}_{minor}_{arch}_{self.output}")
   def compile(self, src: str) -> bytes: return nvrtc_compile(src, self.arch, self.output)
-  def to_ptx(self, src: str) -> str: return nvrtc_compile(src, self.arch, "ptx").decode()
 
 def find_ptxas() -> str | None:
   """ptxas from the CUDA toolkit or PATH, or None."""

@@ -10,7 +10,6 @@ import os
 import re
 from typing import Any
 from ember.plugin import BufferSpec, Compiled, Compiler, DeviceError, LRUAllocator, ProbeResult, Renderer
-from ember_nv.renderer import kernel_arg_layout
 
 LIBCUDA_NAMES = ("libcuda.so.1", "libcuda.so")
 
@@ -203,11 +202,3 @@ class CUDADevice(Compiled):
                      lambda captured, input_buffers: CUDAGraph(self, captured, input_buffers))
   def synchronize(self) -> None: self.ctx.call("cuCtxSynchronize")
 
-def param_block(uops: list[Any], bufs: list[int], vals: tuple[int, ...]) -> bytes:
-  """The kernel argument block (buffers' device addresses, then variable values) in the layout every NV runtime
-  uses; see `kernel_arg_layout`."""
-  layout, size = kernel_arg_layout(uops)
-  block = bytearray(size)
-  for (offset, width), value in zip(layout, [*bufs, *vals]):
-    block[offset:offset + width] = int(value).to_bytes(width, "little", signed=value < 0)
-  return bytes(block)

@@ -7,15 +7,13 @@ import contextlib
 import functools
 import hashlib
 import json
-import math
 import operator
 import os
 import re
 import sqlite3
-import tempfile
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import Any, Iterable, TypeVar
 
 T = TypeVar("T")
 
@@ -89,17 +87,10 @@ CACHEDB = ContextVar("CACHEDB",
 def prod(xs: Iterable[Any], start: Any = 1) -> Any: return functools.reduce(operator.mul, xs, start)
 def flatten(xss: Iterable[Iterable[T]]) -> list[T]: return [x for xs in xss for x in xs]
 def argsort(xs: list[Any]) -> list[int]: return sorted(range(len(xs)), key=xs.__getitem__)
-def all_same(xs: list[Any]) -> bool: return all(x == xs[0] for x in xs)
-def dedup(xs: Iterable[T]) -> list[T]: return list(dict.fromkeys(xs))
 def ceildiv(a: int, b: int) -> int: return -(-a // b)
-def round_up(a: int, b: int) -> int: return ceildiv(a, b) * b
 def colored(s: str, color: str | None) -> str:
   codes = {"red": 31, "green": 32, "yellow": 33, "blue": 34, "magenta": 35, "cyan": 36, "white": 37}
   return s if color is None else f"\u001b[{codes[color]}m{s}\u001b[0m"
-def to_tuple(x: Any) -> tuple[Any, ...]: return tuple(x) if isinstance(x, (list, tuple)) else (x,)
-def is_pow2(x: int) -> bool: return x > 0 and (x & (x - 1)) == 0
-def fmt_time(s: float) -> str: return f"{s*1e6:8.2f}us" if s < 1e-3 else f"{s*1e3:8.2f}ms"
-def isfinite_num(x: float) -> bool: return not (math.isinf(x) or math.isnan(x))
 
 # ** DEV target parsing **
 
@@ -220,12 +211,3 @@ def content_hash(*parts: bytes | str) -> str:
   for p in parts: h.update(p.encode() if isinstance(p, str) else p)
   return h.hexdigest()
 
-def temp_path(name: str) -> str: return os.path.join(tempfile.gettempdir(), name)
-
-@contextlib.contextmanager
-def cpu_time() -> Iterator[Callable[[], float]]:
-  import time
-  st = time.perf_counter()
-  et: list[float] = []
-  yield lambda: (et[0] if et else time.perf_counter()) - st
-  et.append(time.perf_counter())

@@ -206,8 +206,6 @@ def _encode_dtype(dt: AnyDType) -> Any:
 def _decode_dtype(rec: Any) -> AnyDType:
   return to_dtype(rec["ptr"]).ptr(rec["size"]) if isinstance(rec, dict) else to_dtype(rec)
 
-def _fmt(x: Any) -> str: return x if isinstance(x, str) else repr(x)
-
 def _comment(u: UOp, names: list[str], i: int) -> str:
   """A Python-like rendering of one uop, for people reading the source."""
   me = f"v{i}"

@@ -17,7 +17,7 @@ import struct
 import weakref
 from dataclasses import dataclass
 from enum import Enum, auto
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 from ember.dtype import DType, PtrDType, AnyDType, dtypes, as_const, least_upper_dtype
 from ember.errors import DTypeError
 
@@ -447,5 +447,3 @@ def pretty_print(u: UOp, max_nodes: int = 40) -> str:
     srcs = ", ".join(names[s] for s in n.src)
     lines.append(f"{names[n]} = UOp({n.op}, {n.dtype!r}, ({srcs}), arg={n.arg!r})")
   return "\n".join(lines)
-
-def iter_srcs(u: UOp) -> Iterator[UOp]: yield from u.src

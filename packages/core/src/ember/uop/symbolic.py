@@ -167,8 +167,6 @@ def fold_assoc_sum(x: UOp, c1: UOp, y: UOp) -> UOp | None:
   if not _is_int(x) or y.op is Ops.CONST: return None
   return (x + y) + c1
 
-def fold_where_same(c: UOp, a: UOp) -> UOp: return a
-
 def fold_max_range(x: UOp, y: UOp) -> UOp | None:
   if x.vmin is None or y.vmin is None or dtypes.is_float(x.dtype): return None
   if x.vmin >= y.vmax: return x
