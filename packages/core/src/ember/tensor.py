@@ -33,6 +33,13 @@ def _const_uop(value: Any, dtype: DType, device: str, shape: tuple[sint, ...] = 
   ones = UOp(Ops.RESHAPE, dtype, (c,), (1,) * len(shape))
   return ones if all(s == 1 for s in shape) else UOp(Ops.EXPAND, dtype, (ones,), tuple(shape))
 
+def _bound_on(u: UOp, device: str) -> UOp:
+  """A value computed from bound Variables (`Variable("n", 1, 9).bind(4)`, or sums of them) placed on `device`: each
+  bound value's CONST names the device, so the scheduler can compute the tensor there."""
+  dev = UOp(Ops.DEVICE, arg=device)
+  binds = [b for b in u.toposort() if b.op is Ops.BIND]
+  return u.substitute({b: b.replace(src=(b.src[0], b.src[1].replace(src=(dev,)))) for b in binds}) if binds else u
+
 def _np_to_dtype(arr: np.ndarray) -> DType:
   if arr.dtype == np.bool_: return dtypes.bool
   return dtypes.from_np(arr.dtype)
@@ -66,7 +73,7 @@ class Tensor:
     dt = to_dtype(dtype) if dtype is not None else None
     dev = _canon_device(device) if not isinstance(device, tuple) else device
     if isinstance(data, UOp):
-      uop = data
+      uop = _bound_on(data, dev) if data.device is None and isinstance(dev, str) else data
     elif data is None:
       uop = _const_uop(0.0, dt or dtypes.weakfloat, dev)
     elif isinstance(data, (bool, int, float)):
@@ -124,6 +131,7 @@ class Tensor:
     if self.numel() != 1:
       raise ValueError(f"the truth value of a tensor with {self.numel()} elements is ambiguous; "
                        "use .any() or .all()")
+    _check_host_read("bool(tensor)")
     return bool(self.item())
 
   # ** realize and data out **
@@ -157,6 +165,7 @@ class Tensor:
     t.realize()
     return buffer_of(t.uop)
   def data(self) -> memoryview:
+    _check_host_read("data()")
     buf = self._buffer()
     concrete = all(isinstance(s, int) for s in self.shape) and self.shape
     return memoryview(buf.numpy()).cast("B").cast(_mv_fmt(buf.dtype),
@@ -164,6 +173,7 @@ class Tensor:
   def numpy(self) -> np.ndarray:
     """The tensor's values as a numpy array (numpy dtype matching the tensor's; bfloat16/fp8 come back as float32)."""
     dt = strong_dtype(self.dtype)
+    _check_host_read("numpy()")
     if any(not isinstance(s, int) for s in self.shape):
       raise ShapeError(f"cannot read a tensor with symbolic shape {self.shape}")
     if 0 in self.shape: return np.zeros(self.shape, dtype=_np_dtype(dt))
@@ -172,8 +182,11 @@ class Tensor:
     return buf.numpy().view(_np_dtype(dt)).reshape(self.shape)
   def item(self) -> Any:
     if self.numel() != 1: raise ShapeError(f"item() needs a tensor with one element, got shape {self.shape}")
+    _check_host_read("item()")
     return self.numpy().reshape(()).item()
-  def tolist(self) -> Any: return self.numpy().tolist()
+  def tolist(self) -> Any:
+    _check_host_read("tolist()")
+    return self.numpy().tolist()
   def to(self, device: str | tuple[str, ...] | None) -> Tensor:
     if isinstance(device, tuple): return self.shard(device, None)
     dev = _canon_device(device)
@@ -2337,6 +2350,10 @@ def _is_contiguous_buffer(u: UOp) -> bool:
 
 def _is_buffer_view(u: UOp) -> bool:
   return u.base.op is Ops.BUFFER and all(n.op in GroupOp.Movement or n.op is Ops.BUFFER for n in u.toposort())
+
+def _check_host_read(what: str) -> None:
+  from ember.engine.jit import check_host_read
+  check_host_read(what)
 
 def _is_done(u: UOp) -> bool:
   return (_is_contiguous_buffer(u) or u.op is Ops.CONST or (u.op in GroupOp.Movement and u.base.op is Ops.CONST)

@@ -88,13 +88,16 @@ def _gather_dims(x: Tensor, tensor_dims: list[tuple[int, Tensor]], squeeze: list
   """Advanced indexing: broadcast the index tensors together; the indexed dims are replaced by the index shape,
   placed where the first indexed dim was (numpy rules for adjacent indices) or in front (non-adjacent)."""
   from ember.tensor import Tensor, broadcast_shape
+  from ember.engine.jit import capturing
   dims = [d for d, _ in tensor_dims]
   ishape = broadcast_shape(*(t.shape for _, t in tensor_dims))
   # one-hot select per indexed dim: sum over that dim of (idx == arange) * x
   for d, t in tensor_dims:
     n = x.shape[d]
     valid = ((t >= -n) & (t < n))
-    if not valid.all().item(): raise AxisError(f"index tensor has values out of bounds for dim {d} of size {n}")
+    # a TinyJit capture cannot read the indices (replays would skip the check): out of range, they select zeros
+    if not capturing() and not valid.all().item():
+      raise AxisError(f"index tensor has values out of bounds for dim {d} of size {n}")
   others = [k for k in range(x.ndim) if k not in dims]
   xp = x.permute(dims + others)  # (*indexed, *others)
   other_shape = tuple(xp.shape[len(dims):])

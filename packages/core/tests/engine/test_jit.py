@@ -93,3 +93,97 @@ def test_bound_variables_change_without_recapture():
     out = f(Tensor(np.ones(4, np.float32)), Variable("pos", 1, 10).bind(n)).numpy()
     np.testing.assert_allclose(out, data[:n].sum(0) + 1)
   assert len(f.captured) >= 1 and f.cnt == 5
+
+READS = {"item()": lambda t: t.sum().item(), "numpy()": lambda t: t.numpy(), "tolist()": lambda t: t.tolist(),
+         "data()": lambda t: bytes(t.data()), "bool(tensor)": lambda t: bool(t.sum() > 4)}
+
+@pytest.mark.parametrize("read", list(READS))
+def test_reading_data_during_capture_raises(read: str):
+  def fn(x: Tensor) -> Tensor:
+    READS[read](x)  # a Python value from the data: a replay would reuse the capture's
+    return (x * 2).contiguous()
+  f = TinyJit(fn)
+  f(Tensor(np.array([1, 2], np.float32)).realize())  # call 1 runs normally
+  with pytest.raises(JitError, match=read.replace("(", r"\(").replace(")", r"\)")) as e:
+    f(Tensor(np.array([2, 3], np.float32)).realize())
+  assert isinstance(e.value, RuntimeError) and "fn" in str(e.value)
+
+def test_value_read_in_the_function_is_never_baked_into_a_replay():
+  def fn(x: Tensor) -> Tensor: return ((x + 1) * (x.sum().item() + 2)).contiguous()
+  f = TinyJit(fn)
+  results = []
+  for v in ([1, 2], [2, 3], [3, 4]):
+    x = np.array(v, np.float32)
+    try: results.append(f(Tensor(x).realize()).numpy())
+    except JitError: results.append(None)
+    if results[-1] is not None: np.testing.assert_array_equal(results[-1], (x + 1) * (x.sum() + 2))
+  assert results[1] is None and results[2] is None
+
+def test_tensor_indexing_inside_a_capture_reads_no_data():
+  table = np.arange(20, dtype=np.float32).reshape(10, 2)
+  t = Tensor(table).realize()
+  f = TinyJit(lambda idx: t[idx].contiguous())
+  for i in range(4):
+    idx = np.array([i, 9 - i, 3], np.int32)
+    np.testing.assert_array_equal(f(Tensor(idx).realize()).numpy(), table[idx])
+
+def _prunable(w: Tensor):
+  def fn(x: Tensor) -> Tensor:
+    scale = (w * w).sum(1).exp().contiguous()  # reads only w: the same every call
+    return (x @ w).relu() * scale.sum()
+  return fn
+
+def test_prune_drops_kernels_that_do_not_depend_on_the_inputs():
+  rng = np.random.default_rng(0)
+  wn = rng.standard_normal((3, 3)).astype(np.float32) * 0.3
+  w = Tensor(wn).realize()
+  plain, pruned = TinyJit(_prunable(w)), TinyJit(_prunable(w), prune=True)
+  for _ in range(4):
+    xn = rng.standard_normal((2, 3)).astype(np.float32)
+    want = np.maximum(xn @ wn, 0) * np.exp((wn * wn).sum(1)).sum()
+    a, b = plain(Tensor(xn).realize()).numpy().copy(), pruned(Tensor(xn).realize()).numpy()
+    np.testing.assert_allclose(a, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(a, b)
+  assert 0 < len(pruned.captured) < len(plain.captured)
+  GlobalCounters.reset()
+  pruned(Tensor(np.ones((2, 3), np.float32)).realize())
+  assert GlobalCounters.kernel_count == len(pruned.captured)
+
+def test_prune_keeps_state_the_replay_changes():
+  counter = Tensor(np.zeros(2, np.float32)).realize()
+  def step(x: Tensor) -> Tensor:
+    counter.assign(counter + 1).realize()  # reads no input, but each replay must advance it
+    return (x + counter).contiguous()
+  f = TinyJit(step, prune=True)
+  for i in range(5):
+    np.testing.assert_array_equal(f(Tensor(np.full(2, 10, np.float32)).realize()).numpy(), np.full(2, 11 + i))
+
+def test_inputs_with_a_bound_variable_in_their_shape_replay_without_recapture():
+  from ember import Variable
+  data = np.arange(10, dtype=np.float32)
+  big = Tensor(data).realize()
+  calls = []
+  def fn(x: Tensor) -> Tensor:
+    calls.append(1)
+    return (x * 2 + 1).contiguous()
+  f = TinyJit(fn)
+  for k in (3, 5, 2, 9, 1, 4):
+    out = f(big[:Variable("n", 1, 10).bind(k)])
+    np.testing.assert_array_equal(out.shrink(((0, k),)).numpy(), data[:k] * 2 + 1)
+  assert len(calls) == 2 and f.cnt == 6
+
+def test_bound_variable_tensors_realize():
+  from ember import Variable, Device, dtypes
+  assert Tensor(Variable("a", 0, 10).bind(7)).item() == 7
+  assert Tensor(Variable("b", 0, 2**40, dtype=dtypes.int64).bind(2**35)).clone(Device.DEFAULT).item() == 2**35
+  v = Tensor(Variable("c", 0, 10).bind(3), device="PYTHON")
+  assert v.device == "PYTHON" and (v + Tensor([1, 2], device="PYTHON")).tolist() == [4, 5]
+
+def test_bound_variable_arguments_of_two_widths_under_jit():
+  from ember import Variable, Device, dtypes
+  @TinyJit
+  def f(a, b) -> Tensor: return (Tensor(a + b).clone(Device.DEFAULT) * 2).realize()
+  for i in range(4):
+    a = Variable("a", 0, 2**10, dtype=dtypes.int32).bind(i)
+    b = Variable("b", 0, 2**40, dtype=dtypes.int64).bind(2**35)
+    assert f(a, b).item() == (2**35 + i) * 2

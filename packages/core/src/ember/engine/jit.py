@@ -8,17 +8,48 @@ is a kernel on one device whose `graph` is set, `graph(captured, input_buffers)`
 (`captured` is the list of (runner, buffers, var_vals), `input_buffers` the inputs in argument order), and each replay
 calls `graph_runner(new_input_buffers)` instead of launching the kernels one by one; it must swap the new inputs in
 wherever the capture used the old ones, and may return before the GPU finishes (`Device.synchronize` waits).
+
+Replay cannot see Python values: reading tensor data to the host while capturing (`item()`, `numpy()`, `tolist()`,
+`data()`, `bool(t)`) raises `JitError`, since the value read would be baked into every replay. Inputs whose shapes
+hold bound Variables replay with each call's values. `prune=True` runs the kernels that depend on neither the inputs
+nor state the replay itself changes once, at capture, and drops them from the replay.
 """
 from __future__ import annotations
 import functools
+import sys
 from typing import Any, Callable, Generic, TypeVar
 from ember.device.base import Buffer
 from ember.errors import JitError
 from ember.engine import realize as engine
-from ember.helpers import JIT
+from ember.helpers import DEBUG, JIT
 from ember.uop.ops import Ops, UOp
 
 R = TypeVar("R")
+Captured = list[tuple[engine.CompiledRunner | None, list[Buffer], dict[str, int]]]
+
+_capturing: list[str] = []  # the functions TinyJit is capturing now, innermost last
+
+def capturing() -> bool:
+  """Whether TinyJit is capturing: work done now is replayed without Python, so checks on data cannot run."""
+  return bool(_capturing)
+
+def check_host_read(what: str) -> None:
+  """Raise JitError for a read of tensor data to the host while TinyJit captures (`what` names the read)."""
+  if _capturing:
+    raise JitError(f"{what} reads tensor data while TinyJit captures {_capturing[-1]}: replays would reuse the value "
+                   "read now; keep the values in tensors inside the jitted function, or return the tensor and read it "
+                   "after the call")
+
+def _unbind_shape(shape: tuple[Any, ...], var_vals: dict[str, int]) -> tuple[Any, ...]:
+  """`shape` with its bound Variables unbound; their values go to `var_vals`."""
+  out = []
+  for s in shape:
+    if isinstance(s, UOp):
+      binds = [u for u in s.toposort() if u.op is Ops.BIND]
+      for b in binds: var_vals[b.src[0].arg[0]] = b.src[1].arg
+      s = s.substitute({b: b.src[0] for b in binds})
+    out.append(s)
+  return tuple(out)
 
 def _input_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
   from ember.tensor import Tensor
@@ -32,12 +63,15 @@ def _flatten_returns(ret: Any) -> list[Any]:
   return []
 
 class TinyJit(Generic[R]):
-  """`@TinyJit` on a function of Tensors: the 1st call runs normally, the 2nd captures, later calls replay."""
+  """`@TinyJit` on a function of Tensors: the 1st call runs normally, the 2nd captures, later calls replay.
+
+  `@TinyJit(prune=True)`: kernels that read neither the inputs nor buffers the replay writes run once, at capture.
+  """
   def __init__(self, fxn: Callable[..., R] | None = None, prune: bool = False):
     self.fxn, self.prune = fxn, prune
     self.cnt = 0
-    self.captured: list[tuple[engine.CompiledRunner | None, list[Buffer], dict[str, int]]] = []
-    self.expected: list[tuple[tuple[Any, ...], Any, str]] = []
+    self.captured: Captured = []
+    self.expected: list[Any] = []
     self.ret: Any = None
     self.graph: Callable[[list[Buffer]], Any] | None = None
     if fxn is not None: functools.update_wrapper(self, fxn)
@@ -60,18 +94,25 @@ class TinyJit(Generic[R]):
     from ember.tensor import Tensor
     for t in inputs: t.realize()
     in_bufs = [t._buffer() if not t.uop.is_realized else _buf(t) for t in inputs]
-    info = [(t.shape, t.dtype, t.device) for t in inputs]
+    # bound Variables, as arguments or in the inputs' shapes, change sizes and positions without recapture: the
+    # kernels are symbolic in them and take each call's values
+    var_vals: dict[str, int] = {}
+    info = [(_unbind_shape(t.shape, var_vals), t.dtype, t.device) for t in inputs]
+    info += [_unbind_shape((u,), var_vals) for u in (*args, *kwargs.values()) if isinstance(u, UOp)]
     if self.cnt == 1:
       self.expected = info
-      captured: list[tuple[engine.CompiledRunner | None, list[Buffer], dict[str, int]]] = []
+      captured: Captured = []
       hook = lambda runner, bufs, vv: captured.append((runner, list(bufs), dict(vv)))  # noqa: E731
       engine.capture_hooks.append(hook)
+      _capturing.append(getattr(self.fxn, "__qualname__", repr(self.fxn)))
       try:
         ret = self.fxn(*args, **kwargs)
         outs = _flatten_returns(ret)
         Tensor.realize(*outs) if outs else None
       finally:
         engine.capture_hooks.remove(hook)
+        _capturing.pop()
+      if self.prune: captured = _prune(captured, in_bufs)
       self.captured, self.in_bufs, self.ret = captured, in_bufs, ret
       self.graph = _device_graph(captured, in_bufs)
       self.cnt += 1
@@ -79,9 +120,6 @@ class TinyJit(Generic[R]):
     if info != self.expected:
       raise JitError(f"TinyJit inputs changed: expected {self.expected}, got {info}; "
                      "shapes, dtypes and devices must stay the same")
-    # bound Variables passed as arguments change sizes/positions without recapture: the kernels are symbolic in them
-    var_vals = {u.src[0].arg[0]: u.src[1].arg for u in (*args, *kwargs.values())
-                if isinstance(u, UOp) and u.op is Ops.BIND}
     # a graph replays the capture in one device call; one that `takes_var_vals` also takes new Variable values
     if self.graph is not None and (not var_vals or getattr(self.graph, "takes_var_vals", False)):
       if var_vals: self.graph(in_bufs, var_vals)
@@ -99,11 +137,36 @@ class TinyJit(Generic[R]):
     self.cnt += 1
     return self.ret
 
-def _device_graph(captured: list[tuple[engine.CompiledRunner | None, list[Buffer], dict[str, int]]],
-                  in_bufs: list[Buffer]) -> Callable[[list[Buffer]], Any] | None:
+def _access(runner: engine.CompiledRunner | None, bufs: list[Buffer]) -> tuple[set[int], set[int]]:
+  """The base buffers (ids) one captured call reads and writes; a copy (runner None) writes bufs[0] from bufs[1]."""
+  if runner is None: return {id(bufs[1].base)}, {id(bufs[0].base)}
+  spec = runner.spec
+  reads = {id(b.base) for b, slot in zip(bufs, spec.globals) if slot in spec.ins}
+  return reads, {id(b.base) for b, slot in zip(bufs, spec.globals) if slot in spec.outs}
+
+def _prune(captured: Captured, in_bufs: list[Buffer]) -> Captured:
+  """The calls a replay must run: those reading an input, a buffer some call writes after (or while) reading it
+  (state carried from one replay to the next: weights an optimizer updates, the RNG counter), or a buffer such a call
+  writes; and calls writing memory a kept call also writes (the memory planner may have shared it). The rest already
+  ran during the capture and would compute the same values again."""
+  access = [_access(runner, bufs) for runner, bufs, _ in captured]
+  last_write = {b: i for i, (_, writes) in enumerate(access) for b in writes}
+  carried = {b for i, (reads, _) in enumerate(access) for b in reads if last_write.get(b, -1) >= i}
+  depends = {id(b.base) for b in in_bufs} | carried
+  keep: set[int] = set()
+  while True:
+    kept_writes = set().union(*(access[i][1] for i in keep))
+    new = {i for i, (reads, writes) in enumerate(access) if i not in keep and (reads & depends or writes & kept_writes)}
+    if not new: break
+    keep |= new
+    depends |= set().union(*(access[i][1] for i in new))
+  if DEBUG.value >= 1: sys.stderr.write(f"TinyJit prune: {len(captured)} -> {len(keep)} calls\n")
+  return [call for i, call in enumerate(captured) if i in keep]
+
+def _device_graph(captured: Captured, in_bufs: list[Buffer]) -> Callable[[list[Buffer]], Any] | None:
   """The device's graph runner for this capture, or None to replay call by call (copies, several devices, no graph)."""
   runners = [runner for runner, _, _ in captured if runner is not None]
-  if len(runners) != len(captured) or len({runner.device for runner in runners}) != 1: return None
+  if not runners or len(runners) != len(captured) or len({runner.device for runner in runners}) != 1: return None
   from ember.device import Device
   graph = Device[runners[0].device].graph
   return graph(captured, in_bufs) if graph is not None else None
