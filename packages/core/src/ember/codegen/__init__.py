@@ -29,6 +29,36 @@ def _gate_invariant_loads(x: UOp) -> UOp | None:
     return x.const_like(0)
   return None
 
+def _division_guard(x: UOp, y: UOp) -> tuple[UOp | None, UOp | None]:
+  """(where `x / y` would trap in C, where `y == 0`): it traps (SIGFPE on x86) for `y == 0` and for `x == MIN, y == -1`
+  of a signed dtype. Each part is None when the operands' value ranges rule it out, so index math (divisors that are
+  positive constants) gets no guard."""
+  zero = None if y.vmin > 0 or y.vmax < 0 else y.eq(y.const_like(0))
+  overflow = None
+  if x.vmin == dtypes.min(x.dtype) and y.vmin <= -1 <= y.vmax:
+    is_min = None if x.op is Ops.CONST else x.eq(x.const_like(x.vmin))
+    is_minus_one = None if y.op is Ops.CONST else y.eq(y.const_like(-1))
+    overflow = is_minus_one if is_min is None else is_min if is_minus_one is None else is_min & is_minus_one
+  guard = zero if overflow is None else overflow if zero is None else zero | overflow
+  return guard, zero
+
+def _safe_division(d: UOp, x: UOp, y: UOp) -> UOp | None:
+  """Integer IDIV/MOD never trap: x // 0 and x % 0 are 0, MIN // -1 wraps to MIN and MIN % -1 is 0 (numpy's values).
+
+  The divisor becomes 1 where it would trap, which already gives MIN // 1 == MIN and x % 1 == 0; a division by zero
+  then selects 0. A divisor that is the guard this rule built is left alone (the rewrite runs to a fixed point)."""
+  if not (dtypes.is_int(d.dtype) or d.dtype is dtypes.bool): return None  # bools divide as C ints
+  if y.op is Ops.CONST and y.arg == 0: return d.const_like(0)
+  if y.op is Ops.WHERE and y.src[1] is y.const_like(1) and y.src[0] is _division_guard(x, y.src[2])[0]: return None
+  guard, zero = _division_guard(x, y)
+  if guard is None: return None
+  safe = x.alu(d.op, guard.where(y.const_like(1), y))
+  return zero.where(d.const_like(0), safe) if zero is not None and d.op is Ops.IDIV else safe
+
+pm_safe_division = PatternMatcher([
+  (UPat((Ops.IDIV, Ops.MOD), src=(UPat.var("x"), UPat.var("y")), name="d"), _safe_division),  # x/0 -> 0, MIN/-1 -> MIN
+])
+
 pm_gates = PatternMatcher([
   (UPat(Ops.LOAD, name="x"), _gate_invariant_loads),
 ])
@@ -105,6 +135,9 @@ def full_rewrite(ast: UOp, renderer: Renderer,
     native = frozenset(renderer.code_for_op)
     # targets without native exp2/log2/sin get them from basic ALU ops
     sink = graph_rewrite(sink, pm_transcendental, ctx=native, name="decompose transcendentals")
+  # after every pass that folds index math (a guard would hide the constant divisors those rules look for), before the
+  # renderer's own rewrites: no target ever sees an integer division that can trap
+  sink = graph_rewrite(sink, pm_safe_division, name="guard integer division")
   if renderer.extra_matcher is not None: sink = graph_rewrite(sink, renderer.extra_matcher, name="renderer rewrites")
   if SPEC.value: type_verify(sink, "kernel AST")
   uops = linearize(sink)

@@ -82,7 +82,9 @@ def _plan(dev: Any, ast: UOp, nbufs: int) -> PackPlan | None:
 def _asts(ast: UOp, plan: PackPlan | None) -> list[UOp]: return [ast] if plan is None else [plan.pack, plan.main]
 
 def _assemble(ast: UOp, plan: PackPlan | None, nbufs: int, runner: Callable[[UOp], CompiledRunner]) -> KernelCalls:
-  if plan is None: return KernelCalls([(runner(ast), tuple(range(nbufs)))], [])
+  if plan is None:
+    single = runner(ast)  # simplification may drop a buffer the value never needs (x*0, x//0): pass what it declares
+    return KernelCalls([(single, tuple(single.spec.globals))], [])
   main = runner(plan.main)  # B's own slot is no argument of it any more: pass what it declares
   return KernelCalls([(runner(plan.pack), (nbufs, plan.src_slot)), (main, tuple(main.spec.globals))],
                      [(plan.size, plan.dtype)])

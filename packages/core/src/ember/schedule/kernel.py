@@ -127,6 +127,10 @@ def _reshaped_buffer(u: UOp, ctx: KernelCtx) -> UOp | None:
 def _lower(u: UOp, idxs: tuple[UOp, ...], valid: UOp | None, ctx: KernelCtx) -> UOp:
   if u.op is Ops.ASSIGN and u is not ctx.output:
     return lower(u.src[0], idxs, valid, ctx)  # an assign's value lives in its target (a view of a buffer)
+  if u is not ctx.output and any(isinstance(s, int) and s == 0 for s in u.shape):
+    # a node without elements is only reached through a PAD's padding (e.g. a reduction over an empty axis pads in
+    # its identity): nothing is read, so no zero-size buffer becomes a kernel argument
+    return UOp.const(strong_dtype(u.dtype), 0)  # type: ignore[arg-type]
   if u is not ctx.output and u in ctx.realized:
     return _load(ctx.realized[u], flat_index(idxs, u.shape), valid, ctx)
   dt: DType = strong_dtype(u.dtype)  # type: ignore[arg-type]

@@ -105,6 +105,28 @@ def test_matmul(ember_device, ember_capabilities):
              errors=errors)
   assert not errors, "\n".join(errors)
 
+def test_integer_division_rule(ember_device, ember_capabilities):
+  """Integer division never traps and gives numpy's values: x // 0 == x % 0 == 0, MIN // -1 == MIN, MIN % -1 == 0."""
+  import numpy as np
+  from ember.dtype import dtypes
+  caps = ember_capabilities  # numpy is the oracle, so the reference device runs this too
+  if not caps.has_renderer or not caps.has_compiler: pytest.skip(f"{caps.device} cannot compile kernels")
+  if not caps.holds_data: pytest.skip(f"{caps.device} declares that it holds no data, so results cannot be read")
+  errors: list[str] = []
+  for dt in caps.dtypes:
+    if not dtypes.is_int(dt): continue
+    info = np.iinfo(np.dtype(dt.fmt))
+    divisors = [0, 3, -1, info.min] if info.min < 0 else [0, 3, info.max]
+    a = np.array([info.min, info.max, 7, 0] * len(divisors), dt.fmt)
+    b = np.repeat(np.array(divisors, dt.fmt), 4)
+    with np.errstate(all="ignore"): want = {"//": a // b, "%": a % b}
+    got = {"//": tensor(a, dt, ember_device) // tensor(b, dt, ember_device),
+           "%": tensor(a, dt, ember_device) % tensor(b, dt, ember_device)}
+    for op in want:
+      if not np.array_equal(got[op].numpy(), want[op]):
+        errors.append(f"{a} {op} {b} in {dt!r} on {ember_device}: {got[op].numpy()}, numpy gives {want[op]}")
+  assert not errors, "\n".join(errors)
+
 def test_reference_agrees_with_numpy():
   """The reference itself, checked against numpy where numpy has the dtype (guards the oracle of this tier)."""
   import numpy as np
