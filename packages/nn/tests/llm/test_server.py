@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import numpy as np
 import pytest
 from ember.nn.llm.generate import SamplingError, SamplingParams
-from ember.nn.llm.gguf import GGUFFile
+from ember.nn.gguf import GGUFFile
 from ember.nn.llm.model import KVCache, Llama, LlamaSession
 from ember.nn.llm.server import LLMService, StopText, make_server
 from ember.nn.llm.tokenizer import BPETokenizer, render_chatml
