@@ -1,15 +1,23 @@
 """The typed errors ember raises. Every user-facing error is an `EmberError`; messages name the component, the values
-that did not fit, and the fix when there is one."""
+that did not fit, and the fix when there is one.
+
+Each error also subclasses the builtin exceptions torch and numpy raise for the same mistake, so code that catches
+builtins (`except IndexError`) works unchanged; docs/errors.md has the table."""
 from __future__ import annotations
 
 class EmberError(Exception):
   """Base class of every error ember raises on purpose."""
 
-class ShapeError(EmberError, ValueError):
-  """Shapes do not fit together (broadcasting, matmul, reshape, cat ...)."""
+class ShapeError(EmberError, ValueError, RuntimeError):
+  """Shapes or sizes do not fit together (broadcasting, matmul, reshape, cat, negative sizes ...). torch raises
+  RuntimeError for these and numpy ValueError: this is both."""
 
-class AxisError(EmberError, IndexError):
-  """An axis or dimension index is out of range."""
+class AxisError(EmberError, IndexError, ValueError):
+  """An axis or dimension index is out of range (IndexError as in torch, and ValueError as numpy's AxisError)."""
+
+class EmptyReductionError(ShapeError, IndexError):
+  """max/min/argmax over zero elements: there is no identity element to return. torch raises IndexError when a dim
+  is given and RuntimeError without one, numpy ValueError: this is all three."""
 
 class DTypeError(EmberError, TypeError):
   """A dtype cannot be used here (bitwise ops on floats, unknown dtype names ...)."""

@@ -289,19 +289,52 @@ class Tensor:
     return (rows == cols).cast(dt)
   @staticmethod
   def manual_seed(seed: int = 0) -> None:
-    """Seed the counter-based RNG: the same seed gives the same stream of random tensors."""
-    _rng_state[0], _rng_state[1] = seed, 0
+    """Seed the RNG of every device: the same seed gives the same stream of random tensors, eagerly or under TinyJit
+    (whose captured draws read the same per-device state buffer, so they restart from the new seed too).
+
+    >>> Tensor.manual_seed(3)
+    >>> first = Tensor.rand(4).tolist()
+    >>> Tensor.manual_seed(3)
+    >>> Tensor.rand(4).tolist() == first
+    True
+    """
+    _rng_seed[0] = seed
+    for device, state in _rng_states.items(): state.assign(_rng_words(seed, device)).realize()
   @staticmethod
-  def _threefry_bits(n: int, device: str | None) -> Tensor:
-    """n uint32 random words from a counter-based hash (Philox-like mixing of (seed, counter, index))."""
-    seed, counter = _rng_state
-    _rng_state[1] += 1
-    idx = Tensor.arange(n, device=device, dtype=dtypes.uint32)
-    key = (seed * 0x9E3779B9 + counter * 0x85EBCA6B + 0x6A09E667) & 0xFFFFFFFF
-    x = idx ^ Tensor(key, device=device, dtype=dtypes.uint32)
-    for mult, shift in ((0x7FEB352D, 15), (0x846CA68B, 16), (0x9E3779B1, 13), (0xC2B2AE35, 16)):
-      x = (x ^ (x >> shift)) * mult
-    return x ^ (x >> 15)
+  def _rng_draw(device: str) -> Tensor:
+    """The RNG state of `device` for one draw: (seed low word, seed high word, draws so far), uint32. It comes from
+    the device's state buffer, which this draw advances inside the graph (a kernel, so TinyJit replays it too)."""
+    if (state := _rng_states.get(device)) is None:
+      state = _rng_states[device] = _rng_words(_rng_seed[0], device)
+    step = (Tensor.arange(3, device=device, dtype=dtypes.uint32) == 2).cast(dtypes.uint32)  # (0, 0, 1)
+    # a buffer of its own: later draws overwrite the state before this one's random bits are computed (lazily)
+    drawn = (state + step).contiguous().realize()
+    state.assign(drawn).realize()
+    return drawn
+  @staticmethod
+  def _threefry_bits(n: int, device: str | tuple[str, ...] | None) -> Tensor:
+    """n uint32 random words: Threefry-2x32-20 keyed by the seed, over (element index, draw number) counters. Each
+    call is a new draw on the device's RNG state, so no two calls (or elements) share a counter. On several devices
+    the first one draws and the others get copies, so every copy holds the same values."""
+    if isinstance(device, tuple): return Tensor._threefry_bits(n, device[0]).shard(device)
+    dev = _canon_device(device)
+    drawn = Tensor._rng_draw(dev)
+    idx = Tensor.arange(n, device=dev, dtype=dtypes.uint32)
+    key0, key1, draw = drawn[0].expand(n), drawn[1].expand(n), drawn[2].expand(n)
+    return Tensor._threefry2x32((key0, key1), (idx, draw))[0]
+  @staticmethod
+  def _threefry2x32(key: tuple[Tensor, Tensor], counter: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+    """Threefry-2x32 with 20 rounds (Salmon et al., Random123) of uint32 tensors: a keyed bijection of the counter."""
+    ks = (key[0], key[1], key[0] ^ key[1] ^ 0x1BD11BDA)
+    x0, x1 = counter[0] + ks[0], counter[1] + ks[1]
+    for r in range(20):
+      rot = (13, 15, 26, 6, 17, 29, 16, 24)[r % 8]
+      x0 = x0 + x1
+      x1 = ((x1 << rot) | (x1 >> (32 - rot))) ^ x0
+      if r % 4 == 3:  # key injection s after every four rounds
+        s = r // 4 + 1
+        x0, x1 = x0 + ks[s % 3], x1 + ks[(s + 1) % 3] + s
+    return x0, x1
   @staticmethod
   def rand(*shape: Any, device: str | None = None, dtype: DType | str | None = None, **kwargs: Any) -> Tensor:
     """Uniform samples in [0, 1)."""
@@ -2372,5 +2405,10 @@ def _realize_readers_of(bufs: frozenset[UOp], exclude: tuple[Tensor, ...]) -> No
   pending = [t for t in list(all_tensors) if id(t) not in excluded and not _is_done(t.uop) and t.uop.buffers & bufs]
   if pending: Tensor._realize_all(*pending)
 
-_rng_state = [SEED.value, 0]
+def _rng_words(seed: int, device: str) -> Tensor:
+  """The RNG state buffer's contents for `seed`: its low and high 32-bit words and no draws yet."""
+  return Tensor(np.array([seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF, 0], np.uint32), device=device)
+
+_rng_seed = [SEED.value]
+_rng_states: dict[str, Tensor] = {}  # device -> its RNG state (seed low, seed high, draws), uint32, one per device
 

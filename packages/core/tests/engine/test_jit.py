@@ -187,3 +187,12 @@ def test_bound_variable_arguments_of_two_widths_under_jit():
     a = Variable("a", 0, 2**10, dtype=dtypes.int32).bind(i)
     b = Variable("b", 0, 2**40, dtype=dtypes.int64).bind(2**35)
     assert f(a, b).item() == (2**35 + i) * 2
+
+def test_sharded_inputs_and_outputs_replay():
+  devs = ("PYTHON", "PYTHON:1")
+  f = TinyJit(lambda x: (x * 2 + 1).realize())
+  for i in range(4):
+    xn = np.arange(8, dtype=np.float32) + i
+    out = f(Tensor(xn).shard(devs, 0).realize())
+    assert out.device == devs
+    np.testing.assert_array_equal(out.numpy(), xn * 2 + 1)

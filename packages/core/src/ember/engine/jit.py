@@ -51,13 +51,18 @@ def _unbind_shape(shape: tuple[Any, ...], var_vals: dict[str, int]) -> tuple[Any
     out.append(s)
   return tuple(out)
 
+def _per_device(t: Any) -> list[Any]:
+  """A tensor as the single-device tensors that hold it: a sharded one's shards, in device order."""
+  from ember.multi import MultiTensor
+  return list(t.shards) if isinstance(t, MultiTensor) else [t]
+
 def _input_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
   from ember.tensor import Tensor
-  return [a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
+  return [s for a in (*args, *kwargs.values()) if isinstance(a, Tensor) for s in _per_device(a)]
 
 def _flatten_returns(ret: Any) -> list[Any]:
   from ember.tensor import Tensor
-  if isinstance(ret, Tensor): return [ret]
+  if isinstance(ret, Tensor): return _per_device(ret)
   if isinstance(ret, (list, tuple)): return [t for r in ret for t in _flatten_returns(r)]
   if isinstance(ret, dict): return [t for r in ret.values() for t in _flatten_returns(r)]
   return []
