@@ -4,18 +4,22 @@ import functools
 from typing import Any
 import numpy as np
 from ember.plugin import AxisType, DType, Ops, UOp, dtypes
-from ember_cpu.compiler import ClangCompiler, LLVMCompiler
+from ember_cpu.compiler import ClangCompiler, LLVMCompiler, _is_x86
 from ember_cpu.device import CPUDevice
 from ember_cpu.renderer import ClangRenderer, CPULLVMRenderer
 from ember.testing.programs import end, linear, param
 
 RENDERERS = ("C", "LLVM")
 EMULATED = (dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2)
+# CPU targets every kernel must run on besides the host: x86-64-v3 is AVX2 and F16C without AVX-512 (no instruction
+# converts double to half), x86-64-v2 has no F16C at all (every half conversion is a helper call)
+BASELINES = ("x86-64-v3", "x86-64-v2") if _is_x86() else ("generic",)
+TARGETS = ("host", *BASELINES)
 
 @functools.cache
-def device(kind: str) -> CPUDevice:
-  if kind == "C": return CPUDevice("CPU", ClangRenderer(), ClangCompiler())
-  return CPUDevice("CPU", CPULLVMRenderer(), LLVMCompiler())
+def device(kind: str, arch: str = "") -> CPUDevice:
+  if kind == "C": return CPUDevice("CPU", ClangRenderer(arch), ClangCompiler(arch=arch))
+  return CPUDevice("CPU", CPULLVMRenderer(arch), LLVMCompiler(arch))
 
 def alu(op: Ops, *srcs: UOp) -> UOp: return srcs[0].alu(op, *srcs[1:])
 def const(dt: DType, v: Any) -> UOp: return UOp.const(dt, v)
@@ -26,14 +30,15 @@ def np_dtype(dt: DType) -> Any:
   if dt in (dtypes.fp8e4m3, dtypes.fp8e5m2): return np.uint8
   return np.dtype(dt.fmt)
 
-def compile_program(kind: str, prog: list[UOp], name: str = "k") -> Any:
-  dev = device(kind)
+def compile_program(kind: str, prog: list[UOp], name: str = "k", arch: str = "") -> Any:
+  dev = device(kind, arch)
   return dev.runtime(name, dev.compiler.compile(dev.renderer.render(prog, name)))
 
 def run(kind: str, prog: list[UOp], bufs: list[np.ndarray], vals: tuple[int, ...] = (),
-        threads: int = 1) -> list[np.ndarray]:
-  """Run a program with buffer `i` (slot i) initialised from bufs[i]; return every buffer afterwards."""
-  prg, alloc = compile_program(kind, prog), device(kind).allocator
+        threads: int = 1, arch: str = "") -> list[np.ndarray]:
+  """Run a program (compiled for the CPU `arch`, the host by default) with buffer `i` (slot i) initialised from
+  bufs[i]; return every buffer afterwards."""
+  prg, alloc = compile_program(kind, prog, arch=arch), device(kind, arch).allocator
   handles = []
   for a in bufs:
     h = alloc.alloc(a.nbytes)

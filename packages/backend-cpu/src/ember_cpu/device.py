@@ -88,25 +88,45 @@ class CPUProgram(_CPUKernel):
     self.fxn.argtypes = [_ctypes_of[c] for c in self.argfmt]
     self.fxn.restype = None
 
+_jit_runtime: list[Any] = []  # the engine that holds the JIT runtime's code, alive as long as the process
+_jit_runtime_lock = threading.Lock()
+
+def install_jit_runtime() -> None:
+  """Compile ember's stand-ins for compiler-rt's helpers (ember.renderer.llvmir.jit_runtime_ir) once per process and
+  make their addresses what every JIT'd kernel's calls of them resolve to."""
+  import llvmlite.binding as llvm
+  from ember.renderer.llvmir import JIT_RUNTIME_SYMBOLS, jit_runtime_ir
+  from ember_cpu.compiler import new_target_machine
+  with _jit_runtime_lock:
+    if _jit_runtime: return
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(jit_runtime_ir()), new_target_machine())
+    engine.finalize_object()
+    for name in JIT_RUNTIME_SYMBOLS: llvm.add_symbol(name, engine.get_function_address(name))
+    _jit_runtime.append(engine)
+
 class LLVMProgram(_CPUKernel):
-  """A kernel in (optimised) LLVM IR, compiled to machine code by llvmlite's MCJIT in this process."""
+  """A kernel's object code from LLVMCompiler, linked into this process by llvmlite's MCJIT; its argument format is
+  the `<name>_argfmt` string the renderer defines next to it."""
   def __init__(self, name: str, lib: bytes):
     import llvmlite.binding as llvm
     from ember_cpu.compiler import new_target_machine
+    install_jit_runtime()
     self.name = name
-    try:
-      mod = llvm.parse_assembly(lib.decode())
-      fn = mod.get_function(name)
-    except (RuntimeError, NameError) as e: raise DeviceError(f"cannot load LLVM IR of kernel {name}: {e}") from e
-    types = {"ptr": "P", "i32": "i", "i64": "q"}
-    self.argfmt = "".join(types[str(a.type).split(" ")[0]] for a in fn.arguments)
-    self.engine = llvm.create_mcjit_compiler(mod, new_target_machine())  # owns the module, the machine and the code
+    try: obj = llvm.ObjectFileRef.from_data(lib)
+    except RuntimeError as e: raise DeviceError(f"cannot read the object code of kernel {name}: {e}") from e
+    self.engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine())  # owns machine and code
+    self.engine.add_object_file(obj)
     self.engine.finalize_object()
-    self.fxn = ctypes.CFUNCTYPE(None, *[_ctypes_of[c] for c in self.argfmt])(self.engine.get_function_address(name))
+    fn, fmt = self.engine.get_function_address(name), self.engine.get_global_value_address(name + ARGFMT_SUFFIX)
+    if not fn or not fmt:
+      raise DeviceError(f"object code has no kernel {name} with its {name}{ARGFMT_SUFFIX} signature; "
+                        "render it with CPULLVMRenderer")
+    self.argfmt = ctypes.string_at(fmt).decode()
+    self.fxn = ctypes.CFUNCTYPE(None, *[_ctypes_of[c] for c in self.argfmt])(fn)
 
 class CPUDevice(Compiled):
   """The CPU: host memory, and a runtime chosen by what the compiler produces (a shared object or LLVM IR)."""
-  runtimes = {"elf-so": CPUProgram, "llvm-ir": LLVMProgram}
+  runtimes = {"elf-so": CPUProgram, "llvm-obj": LLVMProgram}
   def __init__(self, device: str, renderer: Renderer, compiler: Compiler):
     if (runtime := self.runtimes.get(compiler.binary_format)) is None:
       raise DeviceError(f"CPU cannot run {compiler.binary_format!r} binaries from {type(compiler).__name__}; "

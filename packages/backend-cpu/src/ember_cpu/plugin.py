@@ -20,10 +20,10 @@ def ember_register_renderers(registry: Any) -> None:
   from ember_cpu.compiler import find_c_compiler
   def c_renderer(arch: str) -> Any:
     from ember_cpu.renderer import ClangRenderer
-    return ClangRenderer()
+    return ClangRenderer(arch)
   def llvm_renderer(arch: str) -> Any:
     from ember_cpu.renderer import CPULLVMRenderer
-    return CPULLVMRenderer()
+    return CPULLVMRenderer(arch)
   # plain DEV=CPU takes C where a C compiler exists, else LLVM
   registry.add("CPU", "C", c_renderer, priority=10 if find_c_compiler() is not None else 1)
   registry.add("CPU", "LLVM", llvm_renderer, priority=5)
@@ -32,10 +32,10 @@ def ember_register_renderers(registry: Any) -> None:
 def ember_register_compilers(registry: Any) -> None:
   def c_compiler(renderer: Any) -> Any:
     from ember_cpu.compiler import ClangCompiler
-    return ClangCompiler()
+    return ClangCompiler(arch=renderer.arch)
   def llvm_compiler(renderer: Any) -> Any:
     from ember_cpu.compiler import LLVMCompiler
-    return LLVMCompiler()
+    return LLVMCompiler(renderer.arch)
   registry.add("CPU", "C", c_compiler)
   registry.add("CPU", "LLVM", llvm_compiler)
 

@@ -102,8 +102,8 @@ class ClangRenderer(CStyleLanguage):
   extra_matcher = pm_cpu
   vector_reduce_ops = frozenset({Ops.MAX})  # as int maxima (pm_cpu) they vectorise unsplit: no SPLIT opt
   pack_operands = True  # a matmul's B in its register block's layout (ember.codegen.pack)
-  def __init__(self) -> None:
-    self.global_max = (cpu_threads(),)
+  def __init__(self, arch: str = "") -> None:
+    self.arch, self.global_max = arch, (cpu_threads(),)
   def _render_alu(self, u: UOp, ctx: Any) -> str:
     if u.op is Ops.EXP2:
       x, dt = self._src(u.src[0], ctx), self.compute_dtype(u.dtype)
@@ -132,7 +132,8 @@ class ClangRenderer(CStyleLanguage):
     return src + f'const char {name}{ARGFMT_SUFFIX}[] = "{kernel_argfmt(uops, self.has_threads)}";\n'
 
 class CPULLVMRenderer(LLVMRenderer):
-  """LLVM IR for the host: triple and datalayout come from llvmlite's host target machine."""
+  """LLVM IR for the CPU `arch` (the host by default): triple and datalayout come from llvmlite's target machine.
+  Like the C renderer's, each kernel defines `<name>_argfmt`, its arguments under the CPU calling convention."""
   device = "CPU"
   suffix = "ll"
   has_threads = True
@@ -140,8 +141,11 @@ class CPULLVMRenderer(LLVMRenderer):
   extra_matcher = pm_cpu
   vector_reduce_ops = frozenset({Ops.MAX})  # as int maxima (pm_cpu) they vectorise unsplit: no SPLIT opt
   pack_operands = True  # a matmul's B in its register block's layout (ember.codegen.pack)
-  def __init__(self) -> None:
-    from ember_cpu.compiler import host_target_machine
-    machine = host_target_machine()
-    self.triple, self.datalayout = machine.triple, str(machine.target_data)
+  def __init__(self, arch: str = "") -> None:
+    from ember_cpu.compiler import target_machine
+    machine = target_machine(arch)
+    self.arch, self.triple, self.datalayout = arch, machine.triple, str(machine.target_data)
     self.global_max = (cpu_threads(),)
+  def render(self, uops: list[UOp], name: str = "kernel") -> str:
+    fmt = kernel_argfmt(uops, self.has_threads)
+    return super().render(uops, name) + f'@{name}{ARGFMT_SUFFIX} = constant [{len(fmt) + 1} x i8] c"{fmt}\\00"\n'

@@ -473,3 +473,52 @@ def _from_float_ir(fmt: EmulatedFloat, bits: str) -> str:
   %t = trunc i32 %o to {bits}
   ret {bits} %t
 """
+
+# ** the runtime of an in-process JIT **
+# Where a CPU has no instruction for a half conversion (double -> half without AVX512-FP16; every half conversion
+# without F16C, as on x86-64-v2), LLVM's code generator calls compiler-rt's helper instead. A JIT'd kernel finds no
+# compiler-rt in its process, so these definitions stand in for them: integer arithmetic on the bits (the same
+# conversions as bfloat16's and fp8's, correctly rounded to nearest even), half passed and returned as LLVM's `half`,
+# so each follows the target's calling convention for the helper. double -> half first rounds to float32 to odd
+# (an inexact result gets its last bit set): float32 keeps more than 11 + 2 bits, so the second rounding is exact.
+
+JIT_RUNTIME_SYMBOLS = ("__extendhfsf2", "__truncsfhf2", "__truncdfhf2")
+
+def jit_runtime_ir() -> str:
+  """An LLVM module that defines every function of JIT_RUNTIME_SYMBOLS without calling any other."""
+  fmt = EmulatedFloat.of(dtypes.float16)
+  return f"""declare double @llvm.fabs.f64(double)
+define internal float @__ember_f16_to_f32(i16 %x) nounwind {{
+{_to_float_ir(fmt, "i16")}}}
+define internal i16 @__ember_f32_to_f16(float %x) nounwind {{
+{_from_float_ir(fmt, "i16")}}}
+define float @__extendhfsf2(half %h) nounwind {{
+  %b = bitcast half %h to i16
+  %f = call float @__ember_f16_to_f32(i16 %b)
+  ret float %f
+}}
+define half @__truncsfhf2(float %x) nounwind {{
+  %b = call i16 @__ember_f32_to_f16(float %x)
+  %h = bitcast i16 %b to half
+  ret half %h
+}}
+define half @__truncdfhf2(double %x) nounwind {{
+  %f = fptrunc double %x to float
+  %back = fpext float %f to double
+  %inexact = fcmp one double %x, %back
+  %bits = bitcast float %f to i32
+  %low = and i32 %bits, 1
+  %even = icmp eq i32 %low, 0
+  %fix = and i1 %inexact, %even
+  %ax = call double @llvm.fabs.f64(double %x)
+  %aback = call double @llvm.fabs.f64(double %back)
+  %away = fcmp ogt double %aback, %ax
+  %step = select i1 %away, i32 -1, i32 1
+  %odd = add i32 %bits, %step
+  %r = select i1 %fix, i32 %odd, i32 %bits
+  %rf = bitcast i32 %r to float
+  %b = call i16 @__ember_f32_to_f16(float %rf)
+  %h = bitcast i16 %b to half
+  ret half %h
+}}
+"""
