@@ -298,10 +298,12 @@ def test_shape_mismatch_names_both_shapes():
     Tensor.cat(Tensor(A), Tensor(M), dim=0)
 
 def test_invalid_axes():
-  for bad in (lambda: Tensor(M).sum(3), lambda: Tensor(M).permute(0, 1, 1), lambda: Tensor(M).transpose(0, 5),
+  for bad in (lambda: Tensor(M).sum(3), lambda: Tensor(M).permute(0, 1, 5), lambda: Tensor(M).transpose(0, 5),
               lambda: Tensor(M).flip(-4), lambda: Tensor(M)[2], lambda: Tensor(M).unsqueeze(5)):
     with pytest.raises(AxisError):
       bad()
+  with pytest.raises(ShapeError):  # a repeated dim is no out-of-range dim: torch raises RuntimeError, not IndexError
+    Tensor(M).permute(0, 1, 1)
 
 def test_bitwise_error_names_both_original_operands():
   with pytest.raises(DTypeError, match=r"float32.*int32|int32.*float32"):

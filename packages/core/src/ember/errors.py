@@ -19,8 +19,9 @@ class EmptyReductionError(ShapeError, IndexError):
   """max/min/argmax over zero elements: there is no identity element to return. torch raises IndexError when a dim
   is given and RuntimeError without one, numpy ValueError: this is all three."""
 
-class DTypeError(EmberError, TypeError):
-  """A dtype cannot be used here (bitwise ops on floats, unknown dtype names ...)."""
+class DTypeError(EmberError, TypeError, RuntimeError):
+  """A dtype cannot be used here (bitwise ops on floats, a float index, unknown dtype names ...). torch raises
+  RuntimeError for an unsupported dtype and TypeError for a wrong Python type: this is both."""
 
 class DeviceError(EmberError, RuntimeError):
   """A device cannot be found, loaded or used."""

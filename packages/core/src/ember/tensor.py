@@ -9,7 +9,7 @@ import weakref
 from typing import Any, Sequence, TypeAlias
 import numpy as np
 from ember.dtype import DType, dtypes, least_upper_dtype, least_upper_float, strong_dtype, sum_acc_dtype, to_dtype
-from ember.errors import AxisError, DTypeError, GradientError, ShapeError, DeviceError
+from ember.errors import AxisError, DTypeError, EmptyReductionError, GradientError, ShapeError, DeviceError
 from ember.helpers import prod, SEED
 from ember.uop.ops import Ops, UOp, BufferArg, GroupOp, next_unique, sint
 
@@ -245,7 +245,7 @@ class Tensor:
   @staticmethod
   def empty(*shape: Any, device: str | None = None, dtype: DType | str | None = None, **kwargs: Any) -> Tensor:
     if isinstance(device, tuple): return _multi_create(Tensor.empty, device, *shape, dtype=dtype, **kwargs)
-    shp = _shape_arg(shape)
+    shp = _new_shape(_shape_arg(shape), "empty")
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
     dev = _canon_device(device)
     n = prod(shp)
@@ -254,7 +254,7 @@ class Tensor:
   def full(shape: Any, fill_value: Any, device: str | None = None, dtype: DType | str | None = None,
            **kwargs: Any) -> Tensor:
     if isinstance(device, tuple): return _multi_create(Tensor.full, device, shape, fill_value, dtype=dtype, **kwargs)
-    shp = _shape_arg((shape,) if isinstance(shape, int) else tuple(shape))
+    shp = _new_shape(_shape_arg((shape,) if isinstance(shape, int) else tuple(shape)), "full")
     dt = to_dtype(dtype) if dtype is not None else strong_dtype(dtypes.from_py(fill_value))
     return Tensor(_const_uop(fill_value, dt, _canon_device(device), shp), **kwargs)
   @staticmethod
@@ -283,10 +283,12 @@ class Tensor:
   @staticmethod
   def eye(n: int, m: int | None = None, **kwargs: Any) -> Tensor:
     m = n if m is None else m
+    _new_shape((n, m), "eye")
     dt = to_dtype(kwargs.pop("dtype")) if "dtype" in kwargs else dtypes.default_float
+    requires_grad = kwargs.pop("requires_grad", None)
     rows = Tensor.arange(n, **kwargs).reshape(n, 1)
     cols = Tensor.arange(m, **kwargs).reshape(1, m)
-    return (rows == cols).cast(dt)
+    return (rows == cols).cast(dt).requires_grad_(requires_grad)
   @staticmethod
   def manual_seed(seed: int = 0) -> None:
     """Seed the RNG of every device: the same seed gives the same stream of random tensors, eagerly or under TinyJit
@@ -338,7 +340,7 @@ class Tensor:
   @staticmethod
   def rand(*shape: Any, device: str | None = None, dtype: DType | str | None = None, **kwargs: Any) -> Tensor:
     """Uniform samples in [0, 1)."""
-    shp = _shape_arg(shape)
+    shp = _new_shape(_shape_arg(shape), "rand")
     dt = to_dtype(dtype) if dtype is not None else dtypes.default_float
     n = int(prod(shp))
     bits = Tensor._threefry_bits(max(n, 1), device)
@@ -512,13 +514,18 @@ class Tensor:
     dims = (order, *args) if args else ((order,) if isinstance(order, int) else tuple(order))
     perm = tuple(self._resolve_dim(d) for d in dims)
     if sorted(perm) != list(range(self.ndim)):
-      raise AxisError(f"permute order {perm} is not a permutation of {self.ndim} dims")
+      raise ShapeError(f"permute order {perm} is not a permutation of {self.ndim} dims (shape {self.shape}); name "
+                       "each dim once")
     if perm == tuple(range(self.ndim)): return self
     return Tensor(UOp(Ops.PERMUTE, self.dtype, (self.uop,), perm), requires_grad=self.requires_grad)
   def expand(self, shape: Any, *args: Any) -> Tensor:
     new_shape = _shape_arg((shape, *args) if args else ((shape,) if isinstance(shape, int) else tuple(shape)))
     if len(new_shape) < self.ndim: raise ShapeError(f"cannot expand {self.shape} to fewer dims {new_shape}")
     base = self.reshape((1,) * (len(new_shape) - self.ndim) + self.shape) if len(new_shape) > self.ndim else self
+    lead = len(new_shape) - self.ndim
+    if any(isinstance(ns, int) and (ns < -1 or (ns == -1 and i < lead)) for i, ns in enumerate(new_shape)):
+      raise ShapeError(f"cannot expand {self.shape} to {new_shape}: sizes must be >= 0, and -1 (keep) only for "
+                       "existing dims")
     final = tuple(s if ns == -1 else ns for s, ns in zip(base.shape, new_shape))
     for s, ns in zip(base.shape, final):
       if s != ns and s != 1: raise ShapeError(f"cannot expand {self.shape} to {new_shape}: dim {s} is not 1")
@@ -571,6 +578,7 @@ class Tensor:
   def flip(self, axis: Any, *args: Any) -> Tensor:
     dims = (axis, *args) if args else ((axis,) if isinstance(axis, int) else tuple(axis))
     axes = {self._resolve_dim(a) for a in dims}
+    if len(axes) != len(dims): raise ShapeError(f"flip dims {dims} name a dim more than once (shape {self.shape})")
     if not axes: return self
     flips = tuple(i in axes for i in range(self.ndim))
     return Tensor(UOp(Ops.FLIP, self.dtype, (self.uop,), flips), requires_grad=self.requires_grad)
@@ -619,9 +627,14 @@ class Tensor:
     from ember.tensor_index import setitem
     setitem(self, indices, value)
 
-  @staticmethod
-  def cat(*tensors: Tensor, dim: int = 0) -> Tensor:
-    first = tensors[0]
+  def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
+    """Join tensors along `dim`: `Tensor.cat(a, b)` or `a.cat(b)`; every other dim must match.
+
+    >>> Tensor.cat(Tensor([[1, 2]]), Tensor([[3, 4]]), dim=0).tolist()
+    [[1, 2], [3, 4]]
+    """
+    tensors = (self, *others)
+    first = self
     d = first._resolve_dim(dim)
     for t in tensors[1:]:
       if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != d):
@@ -729,7 +742,7 @@ class Tensor:
     [1, 4]
     """
     d1, d2 = self._resolve_dim(dim1), self._resolve_dim(dim2)
-    if d1 == d2: raise AxisError(f"diagonal dims must differ, got dim1={dim1}, dim2={dim2} for shape {self.shape}")
+    if d1 == d2: raise ShapeError(f"diagonal dims must differ, got dim1={dim1}, dim2={dim2} for shape {self.shape}")
     x = self.permute([i for i in range(self.ndim) if i not in (d1, d2)] + [d1, d2])
     rows, cols = int(x.shape[-2]), int(x.shape[-1])
     r0, c0 = (0, offset) if offset >= 0 else (-offset, 0)
@@ -878,6 +891,16 @@ class Tensor:
       part = self._scatter_place(d, index, red)
       out = (part.maximum(self) if reduce == "amax" else part.minimum(self)) if include_self else part
     return written.where(out.cast(dt), self)
+  def index_select(self, dim: int, index: Tensor) -> Tensor:
+    """The entries of a 1-d int `index` along `dim` (torch.index_select): dim `dim` of the result has len(index).
+
+    >>> Tensor([[1, 2], [3, 4], [5, 6]]).index_select(0, Tensor([2, 0])).tolist()
+    [[5, 6], [1, 2]]
+    """
+    d = self._resolve_dim(dim)
+    if not dtypes.is_int(index.dtype): raise DTypeError(f"index_select index must be int, got {index.dtype!r}")
+    if index.ndim > 1: raise AxisError(f"index_select index must be 0-d or 1-d, got shape {index.shape}")
+    return self[(slice(None),) * d + (index.reshape(-1),)]
   def one_hot(self, num_classes: int = -1) -> Tensor:
     """One-hot encoding along a new last dim, in this tensor's int dtype (`num_classes=-1`: max + 1).
 
@@ -1011,11 +1034,14 @@ class Tensor:
     if op in GroupOp.Bitwise and any(dtypes.is_float(s.dtype) for s in (self, *srcs)):
       got = " and ".join(repr(s.dtype) for s in (self, *srcs))
       raise DTypeError(f"{op.name.lower()} needs int or bool operands, got {got}")
-    rg = any(t.requires_grad for t in (self, *srcs)) or None
+    # comparisons and int results carry no gradient (torch: only float tensors require grad), so backward never
+    # fills a .grad for a mask
+    rg = (any(t.requires_grad for t in (self, *srcs)) and dtypes.is_float(out_dtype)) or None
     return Tensor(UOp(op, out_dtype, tuple(t.uop for t in (self, *srcs))), requires_grad=rg)
   def cast(self, dtype: DType | str) -> Tensor:
     dt = to_dtype(dtype)
-    return self if self.dtype is dt else Tensor(_cast_uop(self.uop, dt), requires_grad=self.requires_grad)
+    rg = self.requires_grad if dtypes.is_float(dt) else None
+    return self if self.dtype is dt else Tensor(_cast_uop(self.uop, dt), requires_grad=rg)
   def bitcast(self, dtype: DType | str) -> Tensor:
     dt = to_dtype(dtype)
     if self.dtype.weak or dt.weak: raise DTypeError(f"bitcast needs concrete dtypes, got {self.dtype!r} -> {dt!r}")
@@ -1119,12 +1145,23 @@ class Tensor:
   def tanh(self) -> Tensor: return 2.0 * (2.0 * self).sigmoid() - 1.0
   def sigmoid(self) -> Tensor:
     x = self.cast(least_upper_float(self.dtype))
-    return (1 + (x * (-1 / math.log(2))).exp2()).reciprocal()
-  def relu(self) -> Tensor: return self.maximum(0)
+    # with e = exp(-|x|) <= 1: 1 / (1 + e) for x >= 0 and e / (1 + e) below. exp never overflows, so neither the value
+    # nor the gradient meets inf * 0 at large |x| (1 / (1 + exp(-x)) gave a NaN gradient at x = -1e3)
+    pos = x >= 0
+    e = (pos.where(-x, x) * (1 / math.log(2))).exp2()
+    return pos.where(1, e) * (1 + e).reciprocal()
+  def relu(self) -> Tensor:
+    """max(x, 0); the gradient is 1 where x > 0 and 0 elsewhere, also at 0 (torch's choice at the kink).
+
+    >>> Tensor([-1.0, 0.0, 2.0]).relu().tolist()
+    [0.0, 0.0, 2.0]
+    """
+    return (self > 0).where(self, self.isnan().where(self.detach(), 0))  # NaN stays NaN
   def abs(self) -> Tensor:
     if dtypes.is_unsigned(self.dtype) or self.dtype is dtypes.bool: return self
-    # the sign bit, not `< 0`, so that abs(-0.0) is +0.0
-    return (self._signbit() if dtypes.is_float(self.dtype) else self < 0).where(-self, self)
+    # the sign bit, not `< 0`, so that abs(-0.0) is +0.0; at 0 the gradient is 0 (sign(x), as in torch)
+    if dtypes.is_float(self.dtype): return (self == 0).where(0, self._signbit().where(-self, self))
+    return (self < 0).where(-self, self)
   def floor(self) -> Tensor:
     if not dtypes.is_float(self.dtype): return self
     t = self.trunc()
@@ -1416,7 +1453,7 @@ class Tensor:
     >>> Tensor([-1.0, 3.0, 7.0]).relu6().tolist()
     [0.0, 3.0, 6.0]
     """
-    return self.relu() - (self - 6).relu()
+    return self.hardtanh(0, 6)
   def leaky_relu(self, neg_slope: PyFloat = 0.01) -> Tensor:
     """x for x > 0, neg_slope * x otherwise.
 
@@ -1497,7 +1534,8 @@ class Tensor:
     >>> Tensor([-2.0, 0.5, 2.0]).hardtanh().tolist()
     [-1.0, 0.5, 1.0]
     """
-    return self.clip(min_val, max_val)
+    # the gradient is 1 strictly inside (min_val, max_val), 0 at and beyond the bounds (torch's hardtanh, unlike clamp)
+    return ((self > min_val) & (self < max_val)).where(self, self.clip(min_val, max_val).detach())
   def softplus(self, beta: PyFloat = 1.0, threshold: PyFloat = 20.0) -> Tensor:
     """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold (torch's linear cut-over).
 
@@ -1538,7 +1576,7 @@ class Tensor:
     """
     ax = self._softmax_axis(axis, dim)
     x = self.cast(dtype) if dtype is not None else self._float()
-    e = (x - x.max(ax, keepdim=True).detach()).exp()
+    e = (x - x._amax(ax, keepdim=True).detach()).exp()
     # one reciprocal per row and a multiply per element (as torch's CPU softmax does): a division per element was a
     # third of the softmax's time on AVX-512 (vdivps), and the results differ from it by at most an ulp
     return e * e.sum(ax, keepdim=True).reciprocal()
@@ -1550,7 +1588,7 @@ class Tensor:
     """
     ax = self._softmax_axis(axis, dim)
     x = self.cast(dtype) if dtype is not None else self._float()
-    shifted = x - x.max(ax, keepdim=True).detach()
+    shifted = x - x._amax(ax, keepdim=True).detach()
     return shifted - shifted.exp().sum(ax, keepdim=True).log()
   def softmin(self, axis: PyInt | None = -1, dtype: DType | str | None = None, dim: PyInt | None = None) -> Tensor:
     """softmax(-x).
@@ -1573,15 +1611,18 @@ class Tensor:
   def _reduce_axes(self, axis: Any) -> tuple[PyInt, ...]:
     if axis is None: return tuple(range(self.ndim))
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
-    return tuple(sorted({self._resolve_dim(a) for a in axes}))
+    resolved = {self._resolve_dim(a) for a in axes}
+    if len(resolved) != len(axes): raise ShapeError(f"reduce dims {axes} repeat a dim (shape {self.shape})")
+    return tuple(sorted(resolved))
   def _reduce(self, op: Ops, axis: Any = None, keepdim: PyBool = False) -> Tensor:
     axes = self._reduce_axes(axis)
     if self.ndim == 0: return self
     if any(self.shape[a] == 0 for a in axes):
+      # a reduction over no elements is one over the identity alone: padded in (max/min/argmax refuse this earlier, see
+      # _check_nonempty), so the input stays in the graph and its gradient is zeros of its shape, as in torch
       ident = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dtypes.min(self.dtype)}[op]
-      if op is Ops.MAX: raise ShapeError(f"max/min of an empty dimension: shape {self.shape}, axes {axes}")
-      out_shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
-      ret = Tensor.full(out_shape, ident, dtype=self.dtype, device=self.device)
+      pads = tuple((0, 1) if i in axes and s == 0 else (0, 0) for i, s in enumerate(self.shape))
+      return self.pad(pads, value=ident)._reduce(op, axes, keepdim)
     elif (parts := self._split_reduce_parts(axes)) is not None:
       # a long reduction to one value in two stages: `parts` partial results (one output each: threads and GPU blocks
       # share them), materialised, then reduced; one kernel would run the whole reduction on one thread
@@ -1606,9 +1647,20 @@ class Tensor:
     return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
   def prod(self, axis: Any = None, keepdim: PyBool = False, dtype: DType | None = None) -> Tensor:
     return self.cast(to_dtype(dtype) if dtype is not None else strong_dtype(self.dtype))._reduce(Ops.MUL, axis, keepdim)
-  def max(self, axis: Any = None, keepdim: PyBool = False) -> Tensor:
+  def _check_nonempty(self, axis: Any, op: str) -> None:
+    """max/min/argmax have no identity element: over zero elements they raise, as torch does."""
+    if self.ndim and any(self.shape[a] == 0 for a in self._reduce_axes(axis)):
+      over = "all dims" if axis is None else f"dim {axis}"
+      raise EmptyReductionError(f"{op}() over {over} of shape {self.shape} reduces zero elements and has no identity; "
+                                "reduce a non-empty dim")
+  def _amax(self, axis: Any = None, keepdim: PyBool = False) -> Tensor:
+    """max without the empty check: -inf (the dtype's minimum) over zero elements, for softmax and logsumexp."""
     return self.cast(strong_dtype(self.dtype))._reduce(Ops.MAX, axis, keepdim)
+  def max(self, axis: Any = None, keepdim: PyBool = False) -> Tensor:
+    self._check_nonempty(axis, "max")
+    return self._amax(axis, keepdim)
   def min(self, axis: Any = None, keepdim: PyBool = False) -> Tensor:
+    self._check_nonempty(axis, "min")
     x = self.cast(strong_dtype(self.dtype))
     if dtypes.is_unsigned(x.dtype): return dtypes.max(x.dtype) - (dtypes.max(x.dtype) - x).max(axis, keepdim)
     if x.dtype is dtypes.bool: return x.logical_not().max(axis, keepdim).logical_not()
@@ -1691,6 +1743,7 @@ class Tensor:
     [1, 0]
     """
     if self.ndim == 0: return Tensor(0, dtype=dtypes.int32, device=self.device)
+    self._check_nonempty(axis, "argmax")
     x = self.cast(strong_dtype(self.dtype))
     m = x.max(axis, keepdim=True)
     hit = (x == m) | (x.isnan() & m.isnan()) if dtypes.is_float(x.dtype) else x == m
@@ -1702,6 +1755,7 @@ class Tensor:
     1
     """
     if self.ndim == 0: return Tensor(0, dtype=dtypes.int32, device=self.device)
+    self._check_nonempty(axis, "argmin")
     x = self.cast(strong_dtype(self.dtype))
     m = x.min(axis, keepdim=True)
     hit = (x == m) | (x.isnan() & m.isnan()) if dtypes.is_float(x.dtype) else x == m
@@ -1713,7 +1767,7 @@ class Tensor:
     1000.693
     """
     x = self._float()
-    m = x.max(axis, keepdim=True).detach()
+    m = x._amax(axis, keepdim=True).detach()
     m = m.isinf().where(0, m)
     ret = (x - m).exp().sum(axis, keepdim=True).log() + m
     axes = self._reduce_axes(axis)
@@ -1747,9 +1801,11 @@ class Tensor:
     """
     return self.cast(sum_acc_dtype(self.dtype))._scan(Ops.MUL, axis, 1)
   def _cum_extreme(self, axis: PyInt, largest: PyBool) -> tuple[Tensor, Tensor]:
-    x = self.cast(strong_dtype(self.dtype))
-    ax = x._resolve_dim(axis) if x.ndim else 0
-    if x.ndim == 0: return x, Tensor(0, dtype=dtypes.int32, device=self.device)
+    src = self.cast(strong_dtype(self.dtype))
+    ax = src._resolve_dim(axis) if src.ndim else 0
+    if src.ndim == 0: return src, Tensor(0, dtype=dtypes.int32, device=self.device)
+    if src.shape[ax] == 0: return src, Tensor.empty(*src.shape, dtype=dtypes.int32, device=self.device)
+    x = src.detach()  # the values are gathered from src at the indices below: the gradient goes to that one element
     if largest: vals = x._scan(Ops.MAX, ax, dtypes.min(x.dtype) if not dtypes.is_float(x.dtype) else -math.inf)
     elif dtypes.is_float(x.dtype) or dtypes.is_int(x.dtype) and not dtypes.is_unsigned(x.dtype):
       vals = -((-x)._cum_extreme(ax, True)[0])
@@ -1763,7 +1819,8 @@ class Tensor:
     in_prefix = j.reshape(1, n) <= j.reshape(n, 1)
     hit = in_prefix & ((xw == vw) | (xw.isnan() & vw.isnan()) if dtypes.is_float(x.dtype) else xw == vw)
     idx = hit.where(j, -1).max(-1)
-    return vals, (idx.transpose(ax, -1) if x.ndim > 1 else idx)
+    idx = idx.transpose(ax, -1) if x.ndim > 1 else idx
+    return (src.gather(ax, idx) if dtypes.is_float(src.dtype) else vals), idx
   def cummax(self, axis: PyInt = 0) -> tuple[Tensor, Tensor]:
     """Running maximum along `axis` and the int32 index where it was reached (the latest on ties, like torch).
 
@@ -1827,7 +1884,10 @@ class Tensor:
       full = s.replace("...", ell[ell_ndim - extra:]) if "..." in s else s
       if len(full) != t.ndim: raise ShapeError(f"einsum operand {s!r} has {len(full)} letters but shape {t.shape}")
       letters.append(full)
-    if arrow: out = rhs.replace("...", ell)
+    if arrow:
+      out = rhs.replace("...", ell)
+      if (missing := set(out) - set("".join(letters))) or len(set(out)) != len(out):
+        raise ShapeError(f"einsum {formula!r}: output letters must appear in an input, each once ({sorted(missing)})")
     else:
       counts = {c: "".join(letters).count(c) for c in "".join(letters)}
       out = ell + "".join(sorted(c for c, k in counts.items() if k == 1 and c not in ell))
@@ -1878,16 +1938,19 @@ class Tensor:
     order = list(range(lead)) + [lead + 2 * j for j in range(nd)] + [lead + 2 * j + 1 for j in range(nd)]
     return x.permute(order)
   @staticmethod
-  def _tuple_arg(v: PyInt | Sequence[PyInt], n: PyInt, name: str) -> tuple[PyInt, ...]:
-    if isinstance(v, int): return (v,) * n
-    if len(v) != n: raise ShapeError(f"{name} {tuple(v)} needs {n} entries, one per spatial dim")
-    return tuple(int(a) for a in v)
+  def _tuple_arg(v: PyInt | Sequence[PyInt], n: PyInt, name: str, low: PyInt = 1) -> tuple[PyInt, ...]:
+    """One int per spatial dim, each at least `low` (1 for kernel sizes, strides and dilations; 0 for paddings)."""
+    ret = (v,) * n if isinstance(v, int) else tuple(int(a) for a in v)
+    if len(ret) != n: raise ShapeError(f"{name} {ret} needs {n} entries, one per spatial dim")
+    if any(a < low for a in ret): raise ShapeError(f"{name} {ret} must be >= {low} in every spatial dim")
+    return ret
   @staticmethod
   def _pad_pairs(padding: PyInt | Sequence[PyInt], n: PyInt) -> list[tuple[PyInt, PyInt]]:
     """Per spatial dim (before, after): an int, one int per dim (symmetric) or 2*n ints (torch F.pad order, last dim
     first: left, right, top, bottom, ...)."""
-    if isinstance(padding, int): return [(padding, padding)] * n
-    pads = [int(p) for p in padding]
+    pads = [padding] if isinstance(padding, int) else [int(p) for p in padding]
+    if any(p < 0 for p in pads): raise ShapeError(f"padding {tuple(pads)} must be >= 0; shrink the input to crop it")
+    if len(pads) == 1: return [(pads[0], pads[0])] * n
     if len(pads) == n: return [(p, p) for p in pads]
     if len(pads) == 2 * n: return [(pads[2 * (n - 1 - j)], pads[2 * (n - 1 - j) + 1]) for j in range(n)]
     raise ShapeError(f"padding {tuple(pads)} needs 1, {n} or {2 * n} entries for {n} spatial dims")
@@ -1949,7 +2012,8 @@ class Tensor:
       raise ShapeError(f"conv_transpose2d: input channels {self.shape[1]} != weight {weight.shape} dim 0")
     kernel = tuple(int(k) for k in weight.shape[2:])
     st, dl = Tensor._tuple_arg(stride, nd, "stride"), Tensor._tuple_arg(dilation, nd, "dilation")
-    pd, op = Tensor._tuple_arg(padding, nd, "padding"), Tensor._tuple_arg(output_padding, nd, "output_padding")
+    pd = Tensor._tuple_arg(padding, nd, "padding", low=0)
+    op = Tensor._tuple_arg(output_padding, nd, "output_padding", low=0)
     x = self
     # spread the input: s-1 zeros between neighbours
     for j, s in enumerate(st):
@@ -1975,7 +2039,7 @@ class Tensor:
     no_stride = stride is None or (not isinstance(stride, int) and len(stride) == 0)
     s = k if no_stride or stride is None else Tensor._tuple_arg(stride, nd, "stride")
     d = Tensor._tuple_arg(dilation, nd, "dilation")
-    p = Tensor._tuple_arg(padding, nd, "padding")
+    p = Tensor._tuple_arg(padding, nd, "padding", low=0)
     after = []
     for kk, ss, dd, pp, i in zip(k, s, d, p, self.shape[-nd:]):
       if pp * 2 > kk: raise ShapeError(f"pool padding {pp} must be at most half the kernel size {kk}")
@@ -2022,7 +2086,7 @@ class Tensor:
     nd = 2 if isinstance(kernel_size, int) else len(kernel_size)
     k = Tensor._tuple_arg(kernel_size, nd, "kernel_size")
     s = k if stride is None else Tensor._tuple_arg(stride, nd, "stride")
-    d, p = Tensor._tuple_arg(dilation, nd, "dilation"), Tensor._tuple_arg(padding, nd, "padding")
+    d, p = Tensor._tuple_arg(dilation, nd, "dilation"), Tensor._tuple_arg(padding, nd, "padding", low=0)
     if output_size is None:
       geo = zip(self.shape[-nd:], s, p, d, k)
       spatial = tuple((int(i) - 1) * ss - 2 * pp + dd * (kk - 1) + 1 for i, ss, pp, dd, kk in geo)
@@ -2251,7 +2315,8 @@ class Tensor:
         if n & 1: ret = sq if ret is None else ret * sq
         n >>= 1
         if n: sq = sq * sq
-      if ret is None: ret = base.ones_like()
+      # x ** 0 is 1 but keeps x in the graph (its gradient is 0, not "not part of the graph")
+      if ret is None: ret = base.isnan().where(1, 1).cast(base.dtype)
       return ret.reciprocal() if x < 0 else ret
     ft = least_upper_float(base.dtype)
     b, e = base.cast(ft), exponent.cast(ft)
@@ -2351,6 +2416,12 @@ def _shape_arg(shape: tuple[Any, ...]) -> tuple[sint, ...]:
     elif isinstance(s, UOp): out.append(s)
     else: raise ShapeError(f"shape entries must be ints, got {type(s).__name__} in {shape}")
   return tuple(out)
+
+def _new_shape(shape: tuple[sint, ...], op: str) -> tuple[sint, ...]:
+  """The shape of a tensor being created: every size >= 0 (torch raises for negative ones; -1 is no wildcard here)."""
+  if any(isinstance(s, int) and s < 0 for s in shape):
+    raise ShapeError(f"{op}: cannot create a tensor of negative size {shape}; sizes must be >= 0")
+  return shape
 
 def _norm_padding(padding: Sequence[Any], ndim: int) -> list[tuple[int, int]]:
   if all(isinstance(p, (tuple, list)) or p is None for p in padding):

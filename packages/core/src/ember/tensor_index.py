@@ -33,7 +33,7 @@ def getitem(x: Tensor, indices: Any) -> Tensor:
   from ember.tensor import Tensor
   idx = _norm_index(indices)
   consumed = sum(1 for i in idx if i is not None and i is not Ellipsis)
-  if consumed > x.ndim: raise IndexError(f"too many indices for tensor of shape {x.shape}: {consumed} given")
+  if consumed > x.ndim: raise AxisError(f"too many indices for tensor of shape {x.shape}: {consumed} given")
   if any(i is Ellipsis for i in idx):
     e = next(k for k, i in enumerate(idx) if i is Ellipsis)  # identity: `in`/index() would call Tensor.__eq__
     idx = idx[:e] + [slice(None)] * (x.ndim - consumed) + idx[e + 1:]
@@ -71,7 +71,7 @@ def getitem(x: Tensor, indices: Any) -> Tensor:
       dim += 1
     elif isinstance(i, (Tensor, list, tuple)):
       t = i if isinstance(i, Tensor) else Tensor(list(i), device=x.device, dtype=dtypes.int32)
-      if not dtypes.is_int(t.dtype): raise IndexError(f"tensor indices must be int, got {t.dtype!r}")
+      if not dtypes.is_int(t.dtype): raise AxisError(f"tensor indices must be int, got {t.dtype!r}; cast with .int()")
       tensor_dims.append((dim, t))
       dim += 1
     elif isinstance(i, UOp):
@@ -126,7 +126,7 @@ def _gather_dims(x: Tensor, tensor_dims: list[tuple[int, Tensor]], squeeze: list
 def _basic_region(x: Tensor, idx: list[Any]) -> list[tuple[int, int]] | None:
   """For indices of ints, unit-step slices, None and Ellipsis: the (start, stop) each dim of x keeps; None otherwise."""
   consumed = sum(1 for i in idx if i is not None and i is not Ellipsis)
-  if consumed > x.ndim: raise IndexError(f"too many indices for tensor of shape {x.shape}: {consumed} given")
+  if consumed > x.ndim: raise AxisError(f"too many indices for tensor of shape {x.shape}: {consumed} given")
   if any(i is Ellipsis for i in idx):
     e = next(k for k, i in enumerate(idx) if i is Ellipsis)  # identity: `in`/index() would call Tensor.__eq__
     idx = idx[:e] + [slice(None)] * (x.ndim - consumed) + idx[e + 1:]

@@ -1,0 +1,153 @@
+"""Bad calls raise ember's typed errors, and each is an instance of the builtin class torch raises for the same call
+(computed by calling torch here): shapes, sizes, dims and dtypes checked before any graph is built."""
+from __future__ import annotations
+import warnings
+from typing import Any, Callable
+import numpy as np
+import pytest
+from ember import Tensor
+from ember.errors import AxisError, EmberError, EmptyReductionError, ShapeError
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+def E(*shape: int) -> Tensor: return Tensor.ones(*shape)
+def T(*shape: int) -> Any: return torch.ones(*shape)
+def I(v: Any) -> Tensor: return Tensor(np.array(v, np.int32))  # noqa: E743
+def TI(v: Any) -> Any: return torch.tensor(v)
+
+BAD_CALLS: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
+  "cat_mismatch": (lambda: E(2,3).cat(E(2,4), dim=0), lambda: torch.cat([T(2,3), T(2,4)], 0)),
+  "cat_static_mismatch": (lambda: Tensor.cat(E(2,3), E(2,4), dim=0), lambda: torch.cat([T(2,3), T(2,4)], 0)),
+  "cat_rank": (lambda: Tensor.cat(E(2,3), E(3), dim=0), lambda: torch.cat([T(2,3), T(3)], 0)),
+  "cat_baddim": (lambda: Tensor.cat(E(2,3), E(2,3), dim=2), lambda: torch.cat([T(2,3), T(2,3)], 2)),
+  "stack_mismatch": (lambda: E(2,3).stack(E(2,4)), lambda: torch.stack([T(2,3), T(2,4)])),
+  "stack_baddim": (lambda: E(2,3).stack(E(2,3), dim=4), lambda: torch.stack([T(2,3), T(2,3)], 4)),
+  "empty_neg": (lambda: Tensor.empty(-5), lambda: torch.empty(-5)),
+  "zeros_neg": (lambda: Tensor.zeros(2, -1), lambda: torch.zeros(2, -1)),
+  "ones_neg": (lambda: Tensor.ones(-2), lambda: torch.ones(-2)),
+  "full_neg": (lambda: Tensor.full((-2,), 1.0), lambda: torch.full((-2,), 1.0)),
+  "rand_neg": (lambda: Tensor.rand(-3), lambda: torch.rand(-3)),
+  "randn_neg": (lambda: Tensor.randn(-3), lambda: torch.randn(-3)),
+  "reshape_bad": (lambda: E(2,3).reshape(4,2), lambda: T(2,3).reshape(4,2)),
+  "reshape_two_neg": (lambda: E(2,3).reshape(-1,-1), lambda: T(2,3).reshape(-1,-1)),
+  "reshape_neg2": (lambda: E(2,3).reshape(-2,3), lambda: T(2,3).reshape(-2,3)),
+  "reshape_neg_nodiv": (lambda: E(2,3).reshape(-1,4), lambda: T(2,3).reshape(-1,4)),
+  "expand_bad": (lambda: E(2,3).expand(2,4), lambda: T(2,3).expand(2,4)),
+  "expand_fewer": (lambda: E(2,3).expand(3), lambda: T(2,3).expand(3)),
+  "expand_neg_new": (lambda: E(3).expand(-1,3), lambda: T(3).expand(-1,3)),
+  "expand_neg2": (lambda: E(1,3).expand(-2,3), lambda: T(1,3).expand(-2,3)),
+  "permute_short": (lambda: E(2,3).permute(0), lambda: T(2,3).permute(0)),
+  "permute_dup": (lambda: E(2,3).permute(0,0), lambda: T(2,3).permute(0,0)),
+  "flip_dup": (lambda: E(2,3).flip(0,0), lambda: T(2,3).flip(0,0)),
+  "flip_oob": (lambda: E(2,3).flip(2), lambda: T(2,3).flip(2)),
+  "transpose_oob": (lambda: E(2,3).transpose(0,2), lambda: T(2,3).transpose(0,2)),
+  "sum_oob": (lambda: E(2,3).sum(2), lambda: T(2,3).sum(2)),
+  "sum_dup": (lambda: E(2,3).sum((0,0)), lambda: T(2,3).sum((0,0))),
+  "squeeze_oob": (lambda: E(2,3).squeeze(3), lambda: T(2,3).squeeze(3)),
+  "unsqueeze_oob": (lambda: E(2,3).unsqueeze(4), lambda: T(2,3).unsqueeze(4)),
+  "split_bad": (lambda: E(5).split([2,2]), lambda: T(5).split([2,2])),
+  "split_zero": (lambda: E(5).split(0), lambda: T(5).split(0)),
+  "split_neg": (lambda: E(5).split([6,-1]), lambda: T(5).split([6,-1])),
+  "chunk_zero": (lambda: E(5).chunk(0), lambda: T(5).chunk(0)),
+  "chunk_oob": (lambda: E(5).chunk(2, 1), lambda: T(5).chunk(2, 1)),
+  "gather_oob_dim": (lambda: E(2,3).gather(2, I([[0]])), lambda: T(2,3).gather(2, TI([[0]]))),
+  "gather_rank": (lambda: E(2,3).gather(0, I([0])), lambda: T(2,3).gather(0, TI([0]))),
+  "gather_float": (lambda: E(2,3).gather(0, E(1,3)), lambda: T(2,3).gather(0, T(1,3))),
+  "gather_big_index_shape": (lambda: E(2,3).gather(0, I([[0,0,0,0]])), lambda: T(2,3).gather(0, TI([[0,0,0,0]]))),
+  "scatter_rank": (lambda: E(2,3).scatter(0, I([0]), 1.0), lambda: T(2,3).scatter(0, TI([0]), 1.0)),
+  "scatter_src_small": (lambda: E(2,3).scatter(0, I([[0,1,0]]), E(1,2)),
+    lambda: T(2,3).scatter(0, TI([[0,1,0]]), T(1,2))),
+  "index_select_oob": (lambda: E(2,3).index_select(2, I([0])), lambda: T(2,3).index_select(2, TI([0]))),
+  "permute_oob": (lambda: E(2,3).permute(0,2), lambda: T(2,3).permute(0,2)),
+  "index_select_2d": (lambda: E(2,3).index_select(0, I([[0]])), lambda: T(2,3).index_select(0, TI([[0]]))),
+  "unfold_big": (lambda: E(5).unfold(0, 6, 1), lambda: T(5).unfold(0, 6, 1)),
+  "unfold_step0": (lambda: E(5).unfold(0, 2, 0), lambda: T(5).unfold(0, 2, 0)),
+  "unfold_oob": (lambda: E(5).unfold(1, 2, 1), lambda: T(5).unfold(1, 2, 1)),
+  "repeat_few": (lambda: E(2,3).repeat(2), lambda: T(2,3).repeat(2)),
+  "repeat_neg": (lambda: E(2,3).repeat(2,-1), lambda: T(2,3).repeat(2,-1)),
+  "pad_odd": (lambda: E(2,3).pad((1,)), lambda: F.pad(T(2,3), (1,))),
+  "pad_long": (lambda: E(3).pad((1,1,1,1)), lambda: F.pad(T(3), (1,1,1,1))),
+  "pad_reflect_big": (lambda: E(1,3).pad((3,3), mode="reflect"), lambda: F.pad(T(1,3), (3,3), mode="reflect")),
+  "conv_channels": (lambda: E(1,3,5,5).conv2d(E(4,2,3,3)), lambda: F.conv2d(T(1,3,5,5), T(4,2,3,3))),
+  "conv_rank": (lambda: E(3,5,5,5,5).conv2d(E(4,3,3,3)), lambda: F.conv2d(T(3,5,5,5,5), T(4,3,3,3))),
+  "conv_kernel_big": (lambda: E(1,3,2,2).conv2d(E(4,3,3,3)), lambda: F.conv2d(T(1,3,2,2), T(4,3,3,3))),
+  "conv_groups": (lambda: E(1,4,5,5).conv2d(E(3,2,3,3), groups=2), lambda: F.conv2d(T(1,4,5,5), T(3,2,3,3), groups=2)),
+  "conv_stride0": (lambda: E(1,3,5,5).conv2d(E(4,3,3,3), stride=0), lambda: F.conv2d(T(1,3,5,5), T(4,3,3,3), stride=0)),
+  "conv_negpad": (lambda: E(1,3,5,5).conv2d(E(4,3,3,3), padding=-1),
+    lambda: F.conv2d(T(1,3,5,5), T(4,3,3,3), padding=-1)),
+  "conv_bias": (lambda: E(1,3,5,5).conv2d(E(4,3,3,3), E(3)), lambda: F.conv2d(T(1,3,5,5), T(4,3,3,3), T(3))),
+  "maxpool_big": (lambda: E(1,1,2,2).max_pool2d(3), lambda: F.max_pool2d(T(1,1,2,2), 3)),
+  "maxpool_stride0": (lambda: E(1,1,4,4).max_pool2d(2, stride=0), lambda: F.max_pool2d(T(1,1,4,4), 2, stride=0)),
+  "avgpool_pad": (lambda: E(1,1,4,4).avg_pool2d(2, padding=2), lambda: F.avg_pool2d(T(1,1,4,4), 2, padding=2)),
+  "maxpool_k0": (lambda: E(1,1,4,4).max_pool2d(0), lambda: F.max_pool2d(T(1,1,4,4), 0)),
+  "matmul_mismatch": (lambda: E(2,3) @ E(4,2), lambda: T(2,3) @ T(4,2)),
+  "matmul_0d": (lambda: E(2,3) @ Tensor(1.0), lambda: T(2,3) @ torch.tensor(1.0)),
+  "matmul_batch": (lambda: E(2,2,3) @ E(3,3,2), lambda: T(2,2,3) @ T(3,3,2)),
+  "einsum_ops": (lambda: Tensor.einsum("ij,jk->ik", E(2,3)), lambda: torch.einsum("ij,jk->ik", T(2,3))),
+  "einsum_size": (lambda: Tensor.einsum("ij,jk->ik", E(2,3), E(4,2)),
+    lambda: torch.einsum("ij,jk->ik", T(2,3), T(4,2))),
+  "einsum_letters": (lambda: Tensor.einsum("ijk->i", E(2,3)), lambda: torch.einsum("ijk->i", T(2,3))),
+  "einsum_outletter": (lambda: Tensor.einsum("ij->k", E(2,3)), lambda: torch.einsum("ij->k", T(2,3))),
+  "add_broadcast": (lambda: E(2,3) + E(2,4), lambda: T(2,3) + T(2,4)),
+  "where_broadcast": (lambda: (E(2,3) > 0).where(E(2,4), 0), lambda: torch.where(T(2,3) > 0, T(2,4), 0)),
+  "index_oob": (lambda: E(3)[5], lambda: T(3)[5]),
+  "index_too_many": (lambda: E(3)[0, 0], lambda: T(3)[0, 0]),
+  "index_tensor_oob": (lambda: E(3)[I([5])], lambda: T(3)[TI([5])]),
+  "index_float": (lambda: E(3)[E(1)], lambda: T(3)[T(1)]),
+  "roll_mismatch": (lambda: E(3).roll((1,2), (0,)), lambda: T(3).roll((1,2), (0,))),
+  "roll_oob": (lambda: E(3).roll(1, 1), lambda: T(3).roll(1, 1)),
+  "topk_big": (lambda: E(3).topk(4), lambda: T(3).topk(4)),
+  "diagonal_same": (lambda: E(3,3).diagonal(0, 0, 0), lambda: T(3,3).diagonal(0, 0, 0)),
+  "softmax_oob": (lambda: E(3).softmax(1), lambda: T(3).softmax(1)),
+  "cumsum_oob": (lambda: E(3).cumsum(1), lambda: T(3).cumsum(1)),
+  "argmax_oob": (lambda: E(3).argmax(1), lambda: T(3).argmax(1)),
+  "one_hot_float": (lambda: E(3).one_hot(3), lambda: F.one_hot(T(3), 3)),
+  "masked_fill_float": (lambda: E(3).masked_fill(E(3), 0), lambda: T(3).masked_fill(T(3), 0)),
+  "view_bad": (lambda: E(2,3).view(5), lambda: T(2,3).view(5)),
+  "flatten_oob": (lambda: E(2,3).flatten(3), lambda: T(2,3).flatten(3)),
+  "unflatten_bad": (lambda: E(6).unflatten(0, (4, 2)), lambda: T(6).unflatten(0, (4, 2))),
+  "repeat_interleave_neg": (lambda: E(3).repeat_interleave(-1), lambda: T(3).repeat_interleave(-1)),
+  "eye_neg": (lambda: Tensor.eye(-1), lambda: torch.eye(-1)),
+  "linspace_neg": (lambda: Tensor.linspace(0, 1, -1), lambda: torch.linspace(0, 1, -1)),
+  "dot_1d_mismatch": (lambda: E(3).dot(E(4)), lambda: T(3).dot(T(4))),
+  "std_oob": (lambda: E(3).std(1), lambda: T(3).std(1)),
+  "sdpa_mismatch": (lambda: E(1,2,4).scaled_dot_product_attention(E(1,2,3), E(1,2,3)),
+    lambda: F.scaled_dot_product_attention(T(1,2,4), T(1,2,3), T(1,2,3))),
+}
+
+def _raised(fn: Callable[[], Any]) -> BaseException | None:
+  try:
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      fn()
+  except Exception as e:  # noqa: BLE001 -- the exception is what the test compares
+    return e
+  return None
+
+@pytest.mark.parametrize("name", list(BAD_CALLS))
+def test_bad_call_raises_torchs_builtin_class(name: str) -> None:
+  ours, ref = BAD_CALLS[name]
+  want = _raised(ref)
+  assert want is not None, f"torch accepts {name}: the case is not a bad call"
+  got = _raised(ours)
+  assert got is not None, f"ember accepted {name}; torch raises {type(want).__name__}: {want}"
+  assert isinstance(got, EmberError), f"{name}: ember raised a foreign {type(got).__name__}: {got}"
+  assert isinstance(got, type(want)), f"{name}: ember's {type(got).__name__} is not a {type(want).__name__}"
+
+def test_error_classes_subclass_the_builtins_in_the_docs() -> None:
+  assert issubclass(ShapeError, ValueError) and issubclass(ShapeError, RuntimeError)
+  assert issubclass(AxisError, IndexError) and issubclass(AxisError, ValueError)
+  assert issubclass(EmptyReductionError, IndexError) and issubclass(EmptyReductionError, RuntimeError)
+  assert all(issubclass(AxisError, base) for base in np.exceptions.AxisError.__bases__)
+
+def test_cat_called_on_an_instance_keeps_self() -> None:
+  a, b = Tensor([[1.0, 2.0]]), Tensor([[3.0, 4.0], [5.0, 6.0]])
+  np.testing.assert_array_equal(a.cat(b, dim=0).numpy(), torch.cat([torch.tensor(a.numpy()), torch.tensor(b.numpy())]))
+  assert Tensor.cat(a, b).shape == (3, 2) and a.cat(b).shape == (3, 2)
+
+def test_index_select_matches_torch() -> None:
+  x = np.arange(12, dtype=np.float32).reshape(3, 4)
+  for dim, idx in ((0, [2, 0, 2]), (1, [3, 1]), (-1, [0])):
+    ours = Tensor(x).index_select(dim, I(idx)).numpy()
+    np.testing.assert_array_equal(ours, torch.tensor(x).index_select(dim, TI(idx)).numpy())
