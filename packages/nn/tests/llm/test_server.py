@@ -164,6 +164,7 @@ def test_streamed_completion_equals_plain_completion(tiny_server):
   ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}, None,
    400, "'tools' is not supported"),
   ("/v1/completions", {"prompt": ["a", "b"]}, None, 400, "one prompt per request"),
+  ("/v1/completions", {"prompt": [["a"]]}, None, 400, "token ids are integers"),
   ("/v1/completions", {"prompt": [1, 300]}, None, 400, "token ids are integers in [0, 300)"),
   ("/v1/completions", {"prompt": [1, True]}, None, 400, "token ids are integers"),
   ("/v1/completions", {"prompt": []}, None, 400, "'prompt' is required"),
@@ -270,7 +271,8 @@ def test_model_card(tiny_server):
 @pytest.mark.parametrize("data, status, fragment", [
   (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n", 411, "Content-Length"),
   (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2000000\r\n\r\n", 413, "at most 1048576"),
-  (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n", 413, "at most"),
+  (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n", 413,
+   "the body is a 5000-digit number of bytes"),
   (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -4\r\n\r\n", 400, "Content-Length must be"),
   (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\n{}", 400, "the body ended after 2 of 4"),
   (b"BREW /v1/models HTTP/1.1\r\nHost: x\r\n\r\n", 405, "BREW is not allowed on /v1/models; use GET"),

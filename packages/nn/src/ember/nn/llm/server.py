@@ -302,7 +302,7 @@ class LLMService:
     if isinstance(given, list) and len(given) == 1 and isinstance(given[0], (str, list)): given = given[0]
     if isinstance(given, str): return _text(given, "prompt")
     if not isinstance(given, list) or not given: raise RequestError(f"{shape}, got {_describe(given)}", param="prompt")
-    if all(isinstance(t, (str, list)) for t in given):
+    if len(given) > 1 and all(isinstance(t, (str, list)) for t in given):
       raise RequestError(f"this server takes one prompt per request, got {len(given)}; send one request per prompt",
                          param="prompt")
     vocab = self.tokenizer.vocab_size
@@ -412,9 +412,10 @@ class LLMRequestHandler(BaseHTTPRequestHandler):
     length = self.headers.get("Content-Length")
     if length is None: raise RequestError("a JSON body with a Content-Length is required", 411, code="length_required")
     if not length.isdigit() or not length.isascii():
-      raise RequestError(f"Content-Length must be a number of bytes, got {length!r}", code="invalid_request")
+      raise RequestError(f"Content-Length must be a number of bytes, got {_describe(length)}", code="invalid_request")
     if len(length) > 9 or int(length) > MAX_BODY_BYTES:
-      raise RequestError(f"the body is {length} bytes; at most {MAX_BODY_BYTES} are accepted", 413,
+      shown = length if len(length) <= MAX_INT_DIGITS else f"a {len(length)}-digit number of"
+      raise RequestError(f"the body is {shown} bytes; at most {MAX_BODY_BYTES} are accepted", 413,
                          code="request_too_large")
     try: raw = self.rfile.read(int(length))
     except TimeoutError as e:
