@@ -486,8 +486,12 @@ class PythonProgram:
   def __call__(self, *bufs: Any, global_size: tuple[int, ...] = (1, 1, 1), local_size: tuple[int, ...] | None = None,
                vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
     start = time.perf_counter()
-    if len(bufs) <= max(self.plan.params, default=-1):
-      raise DeviceError(f"PYTHON kernel {self.name!r} takes {max(self.plan.params) + 1} buffers, got {len(bufs)}")
+    # like every compiled kernel's signature: one buffer per PARAM the program declares, in slot order (the engine
+    # passes ProgramSpec.globals; a slot simplification dropped is no argument)
+    slots = sorted(self.plan.params)
+    if len(bufs) != len(slots):
+      raise DeviceError(f"PYTHON kernel {self.name!r} takes {len(slots)} buffers, got {len(bufs)}; pass the buffers of "
+                        f"slots {slots} in that order (ProgramSpec.globals)")
     if len(vals) != len(self.plan.var_positions):
       raise DeviceError(f"PYTHON kernel {self.name!r} takes {len(self.plan.var_positions)} variable values, "
                         f"got {len(vals)}")
@@ -496,8 +500,8 @@ class PythonProgram:
       if not lo <= value <= hi:
         raise DeviceError(f"PYTHON kernel {self.name!r}: variable {var_name!r} = {value} is outside its range "
                           f"[{lo}, {hi}]")
-    arrays = [_host_array(buf, self.plan.params[slot], slot, self.name) if slot in self.plan.params else np.empty(0)
-              for slot, buf in enumerate(bufs)]
+    arrays = [np.empty(0)] * (slots[-1] + 1 if slots else 0)
+    for slot, buf in zip(slots, bufs): arrays[slot] = _host_array(buf, self.plan.params[slot], slot, self.name)
     with np.errstate(all="ignore"):
       _Run(self.plan, arrays, tuple(vals)).block(0, len(self.plan.uops), None)
     return time.perf_counter() - start if wait else None
