@@ -104,6 +104,36 @@ def bench(session: nox.Session) -> None:
   session.run("python", os.path.join(ROOT, "bench", "bench_overhead.py"))  # replay cost per kernel, step memory
   session.run("python", os.path.join(ROOT, "bench", "bench_llm.py"))
 
+@nox.session(venv_backend="venv")
+def replay(session: nox.Session) -> None:
+  """Process replay (docs/replay.md): `nox -s replay -- [REF] [--only PATTERN ...]` captures the generated code of
+  ember.replay's corpus with REF's code (default origin/main if it exists, else HEAD; checked out in a temporary git
+  worktree) and with the working tree's, and compares them: the session fails when any kernel's code differs. Both
+  captures run the working tree's driver against each tree's sources (PYTHONPATH, every backend of that tree)."""
+  import shutil
+  import subprocess
+  def git(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True, check=False)
+  ref = session.posargs[0] if session.posargs and not session.posargs[0].startswith("-") else \
+    ("origin/main" if git("rev-parse", "--verify", "--quiet", "origin/main^{commit}").returncode == 0 else "HEAD")
+  only = session.posargs[1:] if session.posargs and session.posargs[0] == ref else list(session.posargs)
+  session.install("numpy", "pluggy", "llvmlite")
+  tmp = os.path.abspath(session.create_tmp())
+  worktree, captures = os.path.join(tmp, "replay-ref"), os.path.join(tmp, "replay")
+  if os.path.exists(worktree):  # left by an interrupted run
+    git("worktree", "remove", "--force", worktree)
+    shutil.rmtree(worktree, ignore_errors=True)
+  session.run("git", "-C", ROOT, "worktree", "add", "--detach", worktree, ref, external=True)
+  env = {"PYTHONPATH": os.path.join(CORE, "src")}  # the working tree's driver; each capture's child imports its tree
+  try:
+    for name, tree in (("ref", worktree), ("work", ROOT)):
+      session.run("python", "-m", "ember.replay", "capture", os.path.join(captures, name), "--tree", tree, *only,
+                  env=env)
+    session.run("python", "-m", "ember.replay", "compare", os.path.join(captures, "ref"),
+                os.path.join(captures, "work"), env=env)
+  finally:
+    git("worktree", "remove", "--force", worktree)
+
 @nox.session(name="tests", venv_backend="none")
 def tests(session: nox.Session) -> None:
   """Every package's own suite, each in its own venv (queues the per-package sessions)."""
