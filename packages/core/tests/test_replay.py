@@ -73,6 +73,8 @@ def test_bad_arguments_raise_typed_errors(tmp_path: Path) -> None:
   with pytest.raises(CaptureNotFoundError, match="no manifest.json") as e:
     compare(str(tmp_path), str(tmp_path), io.StringIO())
   assert isinstance(e.value, FileNotFoundError)
+  with pytest.raises(SystemExit) as exit_info: main(["compare", str(tmp_path), str(tmp_path)])  # the CLI: usage error
+  assert exit_info.value.code == 2
   (tmp_path / "notes.txt").write_text("mine")
   with pytest.raises(ReplayError, match="is not empty and holds no manifest.json") as e2: capture(str(tmp_path), SMALL)
   assert isinstance(e2.value, ValueError) and (tmp_path / "notes.txt").exists()

@@ -49,8 +49,10 @@ def main(argv: list[str] | None = None) -> int:
   cmp.add_argument("--max-diffs", type=int, default=50, help="unified diffs printed in full (default 50)")
   sub.add_parser("list", help="print the corpus's workloads")
   args = parser.parse_args(argv)
-  if args.command == "capture": return _capture(args)
-  if args.command == "compare": return 1 if compare(args.dir_a, args.dir_b, sys.stdout, args.max_diffs) else 0
+  try:
+    if args.command == "capture": return _capture(args)
+    if args.command == "compare": return 1 if compare(args.dir_a, args.dir_b, sys.stdout, args.max_diffs) else 0
+  except ReplayError as e: parser.error(str(e))  # usage and the message, exit status 2
   print("\n".join(WORKLOADS))
   return 0
 
