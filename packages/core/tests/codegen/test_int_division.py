@@ -13,7 +13,8 @@ from ember.uop.ops import AxisType, Ops, UOp
 from ember.uop.rewrite import PatternMatcher
 from ember.testing.programs import param
 
-INTS = [dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64]
+INTS = [dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64,
+        dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64]
 
 def operands(dt: DType) -> tuple[np.ndarray, np.ndarray]:
   """Every pair of interesting dividends and divisors: MIN, MAX, 0, +-1, +-7 over 0, +-1, +-3, MIN, MAX."""

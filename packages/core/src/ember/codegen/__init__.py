@@ -1,6 +1,7 @@
 """Codegen: one kernel AST -> lowering passes -> a linear program -> source text via the device's renderer."""
 from __future__ import annotations
-from ember.dtype import PtrDType, dtypes
+from typing import cast
+from ember.dtype import DType, PtrDType, dtypes
 from ember.errors import CompileError
 from ember.helpers import BEAM, NUM_CPU_THREADS, SPEC, DEBUG, NOOPT, prod
 from ember.renderer import Renderer, ProgramSpec, Estimates
@@ -35,7 +36,7 @@ def _division_guard(x: UOp, y: UOp) -> tuple[UOp | None, UOp | None]:
   positive constants) gets no guard."""
   zero = None if y.vmin > 0 or y.vmax < 0 else y.eq(y.const_like(0))
   overflow = None
-  if x.vmin == dtypes.min(x.dtype) and y.vmin <= -1 <= y.vmax:
+  if x.vmin == dtypes.min(cast(DType, x.dtype)) and y.vmin <= -1 <= y.vmax:
     is_min = None if x.op is Ops.CONST else x.eq(x.const_like(x.vmin))
     is_minus_one = None if y.op is Ops.CONST else y.eq(y.const_like(-1))
     overflow = is_minus_one if is_min is None else is_min if is_minus_one is None else is_min & is_minus_one
@@ -90,9 +91,10 @@ def apply_gpudims(ast: UOp, renderer: Renderer) -> tuple[UOp, list[int] | None, 
   if local < 32 and total > cap: local = cap  # an awkward size: full blocks, clamped tail
   local = min(local, total)
   grid = -(-total // local)
-  flat = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, grid),), "gidx0") * local + \
-    UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, local),), "lidx0")
-  if grid * local != total: flat = flat.lt(total - 1).where(flat, UOp.const(dtypes.int32, total - 1))
+  index_dtype = ranges[0].dtype if ranges else dtypes.int32  # int64 in kernels whose indices exceed int32
+  flat = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, grid),), "gidx0").cast(index_dtype) * local + \
+    UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, local),), "lidx0").cast(index_dtype)
+  if grid * local != total: flat = flat.lt(total - 1).where(flat, UOp.const(index_dtype, total - 1))
   return ast.substitute(dict(zip(ranges, unflatten(flat, ends)))), [grid, 1, 1], [local, 1, 1]
 
 def estimate(uops: list[UOp]) -> Estimates:
@@ -127,7 +129,9 @@ def full_rewrite(ast: UOp, renderer: Renderer,
   if renderer.has_local:
     # a matmul runs on the warp's matrix instructions; a long reduction is shared by the threads of a block (shared
     # memory, warp shuffles); else one thread per output
-    grouped = None if NOOPT.value else apply_tensor_cores(sink, renderer) or group_reduce(sink, renderer)
+    # (both index with int32 hardware indices: a kernel with int64 indices gets one thread per output)
+    wide = any(n.op is Ops.RANGE and n.dtype is dtypes.int64 for n in sink.toposort())
+    grouped = None if NOOPT.value or wide else apply_tensor_cores(sink, renderer) or group_reduce(sink, renderer)
     sink, gsize, lsize = grouped if grouped is not None else apply_gpudims(sink, renderer)
     sink = graph_rewrite(sink, symbolic, name="simplify gpu index math")
   if {Ops.EXP2, Ops.LOG2, Ops.SIN} - set(renderer.code_for_op):

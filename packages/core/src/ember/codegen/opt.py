@@ -64,7 +64,7 @@ def upcast(ast: UOp, rng: UOp, amt: int, outermost: bool = False) -> UOp:
     # renumber the other ranges one up so the shortened range can take axis 0 (loops open in axis order)
     shift = {r: r.replace(arg=(r.arg[0] + 1, *r.arg[1:])) for r in ast.toposort() if r.op is Ops.RANGE}
     ast, rng, axis = ast.substitute(shift), shift[rng], 0
-  outer = UOp.range(end // amt, axis, AxisType.GLOBAL)
+  outer = UOp.range(end // amt, axis, AxisType.GLOBAL, rng.dtype)
   stores = tuple(st.substitute({rng: outer * amt + c}) for c in range(amt) for st in ast.src)
   return graph_rewrite(ast.replace(src=stores), symbolic, name="upcast")
 
@@ -77,7 +77,7 @@ def split_reduce(ast: UOp, red: UOp, amt: int) -> UOp:
   keep = red.src[1:-1]
   if end == amt and keep: outer, rngs = UOp.const(rng.dtype, 0), keep  # lane c of the loop over the other ranges
   else:
-    outer = UOp.range(end // amt, rng.arg[0], AxisType.REDUCE)
+    outer = UOp.range(end // amt, rng.arg[0], AxisType.REDUCE, rng.dtype)
     rngs = (*keep, outer)
   parts = [UOp(Ops.REDUCE, red.dtype, (red.src[0].substitute({rng: outer * amt + c}), *rngs), red.arg)
            for c in range(amt)]
@@ -193,7 +193,7 @@ def _lane_stride(idx: UOp, rng: UOp, span: int) -> int | None:
   the same constant: a packed operand (`(n//span)*K*span + k*span + n%span`) is contiguous across the lanes of one
   block although not across blocks."""
   if span < 2 or _const_end(rng) % span: return _stride(idx, rng)
-  outer = UOp.range(_const_end(rng) // span, -1, AxisType.GLOBAL)
+  outer = UOp.range(_const_end(rng) // span, -1, AxisType.GLOBAL, rng.dtype)
   at = lambda c: idx.substitute({rng: outer * span + c})  # noqa: E731
   one, last = (graph_rewrite(at(c) - at(0), symbolic, name="lane stride") for c in (1, span - 1))
   if one.op is not Ops.CONST or last.op is not Ops.CONST: return None

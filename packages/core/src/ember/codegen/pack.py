@@ -97,7 +97,7 @@ def plan_packing(ast: UOp, renderer: Renderer) -> PackPlan | None:
   assert isinstance(param.dtype, PtrDType)
   dtype = param.dtype.base
   # the pack kernel: one output range per packed dim, in layout order (its stores run contiguously)
-  g = [UOp.range(e, i, AxisType.GLOBAL) for i, e in enumerate(ends)]
+  g = [UOp.range(e, i, AxisType.GLOBAL, col.dtype) for i, e in enumerate(ends)]
   sub = {r: g[i] for i, r in enumerate(batch)} | {r: g[len(batch) + 1 + i] for i, r in enumerate(ks)}
   sub[col] = g[len(batch)] * span + g[-1]
   src_param = UOp(Ops.PARAM, param.dtype, (), 1)

@@ -11,9 +11,27 @@ from ember.errors import ShapeError
 from ember.helpers import prod
 from ember.uop.ops import Ops, UOp, GroupOp, AxisType, KernelInfo, sint
 
-def _idx_const(v: int) -> UOp: return UOp.const(dtypes.int32, v)
+INT32_MAX = 2 ** 31 - 1
 
-def _to_uop(s: sint) -> UOp: return s if isinstance(s, UOp) else _idx_const(s)
+def _idx_const(v: int, dtype: DType = dtypes.int32) -> UOp: return UOp.const(dtype, v)
+
+def _to_uop(s: sint, dtype: DType = dtypes.int32) -> UOp: return s if isinstance(s, UOp) else _idx_const(s, dtype)
+
+def _index_dtype(idxs: tuple[UOp, ...]) -> DType:
+  """The dtype of a kernel's index math, which its ranges carry: int64 where an index can exceed int32."""
+  return dtypes.int64 if any(i.dtype is dtypes.int64 for i in idxs) else dtypes.int32
+
+def needs_int64_index(node: UOp, out_buf: UOp, realized: dict[UOp, UOp]) -> bool:
+  """Whether some index of the kernel that computes `node` can exceed int32: a buffer it reads or writes, or a shape
+  its index math walks through (the source of a reduction, a padded or expanded view), has more than INT32_MAX
+  elements. Only then are its indices int64, so every other kernel renders as before."""
+  def bound(shape: tuple[sint, ...]) -> int: return prod(s.vmax if isinstance(s, UOp) else s for s in shape)
+  sizes = [out_buf.arg.size]
+  for n in node.toposort(gate=lambda n: n is node or n not in realized):
+    if n is not node and n in realized: sizes.append(realized[n].arg.size)
+    elif n.op is Ops.BUFFER: sizes.append(n.arg.size)
+    elif n.op not in (Ops.DEVICE, Ops.CONST, Ops.DEFINE_VAR, Ops.BIND): sizes.append(bound(n.shape))
+  return max(sizes) > INT32_MAX
 
 def strides_for(shape: tuple[sint, ...]) -> list[sint]:
   strides: list[sint] = []
@@ -24,10 +42,11 @@ def strides_for(shape: tuple[sint, ...]) -> list[sint]:
   return list(reversed(strides))
 
 def flat_index(idxs: tuple[UOp, ...], shape: tuple[sint, ...]) -> UOp:
-  ret: UOp = _idx_const(0)
+  dt = _index_dtype(idxs)
+  ret: UOp = _idx_const(0, dt)
   for i, st, s in zip(idxs, strides_for(shape), shape):
     if isinstance(s, int) and s == 1: continue
-    ret = ret + i * _to_uop(st) if not (isinstance(st, int) and st == 1) else ret + i
+    ret = ret + i * _to_uop(st, dt) if not (isinstance(st, int) and st == 1) else ret + i
   return ret
 
 def _unbind(s: sint, ctx: KernelCtx) -> sint:
@@ -42,8 +61,8 @@ def _unbind(s: sint, ctx: KernelCtx) -> sint:
 
 class KernelCtx:
   """State while lowering one kernel: buffer params by slot, fresh range ids, variables, memo."""
-  def __init__(self, realized: dict[UOp, UOp], output: UOp):
-    self.realized, self.output = realized, output
+  def __init__(self, realized: dict[UOp, UOp], output: UOp, index_dtype: DType = dtypes.int32):
+    self.realized, self.output, self.index_dtype = realized, output, index_dtype
     self.bufs: list[UOp] = []
     self.params: dict[UOp, UOp] = {}
     self.next_axis = 0
@@ -55,7 +74,7 @@ class KernelCtx:
       self.bufs.append(buf)
     return self.params[buf]
   def new_range(self, end: sint, axis_type: AxisType) -> UOp:
-    r = UOp.range(_unbind(end, self), self.next_axis, axis_type)
+    r = UOp.range(_unbind(end, self), self.next_axis, axis_type, self.index_dtype)
     self.next_axis += 1
     return r
 
@@ -64,6 +83,7 @@ def index_through(u: UOp, idxs: tuple[UOp, ...],
   """Walk down movement ops (to the first node `stop` accepts, if given): the base node, the index into it, and the
   validity condition (None: always valid)."""
   valid: UOp | None = None
+  dt = _index_dtype(idxs)
   while u.op in GroupOp.Movement and not (stop is not None and stop(u)):
     src = u.src[0]
     if u.op is Ops.RESHAPE:
@@ -71,17 +91,17 @@ def index_through(u: UOp, idxs: tuple[UOp, ...],
       new: list[UOp] = []
       for i, (st, s) in enumerate(zip(strides_for(src.shape), src.shape)):
         if isinstance(s, int) and s == 1:
-          new.append(_idx_const(0))
+          new.append(_idx_const(0, dt))
           continue
-        e = flat // _to_uop(st) if not (isinstance(st, int) and st == 1) else flat
-        new.append(e % _to_uop(s) if i > 0 else e)
+        e = flat // _to_uop(st, dt) if not (isinstance(st, int) and st == 1) else flat
+        new.append(e % _to_uop(s, dt) if i > 0 else e)
       idxs = tuple(new)
     elif u.op is Ops.PERMUTE:
-      new = [_idx_const(0)] * len(idxs)
+      new = [_idx_const(0, dt)] * len(idxs)
       for i, p in enumerate(u.arg): new[p] = idxs[i]
       idxs = tuple(new)
     elif u.op is Ops.EXPAND:
-      idxs = tuple(_idx_const(0) if (isinstance(s, int) and s == 1) and not (isinstance(n, int) and n == 1) else i
+      idxs = tuple(_idx_const(0, dt) if (isinstance(s, int) and s == 1) and not (isinstance(n, int) and n == 1) else i
                    for i, s, n in zip(idxs, src.shape, u.arg))
     elif u.op is Ops.PAD:
       new = []
@@ -89,14 +109,14 @@ def index_through(u: UOp, idxs: tuple[UOp, ...],
         if b or a:
           cond: UOp | None = None
           if b: cond = i.ge(b)
-          if a: cond = i.lt(_to_uop(s) + b) if cond is None else cond & i.lt(_to_uop(s) + b)
+          if a: cond = i.lt(_to_uop(s, dt) + b) if cond is None else cond & i.lt(_to_uop(s, dt) + b)
           if cond is not None: valid = cond if valid is None else valid & cond
         new.append(i - b if b else i)
       idxs = tuple(new)
     elif u.op is Ops.SHRINK:
-      idxs = tuple(i + _to_uop(b) if not (isinstance(b, int) and b == 0) else i for i, (b, _) in zip(idxs, u.arg))
+      idxs = tuple(i + _to_uop(b, dt) if not (isinstance(b, int) and b == 0) else i for i, (b, _) in zip(idxs, u.arg))
     elif u.op is Ops.FLIP:
-      idxs = tuple((_to_uop(s) - 1 - i) if f else i for i, f, s in zip(idxs, u.arg, src.shape))
+      idxs = tuple((_to_uop(s, dt) - 1 - i) if f else i for i, f, s in zip(idxs, u.arg, src.shape))
     u = src
   return u, idxs, valid
 
@@ -143,7 +163,7 @@ def _lower(u: UOp, idxs: tuple[UOp, ...], valid: UOp | None, ctx: KernelCtx) -> 
     base, new_idxs, cond = index_through(u, idxs, at_buffer)
     inner = lower(base, new_idxs, _and(valid, cond), ctx)
     return inner if cond is None else cond.where(inner, inner.const_like(0))
-  if u.op is Ops.BUFFER: return _load(u, idxs[0] if idxs else _idx_const(0), valid, ctx)
+  if u.op is Ops.BUFFER: return _load(u, idxs[0] if idxs else _idx_const(0, ctx.index_dtype), valid, ctx)
   if u.op is Ops.CONST: return UOp.const(dt, u.arg)
   if u.op is Ops.RANGE: return idxs[0].cast(dt)  # tensor-level iota: the index along its only dim
   if u.op is Ops.BIND:
@@ -172,9 +192,10 @@ def _lower(u: UOp, idxs: tuple[UOp, ...], valid: UOp | None, ctx: KernelCtx) -> 
 
 def lower_kernel(node: UOp, out_buf: UOp, realized: dict[UOp, UOp]) -> tuple[UOp, list[UOp], dict[str, int]]:
   """The kernel AST that computes `node` into `out_buf`: (SINK, buffer uops by slot, variable values)."""
-  ctx = KernelCtx(realized, node)
+  ctx = KernelCtx(realized, node, dtypes.int64 if needs_int64_index(node, out_buf, realized) else dtypes.int32)
   shape = node.shape
-  ranges = tuple(_idx_const(0) if isinstance(s, int) and s == 1 else ctx.new_range(s, AxisType.GLOBAL) for s in shape)
+  ranges = tuple(_idx_const(0, ctx.index_dtype) if isinstance(s, int) and s == 1 else
+                 ctx.new_range(s, AxisType.GLOBAL) for s in shape)
   if node.op is Ops.ASSIGN:
     target, value = node.src
     base, tidx, tvalid = index_through(target, ranges)

@@ -252,9 +252,10 @@ class UOp(metaclass=UOpMetaClass):
     return UOp(Ops.LOAD, dtype or base, (self,))
   def store(self, value: UOp) -> UOp: return UOp(Ops.STORE, dtypes.void, (self, value))
   @staticmethod
-  def range(end: sint, axis_id: int, axis_type: AxisType = AxisType.LOOP) -> UOp:
-    end_u = end if isinstance(end, UOp) else UOp.const(dtypes.int32, end)
-    return UOp(Ops.RANGE, dtypes.int32, (end_u,), (axis_id, axis_type))
+  def range(end: sint, axis_id: int, axis_type: AxisType = AxisType.LOOP, dtype: AnyDType = dtypes.int32) -> UOp:
+    """A loop counter 0..end-1 of `dtype` (int64 in kernels whose index range exceeds int32)."""
+    end_u = end if isinstance(end, UOp) else UOp.const(dtype, end)
+    return UOp(Ops.RANGE, dtype, (end_u,), (axis_id, axis_type))
   def simplify(self) -> UOp:
     from ember.uop.symbolic import symbolic
     from ember.uop.rewrite import graph_rewrite
