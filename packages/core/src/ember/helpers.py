@@ -126,8 +126,9 @@ def parse_target(s: str) -> Target:
 
 # ** disk cache: content-addressed, sqlite, safe across processes **
 # It stores data only: bytes (compiled binaries), str, or plain JSON, each beside a sha256 of its format version, table,
-# key, kind and payload. Nothing read back is ever unpickled or executed before that checksum matches, so a tampered,
-# truncated or bit-flipped entry, or one written by another format, is dropped with a `CacheWarning` and recomputed.
+# key, kind and payload. Nothing read back is ever unpickled, and nothing is handed out (a binary to dlopen, say) unless
+# that checksum matches: a tampered, truncated or bit-flipped entry, or one of another format, is dropped with a
+# `CacheWarning` and recomputed.
 
 CACHE_FORMAT = 2  # bump when the row layout or a kind's encoding changes: older rows then fail their checksum
 _CACHE_TABLE = f"cache_v{CACHE_FORMAT}"
