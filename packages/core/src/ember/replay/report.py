@@ -1,15 +1,15 @@
 """compare: what differs between two capture folders, as text with unified diffs.
 
 Kernels are matched by AST key. A kernel in both captures whose program text changed for a renderer is reported with
-the diff; a kernel in one capture only is added or removed, and where a workload's kernel at the same position has a
-new AST on the other side, the two are diffed as a pair (AST and every renderer's program). Renderers captured on
-one side only, renderers whose build failed differently, and workloads that raise on one side or schedule other
-kernels are differences too.
+the diff; a kernel in one capture only is added or removed, and the kernels a workload schedules on one side only are
+diffed in pairs, in schedule order (AST and every renderer's program). Renderers captured on one side only, renderers
+whose build failed differently, and workloads that raise on one side or schedule other kernels are differences too.
 """
 from __future__ import annotations
 import difflib
 import json
 import os
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, TextIO
 from .record import FORMAT, MANIFEST, renderer_dir
@@ -77,8 +77,8 @@ def _compare_renderers(a: Capture, b: Capture, report: Report) -> list[str]:
   return [label for label in ra if label in rb]
 
 def _compare_workloads(a: Capture, b: Capture, report: Report) -> list[tuple[str, str]]:
-  """Report workloads on one side only, raising differently or scheduling other kernels; return the (key in a, key in
-  b) pairs at the same position of a workload whose ASTs differ, for diffing."""
+  """Report workloads on one side only, raising differently or scheduling other kernels; return the kernels a
+  workload schedules on one side only, paired in schedule order (key in a, key in b), for diffing."""
   wa, wb = a.manifest["workloads"], b.manifest["workloads"]
   pairs: list[tuple[str, str]] = []
   for name in list(wa) + [n for n in wb if n not in wa]:
@@ -87,11 +87,14 @@ def _compare_workloads(a: Capture, b: Capture, report: Report) -> list[tuple[str
       continue
     if wa[name]["error"] != wb[name]["error"]:
       report.difference(f"workload {name} error: {wa[name]['error']} vs {wb[name]['error']}")
-    ka, kb = wa[name]["kernels"], wb[name]["kernels"]
+    # the same kernels in another order is no difference: the order of independent kernels in a schedule can vary
+    # between processes (tensors collected from a weak set, ordered by address)
+    ka, kb = Counter(wa[name]["kernels"]), Counter(wb[name]["kernels"])
     if ka != kb:
-      report.difference(f"workload {name}: schedules {len(ka)} kernels in {a.path}, {len(kb)} in {b.path}, "
-                        f"{sum(x != y for x, y in zip(ka, kb)) + abs(len(ka) - len(kb))} of them different")
-      pairs += [(x, y) for x, y in zip(ka, kb) if x != y]
+      gone, new = ka - kb, kb - ka
+      report.difference(f"workload {name}: {gone.total()} of its {ka.total()} kernels in {a.path} are not in "
+                        f"{b.path}, {new.total()} of its {kb.total()} kernels there are new")
+      pairs += list(zip(gone, new))  # in schedule order on each side
   return pairs
 
 def compare(path_a: str, path_b: str, out: TextIO, max_diffs: int = 50) -> int:
