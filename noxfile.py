@@ -118,11 +118,11 @@ def replay(session: nox.Session) -> None:
     ("origin/main" if git("rev-parse", "--verify", "--quiet", "origin/main^{commit}").returncode == 0 else "HEAD")
   only = session.posargs[1:] if session.posargs and session.posargs[0] == ref else list(session.posargs)
   session.install("numpy", "pluggy", "llvmlite")
-  tmp = os.path.abspath(session.create_tmp())
-  worktree, captures = os.path.join(tmp, "replay-ref"), os.path.join(tmp, "replay")
-  if os.path.exists(worktree):  # left by an interrupted run
-    git("worktree", "remove", "--force", worktree)
-    shutil.rmtree(worktree, ignore_errors=True)
+  captures = os.path.join(os.path.abspath(session.create_tmp()), "replay")  # kept for reading after the run
+  # REF's checkout lives outside this tree, where no test or lint run that walks the tree can find its files
+  outside = tempfile.mkdtemp(prefix="ember-replay-")
+  worktree = os.path.join(outside, "ref")
+  git("worktree", "prune")  # forget checkouts of interrupted runs
   session.run("git", "-C", ROOT, "worktree", "add", "--detach", worktree, ref, external=True)
   env = {"PYTHONPATH": os.path.join(CORE, "src")}  # the working tree's driver; each capture's child imports its tree
   try:
@@ -133,6 +133,7 @@ def replay(session: nox.Session) -> None:
                 os.path.join(captures, "work"), env=env)
   finally:
     git("worktree", "remove", "--force", worktree)
+    shutil.rmtree(outside, ignore_errors=True)
 
 @nox.session(name="tests", venv_backend="none")
 def tests(session: nox.Session) -> None:
