@@ -177,9 +177,10 @@ def test_reshaped_buffer_is_read_at_its_flat_index():
   np.testing.assert_allclose(out.numpy(), (x * 2).reshape(24, 8) @ w, rtol=1e-5, atol=1e-5)
 
 def test_long_full_reduction_runs_in_two_stages():
-  from ember.tensor import SPLIT_REDUCE_MIN
+  from ember.tensor import SPLIT_REDUCE_MIN, SUM_CHUNK, SUM_CHUNK_MIN
   big = kernels(Tensor.empty(SPLIT_REDUCE_MIN * 4).sum())
-  assert len(big) == 2 and big[0].bufs[0].size == 256 and big[1].bufs[0].size == 1  # 256 partial sums, then one
+  # float sums add chunks of SUM_CHUNK into partial sums, then the partials
+  assert len(big) == 2 and big[0].bufs[0].size == SPLIT_REDUCE_MIN * 4 // SUM_CHUNK and big[1].bufs[0].size == 1
   assert len(kernels(Tensor.empty(2048, 2048).max())) == 2
-  assert len(kernels(Tensor.empty(SPLIT_REDUCE_MIN // 2).sum())) == 1  # short: one kernel
+  assert len(kernels(Tensor.empty(SUM_CHUNK_MIN).sum())) == 1  # short: one kernel
   assert len(kernels(Tensor.empty(2048, 2048).sum(1))) == 1  # a row reduction has outputs to share already
