@@ -4,7 +4,6 @@ The primitives here (creation, elementwise with broadcasting and weak-dtype prom
 matmul, autograd) are what the rest of the API composes from.
 """
 from __future__ import annotations
-import functools
 import math
 import weakref
 from typing import Any, Sequence, TypeAlias
@@ -12,7 +11,6 @@ import numpy as np
 from ember.dtype import DType, dtypes, least_upper_dtype, least_upper_float, strong_dtype, sum_acc_dtype, to_dtype
 from ember.errors import AxisError, DTypeError, EmptyReductionError, GradientError, ShapeError, DeviceError
 from ember.helpers import prod, SEED
-from ember.tensor_extra import TensorExtra
 from ember.uop.ops import Ops, UOp, BufferArg, GroupOp, next_unique, sint
 
 # inside `class Tensor` the names int/float/bool are the cast methods; its signatures use these for the builtins
@@ -62,7 +60,7 @@ SPLIT_REDUCE_MIN = 1 << 20
 # a float sum over more than SUM_CHUNK_MIN elements per output adds them in chunks of SUM_CHUNK (Tensor._chunked_sum)
 SUM_CHUNK, SUM_CHUNK_MIN = 1 << 12, 1 << 16
 
-class Tensor(TensorExtra):
+class Tensor:
   """A lazy, multi-dimensional array with autograd.
 
   >>> Tensor([[1.0, 2.0], [3.0, 4.0]]).sum(axis=1).numpy()
@@ -269,18 +267,10 @@ class Tensor(TensorExtra):
     return Tensor.full(_shape_arg(shape), 1.0, **{"dtype": dtypes.default_float, **kwargs})
   @staticmethod
   def arange(start: int | float, stop: int | float | None = None, step: int | float = 1, **kwargs: Any) -> Tensor:
-    """start, start + step, ... up to (not including) stop. Int arguments give the default int dtype, any float one the
-    default float; `dtype=` overrides (the values are computed in floats and truncated, like torch).
-
-    >>> Tensor.arange(1, 7, 2).tolist()
-    [1, 3, 5]
-    """
     if stop is None: start, stop = 0, start
-    if step == 0: raise ShapeError(f"arange step must be nonzero, got arange({start}, {stop}, {step})")
-    if (step > 0 and start > stop) or (step < 0 and start < stop):
-      raise ShapeError(f"arange({start}, {stop}, {step}): the step's sign does not lead from start to stop; flip it")
+    if step == 0: raise ValueError("arange step must not be zero")
     n = max(math.ceil((stop - start) / step), 0)
-    if kwargs.get("dtype") is not None: dt = to_dtype(kwargs.pop("dtype"))
+    if "dtype" in kwargs: dt = to_dtype(kwargs.pop("dtype"))
     elif any(isinstance(v, float) for v in (start, stop, step)): dt = dtypes.default_float
     else: dt = dtypes.default_int
     if n == 0: return Tensor.empty(0, dtype=dt, **kwargs)
@@ -291,8 +281,7 @@ class Tensor(TensorExtra):
     idx = Tensor(UOp(Ops.RANGE, dtypes.int32, (UOp(Ops.DEVICE, arg=dev),), n), **kwargs)
     if dtypes.is_int(dt) and isinstance(start, int) and isinstance(step, int):
       return (idx.cast(dt) * step + start).cast(dt)
-    ft = dt if dtypes.is_float(dt) else dtypes.default_float
-    return (idx.cast(ft) * step + start).cast(dt)
+    return idx.cast(dt) * step + start
   @staticmethod
   def eye(n: int, m: int | None = None, **kwargs: Any) -> Tensor:
     m = n if m is None else m
@@ -424,11 +413,8 @@ class Tensor(TensorExtra):
     >>> a.shape, b.tolist()
     ((2, 3), [[3, 4, 5], [3, 4, 5]])
     """
-    if indexing not in ("ij", "xy"): raise ShapeError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
-    seq = _tensor_seq(self, args, "meshgrid")
-    if (bad := next((t for t in seq if t.ndim > 1), None)) is not None:
-      raise ShapeError(f"meshgrid takes 0-d or 1-d tensors, got shape {bad.shape}; flatten it first")
-    ts = [t.flatten() for t in seq]
+    if indexing not in ("ij", "xy"): raise ValueError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
+    ts = [t.flatten() for t in (self, *args)]
     shape = [t.shape[0] for t in ts]
     if indexing == "xy" and len(ts) >= 2: shape[0], shape[1] = shape[1], shape[0]
     out = []
@@ -617,20 +603,10 @@ class Tensor(TensorExtra):
   def unsqueeze(self, dim: int) -> Tensor:
     d = self._resolve_dim(dim, extra=1)
     return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
-  def squeeze(self, dim: int | Sequence[int] | None = None) -> Tensor:
-    """Drop size-1 dims: all of them, or those of `dim` (an int or a tuple/list of them) that have size 1.
-
-    >>> Tensor.ones(1, 3, 1).squeeze((0, 1)).shape
-    (3, 1)
-    """
+  def squeeze(self, dim: int | None = None) -> Tensor:
     if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
-    dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
-    # a 0-d tensor takes dim 0 or -1, as if it had one dim of size 1
-    resolved = [self._resolve_dim(d) for d in dims] if self.ndim else [self._resolve_dim(d, extra=1) for d in dims]
-    if len(set(resolved)) != len(resolved):
-      raise ShapeError(f"squeeze dims {dims} name a dim more than once (shape {self.shape})")
-    drop = {d for d in resolved if self.ndim and self.shape[d] == 1}
-    return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in drop))
+    d = self._resolve_dim(dim)
+    return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
 
   def __getitem__(self, indices: Any) -> Tensor:
     """Basic and advanced indexing with numpy/torch semantics: ints, slices with steps, None, Ellipsis, and int
@@ -659,8 +635,8 @@ class Tensor(TensorExtra):
     >>> Tensor.cat(Tensor([[1, 2]]), Tensor([[3, 4]]), dim=0).tolist()
     [[1, 2], [3, 4]]
     """
-    tensors = _tensor_seq(self, others, "cat")
-    first = tensors[0]
+    tensors = (self, *others)
+    first = self
     d = first._resolve_dim(dim)
     for t in tensors[1:]:
       if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != d):
@@ -678,13 +654,8 @@ class Tensor(TensorExtra):
     assert out is not None
     return out
   def stack(self, *others: Tensor, dim: int = 0) -> Tensor:
-    """Join same-shape tensors along a new dim `dim`: `Tensor.stack([a, b])`, `Tensor.stack(a, b)` or `a.stack(b)`.
-
-    >>> Tensor.stack([Tensor([1, 2]), Tensor([3, 4])], dim=1).tolist()
-    [[1, 3], [2, 4]]
-    """
-    ts = _tensor_seq(self, others, "stack")
-    d = ts[0]._resolve_dim(dim, extra=1)
+    ts = (self, *others)
+    d = self._resolve_dim(dim, extra=1)
     return Tensor.cat(*[t.unsqueeze(d) for t in ts], dim=d)
   def _slice_dim(self, dim: int, start: sint, stop: sint) -> Tensor:
     return self.shrink(tuple((start, stop) if i == dim else (0, s) for i, s in enumerate(self.shape)))
@@ -844,9 +815,6 @@ class Tensor(TensorExtra):
     >>> Tensor([[1, 2], [3, 4]]).gather(1, Tensor([[1, 0], [0, 0]])).tolist()
     [[2, 1], [3, 3]]
     """
-    if self.ndim == 0 and index.ndim == 0:  # torch treats a 0-d input and index as 1-d of one element
-      self._resolve_dim(dim, extra=1)
-      return self.reshape(1).gather(0, index.reshape(1)).reshape(())
     d = self._resolve_dim(dim)
     self._check_index_tensor(index, d, "gather")
     n = int(self.shape[d])
@@ -1100,24 +1068,17 @@ class Tensor(TensorExtra):
     return a._alu(Ops.SUB, b)
   def mul(self, x: Any, reverse: PyBool = False) -> Tensor: return _binop(Ops.MUL, self, x, reverse)
   def div(self, x: Any, reverse: PyBool = False, rounding_mode: str | None = None) -> Tensor:
-    """self / x; `rounding_mode="trunc"` rounds the quotient toward zero, `"floor"` down (Python's //: the floor of
-    the exact quotient, so 1.0 // 0.1 is 9.0). Rounded quotients keep int dtypes and have zero gradient, as in torch.
-
-    >>> Tensor([7, -7]).div(2, rounding_mode="floor").tolist()
-    [3, -4]
-    """
-    if rounding_mode not in (None, "trunc", "floor"):
-      raise ShapeError(f"div rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
     a, b = self._broadcasted(x, reverse)
-    if rounding_mode is None:
-      ft = least_upper_float(a.dtype)
-      return a.cast(ft)._alu(Ops.FDIV, b.cast(ft))
-    if a.dtype is dtypes.bool: a, b = a.cast(dtypes.int32), b.cast(dtypes.int32)
-    if dtypes.is_int(a.dtype): return a._alu(Ops.IDIV, b) if rounding_mode == "trunc" else a._floordiv(b)
-    ad, bd = a.detach(), b.detach()
-    q = (ad / bd).trunc() if rounding_mode == "trunc" else _exact_floordiv(ad, bd)
-    # a piecewise-constant result: zero gradient, but a and b stay in the graph (so asking for their gradient works)
-    return (a.isnan() | b.isnan()).where(q, q)
+    if rounding_mode == "trunc":
+      if dtypes.is_int(a.dtype): return a._alu(Ops.IDIV, b)
+      return (a.cast(least_upper_float(a.dtype)) / b).trunc().cast(a.dtype)
+    if rounding_mode == "floor":
+      if dtypes.is_int(a.dtype): return a._floordiv(b)
+      return (a / b).floor()
+    if rounding_mode is not None:
+      raise ValueError(f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    ft = least_upper_float(a.dtype)
+    return a.cast(ft)._alu(Ops.FDIV, b.cast(ft))
   def _floordiv(self, b: Tensor) -> Tensor:
     q = self._alu(Ops.IDIV, b)
     # C division truncates: step down where the signs differ and there is a remainder
@@ -1128,11 +1089,7 @@ class Tensor(TensorExtra):
     if dtypes.is_int(a.dtype):
       r = a._alu(Ops.MOD, b)
       return ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
-    q = _exact_floordiv(a.detach(), b.detach())
-    # the value is a - q * b computed exactly (1.0 % 0.1 is 0.0999..., not 0); the gradient is that of a - q * b
-    approx = a - q * b
-    exact = (a.cast(dtypes.float64) - q.cast(dtypes.float64) * b.cast(dtypes.float64)).cast(a.dtype)
-    return approx + (exact - approx).detach()
+    return a - (a / b).floor() * b
   def neg(self) -> Tensor:
     if self.dtype is dtypes.bool: return self.logical_not()
     return self._alu(Ops.NEG)
@@ -1142,9 +1099,7 @@ class Tensor(TensorExtra):
   def minimum(self, x: Any) -> Tensor:
     a, b = self._broadcasted(x)
     if a.dtype is dtypes.bool: return a & b
-    # ints through ~ (order-reversing without overflow: -x wraps at the minimum int), floats through -x (NaN propagates)
-    if dtypes.is_int(a.dtype): return ~((~a)._alu(Ops.MAX, ~b))
-    return -((-a)._alu(Ops.MAX, -b))
+    return -((-a)._alu(Ops.MAX, -b)) if not dtypes.is_unsigned(a.dtype) else (a < b).where(a, b)
   def where(self, x: Any, y: Any) -> Tensor:
     if self.dtype is not dtypes.bool:
       raise DTypeError(f"where condition must be bool, got {self.dtype!r}; compare it first (e.g. t != 0)")
@@ -1279,39 +1234,29 @@ class Tensor(TensorExtra):
     af, bf = a._float(), b._float()
     close = eq | (af.isfinite() & bf.isfinite() & ((af - bf).abs() <= atol + rtol * bf.abs()))
     return close | (af.isnan() & bf.isnan()) if equal_nan else close
-  def clip(self, min_: Any = None, max_: Any = None, *, min: Any = None, max: Any = None) -> Tensor:
-    """Clamp values into [min_, max_] (torch's `min=`/`max=` spell the same bounds); either bound may be None or a
-    tensor, and they broadcast with self. NaN in self or a bound gives NaN; with min_ > max_ the result is max_
-    (torch.clamp). The gradient flows to self where min_ <= x <= max_, to a bound where it is the result.
+  def clip(self, min_: Any = None, max_: Any = None) -> Tensor:
+    """Clamp values into [min_, max_]; either bound may be None or a tensor. NaN stays NaN; with min_ > max_ the result
+    is max_ (torch.clamp). The gradient flows where min_ <= x <= max_.
 
     >>> Tensor([-2, 0, 5]).clip(-1, 3).tolist()
     [-1, 0, 3]
-    >>> Tensor([-2.0, 0.5]).clamp(min=0).tolist()
-    [0.0, 0.5]
     """
-    lo, hi = (min_ if min is None else min), (max_ if max is None else max)
-    if lo is None and hi is None:
-      raise ShapeError("clip/clamp needs at least one bound: pass min_ (min=) or max_ (max=), or both")
-    ret, bounds = self, []
-    if lo is not None:
-      a, low = ret._broadcasted(lo)
-      ret = (a < low).where(low, a)  # x == min keeps x, so the gradient goes to x there (torch)
-      bounds.append(low)
-    if hi is not None:
-      a, high = ret._broadcasted(hi)
-      ret = (a > high).where(high, a)
-      bounds.append(high)
-    if not dtypes.is_float(ret.dtype): return ret
-    # NaN anywhere gives NaN (comparisons with NaN are False, so the wheres above kept x) with no gradient, as torch
-    nan = functools.reduce(lambda acc, t: acc + t, bounds, self.cast(ret.dtype)).detach()
-    return nan.isnan().where(nan, ret)
-  def clamp(self, min_: Any = None, max_: Any = None, *, min: Any = None, max: Any = None) -> Tensor:
+    if min_ is None and max_ is None: raise ValueError("clip needs at least one of min_ or max_")
+    ret = self
+    if min_ is not None:
+      a, lo = ret._broadcasted(min_)
+      ret = (a < lo).where(lo, a)
+    if max_ is not None:
+      a, hi = ret._broadcasted(max_)
+      ret = (a > hi).where(hi, a)
+    return ret
+  def clamp(self, min_: Any = None, max_: Any = None) -> Tensor:
     """Alias of `clip`.
 
-    >>> Tensor([0.5, 2.0]).clamp(max=1.0).tolist()
+    >>> Tensor([0.5, 2.0]).clamp(max_=1.0).tolist()
     [0.5, 1.0]
     """
-    return self.clip(min_, max_, min=min, max=max)
+    return self.clip(min_, max_)
   def sign(self) -> Tensor:
     """-1, 0 or 1 by sign (0 for NaN and -0.0, like torch); the dtype is kept and the gradient is zero.
 
@@ -1739,8 +1684,8 @@ class Tensor(TensorExtra):
   def min(self, axis: Any = None, keepdim: PyBool = False) -> Tensor:
     self._check_nonempty(axis, "min")
     x = self.cast(strong_dtype(self.dtype))
-    # ~x reverses the order of ints (and bools) without the overflow of -x at the minimum int
-    if dtypes.is_int(x.dtype) or x.dtype is dtypes.bool: return ~((~x).max(axis, keepdim))
+    if dtypes.is_unsigned(x.dtype): return dtypes.max(x.dtype) - (dtypes.max(x.dtype) - x).max(axis, keepdim)
+    if x.dtype is dtypes.bool: return x.logical_not().max(axis, keepdim).logical_not()
     return -((-x).max(axis, keepdim))
   def mean(self, axis: Any = None, keepdim: PyBool = False) -> Tensor:
     x = self.cast(least_upper_float(strong_dtype(self.dtype)))
@@ -1884,8 +1829,10 @@ class Tensor(TensorExtra):
     if src.shape[ax] == 0: return src, Tensor.empty(*src.shape, dtype=dtypes.int32, device=self.device)
     x = src.detach()  # the values are gathered from src at the indices below: the gradient goes to that one element
     if largest: vals = x._scan(Ops.MAX, ax, dtypes.min(x.dtype) if not dtypes.is_float(x.dtype) else -math.inf)
-    elif dtypes.is_float(x.dtype): vals = -((-x)._cum_extreme(ax, True)[0])
-    else: vals = ~((~x)._cum_extreme(ax, True)[0])  # ~ reverses int order without -x's overflow at the minimum int
+    elif dtypes.is_float(x.dtype) or dtypes.is_int(x.dtype) and not dtypes.is_unsigned(x.dtype):
+      vals = -((-x)._cum_extreme(ax, True)[0])
+    elif x.dtype is dtypes.bool: vals = x.logical_not()._cum_extreme(ax, True)[0].logical_not()
+    else: vals = dtypes.max(x.dtype) - (dtypes.max(x.dtype) - x)._cum_extreme(ax, True)[0]
     # index: the last j <= i where x[j] equals the running extreme (torch's tie rule)
     n = int(x.shape[ax])
     xw = x._scan_windows(ax, x.dtype.const(0))  # (..., i, j), entries past i are masked below
@@ -2029,22 +1976,10 @@ class Tensor(TensorExtra):
     if len(pads) == n: return [(p, p) for p in pads]
     if len(pads) == 2 * n: return [(pads[2 * (n - 1 - j)], pads[2 * (n - 1 - j) + 1]) for j in range(n)]
     raise ShapeError(f"padding {tuple(pads)} needs 1, {n} or {2 * n} entries for {n} spatial dims")
-  @staticmethod
-  def _conv_padding(padding: PyInt | Sequence[PyInt] | str, nd: PyInt, kernel: tuple[PyInt, ...],
-                    stride: PyInt | Sequence[PyInt], dilation: PyInt | Sequence[PyInt]) -> list[tuple[PyInt, PyInt]]:
-    """conv2d's padding as (before, after) per spatial dim, with torch's "valid" and "same" strings."""
-    if not isinstance(padding, str): return Tensor._pad_pairs(padding, nd)
-    if padding == "valid": return [(0, 0)] * nd
-    if padding != "same": raise ShapeError(f"conv2d padding string must be 'same' or 'valid', got {padding!r}")
-    if any(v != 1 for v in Tensor._tuple_arg(stride, nd, "stride")):
-      raise ShapeError(f"conv2d padding='same' needs stride 1, got stride {stride}; pad explicitly instead")
-    totals = [d * (k - 1) for d, k in zip(Tensor._tuple_arg(dilation, nd, "dilation"), kernel)]
-    return [(t // 2, t - t // 2) for t in totals]
   def conv2d(self, weight: Tensor, bias: Tensor | None = None, groups: PyInt = 1, stride: PyInt | Sequence[PyInt] = 1,
-             dilation: PyInt | Sequence[PyInt] = 1, padding: PyInt | Sequence[PyInt] | str = 0) -> Tensor:
+             dilation: PyInt | Sequence[PyInt] = 1, padding: PyInt | Sequence[PyInt] = 0) -> Tensor:
     """N-d convolution (1d/2d/3d from the weight's rank): input (N, Cin, *spatial), weight (Cout, Cin/groups,
-    *kernel). `padding`: int, one per dim, 2 per dim in F.pad order (asymmetric), "valid" (none) or "same" (output
-    as large as the input, stride 1; an odd total puts the extra row/col at the end, like torch).
+    *kernel). `padding`: int, one per dim, or 2 per dim in F.pad order (asymmetric).
 
     >>> Tensor.ones(1, 1, 3, 3).conv2d(Tensor.ones(1, 1, 2, 2)).tolist()
     [[[[4.0, 4.0], [4.0, 4.0]]]]
@@ -2058,7 +1993,7 @@ class Tensor(TensorExtra):
       raise ShapeError(f"conv2d: input channels {cin} != weight channels {cin_g} * groups {groups} "
                        f"(input {self.shape}, weight {weight.shape}), or out channels {cout} not divisible by groups")
     kernel = tuple(int(k) for k in weight.shape[2:])
-    pads = Tensor._conv_padding(padding, nd, kernel, stride, dilation)
+    pads = Tensor._pad_pairs(padding, nd)
     x = self.pad(((0, 0), (0, 0), *pads))
     pool_args = (kernel, Tensor._tuple_arg(stride, nd, "stride"), Tensor._tuple_arg(dilation, nd, "dilation"))
     # groups=1 is an implicit GEMM: the padded image is copied channels-last once, then one reduction over
@@ -2183,21 +2118,18 @@ class Tensor(TensorExtra):
     return flat.scatter(len(lead), indices.flatten(len(lead)), self.flatten(len(lead))).reshape(*lead, *spatial)
   def avg_pool2d(self, kernel_size: PyInt | Sequence[PyInt] = (2, 2), stride: PyInt | Sequence[PyInt] | None = None,
                  padding: PyInt | Sequence[PyInt] = 0, ceil_mode: PyBool = False, count_include_pad: PyBool = True,
-                 divisor_override: PyInt | None = None, dilation: PyInt | Sequence[PyInt] = 1) -> Tensor:
+                 dilation: PyInt | Sequence[PyInt] = 1) -> Tensor:
     """Mean over windows of the last len(kernel_size) dims. The divisor counts padding when `count_include_pad`, but
-    never the extra room ceil_mode adds (torch's rule); `divisor_override` divides every window sum by that instead.
+    never the extra room ceil_mode adds (torch's rule).
 
     >>> Tensor([[[[1.0, 2.0], [3.0, 4.0]]]]).avg_pool2d().tolist()
     [[[[2.5]]]]
     """
-    if divisor_override is not None and divisor_override == 0:
-      raise ShapeError("avg_pool2d divisor_override must not be zero; pass None to divide by the window count")
     k, s, d, p, after = self._pool_geometry(kernel_size, stride, padding, dilation, ceil_mode)
     nd = len(k)
     x = self._float()
     win = x.pad(((0, 0),) * (self.ndim - nd) + tuple(zip(p, after)))._pool(k, s, d)
     total = win.sum(list(range(win.ndim - nd, win.ndim)))
-    if divisor_override is not None: return total / divisor_override
     spatial = tuple(int(v) for v in self.shape[-nd:])
     ones = Tensor.ones(*spatial, dtype=x.dtype, device=self.device)
     if count_include_pad:
@@ -2242,9 +2174,7 @@ class Tensor(TensorExtra):
       frac = Tensor([v - f for v, f in zip(pos, lo)], dtype=x.dtype, device=self.device)
       frac = frac.reshape(o, *([1] * (nd - 1 - j)))
       x = x[(slice(None),) * ax + (lo,)] * (1 - frac) + x[(slice(None),) * ax + (hi,)] * frac
-    if x.dtype is self.dtype: return x
-    # int input (torch: uint8) keeps its dtype: the interpolated values rounded half up, within the dtype's range
-    return (x + 0.5).floor().clip(dtypes.min(self.dtype), dtypes.max(self.dtype)).cast(self.dtype)
+    return x
   def dropout(self, p: PyFloat = 0.5) -> Tensor:
     """Zero each element with probability `p` and scale the rest by 1/(1-p), only while `Tensor.training`.
 
@@ -2390,8 +2320,6 @@ class Tensor(TensorExtra):
   def __rxor__(self, x: Any) -> Tensor: return _binop(Ops.XOR, self, x, True)
   def __lshift__(self, x: Any) -> Tensor: return self.lshift(x)
   def __rshift__(self, x: Any) -> Tensor: return self.rshift(x)
-  def __rlshift__(self, x: Any) -> Tensor: return _shift(Ops.SHL, self._const_like(x), self)
-  def __rrshift__(self, x: Any) -> Tensor: return _shift(Ops.SHR, self._const_like(x), self)
   def __invert__(self) -> Tensor:
     if self.dtype is dtypes.bool: return self.logical_not()
     if not dtypes.is_int(self.dtype): raise DTypeError(f"~ needs an int or bool tensor, got {self.dtype!r}")
@@ -2477,24 +2405,6 @@ def _sym_eq(a: sint, b: sint) -> bool:
            for x in (ua, ub) if isinstance(x, UOp) for n in x.toposort() if n.op is Ops.BIND}
   try: return sym_infer(ua, bound) == sym_infer(ub, bound)
   except KeyError: return False  # an unbound variable: only structural equality counts
-
-def _tensor_seq(first: Any, others: tuple[Any, ...], op: str) -> tuple[Tensor, ...]:
-  """The tensors of cat/stack called as `Tensor.cat(a, b)`, `Tensor.cat([a, b])`, `a.cat(b, c)` or `a.cat([b, c])`."""
-  items = list(first) if isinstance(first, (list, tuple)) else [first]
-  for o in others: items.extend(o if isinstance(o, (list, tuple)) else [o])
-  if not items: raise ShapeError(f"{op} needs a non-empty sequence of tensors")
-  if (bad := next((t for t in items if not isinstance(t, Tensor)), None)) is not None:
-    raise DTypeError(f"{op} takes tensors, got {type(bad).__name__}")
-  return tuple(items)
-
-def _exact_floordiv(a: Tensor, b: Tensor) -> Tensor:
-  """floor(a / b) of the exact quotient, as torch and Python compute it for floats: floor(fl(a / b)) is one too big
-  where the rounded quotient reaches an integer the exact one falls short of (fl(1 / 0.1) is 10.0); the remainder
-  a - q * b, exact in float64 for float32 operands, has the wrong sign there. b == 0 gives a / b (inf or NaN)."""
-  q = (a / b).floor()
-  wide = dtypes.float64
-  r = a.cast(wide) - q.cast(wide) * b.cast(wide)
-  return ((r != 0) & ((r < 0) != (b < 0)) & (b != 0)).where(q - 1, q)
 
 def _binop(op: Ops, x: Tensor, y: Any, reverse: bool = False) -> Tensor:
   if op in GroupOp.Bitwise:
