@@ -211,7 +211,7 @@ def _macho_undefined(obj: bytes) -> list[str]:
 def unresolved_symbols(obj: bytes) -> list[str]:
   """The symbols of a kernel's object code the in-process JIT cannot resolve: neither ember's JIT runtime nor this
   process defines them."""
-  from ember.renderer.llvmir import JIT_RUNTIME_SYMBOLS
+  from ember.plugin import JIT_RUNTIME_SYMBOLS
   process = ctypes.CDLL(None)
   return sorted({s for s in undefined_symbols(obj) if s not in JIT_RUNTIME_SYMBOLS and not hasattr(process, s)})
 
@@ -242,5 +242,5 @@ class LLVMCompiler(Compiler):
       cpu = llvm_cpu(self.arch)[0]
       raise CompileError(f"LLVM compiled a kernel for CPU {cpu} into calls of {', '.join(missing)}, which neither "
                          "ember's JIT runtime nor this process defines; the kernel would jump to address 0. Add "
-                         f"them to ember.renderer.llvmir.jit_runtime_ir, or use DEV=CPU:C\nsource:\n{_numbered(src)}")
+                         f"them to ember.plugin.jit_runtime_ir, or use DEV=CPU:C\nsource:\n{_numbered(src)}")
     return obj

@@ -92,10 +92,10 @@ _jit_runtime: list[Any] = []  # the engine that holds the JIT runtime's code, al
 _jit_runtime_lock = threading.Lock()
 
 def install_jit_runtime() -> None:
-  """Compile ember's stand-ins for compiler-rt's helpers (ember.renderer.llvmir.jit_runtime_ir) once per process and
+  """Compile ember's stand-ins for compiler-rt's helpers (ember.plugin.jit_runtime_ir) once per process and
   make their addresses what every JIT'd kernel's calls of them resolve to."""
   import llvmlite.binding as llvm
-  from ember.renderer.llvmir import JIT_RUNTIME_SYMBOLS, jit_runtime_ir
+  from ember.plugin import JIT_RUNTIME_SYMBOLS, jit_runtime_ir
   from ember_cpu.compiler import new_target_machine
   with _jit_runtime_lock:
     if _jit_runtime: return

@@ -67,7 +67,7 @@ from ember.errors import (AxisError, CompileError, DeviceError, DTypeError, Embe
 from ember.helpers import NUM_CPU_THREADS, Target, getenv
 from ember.renderer import Estimates, ProgramSpec, Renderer
 from ember.renderer.cstyle import CStyleLanguage
-from ember.renderer.llvmir import LLVMRenderer
+from ember.renderer.llvmir import JIT_RUNTIME_SYMBOLS, LLVMRenderer, jit_runtime_ir
 from ember.uop.ops import AxisType, GroupOp, Ops, UOp
 from ember.uop.rewrite import PatternMatcher, UPat, graph_rewrite
 
@@ -142,7 +142,8 @@ __all__ = [
   "PROJECT_NAME", "PLUGIN_API_VERSION", "hookimpl", "hookspec", "PluginWarning", "BackendInfo", "ProbeResult",
   "DeviceFactory", "RendererFactory", "CompilerFactory", "DeviceRegistry", "RendererRegistry", "CompilerRegistry",
   "QueueRegistry", "DeviceEntry", "RendererEntry", "CompilerEntry", "QueueEntry", "EmberHookSpec", "device_target",
-  "Renderer", "ProgramSpec", "Estimates", "CStyleLanguage", "LLVMRenderer", "Allocator", "LRUAllocator", "BufferSpec",
+  "Renderer", "ProgramSpec", "Estimates", "CStyleLanguage", "LLVMRenderer", "JIT_RUNTIME_SYMBOLS",
+  "jit_runtime_ir", "Allocator", "LRUAllocator", "BufferSpec",
   "Buffer", "Compiler", "Compiled", "Program", "from_mv", "mv_address", "UOp", "Ops", "GroupOp", "AxisType", "UPat",
   "PatternMatcher", "graph_rewrite", "DType", "PtrDType", "dtypes", "EmberError", "ShapeError", "AxisError",
   "DTypeError", "DeviceError", "PluginError", "CompileError", "MemoryAccessError", "JitError", "GradientError",
