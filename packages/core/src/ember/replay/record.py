@@ -202,7 +202,10 @@ def capture_tree(tree: str, out: str, patterns: list[str] | None = None) -> int:
     driver = "_ember_replay_driver"
     here = os.path.dirname(os.path.abspath(__file__))
     shutil.copytree(here, os.path.join(tmp, driver), ignore=shutil.ignore_patterns("__pycache__"))
-    env = {k: v for k, v in os.environ.items() if k not in ("DEV", "EMBER_BACKENDS", "EMBER_DISABLE_BACKENDS")}
+    # every backend of the tree, each loaded or recorded with the reason it is not (never strict: a broken backend is
+    # one more outcome to compare), on the device each workload asks for
+    dropped = ("DEV", "EMBER_BACKENDS", "EMBER_DISABLE_BACKENDS", "EMBER_STRICT_BACKENDS")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     env["PYTHONPATH"] = os.pathsep.join([tmp, *paths])
     env["EMBER_PLUGINS"] = ",".join(plugins)
     core = os.path.join(os.path.abspath(tree), "packages", "core", "src")
