@@ -19,6 +19,7 @@ def test_big_kernels_compile_with_64bit_indices(kind: str) -> None:
   t = Tensor.empty(BIG, device="NULL")
   for out in (t + 1, t.reshape(2, BIG // 2).sum(1)):
     for it in out.schedule():
+      if max(b.size for b in it.bufs) <= 2 ** 31 - 1: continue  # later stages of a split sum are small
       prog = get_program(it.ast, dev.renderer)
       assert "-" not in prog.name, prog.name
       if kind == "C": assert "long long ridx0" in prog.src and " int ridx" not in prog.src
