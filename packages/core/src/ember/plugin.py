@@ -53,6 +53,7 @@ from __future__ import annotations
 # ** re-exports: everything a backend may build on **
 from ember.device.base import (Allocator, Buffer, BufferSpec, Compiled, Compiler, LRUAllocator, Program, from_mv,
                                mv_address)
+from ember.device.elf import ElfFile, ElfSection, ElfSegment, ElfSymbol, elf_image_size, read_elf
 from ember.device.hcq import (HCQAllocator, HCQArgs, HCQBuffer, HCQCompiled, HCQGraph, HCQProgram, HCQSignal,
                               HWQueue)
 from ember.device.hostshim import (HostKernel, HostShimCompiler, ShimDialect, aligned_layout, load_shim,
@@ -149,5 +150,6 @@ __all__ = [
   "DTypeError", "DeviceError", "PluginError", "CompileError", "MemoryAccessError", "JitError", "GradientError",
   "Target", "getenv", "NUM_CPU_THREADS", "HWQueue", "HCQSignal", "HCQBuffer", "HCQArgs", "HCQProgram", "HCQAllocator",
   "HCQCompiled", "HCQGraph", "ShimDialect", "HostShimCompiler", "HostKernel", "load_shim", "aligned_layout",
-  "signature_layout", "shim_arg_layout",
+  "signature_layout", "shim_arg_layout", "ElfFile", "ElfSection", "ElfSegment", "ElfSymbol", "read_elf",
+  "elf_image_size",
 ]
