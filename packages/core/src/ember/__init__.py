@@ -5,14 +5,15 @@ __path__ = pkgutil.extend_path(__path__, __name__)  # ember.nn ships in its own 
 __version__ = "0.1.0"
 
 from ember.dtype import dtypes, DType  # noqa: E402
-from ember.helpers import Context, getenv  # noqa: E402
+from ember.helpers import Context, GlobalCounters, getenv  # noqa: E402
 from ember.uop.ops import UOp, Variable  # noqa: E402
 from ember.device import Device  # noqa: E402
 from ember.tensor import Tensor  # noqa: E402
-from ember.engine.realize import GlobalCounters  # noqa: E402
 from ember.engine.jit import TinyJit  # noqa: E402
+from ember.tensor_extra import function  # noqa: E402
 
-__all__ = ["Tensor", "dtypes", "DType", "Device", "Context", "getenv", "TinyJit", "Variable", "UOp", "GlobalCounters"]
+__all__ = ["Tensor", "dtypes", "DType", "Device", "Context", "getenv", "TinyJit", "Variable", "UOp", "GlobalCounters",
+           "function"]
 
 def __getattr__(name: str):  # `from ember import nn` works when ember-nn is installed, without importing it eagerly
   if name == "nn":

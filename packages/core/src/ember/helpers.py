@@ -1,4 +1,6 @@
-"""Config flags (typed, env-backed `ContextVar`s and `Context`), small utilities and the `DEV` target parser.
+"""Config flags (typed, env-backed `ContextVar`s and `Context`), small utilities, the `DEV` target parser, and the
+public helpers tinygrad programs import: `from ember.helpers import getenv, Context, GlobalCounters, Timing, trange,
+tqdm, colored, ...` works as `from tinygrad.helpers import ...` does (docs/tinygrad-compat.md lists them).
 
 Every flag reads its environment variable once at import; `Context(NAME=value)` overrides it in a scope.
 """
@@ -10,10 +12,13 @@ import json
 import operator
 import os
 import re
+import shutil
 import sqlite3
+import sys
+import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Iterable, TypeVar
+from typing import IO, Any, Callable, Generic, Iterable, Iterator, Sequence, TypeVar
 
 T = TypeVar("T")
 
@@ -88,9 +93,126 @@ def prod(xs: Iterable[Any], start: Any = 1) -> Any: return functools.reduce(oper
 def flatten(xss: Iterable[Iterable[T]]) -> list[T]: return [x for xs in xss for x in xs]
 def argsort(xs: list[Any]) -> list[int]: return sorted(range(len(xs)), key=xs.__getitem__)
 def ceildiv(a: int, b: int) -> int: return -(-a // b)
-def colored(s: str, color: str | None) -> str:
-  codes = {"red": 31, "green": 32, "yellow": 33, "blue": 34, "magenta": 35, "cyan": 36, "white": 37}
-  return s if color is None else f"\u001b[{codes[color]}m{s}\u001b[0m"
+_COLORS = ("black", "red", "green", "yellow", "blue", "magenta", "cyan", "white")
+def colored(s: str, color: str | None, background: bool = False) -> str:
+  """`s` in an ANSI color: one of black, red, green, yellow, blue, magenta, cyan, white; UPPER CASE is the bright
+  variant, `background=True` colors the background."""
+  if color is None: return s
+  if color.lower() not in _COLORS:
+    raise ValueError(f"unknown color {color!r}; use one of {_COLORS} (upper case: bright)")
+  code = 30 + _COLORS.index(color.lower()) + 60 * (color.isupper()) + 10 * background
+  return f"\u001b[{code}m{s}\u001b[0m"
+def ansistrip(s: str) -> str: return re.sub("\x1b\\[(K|.*?m)", "", s)
+def ansilen(s: str) -> int: return len(ansistrip(s))
+def dedup(xs: Iterable[T]) -> list[T]: return list(dict.fromkeys(xs))  # keeps the first occurrence's order
+def all_same(items: Sequence[Any]) -> bool: return all(x == items[0] for x in items)
+def all_int(xs: Sequence[Any]) -> bool: return all(isinstance(x, int) for x in xs)
+def argfix(*xs: Any) -> tuple[Any, ...]:
+  """`f(1, 2)` and `f((1, 2))` / `f([1, 2])` as the same tuple."""
+  if xs and isinstance(xs[0], (tuple, list)):
+    if len(xs) != 1: raise ValueError(f"argfix: a sequence must be the only argument, got {xs}")
+    return tuple(xs[0])
+  return xs
+def make_tuple(x: int | Sequence[int], cnt: int) -> tuple[int, ...]:
+  return (x,) * cnt if isinstance(x, int) else tuple(x)
+def fully_flatten(xs: Any) -> list[Any]:
+  if not isinstance(xs, (list, tuple)): return [xs]
+  return [y for x in xs for y in fully_flatten(x)]
+def round_up(num: int, amt: int) -> int: return ceildiv(num, amt) * amt
+def partition(xs: Iterable[T], fn: Callable[[T], bool]) -> tuple[list[T], list[T]]:
+  """(the items where fn is true, the rest), each in order."""
+  yes: list[T] = []
+  no: list[T] = []
+  for x in xs: (yes if fn(x) else no).append(x)
+  return yes, no
+def unwrap(x: T | None) -> T:
+  if x is None: raise ValueError("unwrap: got None")
+  return x
+
+# ** counters, timing and progress **
+
+class GlobalCounters:
+  """What the realizes since the last `reset()` ran: kernels launched (TinyJit replays included), FLOPs and bytes
+  the kernels move (estimates), and kernel time in seconds (measured when kernels are timed, at DEBUG>=2)."""
+  kernel_count: int = 0
+  global_ops: int = 0
+  global_mem: int = 0
+  time_sum_s: float = 0.0
+  @staticmethod
+  def reset() -> None:
+    GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem = 0, 0, 0
+    GlobalCounters.time_sum_s = 0.0
+
+class Timing(contextlib.ContextDecorator):
+  """Time a block (or, as a decorator, each call) and write `<prefix><ms> ms<on_exit(ns)>` to `file` (stdout).
+
+  >>> with Timing("step: "): pass  # doctest: +ELLIPSIS
+  step: ... ms
+  """
+  def __init__(self, prefix: str = "", on_exit: Callable[[int], str] | None = None, enabled: bool = True,
+               file: IO[str] | None = None):
+    self.prefix, self.on_exit, self.enabled, self.file = prefix, on_exit, enabled, file
+  def __enter__(self) -> Timing:
+    self.st = time.perf_counter_ns()
+    return self
+  def __exit__(self, *exc: Any) -> None:
+    self.et = time.perf_counter_ns() - self.st
+    if not self.enabled: return
+    out = self.file if self.file is not None else sys.stdout
+    out.write(f"{self.prefix}{self.et * 1e-6:6.2f} ms{self.on_exit(self.et) if self.on_exit else ''}\n")
+
+class tqdm(Generic[T]):
+  """A small progress bar (tinygrad's, with no dependency): wraps an iterable, or counts `update(n)` calls, and
+  redraws `desc: 42%|####   | 42/100 [00:01<00:02, 35.00it/s]` on `file` (stderr). `disable=None` shows it only on
+  a terminal. Redraws are throttled to about `rate` per second."""
+  def __init__(self, iterable: Iterable[T] | None = None, desc: str = "", disable: bool | None = False,
+               unit: str = "it", total: int | None = None, rate: int = 100, file: IO[str] | None = None):
+    self.file = file if file is not None else sys.stderr
+    self.disable = not self.file.isatty() if disable is None else disable
+    self.iterable, self.unit, self.rate = iterable, unit, rate
+    sized = hasattr(iterable, "__len__")
+    self.total = total if total is not None else (len(iterable) if sized else 0)  # type: ignore[arg-type]
+    self.st, self.n, self.calls, self.skip = time.perf_counter(), 0, 0, 1
+    self.set_description(desc)
+    self.update(0)
+  def __iter__(self) -> Iterator[T]:
+    if self.iterable is None: raise TypeError("tqdm: iterate over an iterable given at construction, or call update()")
+    for item in self.iterable:
+      yield item
+      self.update(1)
+    self.close()
+  def __enter__(self) -> tqdm[T]: return self
+  def __exit__(self, *exc: Any) -> None: self.close()
+  def set_description(self, desc: str) -> None: self.desc = f"{desc}: " if desc else ""
+  def close(self) -> None: self.update(0, close=True)
+  def update(self, n: int = 0, close: bool = False) -> None:
+    self.n, self.calls = self.n + n, self.calls + 1
+    if self.disable or (not close and self.calls % self.skip != 0): return
+    elapsed = time.perf_counter() - self.st
+    if elapsed > 0 and self.calls / elapsed > self.rate: self.skip = max(int(self.calls / elapsed) // self.rate, 1)
+    self.file.write(self._line(elapsed) + ("\n" if close else ""))
+    self.file.flush()
+  def _line(self, elapsed: float) -> str:
+    speed = f"{self.n / elapsed:5.2f}" if self.n and elapsed > 0 else "?"
+    if not self.total: return f"\r{self.desc}{self.n}{self.unit} [{_hms(elapsed)}, {speed}{self.unit}/s]"
+    frac = min(self.n / self.total, 1.0)
+    eta = _hms(elapsed / self.n * (self.total - self.n)) if self.n else "?"
+    suffix = f"{self.n}/{self.total} [{_hms(elapsed)}<{eta}, {speed}{self.unit}/s]"
+    width = max(shutil.get_terminal_size().columns - ansilen(self.desc) - len(suffix) - 8, 1)
+    bar = ("#" * int(width * frac)).ljust(width)
+    return f"\r{self.desc}{100 * frac:3.0f}%|{bar}| {suffix}"
+  @classmethod
+  def write(cls, s: str, file: IO[str] | None = None) -> None:
+    """Write a line above the bar (clearing it first)."""
+    (file if file is not None else sys.stderr).write(f"\r\u001b[K{s}\n")
+
+def _hms(t: float) -> str:
+  mins, secs = divmod(int(t), 60)
+  return f"{mins:02d}:{secs:02d}" if mins < 60 else f"{mins // 60}:{mins % 60:02d}:{secs:02d}"
+
+def trange(n: int, **kwargs: Any) -> tqdm[int]:
+  """`tqdm(range(n))`."""
+  return tqdm(range(n), total=n, **kwargs)
 
 # ** DEV target parsing **
 

@@ -11,6 +11,7 @@ import numpy as np
 from ember.dtype import DType, dtypes, least_upper_dtype, least_upper_float, strong_dtype, sum_acc_dtype, to_dtype
 from ember.errors import AxisError, DTypeError, EmptyReductionError, GradientError, ShapeError, DeviceError
 from ember.helpers import prod, SEED
+from ember.tensor_extra import TensorExtra
 from ember.uop.ops import Ops, UOp, BufferArg, GroupOp, next_unique, sint
 
 # inside `class Tensor` the names int/float/bool are the cast methods; its signatures use these for the builtins
@@ -60,7 +61,7 @@ SPLIT_REDUCE_MIN = 1 << 20
 # a float sum over more than SUM_CHUNK_MIN elements per output adds them in chunks of SUM_CHUNK (Tensor._chunked_sum)
 SUM_CHUNK, SUM_CHUNK_MIN = 1 << 12, 1 << 16
 
-class Tensor:
+class Tensor(TensorExtra):
   """A lazy, multi-dimensional array with autograd.
 
   >>> Tensor([[1.0, 2.0], [3.0, 4.0]]).sum(axis=1).numpy()

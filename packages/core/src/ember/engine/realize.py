@@ -8,22 +8,11 @@ from typing import TYPE_CHECKING, Any, Callable
 from ember.device.base import Buffer
 from ember.dtype import DType
 from ember.errors import CompileError
-from ember.helpers import BEAM, DEBUG, NOOPT, NUM_CPU_THREADS, colored
+from ember.helpers import BEAM, DEBUG, NOOPT, NUM_CPU_THREADS, GlobalCounters, colored
 from ember.renderer import ProgramSpec
 from ember.schedule import ScheduleItem
 from ember.uop.ops import UOp
 if TYPE_CHECKING: from ember.codegen.pack import PackPlan
-
-class GlobalCounters:
-  """What the realizes since the last `reset()` ran: kernels, FLOPs, bytes, kernel time."""
-  kernel_count: int = 0
-  global_ops: int = 0
-  global_mem: int = 0
-  time_sum_s: float = 0.0
-  @staticmethod
-  def reset() -> None:
-    GlobalCounters.kernel_count, GlobalCounters.global_ops, GlobalCounters.global_mem = 0, 0, 0
-    GlobalCounters.time_sum_s = 0.0
 
 @dataclass
 class CompiledRunner:

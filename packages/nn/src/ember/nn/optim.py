@@ -145,6 +145,39 @@ def AdamW(params: Sequence[Tensor], lr: float = 1e-3, b1: float = 0.9, b2: float
   """torch.optim.AdamW (decoupled weight decay: p *= 1 - lr*wd before the Adam step)."""
   return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True, decoupled=True)
 
+class Muon(Optimizer):
+  """Muon (Jordan et al. 2024; tinygrad's `nn.optim.Muon`): SGD momentum whose update is orthogonalised by
+  Newton-Schulz before the step, with decoupled weight decay after it. Per parameter, with g its gradient:
+  b = momentum*b + g; u = g + momentum*b (nesterov) or b; u = newton_schulz(u as (rows, -1), ns_steps,
+  ns_coefficients); p -= lr*u + lr*weight_decay*p. Every parameter's update is viewed as a matrix of its first dim
+  by the rest (a 1-d one as a column, which Newton-Schulz normalizes).
+
+  torch.optim.Muon differs: its momentum buffer is an average (lerp), it scales lr by sqrt(max(1, rows/cols)) and
+  takes 2-d parameters only.
+
+  >>> from ember.nn import Linear
+  >>> opt = Muon([Linear(4, 2).weight], lr=0.02)
+  """
+  def __init__(self, params: Sequence[Tensor], lr: float = 1e-3, momentum: float = 0.95, weight_decay: float = 0.1,
+               ns_steps: int = 5, ns_coefficients: Sequence[float] = (3.4445, -4.775, 2.0315), nesterov: bool = True):
+    super().__init__(params, lr)
+    if momentum < 0: raise OptimizerError(f"Muon: momentum must be >= 0, got {momentum}")
+    if nesterov and momentum <= 0: raise OptimizerError("Muon: nesterov needs momentum > 0")
+    if ns_steps < 0: raise OptimizerError(f"Muon: ns_steps must be >= 0, got {ns_steps}")
+    if not ns_coefficients: raise OptimizerError("Muon: ns_coefficients needs at least one coefficient")
+    self.momentum, self.weight_decay, self.nesterov = momentum, weight_decay, nesterov
+    self.ns_steps, self.ns_coefficients = ns_steps, tuple(ns_coefficients)
+    self.bufs = self._zeros_like_params() if momentum else []
+  def _update(self, i: int, p: Tensor, g: Tensor) -> Tensor:
+    g = g.float()
+    if self.momentum:
+      b = assign(self.bufs[i], self.momentum * self.bufs[i] + g.flatten()).reshape(p.shape)
+      g = g + self.momentum * b if self.nesterov else b
+    rows = p.shape[0] if p.ndim else 1
+    u = g.reshape(rows, -1).newton_schulz(self.ns_steps, self.ns_coefficients).reshape(p.shape)
+    w = p.detach().float()
+    return w - self.lr * u - self.lr * self.weight_decay * w
+
 class OptimizerGroup:
   """Several optimizers stepped as one: their updates are realized in a single schedule.
 
@@ -161,7 +194,7 @@ class OptimizerGroup:
     _realize_pending_readers([p for o in self.optimizers for p in o.params])
     Tensor.realize(*_unique([t for o in self.optimizers for t in o.schedule_step()]))
 
-__all__ = ["Optimizer", "OptimizerError", "OptimizerGroup", "SGD", "Adam", "AdamW", "LAMB"]
+__all__ = ["Optimizer", "OptimizerError", "OptimizerGroup", "SGD", "Adam", "AdamW", "LAMB", "Muon"]
 
 def jit_train_step(model: Callable[[Tensor], Tensor], opt: Optimizer | OptimizerGroup,
                    loss_fn: Callable[[Tensor, Tensor], Tensor] | None = None) -> TinyJit:
