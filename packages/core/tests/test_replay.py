@@ -83,6 +83,12 @@ def test_bad_arguments_raise_typed_errors(tmp_path: Path) -> None:
   with pytest.raises(ReplayError, match="no workload matches nope/"): capture(str(tmp_path / "new"), ["nope/*"])
   with pytest.raises(ReplayError, match="is not an ember checkout"): capture_tree(str(tmp_path), str(tmp_path / "x"))
 
+def test_a_recorder_that_sees_no_schedule_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+  import contextlib
+  from ember.replay import pipeline
+  monkeypatch.setattr(pipeline, "recording", lambda kernels: contextlib.nullcontext())  # as if run_schedule moved
+  with pytest.raises(ReplayError, match="no schedule reached the recorder"): capture(str(tmp_path / "c"), SMALL)
+
 def _checkout() -> Path | None:
   import ember
   root = Path(ember.__file__).resolve().parents[4]

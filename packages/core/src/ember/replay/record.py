@@ -95,6 +95,9 @@ def run_corpus(names: list[str]) -> Corpus:
         corpus.kernels[key] = Kernel(key, ast, text, nbufs, device, pipeline.kernel_name(ast))
       keys.append(key)
     corpus.workloads[name] = {"device": workload.device, "kernels": keys, "error": error}
+  if not corpus.kernels and all(w["error"] is None for w in corpus.workloads.values()):
+    raise ReplayError(f"workloads {', '.join(names)} ran but no schedule reached the recorder: the pipeline no longer "
+                      "runs schedules where ember/replay/pipeline.py `recording` listens; update it")
   return corpus
 
 # ** rendering **
