@@ -135,12 +135,21 @@ def replay(session: nox.Session) -> None:
     git("worktree", "remove", "--force", worktree)
     shutil.rmtree(outside, ignore_errors=True)
 
+@nox.session(venv_backend="venv")
+def fuzz(session: nox.Session) -> None:
+  """Seeded fuzzing (the `fuzz` marker over packages/nn/tests): malformed safetensors, GGUF and .pth files, each
+  refused with the reader's typed error or loaded as the reference reader loads it (3,000 cases by default; the
+  summary line counts cases, typed errors and loads), and malformed requests to the LLM server. EMBER_FUZZ_CASES and
+  EMBER_FUZZ_SEED vary the weight-file run; packages/nn/tests/fuzz/README.md has the longer hypothesis runs."""
+  session.install(CORE, CPU, NN, "pytest", "numpy", TORCH, "safetensors", "gguf", "hypothesis")
+  _nn_tests(session, "fuzz")
+
 @nox.session(name="tests", venv_backend="none")
 def tests(session: nox.Session) -> None:
   """Every package's own suite, each in its own venv (queues the per-package sessions)."""
   for name in ("tests-core", "tests-cpu", "tests-nn", "tests-nv", "tests-amd", "tests-metal",
                "conformance-cpu(renderer='C')", "conformance-cpu(renderer='LLVM')", "conformance-python",
-               "conformance-null", "multi"):
+               "conformance-null", "multi", "fuzz"):
     session.notify(name)
 
 def _conformance(session: nox.Session, device: str, packages: list[str]) -> None:

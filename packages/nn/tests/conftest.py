@@ -2,8 +2,8 @@
 checker is on. When ember-nn is not installed, its source folder is put on sys.path so `ember.nn` resolves next to
 ember-core (whose `ember/__init__.py` extends its `__path__`).
 
-Tests marked `slow` (full training runs) or `model` (real models from PyPI packages) run only when selected:
-`pytest -m slow`, `pytest -m model`.
+Tests marked `slow` (full training runs), `model` (real models from PyPI packages) or `fuzz` (seeded fuzzing, the `fuzz`
+nox session) run only when selected: `pytest -m slow`, `pytest -m model`, `pytest -m fuzz`.
 """
 from __future__ import annotations
 import os
@@ -26,7 +26,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
   selected = config.option.markexpr or ""
   for marker, how in (("slow", "slow test: select it with `pytest -m slow`"),
-                      ("model", "real-model test: select it with `pytest -m model`")):
+                      ("model", "real-model test: select it with `pytest -m model`"),
+                      ("fuzz", "fuzz test: select it with `pytest -m fuzz` (the `fuzz` nox session)")):
     if marker in selected: continue
     for item in items:
       if marker in item.keywords: item.add_marker(pytest.mark.skip(reason=how))

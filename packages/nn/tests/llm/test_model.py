@@ -8,7 +8,7 @@ import pytest
 from ember.nn.llm import __main__ as cli
 from ember.nn.llm.generate import GenerationStats, SamplingError, SamplingParams, generate, sample
 from ember import Tensor
-from ember.nn.llm.gguf import GGMLType, GGUFFile, dequantize
+from ember.nn.gguf import GGMLType, GGUFFile, dequantize
 from ember.nn.llm.model import ContextOverflowError, Llama, ModelError, QuantWeight
 from ember.nn.llm.tokenizer import BPETokenizer, render_chatml
 
@@ -172,7 +172,7 @@ def test_quantized_matmul(kind, T):
   rng = np.random.default_rng(1)
   w = rng.standard_normal((48, 96)).astype(np.float32)
   raw = _quantize_blocks(w, kind)
-  dense = dequantize(raw, kind, w.shape)
+  dense = dequantize(Tensor(raw), kind, w.shape).numpy()
   assert np.abs(dense - w).max() < 0.5  # the quantiser is sane; the oracle below is the reader's dequantisation
   x = rng.standard_normal((T, 96)).astype(np.float32)
   got = QuantWeight(kind, raw, w.shape, None).matmul(Tensor(x)).numpy()
@@ -192,7 +192,7 @@ def test_quantized_model_matches_dense(tiny_llama, tmp_path, gguf_writer, refere
       continue
     raw = _quantize_blocks(w, kind)
     tensors[name] = (int(kind), w.shape, raw.tobytes())
-    stored = dequantize(raw, kind, w.shape)
+    stored = dequantize(Tensor(raw), kind, w.shape).numpy()
     # the oracle takes HF-layout q/k: undo the converter's per-head row permutation
     heads = cfg["n_heads"] if "attn_q" in name else cfg["n_kv_heads"] if "attn_k" in name else 0
     deq[name] = _from_gguf_rope_layout(stored, heads) if heads else stored

@@ -1,10 +1,19 @@
-"""GGUF weights for ember.nn: dequantisation on the device as tensor ops, and lazy loading of a file's tensors.
+"""GGUF (llama.cpp's model format), the one reader of ember: the header parsed from the memory-mapped file, and every
+tensor dequantised to float32 on the device with tensor ops (bit operations on uint8 tensors plus the blocks' float16
+scales), so the work runs wherever the weights go. `ember.nn.llm` builds its models from `GGUFFile`.
 
-The header (metadata, tensor infos) is parsed by `ember.nn.llm.gguf.GGUFFile`; this module reads each tensor's bytes
-through the DISK device (nothing is read until the tensor is realized) and turns them into float32 with bit operations
-on uint8 tensors plus the blocks' float16 scales, so the work runs on whatever device the weights go to.
+Layout (all little-endian): magic b"GGUF", uint32 version (2 or 3), uint64 tensor count, uint64 metadata count, the
+metadata (key string, uint32 value type, value; a string is a uint64 length and UTF-8 bytes; an array a uint32 element
+type, a uint64 count and the elements), the tensor infos (name, uint32 n_dims, uint64 dims[n_dims] innermost first,
+uint32 ggml type, uint64 offset into the data section, a multiple of the alignment), then padding to
+`general.alignment` (uint32, default 32) and the data section. A tensor with dims (ne0, ne1) is a numpy array of shape
+(ne1, ne0).
 
-Block layouts (ggml's, little-endian; `d`, `m`, `dmin` are float16):
+The file is untrusted: every count and length is checked against the bytes left before it sizes a loop or a read,
+arrays nest at most MAX_ARRAY_NESTING deep, keys and tensor names are unique, tensors' byte ranges lie inside the file
+and do not overlap, and whatever is wrong raises `GGUFError` (a `WeightFormatError`) with the file, offset and field.
+
+Block layouts (ggml's; `d`, `m`, `dmin` are float16):
   Q4_0 d, 16 bytes of nibbles                     x = d * (q - 8)
   Q4_1 d, m, 16 bytes of nibbles                  x = d * q + m
   Q5_0 d, 4 bytes of high bits, 16 of nibbles     x = d * (q - 16)
@@ -17,25 +26,96 @@ Block layouts (ggml's, little-endian; `d`, `m`, `dmin` are float16):
 array([1., 2.], dtype=float32)
 """
 from __future__ import annotations
+import enum
+import math
 import os
+import struct
+from dataclasses import dataclass
 from typing import Any, Callable
 import numpy as np
-from ember.device.base import Buffer
 from ember.dtype import dtypes
-from ember.schedule import attach_buffer
 from ember.tensor import Tensor
-from ember.uop.ops import BufferArg, Ops, UOp, next_unique
-from ember.nn.llm.gguf import QK_K, GGMLType, GGUFError, GGUFFile, GGUFTensorInfo
+from ember.nn.weightfile import FileBytes, WeightFormatError, check_disjoint, check_shape
 
-# (elements per block, bytes per block) of every type dequantised here
+GGUF_MAGIC = b"GGUF"
+SUPPORTED_VERSIONS = (2, 3)
+DEFAULT_ALIGNMENT = 32
+MAX_ARRAY_NESTING = 8  # arrays of arrays; llama.cpp writes none nested
+MAX_DIMS = 4  # GGML_MAX_DIMS
+
+class GGUFError(WeightFormatError):
+  """A GGUF file is malformed, truncated, of an unsupported version, or holds an unsupported tensor type."""
+
+class GGUFValueType(enum.IntEnum):
+  UINT8 = 0
+  INT8 = 1
+  UINT16 = 2
+  INT16 = 3
+  UINT32 = 4
+  INT32 = 5
+  FLOAT32 = 6
+  BOOL = 7
+  STRING = 8
+  ARRAY = 9
+  UINT64 = 10
+  INT64 = 11
+  FLOAT64 = 12
+
+# struct format of each fixed-size scalar value type
+_SCALAR_FMT: dict[GGUFValueType, str] = {
+  GGUFValueType.UINT8: "B", GGUFValueType.INT8: "b", GGUFValueType.UINT16: "H", GGUFValueType.INT16: "h",
+  GGUFValueType.UINT32: "I", GGUFValueType.INT32: "i", GGUFValueType.FLOAT32: "f", GGUFValueType.BOOL: "?",
+  GGUFValueType.UINT64: "Q", GGUFValueType.INT64: "q", GGUFValueType.FLOAT64: "d",
+}
+# the fewest bytes one value of each type takes in the file (a string's length, an array's type and count)
+_MIN_BYTES = {**{t: struct.calcsize(f) for t, f in _SCALAR_FMT.items()}, GGUFValueType.STRING: 8,
+              GGUFValueType.ARRAY: 12}
+
+class GGMLType(enum.IntEnum):
+  F32 = 0
+  F16 = 1
+  Q4_0 = 2
+  Q4_1 = 3
+  Q5_0 = 6
+  Q5_1 = 7
+  Q8_0 = 8
+  Q8_1 = 9
+  Q2_K = 10
+  Q3_K = 11
+  Q4_K = 12
+  Q5_K = 13
+  Q6_K = 14
+  Q8_K = 15
+  I8 = 24
+  I16 = 25
+  I32 = 26
+  I64 = 27
+  F64 = 28
+  BF16 = 30
+
+QK_K = 256  # elements in a k-quant super-block
+
+# (elements per block, bytes per block) of every type the reader knows; DEQUANTIZERS says which it can dequantise
 BLOCK_LAYOUT: dict[GGMLType, tuple[int, int]] = {
-  GGMLType.F32: (1, 4), GGMLType.F16: (1, 2), GGMLType.BF16: (1, 2),
+  GGMLType.F32: (1, 4), GGMLType.F16: (1, 2), GGMLType.BF16: (1, 2), GGMLType.F64: (1, 8),
+  GGMLType.I8: (1, 1), GGMLType.I16: (1, 2), GGMLType.I32: (1, 4), GGMLType.I64: (1, 8),
   GGMLType.Q4_0: (32, 2 + 16), GGMLType.Q4_1: (32, 2 + 2 + 16), GGMLType.Q5_0: (32, 2 + 4 + 16),
-  GGMLType.Q5_1: (32, 2 + 2 + 4 + 16), GGMLType.Q8_0: (32, 2 + 32),
+  GGMLType.Q5_1: (32, 2 + 2 + 4 + 16), GGMLType.Q8_0: (32, 2 + 32), GGMLType.Q8_1: (32, 2 + 2 + 32),
   GGMLType.Q2_K: (QK_K, QK_K // 16 + QK_K // 4 + 2 + 2), GGMLType.Q3_K: (QK_K, QK_K // 8 + QK_K // 4 + 12 + 2),
   GGMLType.Q4_K: (QK_K, 2 + 2 + 12 + QK_K // 2), GGMLType.Q5_K: (QK_K, 2 + 2 + 12 + QK_K // 8 + QK_K // 2),
-  GGMLType.Q6_K: (QK_K, QK_K // 2 + QK_K // 4 + QK_K // 16 + 2),
+  GGMLType.Q6_K: (QK_K, QK_K // 2 + QK_K // 4 + QK_K // 16 + 2), GGMLType.Q8_K: (QK_K, 4 + QK_K + QK_K // 8),
 }
+
+@dataclass(frozen=True)
+class GGUFTensorInfo:
+  """One tensor's entry: `shape` is numpy order (outermost first), `offset` is absolute in the file."""
+  name: str
+  shape: tuple[int, ...]
+  ggml_type: GGMLType
+  offset: int
+  nbytes: int
+  @property
+  def numel(self) -> int: return math.prod(self.shape)
 
 # ** helpers on (n_blocks, block_bytes) uint8 tensors **
 
@@ -182,11 +262,8 @@ def ggml_type(t: GGMLType | int | str) -> GGMLType:
 
 def tensor_nbytes(gtype: GGMLType, shape: tuple[int, ...]) -> int:
   """The bytes a tensor of `shape` takes in type `gtype`."""
-  if gtype not in BLOCK_LAYOUT:
-    raise GGUFError(f"GGUF tensor type {gtype.name} is not supported; supported: "
-                    f"{', '.join(t.name for t in BLOCK_LAYOUT)}")
   block_elems, block_bytes = BLOCK_LAYOUT[gtype]
-  numel = int(np.prod(shape, dtype=np.int64))
+  numel = math.prod(shape)
   if numel % block_elems:
     raise GGUFError(f"a {gtype.name} tensor of shape {shape} has {numel} elements, not a multiple of its block size "
                     f"{block_elems}")
@@ -196,6 +273,9 @@ def dequantize(raw: Tensor, gtype: GGMLType | int | str, shape: tuple[int, ...])
   """Raw GGUF tensor bytes (a uint8 Tensor of any shape) -> a lazy float32 Tensor of `shape` (numpy order), computed
   on `raw`'s device."""
   gt = ggml_type(gtype)
+  if gt not in DEQUANTIZERS:
+    names = ", ".join(t.name for t in DEQUANTIZERS)
+    raise GGUFError(f"GGUF tensor type {gt.name} is not supported; supported: {names}")
   need = tensor_nbytes(gt, shape)
   if raw.dtype is not dtypes.uint8:
     raise GGUFError(f"dequantize needs the raw bytes as a uint8 tensor, got {raw.dtype!r}; use .bitcast(dtypes.uint8)")
@@ -205,12 +285,172 @@ def dequantize(raw: Tensor, gtype: GGMLType | int | str, shape: tuple[int, ...])
   block_bytes = BLOCK_LAYOUT[gt][1]
   return DEQUANTIZERS[gt](raw.reshape(need // block_bytes, block_bytes)).reshape(shape)
 
-# ** files **
+# ** the file **
 
-def _check_extent(path: str, size: int, info: GGUFTensorInfo, nbytes: int) -> None:
-  if info.offset + nbytes > size:
-    raise GGUFError(f"{path}: tensor {info.name!r} ({info.ggml_type.name} {info.shape}) spans bytes {info.offset}.."
-                    f"{info.offset + nbytes}, past the end of the file at offset {size}; the file is truncated")
+class _Cursor:
+  """Sequential little-endian reads over the memory-mapped header; every length is checked against the bytes left
+  before it sizes a read or a loop, and errors name the field and its offset."""
+  def __init__(self, buf: np.ndarray, path: str):
+    self.buf, self.pos, self.path = buf, 0, path
+  def error(self, what: str, why: str, at: int | None = None) -> GGUFError:
+    return GGUFError(f"{self.path}: {what} at offset {self.pos if at is None else at}: {why}")
+  def take(self, n: int, what: str) -> bytes:
+    if n > self.buf.size - self.pos:
+      raise self.error(what, f"the file is truncated (needs {n} bytes, {self.buf.size - self.pos} remain)")
+    out = self.buf[self.pos:self.pos + n].tobytes()
+    self.pos += n
+    return out
+  def scalar(self, vtype: GGUFValueType, what: str) -> Any:
+    fmt = _SCALAR_FMT[vtype]
+    return struct.unpack("<" + fmt, self.take(struct.calcsize(fmt), what))[0]
+  def u32(self, what: str) -> int: return int(self.scalar(GGUFValueType.UINT32, what))
+  def u64(self, what: str) -> int: return int(self.scalar(GGUFValueType.UINT64, what))
+  def count(self, what: str, item_bytes: int) -> int:
+    """A uint64 count of items of at least `item_bytes` each, refused when the rest of the file cannot hold them."""
+    at = self.pos
+    n = self.u64(what)
+    if n * item_bytes > self.buf.size - self.pos:
+      raise self.error(what, f"{n} items of at least {item_bytes} bytes do not fit in the {self.buf.size - self.pos} "
+                       "bytes left; the file is truncated or corrupt", at)
+    return n
+  def string(self, what: str) -> str:
+    at = self.pos
+    raw = self.take(self.count(f"the length of {what}", 1), what)
+    try: return raw.decode("utf-8")
+    except UnicodeDecodeError as e: raise self.error(what, f"the string is not UTF-8 ({e.reason})", at) from e
+  def strings(self, count: int, what: str) -> list[str]:
+    """An array of `count` strings: the hot path of vocabularies and merges, read without per-item method calls."""
+    mv, pos, size, out = self.buf.data, self.pos, self.buf.size, []
+    for i in range(count):
+      if pos + 8 > size: raise self.error(f"the length of {what}[{i}]", "the file is truncated", pos)
+      n = int.from_bytes(mv[pos:pos + 8], "little")
+      if n > size - pos - 8: raise self.error(f"{what}[{i}]", f"{n} bytes run past the end of the file", pos)
+      try: out.append(str(mv[pos + 8:pos + 8 + n], "utf-8"))
+      except UnicodeDecodeError as e:
+        raise self.error(f"{what}[{i}]", f"the string is not UTF-8 ({e.reason})", pos) from e
+      pos += 8 + n
+    self.pos = pos
+    return out
+  def value_type(self, what: str) -> GGUFValueType:
+    at, vtype = self.pos, self.u32(what)
+    try: return GGUFValueType(vtype)
+    except ValueError as e: raise self.error(what, f"unknown GGUF value type {vtype}", at) from e
+  def value(self, vt: GGUFValueType, what: str, depth: int = 0) -> Any:
+    if vt is GGUFValueType.STRING: return self.string(what)
+    if vt is not GGUFValueType.ARRAY: return self.scalar(vt, what)
+    etype = self.value_type(f"the element type of {what}")
+    if etype is GGUFValueType.ARRAY and depth + 1 >= MAX_ARRAY_NESTING:
+      raise self.error(what, f"arrays nest deeper than {MAX_ARRAY_NESTING} levels")
+    count = self.count(f"the length of {what}", _MIN_BYTES[etype])
+    if etype in _SCALAR_FMT:  # fixed-size elements: one vectorised read
+      fmt = _SCALAR_FMT[etype]
+      raw = self.take(count * struct.calcsize(fmt), what)
+      return np.frombuffer(raw, dtype=np.dtype("<" + fmt)).tolist()
+    if etype is GGUFValueType.STRING: return self.strings(count, what)
+    return [self.value(etype, f"{what}[{i}]", depth + 1) for i in range(count)]
+
+class GGUFFile:
+  """A parsed, memory-mapped GGUF file.
+
+  >>> f = GGUFFile("model.gguf")  # doctest: +SKIP
+  >>> f.metadata["general.architecture"], f.tensor("token_embd.weight").shape  # doctest: +SKIP
+  ('llama', (49152, 576))
+  """
+  def __init__(self, path: str | os.PathLike[str]):
+    self.path = os.fspath(path)
+    if not os.path.isfile(self.path): raise GGUFError(f"GGUF file {self.path!r} does not exist")
+    size = os.path.getsize(self.path)
+    if size < 24: raise GGUFError(f"{self.path}: too small to be a GGUF file ({size} bytes)")
+    self.mm = np.memmap(self.path, dtype=np.uint8, mode="r")
+    cur = _Cursor(self.mm, self.path)
+    magic = cur.take(4, "the magic")
+    if magic != GGUF_MAGIC: raise GGUFError(f"{self.path}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")
+    self.version = cur.u32("the version")
+    if self.version not in SUPPORTED_VERSIONS:
+      raise GGUFError(f"{self.path}: GGUF version {self.version} is not supported (the version at offset 4; "
+                      f"supported: {SUPPORTED_VERSIONS}); re-convert the model with a current llama.cpp")
+    n_tensors = cur.count("the tensor count", 24)  # name length, rank, type and offset at least
+    n_kv = cur.count("the metadata count", 12)  # key length and value type at least
+    self.metadata: dict[str, Any] = {}
+    self.metadata_types: dict[str, GGUFValueType] = {}
+    for i in range(n_kv):
+      at = cur.pos
+      key = cur.string(f"metadata key #{i}")
+      if key in self.metadata: raise cur.error(f"metadata key {key!r}", "the key appears twice", at)
+      vtype = cur.value_type(f"the type of {key!r}")
+      self.metadata[key] = cur.value(vtype, repr(key))
+      self.metadata_types[key] = vtype
+    self.alignment = self._alignment()
+    entries: list[tuple[str, tuple[int, ...], GGMLType, int, int]] = []
+    for i in range(n_tensors):
+      at = cur.pos
+      name = cur.string(f"tensor name #{i}")
+      n_dims = cur.u32(f"the rank of tensor {name!r}")
+      if n_dims > MAX_DIMS: raise cur.error(f"the rank of tensor {name!r}", f"{n_dims} > {MAX_DIMS} dimensions")
+      dims = tuple(cur.u64(f"dim {d} of tensor {name!r}") for d in range(n_dims))
+      shape = check_shape(GGUFError, f"{self.path}: tensor {name!r} at offset {at}, field dims", dims[::-1], 1)
+      gtype = cur.u32(f"the type of tensor {name!r}")
+      if gtype not in {t.value for t in GGMLType}:
+        raise cur.error(f"the type of tensor {name!r}", f"unknown GGML type id {gtype}", cur.pos - 4)
+      rel = cur.u64(f"the offset of tensor {name!r}")
+      if rel % self.alignment:
+        raise cur.error(f"the offset of tensor {name!r}", f"{rel} is not a multiple of the alignment "
+                        f"{self.alignment}", cur.pos - 8)
+      entries.append((name, shape, GGMLType(gtype), rel, at))
+    self.data_offset = -(-cur.pos // self.alignment) * self.alignment
+    self.tensors: dict[str, GGUFTensorInfo] = {}
+    for name, shape, gtype, rel, at in entries:
+      if name in self.tensors: raise GGUFError(f"{self.path}: tensor {name!r} at offset {at}: the name appears twice")
+      block_elems = BLOCK_LAYOUT[gtype][0]
+      if math.prod(shape) % block_elems:
+        raise GGUFError(f"{self.path}: tensor {name!r} at offset {at}: its {math.prod(shape)} elements are not a "
+                        f"multiple of the {gtype.name} block size {block_elems}")
+      info = GGUFTensorInfo(name, shape, gtype, self.data_offset + rel, tensor_nbytes(gtype, shape))
+      if info.offset + info.nbytes > size:
+        raise GGUFError(f"{self.path}: tensor {name!r} ({gtype.name} {shape}) spans bytes {info.offset}.."
+                        f"{info.offset + info.nbytes}, past the end of the file at offset {size}; the file is "
+                        "truncated")
+      self.tensors[name] = info
+    check_disjoint(GGUFError, self.path, [(i.name, i.offset, i.offset + i.nbytes) for i in self.tensors.values()])
+    self._bytes: FileBytes | None = None
+
+  def _alignment(self) -> int:
+    if "general.alignment" not in self.metadata: return DEFAULT_ALIGNMENT
+    value, vtype = self.metadata["general.alignment"], self.metadata_types["general.alignment"]
+    if vtype is not GGUFValueType.UINT32 or value <= 0 or value & (value - 1):
+      raise GGUFError(f"{self.path}: general.alignment must be a uint32 power of two, got {vtype.name} {value!r:.50}")
+    return int(value)
+
+  def raw(self, name: str) -> np.ndarray:
+    """The bytes of tensor `name` as a uint8 view of the memory map (no copy)."""
+    info = self._info(name)
+    return self.mm[info.offset:info.offset + info.nbytes]
+
+  def raw_tensor(self, name: str, device: str | None = None) -> Tensor:
+    """The bytes of tensor `name` as a lazy uint8 Tensor, read from the file to `device` when realized."""
+    info = self._info(name)
+    if self._bytes is None: self._bytes = FileBytes(self.path)
+    return self._bytes.tensor(info.offset, info.nbytes, dtypes.uint8, device)
+
+  def load(self, name: str, device: str | None = None) -> Tensor:
+    """Tensor `name` as a lazy float32 Tensor of its shape, dequantised on `device` when realized."""
+    info = self._info(name)
+    return dequantize(self.raw_tensor(name, device), info.ggml_type, info.shape)
+
+  def tensor(self, name: str, device: str | None = None) -> np.ndarray:
+    """Tensor `name` dequantised (on `device`) to a float32 numpy array of its shape."""
+    return self.load(name, device).numpy()
+
+  def _info(self, name: str) -> GGUFTensorInfo:
+    if name not in self.tensors: raise GGUFError(f"{self.path}: no tensor named {name!r} (it has "
+      f"{len(self.tensors)} tensors)")
+    return self.tensors[name]
+
+  def type_counts(self) -> dict[str, int]:
+    """How many tensors of each GGML type the file holds, e.g. {'Q4_1': 210, 'F32': 61}."""
+    out: dict[str, int] = {}
+    for info in self.tensors.values(): out[info.ggml_type.name] = out.get(info.ggml_type.name, 0) + 1
+    return out
 
 def gguf_load(path: str | os.PathLike[str], device: str | None = None) -> tuple[dict[str, Any], dict[str, Tensor]]:
   """(metadata, tensors) of a GGUF file: every tensor is lazy float32 of its numpy-order shape, its bytes copied from
@@ -220,29 +460,14 @@ def gguf_load(path: str | os.PathLike[str], device: str | None = None) -> tuple[
   >>> weights["token_embd.weight"].shape  # doctest: +SKIP
   (49152, 576)
   """
-  raw = gguf_load_raw(path, device)
-  meta, infos = raw[0], raw[2]
-  return meta, {name: dequantize(t, infos[name].ggml_type, infos[name].shape) for name, t in raw[1].items()}
+  f = GGUFFile(path)
+  return dict(f.metadata), {name: f.load(name, device) for name in f.tensors}
 
 def gguf_load_raw(path: str | os.PathLike[str], device: str | None = None
                   ) -> tuple[dict[str, Any], dict[str, Tensor], dict[str, GGUFTensorInfo]]:
   """(metadata, raw uint8 tensors on `device`, tensor infos): the bytes of each tensor, still quantised, lazily."""
-  reader = GGUFFile(path)
-  fpath = os.path.abspath(reader.path)
-  size = os.path.getsize(fpath)
-  for info in reader.tensors.values(): _check_extent(reader.path, size, info, tensor_nbytes(info.ggml_type, info.shape))
-  disk = f"disk:{fpath}"
-  base = Buffer(disk, size, dtypes.uint8)
-  out: dict[str, Tensor] = {}
-  for name, info in reader.tensors.items():
-    nbytes = tensor_nbytes(info.ggml_type, info.shape)
-    if nbytes == 0:
-      out[name] = Tensor.zeros(0, dtype=dtypes.uint8, device=device)
-      continue
-    uop = UOp(Ops.BUFFER, dtypes.uint8, (), BufferArg(next_unique(), disk, nbytes))
-    attach_buffer(uop, Buffer(disk, nbytes, dtypes.uint8, base=base, offset=info.offset))
-    out[name] = Tensor(uop).to(device)
-  return dict(reader.metadata), out, dict(reader.tensors)
+  f = GGUFFile(path)
+  return dict(f.metadata), {name: f.raw_tensor(name, device) for name in f.tensors}, dict(f.tensors)
 
-__all__ = ["GGUFError", "GGMLType", "BLOCK_LAYOUT", "DEQUANTIZERS", "dequantize", "gguf_load", "gguf_load_raw",
-           "ggml_type", "tensor_nbytes"]
+__all__ = ["GGUFError", "GGUFFile", "GGUFTensorInfo", "GGUFValueType", "GGMLType", "BLOCK_LAYOUT", "DEQUANTIZERS",
+           "dequantize", "gguf_load", "gguf_load_raw", "ggml_type", "tensor_nbytes"]

@@ -19,6 +19,7 @@ import math
 import os
 import pickle
 import pickletools
+import re
 import struct
 import zipfile
 import zlib
@@ -44,6 +45,8 @@ STORAGE_DTYPES: dict[str, DType] = {
 }
 MAX_NESTING = 100  # containers inside containers in the unpickled object (a state dict nests 2-5 deep)
 MAX_INFLATION = 1100  # decompressed bytes per compressed byte a zip member may declare (deflate's limit is ~1032)
+_UNSUPPORTED_FLAGS = 0x1 | 0x20 | 0x40 | 0x2000  # zip flags: encrypted, patch data, strong/directory encryption
+MAX_FORMAT_VERSION = 10  # the newest archive format torch 2.x reads
 
 # what a corrupt zip archive or pickle stream makes the standard library raise; each is re-raised as CheckpointError
 # with the file, the member and the offset
@@ -175,18 +178,57 @@ def _check_nesting(obj: Any, where: str) -> None:
     children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
     stack.extend((child, depth + 1) for child in children)
 
+def _name_bytes(info: zipfile.ZipInfo) -> bytes:
+  return info.filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437")
+
 def _member_data_offset(raw: io.BufferedReader, info: zipfile.ZipInfo, path: str) -> int:
-  """Where a stored member's bytes start: after its local header, whose extra field (alignment padding that torch
-  writes) can differ from the central directory's."""
+  """Where a member's bytes start: after its local header (whose extra field, the alignment padding torch writes, can
+  differ from the central directory's), which must agree with the central directory on name, method and sizes."""
+  where = f"{path}: the local header of {info.filename!r} at offset {info.header_offset}"
+  if not 0 <= info.header_offset <= raw.seek(0, os.SEEK_END) - 30: raise CheckpointError(f"{where} is outside the file")
   raw.seek(info.header_offset)
   header = raw.read(30)
-  if len(header) != 30 or header[:4] != b"PK\x03\x04":
-    raise CheckpointError(f"{path}: corrupt zip local header for {info.filename!r} at offset {info.header_offset}")
-  name_len, extra_len = struct.unpack("<HH", header[26:30])
-  if raw.read(name_len) != info.filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437"):
-    raise CheckpointError(f"{path}: the local header at offset {info.header_offset} does not name "
-                          f"{info.filename!r}, which the central directory places there")
-  return info.header_offset + 30 + name_len + extra_len
+  if header[:4] != b"PK\x03\x04": raise CheckpointError(f"{where} is corrupt (no local header signature)")
+  flags, method, crc, packed, unpacked, name_len, extra_len = struct.unpack("<2xHH4xIIIHH", header[4:30])
+  if raw.read(name_len) != _name_bytes(info):
+    raise CheckpointError(f"{where} names another member than the central directory does")
+  sizes_differ = (crc, packed, unpacked) != (info.CRC, info.compress_size, info.file_size) and 0xFFFFFFFF not in (
+    packed, unpacked)
+  if method != info.compress_type or (not flags & 0x8 and sizes_differ):
+    raise CheckpointError(f"{where} disagrees with the central directory on the compression method, CRC or sizes")
+  start = info.header_offset + 30 + name_len + extra_len
+  if start + info.compress_size > raw.seek(0, os.SEEK_END):
+    raise CheckpointError(f"{where}: the member's {info.compress_size} bytes from offset {start} run past the end of "
+                          "the file; the file is truncated")
+  return start
+
+def _check_end_record(fpath: str, raw: io.BufferedReader, size: int, infos: list[zipfile.ZipInfo]) -> None:
+  """The end-of-central-directory record is on one disk and counts every entry, and the central directory it locates
+  ends where the record starts, its entries' declared lengths adding up to its size."""
+  raw.seek(max(0, size - 65557))  # 22 bytes and a comment of at most 65535
+  tail = raw.read()
+  end = tail.rfind(b"PK\x05\x06")
+  if end < 0 or len(tail) < end + 22: return  # zipfile found it, or a zip64 record, by its own search
+  at = size - len(tail) + end
+  disk, cd_disk, on_disk, total, cd_size, cd_offset = struct.unpack("<HHHHII", tail[end + 4:end + 20])
+  if 0xFFFF in (on_disk, total) or 0xFFFFFFFF in (cd_size, cd_offset): return  # zip64: sizes in its own record
+  where = f"{fpath}: the end record at offset {at}"
+  if disk or cd_disk: raise CheckpointError(f"{where} describes a multi-disk archive (disks {disk}, {cd_disk})")
+  zip64 = at - 20 >= 0 and tail[end - 20:end - 16] == b"PK\x06\x07"  # torch always writes the zip64 records too
+  ends = at - 20 - 56 if zip64 else at
+  if not on_disk == total == len(infos) or cd_offset + cd_size != ends:
+    raise CheckpointError(f"{where} counts {on_disk}/{total} entries in {cd_size} bytes at offset {cd_offset}; the "
+                          f"central directory holds {len(infos)} and ends at offset {ends}")
+  raw.seek(cd_offset)
+  directory, pos, count = raw.read(cd_size), 0, 0
+  while pos < len(directory):
+    if directory[pos:pos + 4] != b"PK\x01\x02" or pos + 46 > len(directory):
+      raise CheckpointError(f"{fpath}: central directory entry #{count} at offset {cd_offset + pos} is corrupt")
+    pos += 46 + sum(struct.unpack("<HHH", directory[pos + 28:pos + 34]))
+    count += 1
+  if pos != len(directory) or count != len(infos):
+    raise CheckpointError(f"{fpath}: the central directory's entries at offset {cd_offset} declare lengths that do "
+                          f"not add up to its {cd_size} bytes")
 
 def _open_archive(fpath: str) -> tuple[zipfile.ZipFile, int]:
   try: size = os.path.getsize(fpath)
@@ -206,6 +248,69 @@ def _open_archive(fpath: str) -> tuple[zipfile.ZipFile, int]:
                           f"{type(e).__name__}: {e}") from e
   return archive, size
 
+def _check_archive(fpath: str, archive: zipfile.ZipFile, raw: io.BufferedReader, size: int
+                   ) -> tuple[dict[str, zipfile.ZipInfo], str]:
+  """The archive's members by name and the folder they are in, after checking its structure as torch's reader does:
+  one folder holding everything, one data.pkl, unique names, an end record counting every entry, each member stored or
+  deflated (never encrypted) behind a local header that names it, a `version` torch reads, a little-endian byteorder."""
+  infos = archive.infolist()
+  names = [i.filename for i in infos]
+  if len(set(names)) != len(names):
+    dup = next(i for i in infos if names.count(i.filename) > 1)
+    raise CheckpointError(f"{fpath}: the archive holds member {dup.filename!r} (local header at offset "
+                          f"{dup.header_offset}) more than once; member names must be unique")
+  pickles = [n for n in names if n.endswith("/data.pkl")]
+  if len(pickles) != 1:
+    scripted = any(n.endswith("constants.pkl") for n in names)
+    hint = " (a TorchScript archive: load it with torch.jit)" if scripted else ""
+    raise CheckpointError(f"{fpath}: expected one <folder>/data.pkl in the archive, found {len(pickles)}{hint}")
+  prefix = pickles[0][:-len("data.pkl")]
+  if prefix.count("/") != 1:
+    raise CheckpointError(f"{fpath}: data.pkl must be in a folder at the top of the archive, found {pickles[0]!r}")
+  if stray := [n for n in names if not n.startswith(prefix)]:
+    raise CheckpointError(f"{fpath}: every member must be in the folder {prefix!r}, which holds data.pkl; found "
+                          f"{stray[0]!r}")
+  _check_end_record(fpath, raw, size, infos)
+  for info in infos:
+    where = f"{fpath}: member {info.filename!r} (local header at offset {info.header_offset})"
+    try: _name_bytes(info).decode("utf-8")
+    except UnicodeDecodeError as e: raise CheckpointError(f"{where}: the name is not UTF-8") from e
+    if info.volume: raise CheckpointError(f"{where} is on disk {info.volume} of a multi-disk archive")
+    if info.is_dir() or info.external_attr & 0x10:
+      raise CheckpointError(f"{where} is marked as a directory, which holds no data")
+    if info.flag_bits & _UNSUPPORTED_FLAGS:
+      raise CheckpointError(f"{where} has zip flags {info.flag_bits:#x} (encryption or patch data), which torch "
+                            "never writes")
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+      raise CheckpointError(f"{where} uses compression method {info.compress_type}; only stored and deflated "
+                            "members are read")
+    if info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size:
+      raise CheckpointError(f"{where} is stored but declares {info.file_size} bytes for {info.compress_size}")
+    _member_data_offset(raw, info, fpath)
+  members = {i.filename: i for i in infos}
+  if f"{prefix}version" not in members:
+    raise CheckpointError(f"{fpath}: the archive has no {prefix}version member; it is not a torch.save checkpoint")
+  version = _read_member(archive, members[f"{prefix}version"], fpath, size)
+  match = re.match(rb"\s*([+-]?\d{1,9})", version)
+  if match is None or not 1 <= int(match.group(1)) <= MAX_FORMAT_VERSION:
+    at = members[f"{prefix}version"].header_offset
+    raise CheckpointError(f"{fpath}: {prefix}version (local header at offset {at}) holds {version[:20]!r}; torch "
+                          f"writes format versions 1..{MAX_FORMAT_VERSION}")
+  if f"{prefix}byteorder" in members:
+    order = _read_member(archive, members[f"{prefix}byteorder"], fpath, size)
+    if order != b"little":
+      raise CheckpointError(f"{fpath}: {prefix}byteorder holds {order[:20]!r}: a big-endian or corrupt checkpoint; "
+                            "re-save it on a little-endian machine")
+  if f"{prefix}.data/serialization_id" in members:
+    try: _read_member(archive, members[f"{prefix}.data/serialization_id"], fpath, size).decode("utf-8")
+    except UnicodeDecodeError as e:
+      raise CheckpointError(f"{fpath}: {prefix}.data/serialization_id is not UTF-8 text") from e
+  if f"{prefix}.storage_alignment" in members:
+    alignment = _read_member(archive, members[f"{prefix}.storage_alignment"], fpath, size)
+    if re.fullmatch(rb"\s*\d{1,9}\s*", alignment) is None:
+      raise CheckpointError(f"{fpath}: {prefix}.storage_alignment holds {alignment[:20]!r}, not a number")
+  return members, prefix
+
 def torch_load(path: str | os.PathLike[str], device: str | None = None) -> Any:
   """The object a `torch.save` zip checkpoint holds (usually a state dict), its tensors as lazy ember Tensors on
   `device`; a pickle naming anything but tensor-rebuild globals raises `PickleSecurityError` without executing it.
@@ -213,23 +318,7 @@ def torch_load(path: str | os.PathLike[str], device: str | None = None) -> Any:
   fpath = os.fspath(path)
   archive, size = _open_archive(fpath)
   with archive, open(fpath, "rb") as raw:
-    infos = archive.infolist()
-    names = [i.filename for i in infos]
-    if len(set(names)) != len(names):
-      dup = next(i for i in infos if names.count(i.filename) > 1)
-      raise CheckpointError(f"{fpath}: the archive holds member {dup.filename!r} (local header at offset "
-                            f"{dup.header_offset}) more than once; member names must be unique")
-    pickles = [n for n in names if n.endswith("/data.pkl") or n == "data.pkl"]
-    if len(pickles) != 1:
-      scripted = any(n.endswith("constants.pkl") for n in names)
-      hint = " (a TorchScript archive: load it with torch.jit)" if scripted else ""
-      raise CheckpointError(f"{fpath}: expected one data.pkl in the archive, found {len(pickles)}{hint}")
-    members = {i.filename: i for i in infos}
-    prefix = pickles[0][:-len("data.pkl")]
-    if f"{prefix}byteorder" in members and _read_member(archive, members[f"{prefix}byteorder"], fpath, size) \
-        .strip() != b"little":
-      raise CheckpointError(f"{fpath}: a big-endian checkpoint (or a corrupt {prefix}byteorder member); re-save it on "
-                            "a little-endian machine")
+    members, prefix = _check_archive(fpath, archive, raw, size)
     storages: dict[str, Storage] = {}
     ranges: list[tuple[str, int, int]] = []
     fb = FileBytes(fpath)
@@ -257,8 +346,8 @@ def torch_load(path: str | os.PathLike[str], device: str | None = None) -> Any:
       storages[key] = Storage(key, stype.dtype, flat)
       return storages[key]
 
-    where = f"{fpath}:{pickles[0]}"
-    data = _read_member(archive, members[pickles[0]], fpath, size)
+    where = f"{fpath}:{prefix}data.pkl"
+    data = _read_member(archive, members[f"{prefix}data.pkl"], fpath, size)
     _check_pickle(data, where)
     unpickler = RestrictedUnpickler(data, where, load_storage)
     try: obj = unpickler.load()

@@ -134,7 +134,8 @@ def safe_load_metadata(path: str) -> tuple[dict[str, Any], int, dict[str, str]]:
                              "safetensors")
     raw = f.read(header_len)
   header = _parse_header(path, raw)
-  metadata = header.pop("__metadata__", None) or {}
+  metadata = header.pop("__metadata__", None)
+  if metadata is None: metadata = {}
   if not (isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())):
     raise SafetensorsError(f"{path}: __metadata__ at offset {_offset_of(raw, '__metadata__')} must map strings to "
                            f"strings, got {metadata!r:.200}")

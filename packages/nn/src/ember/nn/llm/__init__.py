@@ -6,7 +6,7 @@
 >>> tok.decode(generate(model, tok.encode("Once upon a time"), 20, stop_ids=tok.stop_ids))  # doctest: +SKIP
 """
 from __future__ import annotations
-from ember.nn.llm.gguf import GGUFFile, GGUFError, GGMLType, dequantize
+from ember.nn.gguf import GGUFFile, GGUFError, GGMLType, dequantize
 from ember.nn.llm.tokenizer import BPETokenizer, TokenizerError, render_chatml
 from ember.nn.llm.model import (KVCache, Llama, LlamaConfig, LlamaSession, ModelError,
                                 ContextOverflowError)

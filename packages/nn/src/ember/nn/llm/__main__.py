@@ -17,7 +17,7 @@ import time
 from typing import TextIO
 from ember.errors import EmberError
 from ember.nn.llm.generate import GenerationStats, SamplingParams, generate
-from ember.nn.llm.gguf import GGUFFile
+from ember.nn.gguf import GGUFFile
 from ember.nn.llm.model import Llama
 from ember.nn.llm.benchmark import run_benchmark
 from ember.nn.llm.tokenizer import BPETokenizer, render_chatml

@@ -28,7 +28,7 @@ Prefill (T > 1 tokens, or a first token): what depends on the position (RoPE tab
 cache, the one-hot placement of the new rows, which row's logits to return) is small host-built inputs, and a
 prefill step per chunk size in PREFILL_BUCKETS is captured once. The cache tensors are inputs of every captured step,
 so one capture serves every `KVCache` of the model (the HTTP server keeps one per request slot). Token embeddings
-are gathered on the host from the GGUF bytes.
+are gathered on the host from the GGUF bytes and dequantised by `ember.nn.gguf` inside the captured steps.
 """
 from __future__ import annotations
 import math
@@ -37,7 +37,7 @@ from typing import Any, Callable
 import numpy as np
 from ember import Tensor, TinyJit, UOp, Variable, dtypes
 from ember.errors import EmberError
-from ember.nn.llm.gguf import GGMLType, GGUFFile, dequantize, tensor_nbytes
+from ember.nn.gguf import GGMLType, GGUFFile, dequantize, tensor_nbytes
 from ember.schedule import buffer_of
 
 SUPPORTED_ARCHS = ("llama", "mistral")
@@ -166,7 +166,7 @@ class _Source:
   def dense(self) -> np.ndarray:
     if self.array is not None: return self.array
     assert self.raw is not None and self.ggml_type is not None
-    return dequantize(self.raw, self.ggml_type, self.shape)
+    return dequantize(Tensor(np.ascontiguousarray(self.raw)), self.ggml_type, self.shape).numpy()
 
 def _fused_weight(parts: list[_Source], quantized: bool, device: str | None) -> Weight:
   """Stack matrices along the output dim into one weight: quantised when all parts share a kept type."""
@@ -341,7 +341,7 @@ class Llama:
         gate_up=_fused_weight([get(p + "ffn_gate.weight", (cfg.ffn_dim, cfg.dim)),
                                get(p + "ffn_up.weight", (cfg.ffn_dim, cfg.dim))], quantized, device),
         down=_fused_weight([get(p + "ffn_down.weight", (cfg.dim, cfg.ffn_dim))], quantized, device), cfg=cfg))
-    self._embed_rows = self._embedding_reader()
+    self._embed_table, self._embed = self._embedding_rows()
     self._decode_jit = TinyJit(self._decode_step)
     self._position = Variable("pos", 1, max(self.max_context - 1, 1))  # cached rows a decode step attends over
     self._prefill_jits = {size: TinyJit(self._step) for size in PREFILL_BUCKETS}
@@ -363,15 +363,15 @@ class Llama:
       else: sources[name] = f.tensor(name)
     return cls(cfg, sources, max_context=max_context, device=device, quantized=quantized)
 
-  def _embedding_reader(self) -> Callable[[np.ndarray], np.ndarray]:
-    emb = self._embedding
-    if emb.array is not None or emb.ggml_type is None:
-      table = emb.dense()
-      return lambda ids: table[ids]
-    row_bytes = tensor_nbytes(emb.ggml_type, (1, self.cfg.dim))
-    rows = np.asarray(emb.raw).reshape(self.cfg.vocab_size, row_bytes)
+  def _embedding_rows(self) -> tuple[np.ndarray, Callable[[Tensor], Tensor]]:
+    """The token embedding as a host table of rows (float32, or the GGUF's raw bytes of each row, gathered on the
+    host) and what turns a step's gathered rows into float32 inside the captured step (dequantised on the device;
+    all-zero padding rows dequantise to zeros)."""
+    emb, dim = self._embedding, self.cfg.dim
+    if emb.array is not None or emb.ggml_type is None: return emb.dense(), lambda rows: rows
     gtype = emb.ggml_type
-    return lambda ids: dequantize(rows[ids], gtype, (len(ids), self.cfg.dim))
+    table = np.asarray(emb.raw).reshape(self.cfg.vocab_size, tensor_nbytes(gtype, (1, dim)))
+    return table, lambda rows: dequantize(rows.reshape(-1), gtype, (rows.shape[0], dim))
 
   @property
   def weight_bytes(self) -> int:
@@ -434,19 +434,20 @@ class Llama:
     written = place.any(axis=1, keepdims=True)  # (C, 1)
     select = np.zeros((1, T), np.float32)
     select[0, n - 1] = 1.0  # the last real token's row
-    x = np.zeros((T, self.cfg.dim), np.float32)
-    x[:n] = self._embed_rows(ids)
+    x = np.zeros((T, self._embed_table.shape[1]), self._embed_table.dtype)
+    x[:n] = self._embed_table[ids]
     inputs = [Tensor(a, device=self.device) for a in (x, cos, sin, mask, place, written, select)]
     return step(*inputs, *cache.layers).numpy()
 
   def _decode(self, ids: np.ndarray, start: int, cache: KVCache) -> np.ndarray:
     cos, sin = rope_tables(np.array([start]), self.cfg.head_dim, self.cfg.rope_theta)
-    inputs = [Tensor(a, device=self.device) for a in (self._embed_rows(ids), cos, sin)]
+    inputs = [Tensor(a, device=self.device) for a in (self._embed_table[ids], cos, sin)]
     logits, rows = self._decode_jit(*inputs, self._position.bind(start), *cache.layers)
     cache.write_rows(rows.numpy(), start)
     return logits.numpy()
 
   def _decode_step(self, x: Tensor, cos: Tensor, sin: Tensor, n: UOp, *caches: Tensor) -> tuple[Tensor, Tensor]:
+    x = self._embed(x)
     rows = []
     for layer, cache in zip(self.layers, caches):
       x, row = layer.decode(x, cache, cos, sin, n)
@@ -458,6 +459,7 @@ class Llama:
 
   def _step(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, place: Tensor, written: Tensor, select: Tensor,
             *caches: Tensor) -> Tensor:
+    x = self._embed(x)
     for layer, cache in zip(self.layers, caches):
       x = layer(x, cache, cos, sin, mask, place, written)
     last = select @ x  # (1, dim)
