@@ -108,18 +108,31 @@ def find_realize(targets: list[UOp]) -> tuple[list[UOp], dict[UOp, list[UOp]]]:
   order = [n for n in topo if n in realize and n.op is not Ops.BUFFER]
   return order, consumers
 
+def _breaks_fusion(c: UOp) -> bool:
+  """A consumer that cannot read a reduction's result inside the reduction's kernel."""
+  return c.op is Ops.REDUCE_AXIS or (c.op in GroupOp.Movement and c.op is not Ops.RESHAPE) or \
+         c.op in (Ops.COPY, Ops.ASSIGN, Ops.BITCAST)
+
 def _reduce_must_realize(r: UOp, consumers: dict[UOp, list[UOp]], realize: set[UOp]) -> bool:
-  node = r
-  while True:
-    cs = consumers[node]
-    if node in realize and node is not r: return False
-    if len(cs) == 0: return False
-    if len(cs) > 1: return True
-    c = cs[0]
-    if c in realize: return False
-    if c.op is Ops.REDUCE_AXIS or (c.op in GroupOp.Movement and c.op is not Ops.RESHAPE): return True
-    if c.op in (Ops.COPY, Ops.ASSIGN, Ops.BITCAST): return True
-    node = c
+  """A reduction fuses into its elementwise consumers when every path from it ends in the same realized node (one
+  kernel computes them all; `(x > 0).where(x, 0)` reads the reduction twice in that kernel), else it gets a buffer."""
+  exits: set[UOp] = set()
+  seen: set[UOp] = {r}
+  stack = [r]
+  while stack:
+    node = stack.pop()
+    if node is not r and node in realize:
+      exits.add(node)
+      continue
+    if not consumers[node]:
+      exits.add(node)
+      continue
+    for c in consumers[node]:
+      if c not in realize and _breaks_fusion(c): return True
+      if c not in seen:
+        seen.add(c)
+        stack.append(c)
+  return len(exits) > 1
 
 def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
   """The calls that compute `targets`, and what each realized target becomes (a buffer view)."""
