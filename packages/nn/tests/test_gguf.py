@@ -1,6 +1,7 @@
 """GGUF dequantisation on the device against the reference `gguf` package (on blocks built here with random bits and
 finite float16 scales), GGUF files written by the reference writer, and truncated or corrupt files."""
 from __future__ import annotations
+import struct
 from pathlib import Path
 import numpy as np
 import pytest
@@ -97,3 +98,48 @@ def test_corrupt_files_name_file_and_offset(tmp_path: Path):
   bad.write_bytes(b"GGUX" + data[4:])
   with pytest.raises(GGUFError, match="not a GGUF file") as e: gguf_load(bad)
   assert str(bad) in str(e.value)
+
+# ** malformed headers that escaped as foreign exceptions or loaded (issue 24), built field by field **
+
+def _s(text: str) -> bytes: return struct.pack("<Q", len(text.encode())) + text.encode()
+
+def _gguf(kvs: list[bytes], tensors: list[tuple[str, list[int], int, int]], data: bytes = b"\0" * 64) -> bytes:
+  """A v3 file: raw key/value records, tensor infos (name, GGUF dims innermost first, ggml type, offset), data."""
+  out = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)) + b"".join(kvs)
+  for name, dims, gtype, offset in tensors:
+    out += _s(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
+    out += struct.pack("<IQ", gtype, offset)
+  return out + b"\0" * (-len(out) % 32) + data
+
+def _kv(key: str, vtype: int, payload: bytes) -> bytes: return _s(key) + struct.pack("<I", vtype) + payload
+
+F32_W = [("w", [2], 0, 0)]
+
+@pytest.mark.parametrize("data,match", [
+  (_gguf([_kv("general.alignment", 8, _s("32"))], F32_W), "general.alignment must be a uint32 power of two, got STR"),
+  (_gguf([_kv("general.alignment", 6, struct.pack("<f", 32.0))], F32_W), "must be a uint32 power of two, got FLOAT32"),
+  (_gguf([_kv("general.alignment", 4, struct.pack("<I", 0))], F32_W), "power of two, got UINT32 0"),
+  (_gguf([_kv("deep", 9, struct.pack("<IQ", 9, 1) * 5000 + struct.pack("<IQ", 4, 0))], F32_W),
+   r"'deep'.* at offset \d+: arrays nest deeper than 8 levels"),
+  (_gguf([], [("w", [2**32, 2**32], 0, 0)]), "field dims: the shape .* overflows int64"),
+  (_gguf([], [("w", [2], 0, 0), ("w", [2], 0, 32)]), r"tensor 'w' at offset \d+: the name appears twice"),
+  (_gguf([_kv("k", 4, b"\1\0\0\0"), _kv("k", 4, b"\2\0\0\0")], F32_W), r"key 'k' at offset 41: the key appears"),
+  (_gguf([], [("a", [8], 0, 0), ("b", [8], 0, 0)]), r"tensor 'b' at bytes \d+..\d+ overlaps tensor 'a'"),
+  (_gguf([], [("w", [2], 99, 0)]), r"the type of tensor 'w' at offset \d+: unknown GGML type id 99"),
+  (_gguf([], [("w", [2], 0, 4)]), "the offset of tensor 'w' at offset .*: 4 is not a multiple of the alignment 32"),
+  (_gguf([], [("w", [2, 1, 1, 1, 1], 0, 0)]), "the rank of tensor 'w' at offset .*: 5 > 4 dimensions"),
+  (_gguf([_kv("k", 8, struct.pack("<Q", 2) + b"\xff\xfe")], F32_W), "'k' at offset 37: the string is not UTF-8"),
+  (_gguf([_kv("k", 9, struct.pack("<IQ", 8, 2**60))], F32_W), r"the length of 'k' at offset \d+: 1152921504606846976"),
+  (b"GGUF" + struct.pack("<IQQ", 3, 2**62, 0) + b"\0" * 16, "the tensor count at offset 8"),
+])
+def test_malformed_headers_raise_gguf_error(tmp_path: Path, data: bytes, match: str):
+  path = tmp_path / "bad.gguf"
+  path.write_bytes(data)
+  with pytest.raises(GGUFError, match=match) as e: gguf_load(path)
+  assert str(path) in str(e.value)
+
+def test_nested_arrays_within_the_bound_load(tmp_path: Path):
+  path = tmp_path / "ok.gguf"
+  path.write_bytes(_gguf([_kv("nest", 9, struct.pack("<IQ", 9, 1) * 3 + struct.pack("<IQI", 4, 1, 7))], F32_W))
+  meta, tensors = gguf_load(path)
+  assert meta["nest"] == [[[[7]]]] and tensors["w"].numpy().tolist() == [0.0, 0.0]
