@@ -148,3 +148,14 @@ def test_unrelated_tensor_is_still_an_error() -> None:
   x, z = Tensor([1.0, 2.0], requires_grad=True), Tensor([3.0], requires_grad=True)
   with pytest.raises(GradientError): (x * 2).sum().gradient(z)
   with pytest.raises(RuntimeError): (x * 2).sum().gradient(z)  # torch.autograd.grad raises RuntimeError too
+
+@pytest.mark.parametrize("op", ["le", "ge", "lt", "gt"])
+def test_ordered_comparisons_with_nan_are_false(op):
+  """a <= b is False where either side is NaN (IEEE, torch), not `not (a > b)`."""
+  a = np.array([1.0, np.nan, 3.0, np.nan, -0.0], dtype=np.float32)
+  b = np.array([1.0, 2.0, np.nan, np.nan, 0.0], dtype=np.float32)
+  fn = {"le": lambda x, y: x <= y, "ge": lambda x, y: x >= y, "lt": lambda x, y: x < y, "gt": lambda x, y: x > y}[op]
+  np.testing.assert_array_equal(fn(Tensor(a), Tensor(b)).numpy(), fn(torch.from_numpy(a), torch.from_numpy(b)).numpy())
+  np.testing.assert_array_equal(fn(Tensor(a), 1.0).numpy(), fn(torch.from_numpy(a), 1.0).numpy())
+  ints = np.array([1, 2, 3], dtype=np.int32)
+  np.testing.assert_array_equal(fn(Tensor(ints), 2).numpy(), fn(torch.from_numpy(ints), 2).numpy())
