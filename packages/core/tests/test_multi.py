@@ -230,3 +230,62 @@ def test_gradient_of_sharded_input(devs):
   assert xs.grad is not None and ws.grad is not None and xs.grad.axis == 0 and ws.grad.axis is None
   np.testing.assert_allclose(xs.grad.numpy(), 2 * (x @ w) @ w.T, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(ws.grad.numpy(), x.T @ (2 * (x @ w)), rtol=1e-5, atol=1e-5)
+
+# ** no class swap, no registry surgery: a sharded tensor is a Tensor holding a Sharding **
+
+def test_sharded_tensors_stay_plain_tensors_and_registries_follow(devs):
+  from ember import tensor as tensor_module
+  x = _rand(6, 2)
+  t = Tensor(x, device=devs[0])
+  made = t.shard(devs, 0)
+  assert type(made) is Tensor and made.sharding is not None
+  assert t.shard_(devs, 0) is t and type(t) is Tensor and t.sharding is not None
+  live = list(tensor_module.all_tensors)
+  assert not any(s is t or s is made for s in live)  # no single graph: not listed there ...
+  assert any(s is t for s in tensor_module.sharded_tensors.values())  # ... but here, with its shards listed there
+  assert all(any(s is u for u in live) for s in t.shards)
+  # code walking all_tensors (an assign realizes the pending readers of its buffer) meets no graph-less tensor
+  y = Tensor(x, device=devs[0]).contiguous().realize()
+  pending = y * 3
+  y.assign(Tensor(x + 1, device=devs[0]))
+  np.testing.assert_array_equal(pending.numpy(), x * 3)
+  np.testing.assert_array_equal((t + 1).numpy(), x + 1)
+  with pytest.raises(ShardingError, match="sharded tensor's"): _ = y.shards
+  with pytest.raises(TypeError, match="isinstance"): MultiTensor()
+
+def test_in_place_sharded_leaf_gets_its_gradient(devs):
+  x = _rand(4, 3)
+  t = Tensor(x, device=devs[0]).requires_grad_()
+  t.shard_(devs, 0)
+  (t * t).sum().backward()
+  assert t.grad is not None and t.grad.axis == 0
+  np.testing.assert_allclose(t.grad.numpy(), 2 * x, rtol=1e-6)
+
+def test_replace_and_to_in_place_keep_or_take_a_layout(devs):
+  x, z = _rand(6, 2), _rand(6, 2, seed=1)
+  w = Tensor(x, device=devs[0]).shard(devs, 0)
+  w.replace(Tensor(z, device=devs[1]))  # a plain value (a loaded state dict) takes the target's layout
+  assert w.axis == 0 and w.devices == devs
+  np.testing.assert_array_equal(w.numpy(), z)
+  p = Tensor(x, device=devs[0])
+  assert p.to_(devs) is p and isinstance(p, MultiTensor) and p.axis is None
+  np.testing.assert_array_equal(p.shards[1].numpy(), x)
+
+def test_shard_like_copies_unbalanced_split_points(devs):
+  x = _rand(5, 2)
+  y = Tensor(x, device=devs[0]).shard(devs, 0).reshape(10)  # rows split 3+2 -> items 6+4, where shard() splits 5+5
+  z = Tensor(np.arange(10, dtype=np.float32), device=devs[0]).shard_like(y)
+  assert z.axis == 0 and z.bounds == y.bounds == [(0, 6), (6, 10)]
+  np.testing.assert_array_equal((z + y).numpy(), np.arange(10, dtype=np.float32) + x.reshape(10))
+
+def test_multi_uses_only_public_tensor_names_and_tensor_imports_multi_lazily():
+  import ast
+  import ember.multi
+  import ember.tensor
+  multi_src = ast.parse(open(ember.multi.__file__).read())
+  names = [a.name for n in ast.walk(multi_src) if isinstance(n, ast.ImportFrom) and n.module == "ember.tensor"
+           for a in n.names]
+  assert names and not [n for n in names if n.startswith("_")]
+  tensor_src = ast.parse(open(ember.tensor.__file__).read())
+  top = [n for n in tensor_src.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+  assert not [n for n in top if "ember.multi" in ast.unparse(n)]

@@ -40,3 +40,6 @@ class JitError(EmberError, RuntimeError):
 
 class GradientError(EmberError, RuntimeError):
   """Autograd was asked for something it cannot compute."""
+
+class ShardingError(EmberError, RuntimeError):
+  """An op cannot run on a sharded tensor as laid out (it would move items between shards, or devices disagree)."""

@@ -9,7 +9,7 @@ import weakref
 from typing import Any, Sequence, TypeAlias
 import numpy as np
 from ember.dtype import DType, dtypes, least_upper_dtype, least_upper_float, strong_dtype, sum_acc_dtype, to_dtype
-from ember.errors import AxisError, DTypeError, EmptyReductionError, GradientError, ShapeError, DeviceError
+from ember.errors import AxisError, DTypeError, EmptyReductionError, GradientError, ShapeError, DeviceError, ShardingError
 from ember.helpers import prod, SEED
 from ember.tensor_extra import TensorExtra
 from ember.uop.ops import Ops, UOp, BufferArg, GroupOp, next_unique, sint
@@ -19,7 +19,10 @@ PyInt: TypeAlias = int
 PyFloat: TypeAlias = float
 PyBool: TypeAlias = bool
 
+# every live tensor that has a graph (`uop`); a sharded tensor has none and is in `sharded_tensors` (by id: a WeakSet
+# compares members with ==, which is elementwise on tensors), its shards, Tensors of their own, are here
 all_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
+sharded_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 
 def _canon_device(device: str | None) -> str:
   from ember.device import Device
@@ -67,7 +70,7 @@ class Tensor(TensorExtra):
   >>> Tensor([[1.0, 2.0], [3.0, 4.0]]).sum(axis=1).numpy()
   array([3., 7.], dtype=float32)
   """
-  __slots__ = ("uop", "requires_grad", "grad", "__weakref__")
+  __slots__ = ("uop", "sharding", "requires_grad", "grad", "__weakref__")
   training: bool = False
   no_grad: bool = False
 
@@ -105,17 +108,21 @@ class Tensor(TensorExtra):
                        "pass a list, scalar, numpy array, bytes or UOp")
     if dt is not None and uop.dtype is not dt: uop = _cast_uop(uop, dt)
     self.uop: UOp = uop
+    # a sharded tensor's layout (an ember.multi.Sharding: its per-device shards and their axis); it then has no `uop`
+    self.sharding: Any = None
     self.requires_grad: bool | None = requires_grad
     self.grad: Tensor | None = None
     all_tensors.add(self)
 
   # ** properties **
   @property
-  def shape(self) -> tuple[sint, ...]: return self.uop.shape
+  def shape(self) -> tuple[sint, ...]: return self.uop.shape if self.sharding is None else self.sharding.shape
   @property
-  def dtype(self) -> DType: return self.uop.dtype  # type: ignore[return-value]
+  def dtype(self) -> DType: return self.uop.dtype if self.sharding is None else self.sharding.dtype  # type: ignore
   @property
   def device(self) -> str:
+    """The device this tensor lives on (a sharded tensor: the tuple of its shards' devices)."""
+    if self.sharding is not None: return self.sharding.devices
     d = self.uop.device
     if d is None: raise DeviceError("tensor has no device")
     return d  # type: ignore[return-value]
@@ -128,7 +135,14 @@ class Tensor(TensorExtra):
     if not self.shape: raise TypeError("len() of a 0-d tensor")
     return int(self.shape[0])
   def __repr__(self) -> str:
+    if self.sharding is not None: return f"<Tensor {self.shape} {self.dtype!r} {self.sharding!r}>"
     return f"<Tensor {self.shape} {self.dtype!r} on {self.uop.device} realized={self.uop.is_realized}>"
+  def __getattr__(self, name: str) -> Any:
+    # reached only when normal lookup fails, e.g. for the `uop` a sharded tensor does not have
+    if name == "uop" and self.sharding is not None:
+      raise ShardingError(f"a tensor sharded over {self.sharding.devices} has one graph per device, not one uop; "
+                          "use .shards, or gather it with .to(device)")
+    raise AttributeError(f"'Tensor' object has no attribute {name!r}")
   def __hash__(self) -> int: return id(self)
   def __bool__(self) -> bool:
     if self.numel() != 1:
@@ -140,25 +154,28 @@ class Tensor(TensorExtra):
   # ** realize and data out **
   def schedule(self, *others: Tensor) -> list:
     from ember.schedule import create_schedule
-    items, _ = create_schedule([t.uop for t in (self, *others)])
+    items, _ = create_schedule([t.uop for t in _graph_tensors((self, *others))])
     return items
   def realize(self, *others: Tensor) -> Tensor:
-    """Run the kernels that compute this tensor (and `others`); returns self."""
+    """Run the kernels that compute this tensor (and `others`); returns self. A sharded tensor runs its shards'."""
     Tensor._realize_all(self, *others)
     return self
   @staticmethod
   def _realize_all(*tensors: Tensor) -> None:
     from ember.schedule import create_schedule
     from ember.engine.realize import run_schedule
-    todo = [t for t in tensors if not _is_done(t.uop)]
+    todo = [t for t in _graph_tensors(tensors) if not _is_done(t.uop)]
     if not todo: return
     items, becomes = create_schedule([t.uop for t in todo])
     run_schedule(items)
     _apply_becomes(becomes)
   def contiguous(self) -> Tensor:
+    if self.sharding is not None: return self.sharding.contiguous(self)
     if self.dtype.weak: return self
     return Tensor(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)), requires_grad=self.requires_grad)
-  def contiguous_backward(self) -> Tensor: return Tensor(UOp(Ops.CONTIGUOUS_BACKWARD, self.dtype, (self.uop,)))
+  def contiguous_backward(self) -> Tensor:
+    if self.sharding is not None: return self.sharding.contiguous_backward(self)
+    return Tensor(UOp(Ops.CONTIGUOUS_BACKWARD, self.dtype, (self.uop,)))
   def _buffer(self):
     from ember.schedule import buffer_of
     # a pending assign realizes into its own buffer: read that, not a copy of it
@@ -169,6 +186,7 @@ class Tensor(TensorExtra):
     return buffer_of(t.uop)
   def data(self) -> memoryview:
     _check_host_read("data()")
+    if self.sharding is not None: return self.sharding.data()
     buf = self._buffer()
     concrete = all(isinstance(s, int) for s in self.shape) and self.shape
     return memoryview(buf.numpy()).cast("B").cast(_mv_fmt(buf.dtype),
@@ -177,6 +195,7 @@ class Tensor(TensorExtra):
     """The tensor's values as a numpy array (numpy dtype matching the tensor's; bfloat16/fp8 come back as float32)."""
     dt = strong_dtype(self.dtype)
     _check_host_read("numpy()")
+    if self.sharding is not None: return self.sharding.numpy()
     if any(not isinstance(s, int) for s in self.shape):
       raise ShapeError(f"cannot read a tensor with symbolic shape {self.shape}")
     if 0 in self.shape: return np.zeros(self.shape, dtype=_np_dtype(dt))
@@ -191,6 +210,8 @@ class Tensor(TensorExtra):
     _check_host_read("tolist()")
     return self.numpy().tolist()
   def to(self, device: str | tuple[str, ...] | None) -> Tensor:
+    """A copy on `device`, or replicated on every device of a tuple (a sharded tensor is gathered first)."""
+    if self.sharding is not None: return self.sharding.to(self, device)
     if isinstance(device, tuple): return self.shard(device, None)
     dev = _canon_device(device)
     if dev == self.device: return self
@@ -209,19 +230,49 @@ class Tensor(TensorExtra):
     from ember.multi import shard_tensor
     return shard_tensor(self, devices, axis)
   def shard_(self, devices: tuple[str, ...], axis: int | None = None) -> Tensor:
-    """`shard` in place: this object becomes the sharded tensor."""
-    from ember.multi import shard_inplace
-    return shard_inplace(self, devices, axis)
+    """`shard` in place: this object becomes the sharded tensor (references to it see the shards)."""
+    return self.replace(self.shard(devices, axis))
+  @staticmethod
+  def from_sharding(sharding: Any, requires_grad: bool | None = None) -> Tensor:
+    """The tensor held as `sharding` (an `ember.multi.Sharding`: one Tensor per device and the axis they split). It
+    has no `uop`, and is listed in `sharded_tensors` instead of `all_tensors`."""
+    t = Tensor.__new__(Tensor)
+    t.sharding, t.requires_grad, t.grad = sharding, requires_grad, None
+    sharded_tensors[id(t)] = t
+    return t
+  @property
+  def shards(self) -> tuple[Tensor, ...]:
+    """A sharded tensor's per-device tensors, in device order."""
+    return self._sharding_of("shards").shards
+  @property
+  def axis(self) -> int | None:
+    """The axis a sharded tensor is split on (None: every device holds all of it)."""
+    return self._sharding_of("axis").axis
+  @property
+  def devices(self) -> tuple[str, ...]: return self._sharding_of("devices").devices
+  @property
+  def bounds(self) -> list[tuple[int, int]]:
+    """A sharded tensor's (start, end) per shard along its axis."""
+    return self._sharding_of("bounds").bounds
+  def _sharding_of(self, what: str) -> Any:
+    if self.sharding is None:
+      raise ShardingError(f".{what} is a sharded tensor's; this one lives on {self.device}: shard it with "
+                          ".shard(devices, axis) first")
+    return self.sharding
   def clone(self, device: str | None = None) -> Tensor:
+    if self.sharding is not None: return self.sharding.clone(self, device)
     dt = strong_dtype(self.dtype)
     ret = self.cast(dt).contiguous() if device is None else self.cast(dt).contiguous().to(device)
     return ret if ret is not self else Tensor(UOp(Ops.CONTIGUOUS, dt, (self.uop,)))
-  def detach(self) -> Tensor: return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)), requires_grad=False)
+  def detach(self) -> Tensor:
+    if self.sharding is not None: return self.sharding.detach()
+    return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)), requires_grad=False)
   def requires_grad_(self, requires_grad: bool | None = True) -> Tensor:
     self.requires_grad = requires_grad
     return self
   def assign(self, x: Any) -> Tensor:
     """Write `x` into this tensor's memory (the same buffer, so TinyJit and optimizers see the update)."""
+    if self.sharding is not None: return self.sharding.assign(self, x)
     other = x if isinstance(x, Tensor) else Tensor(x, device=self.device, dtype=self.dtype)
     if self.dtype.weak:
       if other.dtype.weak: self.uop = Tensor(other.uop).cast(strong_dtype(other.dtype)).contiguous().uop
@@ -240,8 +291,17 @@ class Tensor(TensorExtra):
     self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, value.uop))
     return self
   def replace(self, x: Tensor) -> Tensor:
+    """This object holds `x`'s value from now on (its graph, or its shards), so references to it see `x`."""
     if x.shape != self.shape: raise ShapeError(f"replace shape mismatch: {self.shape} <- {x.shape}")
-    self.uop = x.uop
+    if self.sharding is not None: return self.sharding.replace(self, x)
+    if x.sharding is None:
+      self.uop = x.uop
+      return self
+    # it becomes sharded: no graph of its own any more, so it moves from all_tensors to sharded_tensors
+    for ref in [r for r in all_tensors.data if r() is self]: all_tensors.data.discard(ref)
+    del self.uop
+    self.sharding = x.sharding
+    sharded_tensors[id(self)] = self
     return self
 
   # ** creation **
@@ -511,7 +571,9 @@ class Tensor(TensorExtra):
     if not _sym_eq(prod(new_shape), self.numel()):
       raise ShapeError(f"cannot reshape {self.shape} ({self.numel()} elements) to {new_shape} "
                        f"({prod(new_shape)} elements)")
-    return self if new_shape == self.shape else Tensor(_reshape(self.uop, new_shape), requires_grad=self.requires_grad)
+    if new_shape == self.shape: return self
+    if self.sharding is not None: return self.sharding.reshape(self, new_shape)
+    return Tensor(_reshape(self.uop, new_shape), requires_grad=self.requires_grad)
   def view(self, *shape: Any) -> Tensor: return self.reshape(*shape)
   def permute(self, order: Any, *args: Any) -> Tensor:
     dims = (order, *args) if args else ((order,) if isinstance(order, int) else tuple(order))
@@ -520,6 +582,7 @@ class Tensor(TensorExtra):
       raise ShapeError(f"permute order {perm} is not a permutation of {self.ndim} dims (shape {self.shape}); name "
                        "each dim once")
     if perm == tuple(range(self.ndim)): return self
+    if self.sharding is not None: return self.sharding.permute(self, perm)
     return Tensor(UOp(Ops.PERMUTE, self.dtype, (self.uop,), perm), requires_grad=self.requires_grad)
   def expand(self, shape: Any, *args: Any) -> Tensor:
     new_shape = _shape_arg((shape, *args) if args else ((shape,) if isinstance(shape, int) else tuple(shape)))
@@ -533,10 +596,12 @@ class Tensor(TensorExtra):
     for s, ns in zip(base.shape, final):
       if s != ns and s != 1: raise ShapeError(f"cannot expand {self.shape} to {new_shape}: dim {s} is not 1")
     if final == base.shape: return base
+    if base.sharding is not None: return base.sharding.expand(base, final)
     return Tensor(UOp(Ops.EXPAND, self.dtype, (base.uop,), final), requires_grad=self.requires_grad)
   def pad(self, padding: Sequence[Any], mode: str = "constant", value: float = 0.0) -> Tensor:
     """Pad with `padding` as ((before, after), ...) per dim, or torch-style flat (last dim first)."""
     pads = _norm_padding(padding, self.ndim)
+    if self.sharding is not None: return self.sharding.pad(self, pads, mode, value)
     if mode != "constant": return self._pad_mode(pads, mode)
     if all(b == 0 and a == 0 for b, a in pads): return self
     if any(b < 0 or a < 0 for b, a in pads):
@@ -577,12 +642,14 @@ class Tensor(TensorExtra):
       if isinstance(b, int) and isinstance(e, int) and isinstance(s, int) and not 0 <= b <= e <= s:
         raise ShapeError(f"shrink {bounds} is out of range of shape {self.shape}")
     if bounds == tuple((0, s) for s in self.shape): return self
+    if self.sharding is not None: return self.sharding.shrink(self, bounds)
     return Tensor(UOp(Ops.SHRINK, self.dtype, (self.uop,), bounds), requires_grad=self.requires_grad)
   def flip(self, axis: Any, *args: Any) -> Tensor:
     dims = (axis, *args) if args else ((axis,) if isinstance(axis, int) else tuple(axis))
     axes = {self._resolve_dim(a) for a in dims}
     if len(axes) != len(dims): raise ShapeError(f"flip dims {dims} name a dim more than once (shape {self.shape})")
     if not axes: return self
+    if self.sharding is not None: return self.sharding.flip(self, tuple(sorted(axes)))
     flips = tuple(i in axes for i in range(self.ndim))
     return Tensor(UOp(Ops.FLIP, self.dtype, (self.uop,), flips), requires_grad=self.requires_grad)
   def _resolve_dim(self, dim: int, extra: int = 0) -> int:
@@ -1017,8 +1084,11 @@ class Tensor(TensorExtra):
     return vals._slice_dim(d, 0, k), idx._slice_dim(d, 0, k)
 
   # ** elementwise **
-  def _const_like(self, x: Any) -> Tensor: return Tensor(_const_uop(x, dtypes.from_py(x), self.device))
+  def _const_like(self, x: Any) -> Tensor:
+    if self.sharding is not None: return self.sharding.const_like(x)
+    return Tensor(_const_uop(x, dtypes.from_py(x), self.device))
   def _broadcasted(self, y: Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
+    if self.sharding is not None: return self.sharding.broadcasted(self, y, reverse)
     if isinstance(y, Tensor): other = y
     elif isinstance(y, (bool, int, float)): other = Tensor(_const_uop(y, dtypes.from_py(y), self.device))
     else: other = Tensor(y, device=self.device)
@@ -1033,6 +1103,7 @@ class Tensor(TensorExtra):
     if self.shape == shape: return self
     return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
   def _alu(self, op: Ops, *srcs: Tensor) -> Tensor:
+    if self.sharding is not None: return self.sharding.alu(self, op, *srcs)
     out_dtype = dtypes.bool if op in GroupOp.Comparison else self.dtype
     if op in GroupOp.Bitwise and any(dtypes.is_float(s.dtype) for s in (self, *srcs)):
       got = " and ".join(repr(s.dtype) for s in (self, *srcs))
@@ -1043,11 +1114,14 @@ class Tensor(TensorExtra):
     return Tensor(UOp(op, out_dtype, tuple(t.uop for t in (self, *srcs))), requires_grad=rg)
   def cast(self, dtype: DType | str) -> Tensor:
     dt = to_dtype(dtype)
+    if self.dtype is dt: return self
+    if self.sharding is not None: return self.sharding.cast(self, dt)
     rg = self.requires_grad if dtypes.is_float(dt) else None
-    return self if self.dtype is dt else Tensor(_cast_uop(self.uop, dt), requires_grad=rg)
+    return Tensor(_cast_uop(self.uop, dt), requires_grad=rg)
   def bitcast(self, dtype: DType | str) -> Tensor:
     dt = to_dtype(dtype)
     if self.dtype.weak or dt.weak: raise DTypeError(f"bitcast needs concrete dtypes, got {self.dtype!r} -> {dt!r}")
+    if self.sharding is not None: return self if self.dtype is dt else self.sharding.bitcast(self, dt)
     if dt.itemsize != self.dtype.itemsize:
       if not self.shape or (self.shape[-1] * self.dtype.itemsize) % dt.itemsize != 0:
         raise ShapeError(f"bitcast {self.dtype!r} -> {dt!r}: last dim of shape {self.shape} does not divide")
@@ -1104,6 +1178,7 @@ class Tensor(TensorExtra):
   def where(self, x: Any, y: Any) -> Tensor:
     if self.dtype is not dtypes.bool:
       raise DTypeError(f"where condition must be bool, got {self.dtype!r}; compare it first (e.g. t != 0)")
+    if self.sharding is not None: return self.sharding.where(self, x, y)
     xs = x if isinstance(x, Tensor) else Tensor(_const_uop(x, dtypes.from_py(x), self.device))
     ys = y if isinstance(y, Tensor) else Tensor(_const_uop(y, dtypes.from_py(y), self.device))
     dt = least_upper_dtype(xs.dtype, ys.dtype)
@@ -1116,15 +1191,8 @@ class Tensor(TensorExtra):
     return a._alu(op, b)
   def __lt__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x)
   def __gt__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x, reverse=True)
-  def _may_be_nan(self, x: Any) -> PyBool:
-    return dtypes.is_float(self.dtype) or isinstance(x, float) or (isinstance(x, Tensor) and dtypes.is_float(x.dtype))
-  # `not (x > y)` is one compare, but True where either side is NaN: IEEE (and torch) say False there
-  def __le__(self, x: Any) -> Tensor:
-    if not self._may_be_nan(x): return self._cmp(Ops.CMPLT, x, reverse=True).logical_not()
-    return self._cmp(Ops.CMPLT, x) | self._cmp(Ops.CMPEQ, x)
-  def __ge__(self, x: Any) -> Tensor:
-    if not self._may_be_nan(x): return self._cmp(Ops.CMPLT, x).logical_not()
-    return self._cmp(Ops.CMPLT, x, reverse=True) | self._cmp(Ops.CMPEQ, x)
+  def __le__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x, reverse=True).logical_not()
+  def __ge__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x).logical_not()
   def __eq__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPEQ, x)  # type: ignore[override]
   def __ne__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPNE, x)  # type: ignore[override]
   def logical_not(self) -> Tensor:
@@ -1627,6 +1695,7 @@ class Tensor(TensorExtra):
   def _reduce(self, op: Ops, axis: Any = None, keepdim: PyBool = False) -> Tensor:
     axes = self._reduce_axes(axis)
     if self.ndim == 0: return self
+    if self.sharding is not None: return self.sharding.reduce(self, op, axes, keepdim) if axes else self
     if any(self.shape[a] == 0 for a in axes):
       # a reduction over no elements is one over the identity alone: padded in (max/min/argmax refuse this earlier, see
       # _check_nonempty), so the input stays in the graph and its gradient is zeros of its shape, as in torch
@@ -2367,6 +2436,7 @@ class Tensor(TensorExtra):
   def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
     """d(self)/d(target) for each target. `self` must be a scalar unless `gradient` is given."""
     from ember.gradient import compute_gradient
+    if self.sharding is not None: return self.sharding.gradient(self, targets, gradient)
     if gradient is None:
       if self.numel() != 1:
         raise GradientError(f"gradient of a tensor of shape {self.shape} needs an explicit gradient argument")
@@ -2388,6 +2458,7 @@ class Tensor(TensorExtra):
     return out
   def backward(self, gradient: Tensor | None = None) -> Tensor:
     """Fill `.grad` of every tensor with requires_grad in this graph (accumulating into existing grads)."""
+    if self.sharding is not None: return self.sharding.backward(self, gradient)
     graph = self.uop.toposort()
     targets = [t for t in list(all_tensors) if t.requires_grad and t.uop in graph]
     if not targets: raise GradientError("backward(): no tensor in this graph has requires_grad=True")
@@ -2492,6 +2563,10 @@ def _check_host_read(what: str) -> None:
 def _is_done(u: UOp) -> bool:
   return (_is_contiguous_buffer(u) or u.op is Ops.CONST or (u.op in GroupOp.Movement and u.base.op is Ops.CONST)
           or (u.dtype.weak and u.base.op is Ops.CONST))
+
+def _graph_tensors(ts: Sequence[Tensor]) -> list[Tensor]:
+  """The tensors with a graph that hold `ts`: a sharded tensor's shards in its place."""
+  return [s for t in ts for s in (t.sharding.shards if t.sharding is not None else (t,))]
 
 def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
   if not becomes: return

@@ -53,8 +53,7 @@ def _unbind_shape(shape: tuple[Any, ...], var_vals: dict[str, int]) -> tuple[Any
 
 def _per_device(t: Any) -> list[Any]:
   """A tensor as the single-device tensors that hold it: a sharded one's shards, in device order."""
-  from ember.multi import MultiTensor
-  return list(t.shards) if isinstance(t, MultiTensor) else [t]
+  return list(t.sharding.shards) if t.sharding is not None else [t]
 
 def _input_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
   from ember.tensor import Tensor
