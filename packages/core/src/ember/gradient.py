@@ -19,7 +19,9 @@ def _reduce_grad(g, node: UOp):
   if op is Ops.ADD: return (g.expand(x.shape),)
   out = _t(node)
   if op is Ops.MAX:
-    is_max = (x == out.expand(x.shape)).cast(g.dtype)
+    top = out.expand(x.shape)
+    # NaN is the max where it occurs (it propagates): the gradient goes to the NaN elements, as in torch
+    is_max = ((x == top) | (x.isnan() & top.isnan())).cast(g.dtype)
     count = is_max.sum(axes, keepdim=True).expand(x.shape)
     return ((is_max / count) * g.expand(x.shape),)
   if op is Ops.MUL:
@@ -51,8 +53,9 @@ def _prod_others(x, axes: tuple[int, ...]):
 
 def _max_grad(g, node: UOp):
   a, b = _t(node.src[0]), _t(node.src[1])
-  ga = (a > b).where(g, (a == b).where(g * 0.5, 0.0))
-  gb = (b > a).where(g, (a == b).where(g * 0.5, 0.0))
+  # torch's rule: the larger side gets g, a tie splits it, and with NaN on either side both get g
+  ga = (a < b).where(0.0, (a == b).where(g * 0.5, g))
+  gb = (b < a).where(0.0, (a == b).where(g * 0.5, g))
   return ga, gb
 
 def _pad_grad(g, node: UOp):

@@ -4,6 +4,7 @@ The primitives here (creation, elementwise with broadcasting and weak-dtype prom
 matmul, autograd) are what the rest of the API composes from.
 """
 from __future__ import annotations
+import functools
 import math
 import weakref
 from typing import Any, Sequence, TypeAlias
@@ -328,10 +329,18 @@ class Tensor(TensorExtra):
     return Tensor.full(_shape_arg(shape), 1.0, **{"dtype": dtypes.default_float, **kwargs})
   @staticmethod
   def arange(start: int | float, stop: int | float | None = None, step: int | float = 1, **kwargs: Any) -> Tensor:
+    """start, start + step, ... up to (not including) stop. Int arguments give the default int dtype, any float one the
+    default float; `dtype=` overrides (the values are computed in floats and truncated, like torch).
+
+    >>> Tensor.arange(1, 7, 2).tolist()
+    [1, 3, 5]
+    """
     if stop is None: start, stop = 0, start
-    if step == 0: raise ValueError("arange step must not be zero")
+    if step == 0: raise ShapeError(f"arange step must be nonzero, got arange({start}, {stop}, {step})")
+    if (step > 0 and start > stop) or (step < 0 and start < stop):
+      raise ShapeError(f"arange({start}, {stop}, {step}): the step's sign does not lead from start to stop; flip it")
     n = max(math.ceil((stop - start) / step), 0)
-    if "dtype" in kwargs: dt = to_dtype(kwargs.pop("dtype"))
+    if kwargs.get("dtype") is not None: dt = to_dtype(kwargs.pop("dtype"))
     elif any(isinstance(v, float) for v in (start, stop, step)): dt = dtypes.default_float
     else: dt = dtypes.default_int
     if n == 0: return Tensor.empty(0, dtype=dt, **kwargs)
@@ -340,9 +349,10 @@ class Tensor(TensorExtra):
     # the loop index itself (a tensor-level RANGE over a DEVICE): index math, no data, no reduction
     dev = _canon_device(kwargs.pop("device", None))
     idx = Tensor(UOp(Ops.RANGE, dtypes.int32, (UOp(Ops.DEVICE, arg=dev),), n), **kwargs)
-    if dtypes.is_int(dt) and isinstance(start, int) and isinstance(step, int):
-      return (idx.cast(dt) * step + start).cast(dt)
-    return idx.cast(dt) * step + start
+    if dtypes.is_int(dt):  # torch truncates float start and step to ints first (the count comes from the floats)
+      return (idx.cast(dt) * int(step) + int(start)).cast(dt)
+    ft = dt if dtypes.is_float(dt) else dtypes.default_float
+    return (idx.cast(ft) * step + start).cast(dt)
   @staticmethod
   def eye(n: int, m: int | None = None, **kwargs: Any) -> Tensor:
     m = n if m is None else m
@@ -474,8 +484,11 @@ class Tensor(TensorExtra):
     >>> a.shape, b.tolist()
     ((2, 3), [[3, 4, 5], [3, 4, 5]])
     """
-    if indexing not in ("ij", "xy"): raise ValueError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
-    ts = [t.flatten() for t in (self, *args)]
+    if indexing not in ("ij", "xy"): raise ShapeError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
+    seq = _tensor_seq(self, args, "meshgrid")
+    if (bad := next((t for t in seq if t.ndim > 1), None)) is not None:
+      raise ShapeError(f"meshgrid takes 0-d or 1-d tensors, got shape {bad.shape}; flatten it first")
+    ts = [t.flatten() for t in seq]
     shape = [t.shape[0] for t in ts]
     if indexing == "xy" and len(ts) >= 2: shape[0], shape[1] = shape[1], shape[0]
     out = []
@@ -617,22 +630,26 @@ class Tensor(TensorExtra):
       return mask.where(padded, value)
     return Tensor(UOp(Ops.PAD, x.dtype, (x.uop,), tuple(pads)), requires_grad=self.requires_grad)
   def _pad_mode(self, pads: list[tuple[int, int]], mode: str) -> Tensor:
+    """reflect/replicate/circular padding of any dims of any rank, with F.pad's rules: negative amounts crop first, and
+    the positive ones then pad from the cropped tensor (reflect needs amounts < the dim size, circular <= it)."""
     if mode not in ("reflect", "replicate", "circular"):
-      raise ValueError(f"unknown pad mode {mode!r}; use constant, reflect, replicate or circular")
-    x = self
-    for d, (b, a) in enumerate(pads):
+      raise ShapeError(f"unknown pad mode {mode!r}; use constant, reflect, replicate or circular")
+    x = self.shrink(tuple((max(-b, 0), s - max(-a, 0)) for (b, a), s in zip(pads, self.shape)))
+    for d, (b, a) in enumerate((max(b, 0), max(a, 0)) for b, a in pads):
       if b == 0 and a == 0: continue
-      n = x.shape[d]
+      n = int(x.shape[d])
+      if n == 0: raise ShapeError(f"{mode} padding of dim {d} needs it non-empty (shape {self.shape}); use constant")
       if mode == "reflect" and (b >= n or a >= n):
-        raise ShapeError(f"reflect padding ({b}, {a}) must be smaller than dim {d} of size {n}")
+        raise ShapeError(f"reflect padding ({b}, {a}) must be smaller than dim {d} of size {n} (shape {self.shape})")
       if mode == "circular" and (b > n or a > n):
-        raise ShapeError(f"circular padding ({b}, {a}) is larger than dim {d} of size {n}")
-      idx = list(range(-b, n + a))
-      if mode == "reflect": idx = [-i if i < 0 else (2 * (n - 1) - i if i >= n else i) for i in idx]
-      elif mode == "replicate": idx = [min(max(i, 0), n - 1) for i in idx]
-      else: idx = [i % n for i in idx]
-      slices = [x.shrink(tuple((i, i + 1) if k == d else (0, s) for k, s in enumerate(x.shape))) for i in idx]
-      x = Tensor.cat(*slices, dim=d)
+        raise ShapeError(f"circular padding ({b}, {a}) wraps around dim {d} of size {n} more than once")
+      if mode == "reflect": before, after = x._slice_dim(d, 1, b + 1).flip(d), x._slice_dim(d, n - 1 - a, n - 1).flip(d)
+      elif mode == "circular": before, after = x._slice_dim(d, n - b, n), x._slice_dim(d, 0, a)
+      else:
+        edge = [x._slice_dim(d, i, i + 1) for i in (0, n - 1)]
+        sized = [tuple(k if j == d else s for j, s in enumerate(x.shape)) for k in (b, a)]
+        before, after = (e.expand(shape) for e, shape in zip(edge, sized))
+      x = Tensor.cat(*(t for t in (before, x, after) if t.shape[d] != 0), dim=d)
     return x
   def shrink(self, arg: Sequence[tuple[sint, sint] | None]) -> Tensor:
     bounds = tuple((0, s) if a is None else (a[0], a[1]) for a, s in zip(arg, self.shape))
@@ -671,10 +688,20 @@ class Tensor(TensorExtra):
   def unsqueeze(self, dim: int) -> Tensor:
     d = self._resolve_dim(dim, extra=1)
     return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
-  def squeeze(self, dim: int | None = None) -> Tensor:
+  def squeeze(self, dim: int | Sequence[int] | None = None) -> Tensor:
+    """Drop size-1 dims: all of them, or those of `dim` (an int or a tuple/list of them) that have size 1.
+
+    >>> Tensor.ones(1, 3, 1).squeeze((0, 1)).shape
+    (3, 1)
+    """
     if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
-    d = self._resolve_dim(dim)
-    return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
+    dims = (dim,) if isinstance(dim, (int, np.integer)) else tuple(dim)
+    # a 0-d tensor takes dim 0 or -1, as if it had one dim of size 1
+    resolved = [self._resolve_dim(d) for d in dims] if self.ndim else [self._resolve_dim(d, extra=1) for d in dims]
+    if len(set(resolved)) != len(resolved):
+      raise ShapeError(f"squeeze dims {dims} name a dim more than once (shape {self.shape})")
+    drop = {d for d in resolved if self.ndim and self.shape[d] == 1}
+    return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in drop))
 
   def __getitem__(self, indices: Any) -> Tensor:
     """Basic and advanced indexing with numpy/torch semantics: ints, slices with steps, None, Ellipsis, and int
@@ -703,8 +730,10 @@ class Tensor(TensorExtra):
     >>> Tensor.cat(Tensor([[1, 2]]), Tensor([[3, 4]]), dim=0).tolist()
     [[1, 2], [3, 4]]
     """
-    tensors = (self, *others)
-    first = self
+    if isinstance(self, (list, tuple)) and len(others) == 1 and isinstance(others[0], int):  # torch.cat(ts, dim)
+      dim, others = others[0], ()
+    tensors = _tensor_seq(self, others, "cat")
+    first = tensors[0]
     d = first._resolve_dim(dim)
     for t in tensors[1:]:
       if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != d):
@@ -722,8 +751,15 @@ class Tensor(TensorExtra):
     assert out is not None
     return out
   def stack(self, *others: Tensor, dim: int = 0) -> Tensor:
-    ts = (self, *others)
-    d = self._resolve_dim(dim, extra=1)
+    """Join same-shape tensors along a new dim `dim`: `Tensor.stack([a, b])`, `Tensor.stack(a, b)` or `a.stack(b)`.
+
+    >>> Tensor.stack([Tensor([1, 2]), Tensor([3, 4])], dim=1).tolist()
+    [[1, 3], [2, 4]]
+    """
+    if isinstance(self, (list, tuple)) and len(others) == 1 and isinstance(others[0], int):  # torch.stack(ts, dim)
+      dim, others = others[0], ()
+    ts = _tensor_seq(self, others, "stack")
+    d = ts[0]._resolve_dim(dim, extra=1)
     return Tensor.cat(*[t.unsqueeze(d) for t in ts], dim=d)
   def _slice_dim(self, dim: int, start: sint, stop: sint) -> Tensor:
     return self.shrink(tuple((start, stop) if i == dim else (0, s) for i, s in enumerate(self.shape)))
@@ -883,6 +919,9 @@ class Tensor(TensorExtra):
     >>> Tensor([[1, 2], [3, 4]]).gather(1, Tensor([[1, 0], [0, 0]])).tolist()
     [[2, 1], [3, 3]]
     """
+    if self.ndim == 0 and index.ndim == 0:  # torch treats a 0-d input and index as 1-d of one element
+      self._resolve_dim(dim, extra=1)
+      return self.reshape(1).gather(0, index.reshape(1)).reshape(())
     d = self._resolve_dim(dim)
     self._check_index_tensor(index, d, "gather")
     n = int(self.shape[d])
@@ -914,7 +953,7 @@ class Tensor(TensorExtra):
     """
     if reduce is not None:
       mode = {"add": "sum", "multiply": "prod"}.get(reduce)
-      if mode is None: raise ValueError(f"scatter reduce must be None, 'add' or 'multiply', got {reduce!r}")
+      if mode is None: raise ShapeError(f"scatter reduce must be None, 'add' or 'multiply', got {reduce!r}")
       return self.scatter_reduce(dim, index, src, mode)
     d = self._resolve_dim(dim)
     self._check_index_tensor(index, d, "scatter")
@@ -936,7 +975,7 @@ class Tensor(TensorExtra):
     [6.0, 5.0]
     """
     if reduce not in ("sum", "prod", "mean", "amax", "amin"):
-      raise ValueError(f"scatter_reduce reduce must be sum, prod, mean, amax or amin, got {reduce!r}")
+      raise ShapeError(f"scatter_reduce reduce must be sum, prod, mean, amax or amin, got {reduce!r}")
     d = self._resolve_dim(dim)
     self._check_index_tensor(index, d, "scatter_reduce")
     values = self._src_like(src, index).unsqueeze(-1)
@@ -1000,19 +1039,26 @@ class Tensor(TensorExtra):
     hit = flat.reshape(1, n) & (rank.reshape(1, n) == k)  # (count, n)
     pos = Tensor.arange(n, device=self.device, dtype=dtypes.int32).reshape(1, n)
     return hit.any(1).where(hit.where(pos, 0).sum(1, dtype=dtypes.int32), -1)
-  def masked_select(self, mask: Tensor) -> Tensor:
-    """The elements where `mask` (broadcast to self) is True, as a 1-d tensor. The size depends on the data, so this
-    realizes `mask`.
+  def masked_select(self, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
+    """The elements where `mask` (broadcast to self) is True, as a 1-d tensor. Without `size` its length depends on
+    the data, so this realizes `mask`; with `size` it has that length (no sync): the first `size` selected elements,
+    then `fill_value`.
 
     >>> Tensor([1, 2, 3]).masked_select(Tensor([True, False, True])).tolist()
     [1, 3]
+    >>> Tensor([1, 2, 3]).masked_select(Tensor([True, False, True]), size=4, fill_value=-1).tolist()
+    [1, 3, -1, -1]
     """
     if mask.dtype is not dtypes.bool: raise DTypeError(f"masked_select mask must be bool, got {mask.dtype!r}")
+    if size is not None and size < 0: raise ShapeError(f"masked_select size must be >= 0, got {size}")
     shp = broadcast_shape(self.shape, mask.shape)
     x, m = self._broadcast_to(shp).flatten(), mask._broadcast_to(shp).flatten()
-    count = int(m.cast(dtypes.int32).sum().item())
+    count = size if size is not None else int(m.cast(dtypes.int32).sum().item())
     if count == 0: return Tensor.empty(0, dtype=strong_dtype(self.dtype), device=self.device)
-    return x[m._flat_true_positions(count)]
+    pos = m._flat_true_positions(count)  # -1 past the last selected element
+    picked = x[pos.maximum(0)] if x.shape[0] else Tensor.full((count,), fill_value, dtype=x.dtype, device=x.device)
+    return picked if size is None else (pos < 0).where(Tensor.full((count,), fill_value, dtype=x.dtype,
+                                                                  device=x.device), picked)
   def nonzero(self, size: int | None = None, fill_value: int = -1) -> Tensor:
     """Indices of the nonzero elements, shape (count, ndim), int32, in row-major order. Without `size` the count is
     read from the data (a sync); with `size` the result has exactly that many rows, padded with `fill_value`.
@@ -1020,16 +1066,18 @@ class Tensor(TensorExtra):
     >>> Tensor([[0, 1], [2, 0]]).nonzero().tolist()
     [[0, 1], [1, 0]]
     """
+    if size is not None and size < 0: raise ShapeError(f"nonzero size must be >= 0, got {size}")
     m = self != 0
     count = size if size is not None else int(m.cast(dtypes.int32).sum().item())
-    if count == 0: return Tensor.empty(0, self.ndim, dtype=dtypes.int32, device=self.device)
+    # a 0-d tensor has no coordinates: one empty row when it is nonzero (torch)
+    if count == 0 or self.ndim == 0: return Tensor.empty(count, self.ndim, dtype=dtypes.int32, device=self.device)
     flat = m._flat_true_positions(count)
     coords = []
     stride = 1
     for s in reversed(self.shape):
       coords.append((flat // stride) % int(s))
       stride *= int(s)
-    ret = Tensor.stack(*reversed(coords), dim=1) if coords else flat.reshape(count, 0)
+    ret = Tensor.stack(*reversed(coords), dim=1)
     return (flat < 0).unsqueeze(1).where(fill_value, ret).cast(dtypes.int32)
   def _sort_rank(self, d: int, descending: bool) -> Tensor:
     """Stable rank of each element along the last axis of a (..., n) tensor: NaN sorts as the largest value."""
@@ -1143,17 +1191,24 @@ class Tensor(TensorExtra):
     return a._alu(Ops.SUB, b)
   def mul(self, x: Any, reverse: PyBool = False) -> Tensor: return _binop(Ops.MUL, self, x, reverse)
   def div(self, x: Any, reverse: PyBool = False, rounding_mode: str | None = None) -> Tensor:
+    """self / x; `rounding_mode="trunc"` rounds the quotient toward zero, `"floor"` down (Python's //: the floor of
+    the exact quotient, so 1.0 // 0.1 is 9.0). Rounded quotients keep int dtypes and have zero gradient, as in torch.
+
+    >>> Tensor([7, -7]).div(2, rounding_mode="floor").tolist()
+    [3, -4]
+    """
+    if rounding_mode not in (None, "trunc", "floor"):
+      raise ShapeError(f"div rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
     a, b = self._broadcasted(x, reverse)
-    if rounding_mode == "trunc":
-      if dtypes.is_int(a.dtype): return a._alu(Ops.IDIV, b)
-      return (a.cast(least_upper_float(a.dtype)) / b).trunc().cast(a.dtype)
-    if rounding_mode == "floor":
-      if dtypes.is_int(a.dtype): return a._floordiv(b)
-      return (a / b).floor()
-    if rounding_mode is not None:
-      raise ValueError(f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
-    ft = least_upper_float(a.dtype)
-    return a.cast(ft)._alu(Ops.FDIV, b.cast(ft))
+    if rounding_mode is None:
+      ft = least_upper_float(a.dtype)
+      return a.cast(ft)._alu(Ops.FDIV, b.cast(ft))
+    if a.dtype is dtypes.bool: a, b = a.cast(dtypes.int32), b.cast(dtypes.int32)
+    if dtypes.is_int(a.dtype): return a._alu(Ops.IDIV, b) if rounding_mode == "trunc" else a._floordiv(b)
+    ad, bd = a.detach(), b.detach()
+    q = (ad / bd).trunc() if rounding_mode == "trunc" else _exact_floordiv(ad, bd)
+    # a piecewise-constant result: zero gradient, but a and b stay in the graph (so asking for their gradient works)
+    return (a.isnan() | b.isnan()).where(q, q)
   def _floordiv(self, b: Tensor) -> Tensor:
     q = self._alu(Ops.IDIV, b)
     # C division truncates: step down where the signs differ and there is a remainder
@@ -1164,7 +1219,11 @@ class Tensor(TensorExtra):
     if dtypes.is_int(a.dtype):
       r = a._alu(Ops.MOD, b)
       return ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
-    return a - (a / b).floor() * b
+    q = _exact_floordiv(a.detach(), b.detach())
+    # the value is a - q * b computed exactly (1.0 % 0.1 is 0.0999..., not 0); the gradient is that of a - q * b
+    approx = a - q * b
+    exact = (a.cast(dtypes.float64) - q.cast(dtypes.float64) * b.cast(dtypes.float64)).cast(a.dtype)
+    return approx + (exact - approx).detach()
   def neg(self) -> Tensor:
     if self.dtype is dtypes.bool: return self.logical_not()
     return self._alu(Ops.NEG)
@@ -1174,7 +1233,9 @@ class Tensor(TensorExtra):
   def minimum(self, x: Any) -> Tensor:
     a, b = self._broadcasted(x)
     if a.dtype is dtypes.bool: return a & b
-    return -((-a)._alu(Ops.MAX, -b)) if not dtypes.is_unsigned(a.dtype) else (a < b).where(a, b)
+    # ints through ~ (order-reversing without overflow: -x wraps at the minimum int), floats through -x (NaN propagates)
+    if dtypes.is_int(a.dtype): return ~((~a)._alu(Ops.MAX, ~b))
+    return -((-a)._alu(Ops.MAX, -b))
   def where(self, x: Any, y: Any) -> Tensor:
     if self.dtype is not dtypes.bool:
       raise DTypeError(f"where condition must be bool, got {self.dtype!r}; compare it first (e.g. t != 0)")
@@ -1310,29 +1371,39 @@ class Tensor(TensorExtra):
     af, bf = a._float(), b._float()
     close = eq | (af.isfinite() & bf.isfinite() & ((af - bf).abs() <= atol + rtol * bf.abs()))
     return close | (af.isnan() & bf.isnan()) if equal_nan else close
-  def clip(self, min_: Any = None, max_: Any = None) -> Tensor:
-    """Clamp values into [min_, max_]; either bound may be None or a tensor. NaN stays NaN; with min_ > max_ the result
-    is max_ (torch.clamp). The gradient flows where min_ <= x <= max_.
+  def clip(self, min_: Any = None, max_: Any = None, *, min: Any = None, max: Any = None) -> Tensor:
+    """Clamp values into [min_, max_] (torch's `min=`/`max=` spell the same bounds); either bound may be None or a
+    tensor, and they broadcast with self. NaN in self or a bound gives NaN; with min_ > max_ the result is max_
+    (torch.clamp). The gradient flows to self where min_ <= x <= max_, to a bound where it is the result.
 
     >>> Tensor([-2, 0, 5]).clip(-1, 3).tolist()
     [-1, 0, 3]
+    >>> Tensor([-2.0, 0.5]).clamp(min=0).tolist()
+    [0.0, 0.5]
     """
-    if min_ is None and max_ is None: raise ValueError("clip needs at least one of min_ or max_")
-    ret = self
-    if min_ is not None:
-      a, lo = ret._broadcasted(min_)
-      ret = (a < lo).where(lo, a)
-    if max_ is not None:
-      a, hi = ret._broadcasted(max_)
-      ret = (a > hi).where(hi, a)
-    return ret
-  def clamp(self, min_: Any = None, max_: Any = None) -> Tensor:
+    lo, hi = (min_ if min is None else min), (max_ if max is None else max)
+    if lo is None and hi is None:
+      raise ShapeError("clip/clamp needs at least one bound: pass min_ (min=) or max_ (max=), or both")
+    ret, bounds = self, []
+    if lo is not None:
+      a, low = ret._broadcasted(lo)
+      ret = (a < low).where(low, a)  # x == min keeps x, so the gradient goes to x there (torch)
+      bounds.append(low)
+    if hi is not None:
+      a, high = ret._broadcasted(hi)
+      ret = (a > high).where(high, a)
+      bounds.append(high)
+    if not dtypes.is_float(ret.dtype): return ret
+    # NaN anywhere gives NaN (comparisons with NaN are False, so the wheres above kept x) with no gradient, as torch
+    nan = functools.reduce(lambda acc, t: acc + t, bounds, self.cast(ret.dtype)).detach()
+    return nan.isnan().where(nan, ret)
+  def clamp(self, min_: Any = None, max_: Any = None, *, min: Any = None, max: Any = None) -> Tensor:
     """Alias of `clip`.
 
-    >>> Tensor([0.5, 2.0]).clamp(max_=1.0).tolist()
+    >>> Tensor([0.5, 2.0]).clamp(max=1.0).tolist()
     [0.5, 1.0]
     """
-    return self.clip(min_, max_)
+    return self.clip(min_, max_, min=min, max=max)
   def sign(self) -> Tensor:
     """-1, 0 or 1 by sign (0 for NaN and -0.0, like torch); the dtype is kept and the gradient is zero.
 
@@ -1761,8 +1832,8 @@ class Tensor(TensorExtra):
   def min(self, axis: Any = None, keepdim: PyBool = False) -> Tensor:
     self._check_nonempty(axis, "min")
     x = self.cast(strong_dtype(self.dtype))
-    if dtypes.is_unsigned(x.dtype): return dtypes.max(x.dtype) - (dtypes.max(x.dtype) - x).max(axis, keepdim)
-    if x.dtype is dtypes.bool: return x.logical_not().max(axis, keepdim).logical_not()
+    # ~x reverses the order of ints (and bools) without the overflow of -x at the minimum int
+    if dtypes.is_int(x.dtype) or x.dtype is dtypes.bool: return ~((~x).max(axis, keepdim))
     return -((-x).max(axis, keepdim))
   def mean(self, axis: Any = None, keepdim: PyBool = False) -> Tensor:
     x = self.cast(least_upper_float(strong_dtype(self.dtype)))
@@ -1906,10 +1977,8 @@ class Tensor(TensorExtra):
     if src.shape[ax] == 0: return src, Tensor.empty(*src.shape, dtype=dtypes.int32, device=self.device)
     x = src.detach()  # the values are gathered from src at the indices below: the gradient goes to that one element
     if largest: vals = x._scan(Ops.MAX, ax, dtypes.min(x.dtype) if not dtypes.is_float(x.dtype) else -math.inf)
-    elif dtypes.is_float(x.dtype) or dtypes.is_int(x.dtype) and not dtypes.is_unsigned(x.dtype):
-      vals = -((-x)._cum_extreme(ax, True)[0])
-    elif x.dtype is dtypes.bool: vals = x.logical_not()._cum_extreme(ax, True)[0].logical_not()
-    else: vals = dtypes.max(x.dtype) - (dtypes.max(x.dtype) - x)._cum_extreme(ax, True)[0]
+    elif dtypes.is_float(x.dtype): vals = -((-x)._cum_extreme(ax, True)[0])
+    else: vals = ~((~x)._cum_extreme(ax, True)[0])  # ~ reverses int order without -x's overflow at the minimum int
     # index: the last j <= i where x[j] equals the running extreme (torch's tie rule)
     n = int(x.shape[ax])
     xw = x._scan_windows(ax, x.dtype.const(0))  # (..., i, j), entries past i are masked below
@@ -1974,9 +2043,12 @@ class Tensor(TensorExtra):
     lhs, arrow, rhs = spec.partition("->")
     ins = lhs.split(",")
     if len(ins) != len(ops): raise ShapeError(f"einsum {formula!r} names {len(ins)} operands but {len(ops)} were given")
-    # "..." expands to one fresh upper-case letter per dim the operand has beyond its named ones
+    for sub in (*ins, rhs):
+      if sub.count("...") > 1 or not all(c.isascii() and c.isalpha() for c in sub.replace("...", "")):
+        raise ShapeError(f"einsum {formula!r}: subscripts are letters a-z, A-Z and at most one '...' per operand")
+    # "..." expands to one fresh symbol per dim the operand has beyond its named ones (not a letter: those are taken)
     ell_ndim = max((t.ndim - len(s.replace("...", "")) for s, t in zip(ins, ops) if "..." in s), default=0)
-    ell = "".join(chr(ord("A") + i) for i in range(ell_ndim))
+    ell = "".join(chr(0x100 + i) for i in range(ell_ndim))
     letters: list[str] = []
     for s, t in zip(ins, ops):
       extra = t.ndim - len(s.replace("...", ""))
@@ -1998,6 +2070,9 @@ class Tensor(TensorExtra):
       while len(set(s)) != len(s):
         c = next(c for c in s if s.count(c) > 1)
         i, j = s.index(c), s.index(c, s.index(c) + 1)
+        if t.shape[i] != t.shape[j]:
+          raise ShapeError(f"einsum {formula!r}: subscript {c!r} repeats in one operand over sizes {t.shape[i]} != "
+                           f"{t.shape[j]} (shape {t.shape})")
         t = t.diagonal(0, i, j)
         s = s[:i] + s[i + 1:j] + s[j + 1:] + c
       for c, n in zip(s, t.shape):
@@ -2027,6 +2102,9 @@ class Tensor(TensorExtra):
       i = int(x.shape[ax])
       o = (i - d * (k - 1) - 1) // s + 1
       if o <= 0: raise ShapeError(f"pool window {k} (dilation {d}) is larger than the padded input size {i}")
+      if o * s > i + d:  # a stride longer than the window: room for the row view below (the padding is never read)
+        x = x.pad(tuple((0, o * s - i - d) if a == ax else (0, 0) for a in range(x.ndim)))
+        i = o * s - d
       e = -(-(k * (i + d)) // i)
       pre, post = x.shape[:ax], x.shape[ax + 1:]
       x = x.reshape(*pre, 1, i, *post).expand(*pre, e, i, *post).reshape(*pre, e * i, *post)
@@ -2053,10 +2131,22 @@ class Tensor(TensorExtra):
     if len(pads) == n: return [(p, p) for p in pads]
     if len(pads) == 2 * n: return [(pads[2 * (n - 1 - j)], pads[2 * (n - 1 - j) + 1]) for j in range(n)]
     raise ShapeError(f"padding {tuple(pads)} needs 1, {n} or {2 * n} entries for {n} spatial dims")
+  @staticmethod
+  def _conv_padding(padding: PyInt | Sequence[PyInt] | str, nd: PyInt, kernel: tuple[PyInt, ...],
+                    stride: PyInt | Sequence[PyInt], dilation: PyInt | Sequence[PyInt]) -> list[tuple[PyInt, PyInt]]:
+    """conv2d's padding as (before, after) per spatial dim, with torch's "valid" and "same" strings."""
+    if not isinstance(padding, str): return Tensor._pad_pairs(padding, nd)
+    if padding == "valid": return [(0, 0)] * nd
+    if padding != "same": raise ShapeError(f"conv2d padding string must be 'same' or 'valid', got {padding!r}")
+    if any(v != 1 for v in Tensor._tuple_arg(stride, nd, "stride")):
+      raise ShapeError(f"conv2d padding='same' needs stride 1, got stride {stride}; pad explicitly instead")
+    totals = [d * (k - 1) for d, k in zip(Tensor._tuple_arg(dilation, nd, "dilation"), kernel)]
+    return [(t // 2, t - t // 2) for t in totals]
   def conv2d(self, weight: Tensor, bias: Tensor | None = None, groups: PyInt = 1, stride: PyInt | Sequence[PyInt] = 1,
-             dilation: PyInt | Sequence[PyInt] = 1, padding: PyInt | Sequence[PyInt] = 0) -> Tensor:
+             dilation: PyInt | Sequence[PyInt] = 1, padding: PyInt | Sequence[PyInt] | str = 0) -> Tensor:
     """N-d convolution (1d/2d/3d from the weight's rank): input (N, Cin, *spatial), weight (Cout, Cin/groups,
-    *kernel). `padding`: int, one per dim, or 2 per dim in F.pad order (asymmetric).
+    *kernel). `padding`: int, one per dim, 2 per dim in F.pad order (asymmetric), "valid" (none) or "same" (output
+    as large as the input, stride 1; an odd total puts the extra row/col at the end, like torch).
 
     >>> Tensor.ones(1, 1, 3, 3).conv2d(Tensor.ones(1, 1, 2, 2)).tolist()
     [[[[4.0, 4.0], [4.0, 4.0]]]]
@@ -2070,7 +2160,7 @@ class Tensor(TensorExtra):
       raise ShapeError(f"conv2d: input channels {cin} != weight channels {cin_g} * groups {groups} "
                        f"(input {self.shape}, weight {weight.shape}), or out channels {cout} not divisible by groups")
     kernel = tuple(int(k) for k in weight.shape[2:])
-    pads = Tensor._pad_pairs(padding, nd)
+    pads = Tensor._conv_padding(padding, nd, kernel, stride, dilation)
     x = self.pad(((0, 0), (0, 0), *pads))
     pool_args = (kernel, Tensor._tuple_arg(stride, nd, "stride"), Tensor._tuple_arg(dilation, nd, "dilation"))
     # groups=1 is an implicit GEMM: the padded image is copied channels-last once, then one reduction over
@@ -2186,27 +2276,46 @@ class Tensor(TensorExtra):
     k = Tensor._tuple_arg(kernel_size, nd, "kernel_size")
     s = k if stride is None else Tensor._tuple_arg(stride, nd, "stride")
     d, p = Tensor._tuple_arg(dilation, nd, "dilation"), Tensor._tuple_arg(padding, nd, "padding", low=0)
-    if output_size is None:
-      geo = zip(self.shape[-nd:], s, p, d, k)
-      spatial = tuple((int(i) - 1) * ss - 2 * pp + dd * (kk - 1) + 1 for i, ss, pp, dd, kk in geo)
-    else: spatial = tuple(int(v) for v in output_size[-nd:])
+    geo = zip(self.shape[-nd:], s, p, d, k)
+    default = tuple((int(i) - 1) * ss - 2 * pp + dd * (kk - 1) + 1 for i, ss, pp, dd, kk in geo)
+    spatial = default if output_size is None else tuple(int(v) for v in output_size[-nd:])
+    # torch's rule: an explicit size lies strictly within a stride of the default one (the size max_pool2d's input had)
+    if output_size is not None and (len(output_size) not in (nd, nd + 2) or
+                                    any(not o - ss < v < o + ss for v, o, ss in zip(spatial, default, s))):
+      raise ShapeError(f"max_unpool2d output_size {tuple(output_size)} must give {nd} spatial sizes, each strictly "
+                       f"within a stride {s} of the default {default}")
     lead = self.shape[:-nd]
+    from ember.engine.jit import capturing
+    # an index outside the output would be dropped silently: check it, as torch does (not while TinyJit captures)
+    if not capturing() and indices.numel() and ((indices < 0) | (indices >= prod(spatial))).any().item():
+      raise ShapeError(f"max_unpool2d indices must lie in [0, {prod(spatial)}) for output size {spatial}; pass the "
+                       "output_size max_pool2d's input had")
     flat = Tensor.zeros(*lead, int(prod(spatial)), dtype=strong_dtype(self.dtype), device=self.device)
-    return flat.scatter(len(lead), indices.flatten(len(lead)), self.flatten(len(lead))).reshape(*lead, *spatial)
+    idx, values = indices.flatten(len(lead)), self.flatten(len(lead))
+    placed = flat.scatter(len(lead), idx, values.detach())
+    if dtypes.is_float(values.dtype):
+      # torch's gradient: every value gets the output gradient at its index, also where overlapping windows put several
+      # (equal) values on one index and the scatter keeps one: the gradient of a sum-scatter, added as zero
+      summed = flat.scatter_reduce(len(lead), idx, values, "sum", include_self=False)
+      placed = placed + summed.isfinite().where(summed - summed.detach(), 0)
+    return placed.reshape(*lead, *spatial)
   def avg_pool2d(self, kernel_size: PyInt | Sequence[PyInt] = (2, 2), stride: PyInt | Sequence[PyInt] | None = None,
                  padding: PyInt | Sequence[PyInt] = 0, ceil_mode: PyBool = False, count_include_pad: PyBool = True,
-                 dilation: PyInt | Sequence[PyInt] = 1) -> Tensor:
+                 divisor_override: PyInt | None = None, dilation: PyInt | Sequence[PyInt] = 1) -> Tensor:
     """Mean over windows of the last len(kernel_size) dims. The divisor counts padding when `count_include_pad`, but
-    never the extra room ceil_mode adds (torch's rule).
+    never the extra room ceil_mode adds (torch's rule); `divisor_override` divides every window sum by that instead.
 
     >>> Tensor([[[[1.0, 2.0], [3.0, 4.0]]]]).avg_pool2d().tolist()
     [[[[2.5]]]]
     """
+    if divisor_override is not None and divisor_override == 0:
+      raise ShapeError("avg_pool2d divisor_override must not be zero; pass None to divide by the window count")
     k, s, d, p, after = self._pool_geometry(kernel_size, stride, padding, dilation, ceil_mode)
     nd = len(k)
     x = self._float()
     win = x.pad(((0, 0),) * (self.ndim - nd) + tuple(zip(p, after)))._pool(k, s, d)
     total = win.sum(list(range(win.ndim - nd, win.ndim)))
+    if divisor_override is not None: return total / divisor_override
     spatial = tuple(int(v) for v in self.shape[-nd:])
     ones = Tensor.ones(*spatial, dtype=x.dtype, device=self.device)
     if count_include_pad:
@@ -2251,7 +2360,9 @@ class Tensor(TensorExtra):
       frac = Tensor([v - f for v, f in zip(pos, lo)], dtype=x.dtype, device=self.device)
       frac = frac.reshape(o, *([1] * (nd - 1 - j)))
       x = x[(slice(None),) * ax + (lo,)] * (1 - frac) + x[(slice(None),) * ax + (hi,)] * frac
-    return x
+    if x.dtype is self.dtype: return x
+    # int input (torch: uint8) keeps its dtype: the interpolated values rounded half up, within the dtype's range
+    return (x + 0.5).floor().clip(dtypes.min(self.dtype), dtypes.max(self.dtype)).cast(self.dtype)
   def dropout(self, p: PyFloat = 0.5) -> Tensor:
     """Zero each element with probability `p` and scale the rest by 1/(1-p), only while `Tensor.training`.
 
@@ -2275,6 +2386,8 @@ class Tensor(TensorExtra):
     """
     if self.shape[-1] != key.shape[-1]:
       raise ShapeError(f"sdpa: query {self.shape} and key {key.shape} feature dims differ")
+    if is_causal and attn_mask is not None:
+      raise ShapeError("sdpa: pass attn_mask or is_causal=True, not both; fold the causal mask into attn_mask")
     if enable_gqa and self.ndim >= 3 and key.shape[-3] != self.shape[-3]:
       rep = int(self.shape[-3]) // int(key.shape[-3])
       key, value = key.repeat_interleave(rep, -3), value.repeat_interleave(rep, -3)
@@ -2397,6 +2510,8 @@ class Tensor(TensorExtra):
   def __rxor__(self, x: Any) -> Tensor: return _binop(Ops.XOR, self, x, True)
   def __lshift__(self, x: Any) -> Tensor: return self.lshift(x)
   def __rshift__(self, x: Any) -> Tensor: return self.rshift(x)
+  def __rlshift__(self, x: Any) -> Tensor: return _shift(Ops.SHL, self._const_like(x), self)
+  def __rrshift__(self, x: Any) -> Tensor: return _shift(Ops.SHR, self._const_like(x), self)
   def __invert__(self) -> Tensor:
     if self.dtype is dtypes.bool: return self.logical_not()
     if not dtypes.is_int(self.dtype): raise DTypeError(f"~ needs an int or bool tensor, got {self.dtype!r}")
@@ -2484,6 +2599,24 @@ def _sym_eq(a: sint, b: sint) -> bool:
            for x in (ua, ub) if isinstance(x, UOp) for n in x.toposort() if n.op is Ops.BIND}
   try: return sym_infer(ua, bound) == sym_infer(ub, bound)
   except KeyError: return False  # an unbound variable: only structural equality counts
+
+def _tensor_seq(first: Any, others: tuple[Any, ...], op: str) -> tuple[Tensor, ...]:
+  """The tensors of cat/stack called as `Tensor.cat(a, b)`, `Tensor.cat([a, b])`, `a.cat(b, c)` or `a.cat([b, c])`."""
+  items = list(first) if isinstance(first, (list, tuple)) else [first]
+  for o in others: items.extend(o if isinstance(o, (list, tuple)) else [o])
+  if not items: raise ShapeError(f"{op} needs a non-empty sequence of tensors")
+  if (bad := next((t for t in items if not isinstance(t, Tensor)), None)) is not None:
+    raise DTypeError(f"{op} takes tensors, got {type(bad).__name__}")
+  return tuple(items)
+
+def _exact_floordiv(a: Tensor, b: Tensor) -> Tensor:
+  """floor(a / b) of the exact quotient, as torch and Python compute it for floats: floor(fl(a / b)) is one too big
+  where the rounded quotient reaches an integer the exact one falls short of (fl(1 / 0.1) is 10.0); the remainder
+  a - q * b, exact in float64 for float32 operands, has the wrong sign there. b == 0 gives a / b (inf or NaN)."""
+  q = (a / b).floor()
+  wide = dtypes.float64
+  r = a.cast(wide) - q.cast(wide) * b.cast(wide)
+  return ((r != 0) & ((r < 0) != (b < 0)) & (b != 0)).where(q - 1, q)
 
 def _binop(op: Ops, x: Tensor, y: Any, reverse: bool = False) -> Tensor:
   if op in GroupOp.Bitwise:
