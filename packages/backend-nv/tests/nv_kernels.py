@@ -8,12 +8,13 @@ from ember.renderer import ProgramSpec
 from ember.schedule import ScheduleItem
 from ember.tensor import Tensor
 from ember.testing.hostshim import CORPUS_DTYPES, EMULATED, ShimRunner, corpus_tensor, programs
-from ember_nv.mock import HostKernel, HostShimCompiler
+from ember.plugin import HostKernel
+from ember_nv.compiler import NVShimCompiler
 from ember_nv.renderer import CUDARenderer, kernel_arg_layout
 
 __all__ = ["CORPUS_DTYPES", "EMULATED", "SHIM", "corpus_tensor", "programs", "run_schedule_on_shim", "run_on_shim"]
 
-SHIM = ShimRunner(CUDARenderer, kernel_arg_layout, HostShimCompiler)
+SHIM = ShimRunner(CUDARenderer, kernel_arg_layout, NVShimCompiler)
 
 def run_schedule_on_shim(items: list[ScheduleItem], dt: DType, shape: tuple[int, ...],
                          kernel_for: Callable[[ProgramSpec], HostKernel] | None = None) -> np.ndarray:

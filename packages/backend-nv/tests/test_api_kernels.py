@@ -11,7 +11,8 @@ from ember.dtype import dtypes
 from ember.tensor import Tensor
 from ember.testing import tolerance
 from nv_kernels import run_schedule_on_shim
-from ember_nv.mock import HostKernel, HostShimBundleCompiler, bundle_symbol, load_shim, shim_bundle
+from ember.plugin import HostKernel, load_shim
+from ember_nv.compiler import NVShimBundleCompiler, bundle_symbol, shim_bundle
 from ember_nv.renderer import CUDARenderer
 
 rng = np.random.default_rng(0)
@@ -85,7 +86,7 @@ class Built:
       for it in items:
         if it.kind == "kernel": sources.setdefault(get_program(it.ast, renderer).src, len(sources))
     self.sources = list(sources)
-    lib = load_shim(HostShimBundleCompiler().compile_cached(shim_bundle(self.sources)))
+    lib = load_shim(NVShimBundleCompiler().compile_cached(shim_bundle(self.sources)))
     self.kernels = {src: HostKernel(lib, bundle_symbol(i)) for src, i in sources.items()}
     self.ran: set[str] = set()
   def kernel(self, spec: Any) -> HostKernel:

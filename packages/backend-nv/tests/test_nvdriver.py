@@ -7,6 +7,7 @@ import pytest
 from ember.plugin import DeviceError
 from ember_nv import nvdriver as nv
 from ember_nv import queue as nvq
+from ember_nv.mock import read_qmd
 
 # ** struct layouts: (struct, size, {field: offset}) with the numbers worked out by hand from the headers **
 LAYOUTS = [
@@ -122,7 +123,7 @@ def test_qmd_packing_reads_back_through_the_header_fields(layout: nvq.QMDLayout)
   assert (f["cb_lo"] | f["cb_hi"] << 32) << shift == cbuf and f["cb_size4"] << 4 == 0x170 and f["cb_valid"] == 1
   # the MOCK's reader agrees
   buf = (ctypes.c_uint32 * len(words))(*words)
-  launch = nvq.read_qmd(ctypes.addressof(buf))
+  launch = read_qmd(ctypes.addressof(buf))
   assert (launch.program_address, launch.grid, launch.block, launch.cbuf0, launch.registers) == \
          (prog, (70000, 3, 2), (128, 2, 1), (cbuf, 0x170), 40)
 
@@ -338,7 +339,7 @@ def test_launch_writes_a_qmd_the_queue_points_at(fake_device) -> None:
   args = prg.fill_kernargs((nvq.HCQBuffer(0x1234_5678, 64),))
   q = nvq.NVComputeQueue().exec(prg, args, (4, 1, 1), (32, 1, 1))
   assert q.words[0] == _hdr(1, 0x02b4, 1) and q.words[2:4] == [_hdr(1, 0x02c0, 1), 9]
-  launch = nvq.read_qmd(q.words[1] << 8)
+  launch = read_qmd(q.words[1] << 8)
   assert (launch.program_address, launch.grid, launch.block, launch.cbuf0, launch.registers) == \
          (0x20_0000_0100, (4, 1, 1), (32, 1, 1), (args.buf.va_addr, 16), 24)
   assert ctypes.c_uint64.from_address(args.buf.va_addr).value == 0x1234_5678

@@ -1,15 +1,20 @@
-"""The CUDA device: NVIDIA GPUs through the CUDA driver API (libcuda, loaded with ctypes when the device opens).
+"""The NV backend's devices: CUDA (NVIDIA GPUs through the CUDA driver API: libcuda, loaded with ctypes when the device
+opens), and the choice of interface for the NV HCQ device (`open_nv_device`): MOCK (`mock.NVMockDevice`, the software
+GPU) or NV (`nvdriver.NVDriverDevice`, the NVIDIA kernel driver; imported only when it is opened).
 
-`probe_cuda()` is what `ember_probe` answers for CUDA: it loads libcuda and counts devices, and says plainly why not
-("no NVIDIA driver (libcuda.so not found)", "no NVIDIA GPU"). Nothing here runs at `import ember`.
+`probe_cuda()` and `probe_nv()` are what `ember_probe` answers: they say plainly why a device is unusable ("no NVIDIA
+driver (libcuda.so not found)", "no NVIDIA GPU"). Nothing here runs at `import ember`.
 """
 from __future__ import annotations
 import ctypes
 import functools
 import os
 import re
-from typing import Any
-from ember.plugin import BufferSpec, Compiled, Compiler, DeviceError, LRUAllocator, ProbeResult, Renderer
+from typing import Any, Callable
+from ember.plugin import (BufferSpec, Compiled, CompileError, Compiler, DeviceError, HCQCompiled, LRUAllocator,
+                          ProbeResult, Renderer)
+from ember_nv.mock import NVMockDevice
+from ember_nv.renderer import CUDARenderer
 
 LIBCUDA_NAMES = ("libcuda.so.1", "libcuda.so")
 
@@ -194,7 +199,7 @@ class CUDAGraph:
 class CUDADevice(Compiled):
   """DEV=CUDA: one GPU through the driver API; kernels from NVRTC (cubin) or ptxas; TinyJit captures replay as CUDA
   graphs (`CUDAGraph`)."""
-  def __init__(self, device: str, renderer: Renderer, compiler: Compiler) -> None:
+  def __init__(self, device: str, renderer: Renderer | None, compiler: Compiler | None) -> None:
     index = int(device.partition(":")[2] or 0)
     self.ctx = CUDAContext(index)
     super().__init__(device, CUDAAllocator(self.ctx), renderer, compiler,
@@ -202,3 +207,22 @@ class CUDADevice(Compiled):
                      lambda captured, input_buffers: CUDAGraph(self, captured, input_buffers))
   def synchronize(self) -> None: self.ctx.call("cuCtxSynchronize")
 
+# ** the NV HCQ device: MOCK or the kernel driver **
+
+def nv_interface(interface: str) -> Callable[..., HCQCompiled]:
+  """The device class that drives NV through `interface`: MOCK (the software GPU) or NV (the NVIDIA kernel driver;
+  `DEV=NV` with no interface means this one)."""
+  if interface == "MOCK": return NVMockDevice
+  if interface in ("", "NV"):
+    from ember_nv.nvdriver import NVDriverDevice
+    return NVDriverDevice
+  raise DeviceError(f"NV has no interface {interface!r}: use DEV=NV (the NVIDIA kernel driver) or DEV=MOCK+NV")
+
+def open_nv_device(device: str, interface: str, renderer: Renderer | None, compiler: Compiler | None) -> HCQCompiled:
+  """MOCK+NV runs the CUDA C through the host shim; NV loads the cubins of the selected compiler."""
+  if interface == "MOCK":
+    if not isinstance(renderer, CUDARenderer):
+      raise CompileError(f"MOCK+NV runs CUDA C through the host shim; {type(renderer).__name__} output cannot run on "
+                         "it; use DEV=MOCK+NV or DEV=MOCK+NV:CUDA")
+    return NVMockDevice(device, renderer)
+  return nv_interface(interface)(device, renderer, compiler)

@@ -1,120 +1,183 @@
-"""The MOCK side of the NV backend: a host build of the CUDA C kernels, and a software GPU that executes the command
-stream the NV queues write.
+"""The MOCK interface of the NV backend (DEV=MOCK+NV): a software GPU that executes the command stream the NV queues
+write, and the HCQ device, allocator and programs that drive it.
 
-*The host shim.* `CUDARenderer` output compiled by the system C++ compiler: `blockIdx`/`threadIdx` are thread-local
-globals that a generated launcher sets while it loops over every block and thread of the grid; `__syncthreads` is a
-no-op (the kernels use no shared memory yet, so running the threads of a block one after another is exact);
-`cuda_fp16.h` is replaced by a header that maps `half` to the compiler's `_Float16`. The launcher reads the kernel
-arguments from a parameter block laid out like the CUDA ABI's (`kernel_arg_layout`), which is what the MOCK GPU finds
-in memory behind a QMD.
-
-*The MOCK GPU* (`MockNVGPU`) owns a flat host "VRAM", decodes GPFIFO entries into pushbuffer methods (semaphore
-release/acquire, copy engine launches, QMD compute launches) and performs them; see `ember_nv.queue` for the packet
-formats.
+*The MOCK GPU* (`MockNVGPU`) fetches GPFIFO entries of each channel whose doorbell rang, decodes their pushbuffer
+methods (semaphore release/acquire, copy engine launches, QMD compute launches) and performs them on host memory; see
+`ember_nv.queue` for the formats. A QMD launch runs the kernel at the QMD's program address: on the MOCK that is a host
+shim shared object (`compiler.NVShimCompiler`), whose length the GPU reads from its ELF header. Pushbuffers and QMDs
+live in host memory mapped below 2 GiB (`host_pages`), so host pointers fit the 40-bit GPFIFO and QMD address fields.
 """
 from __future__ import annotations
-import re
-from ember.plugin import HostKernel, ShimDialect, load_shim
-from ember.plugin import HostShimCompiler as _HostShimCompiler
+import ctypes
+import hashlib
+import time
+from dataclasses import dataclass
+from ember.plugin import (BufferSpec, DeviceError, HCQAllocator, HCQBuffer, HostKernel, Renderer, elf_image_size,
+                          shim_arg_layout)
+from ember_nv.compiler import NVShimCompiler
+from ember_nv.queue import (DMA_SEC_OP_INC_METHOD, GP_ENTRY_ADDRESS_BITS, LAUNCH_DMA, LINE_LENGTH_IN, OFFSET_IN_UPPER,
+                            QMD_LAYOUTS, QMD_MAJOR_VERSION_BITS, QMD_V4, SEM_ACQUIRE_GEQ, SEM_ADDR_HI, SEM_ADDR_LO,
+                            SEM_EXECUTE, SEM_PAYLOAD_HI, SEM_PAYLOAD_LO, SEM_TIMESTAMP, SEND_PCAS_A,
+                            SEND_SIGNALING_PCAS2_B, SUBC_COMPUTE, SUBC_COPY, SUBC_HOST, USERD_GP_GET, USERD_GP_PUT,
+                            GPFifo, NVComputeQueue, NVCopyQueue, NVHCQDevice, NVLaunchable, decode_gpfifo_entry,
+                            get_bits, qmd_layout_for_arch)
 
-__all__ = ["SHIM_HEADER", "FP16_HEADER", "NV_SHIM", "kernel_signature", "shim_launcher", "bundle_symbol", "shim_bundle",
-           "HostShimCompiler", "HostShimBundleCompiler", "HostKernel", "load_shim"]
+# ** reading QMDs back **
 
-SHIM_HEADER = r"""
-struct ember_uint3 { unsigned int x, y, z; };
-static thread_local ember_uint3 blockIdx, threadIdx, blockDim, gridDim;
-#define __forceinline__ inline
-#define __restrict__ __restrict
-#define __syncthreads() ember_sync()
-template <typename T> static inline T __shfl_xor_sync(unsigned, T v, int mask) { return ember_shuffle_xor(v, mask); }
-template <typename D, typename S> static inline D ember_bits(S x) { D r; memcpy(&r, &x, sizeof(r)); return r; }
-static inline float __int_as_float(int x) { return ember_bits<float>(x); }
-static inline int __float_as_int(float x) { return ember_bits<int>(x); }
-static inline float __uint_as_float(unsigned int x) { return ember_bits<float>(x); }
-static inline unsigned int __float_as_uint(float x) { return ember_bits<unsigned int>(x); }
-static inline double __longlong_as_double(long long x) { return ember_bits<double>(x); }
-static inline long long __double_as_longlong(double x) { return ember_bits<long long>(x); }
-"""
+@dataclass
+class QMDLaunch:
+  """What the MOCK GPU reads back from a QMD."""
+  program_address: int
+  grid: tuple[int, int, int]
+  block: tuple[int, int, int]
+  cbuf0: tuple[int, int]
+  shared_size: int
+  registers: int
 
-def _mma_wrapper(name: str, arg_type: str) -> str:
-  a = ", ".join(f"{arg_type} a{i}" for i in range(8))
-  b = ", ".join(f"{arg_type} b{i}" for i in range(4))
-  return (f"static inline void __ember_wmma_{name}(float* d, {a}, {b}) {{\n"
-          f"  const float a[8] = {{{', '.join(f'(float)a{i}' for i in range(8))}}};\n"
-          f"  const float b[4] = {{{', '.join(f'(float)b{i}' for i in range(4))}}};\n"
-          "  ember_mma_m16n8k16(d, a, b);\n}\n")
+def read_qmd(addr: int) -> QMDLaunch:
+  major = get_bits((ctypes.c_uint32 * 32).from_address(addr), *QMD_MAJOR_VERSION_BITS)
+  if (layout := QMD_LAYOUTS.get(major)) is None: raise DeviceError(f"MOCK+NV: unknown QMD major version {major}")
+  q = (ctypes.c_uint32 * (layout.size // 4)).from_address(addr)
+  g = lambda name: layout.get(q, name)  # noqa: E731
+  return QMDLaunch(g("program_address_lower") | g("program_address_upper") << 32,
+                   (g("grid_width"), g("grid_height"), g("grid_depth")),
+                   (g("cta_thread_dimension0"), g("cta_thread_dimension1"), g("cta_thread_dimension2")),
+                   ((g("constant_buffer_addr_lower0") | g("constant_buffer_addr_upper0") << 32) << layout.cbuf_shift,
+                    g("constant_buffer_size_shifted4_0") << 4), g("shared_memory_size"), g("register_count"))
 
-SHIM_HEADER += r"""
-// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16} for a warp of host threads (the threaded launcher runs a block's
-// threads together): each lane writes its fragment elements into its warp's A (16x16) and B (16x8) tiles where the PTX
-// ISA puts them (groupID = lane >> 2, threadID_in_group = lane % 4; A: row groupID (+8 for a2,a3,a6,a7), col
-// 2*threadID_in_group + (i & 1) (+8 for a4..a7); B: row 2*threadID_in_group + (i & 1) (+8 for b2,b3), col groupID),
-// the block syncs, and each lane computes its D elements (row groupID (+8 for d2,d3), col 2*threadID_in_group +
-// (i & 1)) with exact products and float sums; a second sync lets the tiles be reused.
-static float ember_mma_a[32][16][16], ember_mma_b[32][16][8];
-static inline void ember_mma_m16n8k16(float* d, const float* a, const float* b) {
-  unsigned lane = ember_tid % 32, warp = ember_tid / 32, group = lane >> 2, tig = lane % 4;
-  for (unsigned i = 0; i < 8; i++)
-    ember_mma_a[warp][group + ((i >> 1) & 1) * 8][tig * 2 + (i & 1) + (i >> 2) * 8] = a[i];
-  for (unsigned i = 0; i < 4; i++) ember_mma_b[warp][tig * 2 + (i & 1) + (i >> 1) * 8][group] = b[i];
-  ember_sync();
-  for (unsigned i = 0; i < 4; i++) {
-    unsigned row = group + (i >> 1) * 8, col = tig * 2 + (i & 1);
-    float sum = 0.0f;
-    for (unsigned k = 0; k < 16; k++) sum += ember_mma_a[warp][row][k] * ember_mma_b[warp][k][col];
-    d[i] = sum;
-  }
-  ember_sync();
-}
-""" + _mma_wrapper("mma_m16n8k16_f16_f32", "_Float16") + _mma_wrapper("mma_m16n8k16_bf16_f32", "float")
+# ** the MOCK GPU **
 
-FP16_HEADER = r"""
-typedef _Float16 half;
-static inline half __float2half(float x) { return (half)x; }
-static inline float __half2float(half x) { return (float)x; }
-static inline short __half_as_short(half x) { return ember_bits<short>(x); }
-static inline half __short_as_half(short x) { return ember_bits<half>(x); }
-static inline unsigned short __half_as_ushort(half x) { return ember_bits<unsigned short>(x); }
-static inline half __ushort_as_half(unsigned short x) { return ember_bits<half>(x); }
-"""
+@dataclass
+class _Channel:
+  fifo: GPFifo
+  get: int = 0        # next entry to fetch
+  word: int = 0       # next word of the entry being executed (an unsatisfied acquire stops there)
+  regs: dict[tuple[int, int], int] | None = None
 
-NV_SHIM = ShimDialect("NV", "CUDARenderer", 'extern "C" __global__ void ', SHIM_HEADER,
-                      "blockIdx = {bx, by, bz}; threadIdx = {tx, ty, tz};",
-                      "gridDim = {gx, gy, gz}; blockDim = {lx, ly, lz};", (("cuda_fp16.h", FP16_HEADER),),
-                      sync_markers=("__shared__", "__syncthreads", "__shfl", "__ember_wmma_"))
-"""CUDA C on the host: `blockIdx`/`threadIdx`/`blockDim`/`gridDim` are the shim's thread-local globals, cuda_fp16.h is
-`FP16_HEADER`; kernels with shared memory, barriers, shuffles or matrix instructions run a block's threads together."""
+class MockNVGPU:
+  """A software NV GPU: fetches GPFIFO entries of each channel whose doorbell rang, decodes their pushbuffer methods
+  and performs them on host memory. An acquire that is not satisfied stops its channel there, as on a GPU; the other
+  channels go on."""
+  def __init__(self) -> None:
+    self.kernels: dict[str, HostKernel] = {}
+    self.channels: dict[int, _Channel] = {}
+    self.executed_methods = 0
+    self.doorbells: list[int] = []
+  def add_channel(self, fifo: GPFifo) -> None: self.channels[fifo.token] = _Channel(fifo, regs={})
+  def doorbell(self, token: int) -> None:
+    if token not in self.channels: raise DeviceError(f"MOCK+NV: doorbell rung with unknown work submit token {token}")
+    self.doorbells.append(token)
+    self.run_pending()
+  @property
+  def pending(self) -> int:
+    """GPFIFO entries written (GPPut) and not yet completed, over every channel."""
+    return sum((ch.fifo.put - ch.get) % ch.fifo.entries for ch in self.channels.values())
+  def run_pending(self) -> None:
+    progress = True
+    while progress:
+      progress = False
+      for ch in self.channels.values():
+        while ch.get != ctypes.c_uint32.from_address(ch.fifo.userd_addr + USERD_GP_PUT).value:
+          addr, nwords = decode_gpfifo_entry(ch.fifo.ring[ch.get])
+          if not self._execute(ch, addr, nwords): break
+          ch.get, ch.word, progress = (ch.get + 1) % ch.fifo.entries, 0, True
+          ctypes.c_uint32.from_address(ch.fifo.userd_addr + USERD_GP_GET).value = ch.get
+  def drop_pending(self) -> None:
+    """Forget every entry not yet completed (a test that leaves a queue waiting on a signal nobody releases)."""
+    for ch in self.channels.values():
+      ch.get, ch.word = ch.fifo.put, 0
+      ctypes.c_uint32.from_address(ch.fifo.userd_addr + USERD_GP_GET).value = ch.get
+  def _execute(self, ch: _Channel, addr: int, nwords: int) -> bool:
+    words = (ctypes.c_uint32 * nwords).from_address(addr)
+    regs = ch.regs if ch.regs is not None else {}
+    while ch.word < nwords:
+      i, header = ch.word, words[ch.word]
+      if header >> 29 != DMA_SEC_OP_INC_METHOD:
+        raise DeviceError(f"MOCK+NV: unsupported pushbuffer header {header:#010x} at word {i}")
+      count, subc, mthd = (header >> 16) & 0x1fff, (header >> 13) & 7, (header & 0xfff) << 2
+      for k in range(count): regs[(subc, mthd + 4 * k)] = words[i + 1 + k]
+      if not self.method(subc, mthd + 4 * (count - 1), regs): return False
+      self.executed_methods += 1
+      ch.word = i + 1 + count
+    return True
+  def method(self, subc: int, mthd: int, regs: dict[tuple[int, int], int]) -> bool:
+    if subc == SUBC_HOST and mthd == SEM_EXECUTE:
+      addr = regs[(subc, SEM_ADDR_LO)] | regs[(subc, SEM_ADDR_HI)] << 32
+      value = regs[(subc, SEM_PAYLOAD_LO)] | regs[(subc, SEM_PAYLOAD_HI)] << 32
+      word, execute = ctypes.c_uint64.from_address(addr), regs[(subc, SEM_EXECUTE)]
+      if execute & 0x7 == SEM_ACQUIRE_GEQ: return word.value >= value
+      word.value = value
+      if execute & SEM_TIMESTAMP: ctypes.c_uint64.from_address(addr + 8).value = time.perf_counter_ns()
+    elif subc == SUBC_COMPUTE and mthd == SEND_SIGNALING_PCAS2_B: self.launch(regs[(subc, SEND_PCAS_A)] << 8)
+    elif subc == SUBC_COPY and mthd == LAUNCH_DMA:
+      src = regs[(subc, OFFSET_IN_UPPER)] << 32 | regs[(subc, OFFSET_IN_UPPER + 4)]
+      dest = regs[(subc, OFFSET_IN_UPPER + 8)] << 32 | regs[(subc, OFFSET_IN_UPPER + 12)]
+      ctypes.memmove(dest, src, regs[(subc, LINE_LENGTH_IN)])
+    return True
+  def launch(self, qmd_addr: int) -> None:
+    """Run the grid a QMD describes: the program is the host-shim ELF at its program address (its size read from the
+    ELF header), constant buffer 0 is the parameter block."""
+    q = read_qmd(qmd_addr)
+    code = ctypes.string_at(q.program_address, elf_image_size(q.program_address, "MOCK+NV: the QMD's program address"))
+    key = hashlib.sha256(code).hexdigest()
+    if (kernel := self.kernels.get(key)) is None: kernel = self.kernels[key] = HostKernel(code)
+    kernel.run(ctypes.string_at(*q.cbuf0), q.grid, q.block)
 
-def kernel_signature(src: str) -> tuple[str, list[str]]:
-  """The name and the parameter types of the (single) kernel in CUDARenderer output."""
-  return NV_SHIM.signature(src)
+# ** the MOCK device **
 
-def shim_launcher(src: str, symbol: str = "ember_launch") -> str:
-  """C++ that runs the kernel over a grid: `symbol(params, grid xyz, block xyz)`; each argument is read from the
-  parameter block at its offset, every argument aligned to its own size."""
-  return NV_SHIM.launcher(src, symbol)
+_MAP_PRIVATE, _MAP_ANONYMOUS, _MAP_32BIT, _PROT_RW = 0x02, 0x20, 0x40, 0x3
 
-_fp16_include = re.compile(r"^#include <cuda_fp16\.h>\n", re.M)
+def host_pages(size: int, low: bool = False) -> HCQBuffer:
+  """Page-aligned anonymous host memory, below 2 GiB when `low` (Linux x86-64 MAP_32BIT): MOCK pushbuffers and QMDs
+  must sit below 2^40 (see the module docstring). Never unmapped: rings live as long as the device."""
+  libc = ctypes.CDLL(None, use_errno=True)
+  libc.mmap.restype = ctypes.c_void_p
+  libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+  addr = libc.mmap(None, size, _PROT_RW, _MAP_PRIVATE | _MAP_ANONYMOUS | (_MAP_32BIT if low else 0), -1, 0)
+  if addr in (None, ctypes.c_void_p(-1).value) or (low and addr >= 1 << GP_ENTRY_ADDRESS_BITS):
+    raise DeviceError(f"MOCK+NV could not map {size} bytes{' below 2^40' if low else ''} (errno {ctypes.get_errno()}); "
+                      "MOCK+NV needs Linux on x86-64")
+  return HCQBuffer(addr, size)
 
-def bundle_symbol(i: int) -> str: return f"ember_launch_{i}"
+class NVMockProgram(NVLaunchable):
+  """MOCK+NV: the host-shim shared object uploaded to memory; the QMD's program address points at its first byte, and
+  the kernel parameters are constant buffer 0 as they are."""
+  def __init__(self, device: NVMockDevice, name: str, lib: bytes) -> None:
+    self.code = device._host_alloc(len(lib))
+    ctypes.memmove(self.code.va_addr, lib, len(lib))
+    self.program_address = self.code.va_addr
+    super().__init__(device, name, *device.arg_layout(name, lib))
+    self.cbuf0_size = max(16, -(-self.args_size // 16) * 16)
 
-def shim_bundle(srcs: list[str]) -> str:
-  """Several CUDARenderer kernels as one C++ translation unit, so one compiler call builds them all: kernel `i` sits in
-  `namespace ember_k<i>` with its `extern "C"` dropped (equal kernel names and helpers do not clash) and is run by
-  the launcher `bundle_symbol(i)`; cuda_fp16.h is included once, ahead of every namespace."""
-  parts = ["#include <cuda_fp16.h>"] if any(_fp16_include.search(src) for src in srcs) else []
-  for i, src in enumerate(srcs):
-    body = _fp16_include.sub("", src).replace('extern "C" __global__ void ', "__global__ void ", 1)
-    parts += [f"namespace ember_k{i} {{", body, shim_launcher(src, bundle_symbol(i)), f"}}  // namespace ember_k{i}"]
-  return "\n".join(parts) + "\n"
+class NVMockAllocator(HCQAllocator):
+  """MOCK+NV device memory: host memory whose address is the GPU virtual address."""
+  def _alloc(self, size: int, options: BufferSpec) -> HCQBuffer:
+    mem = (ctypes.c_uint8 * max(size, 1))()
+    return HCQBuffer(ctypes.addressof(mem), size, mem)
 
-class HostShimCompiler(_HostShimCompiler):
-  """CUDA C (CUDARenderer output) -> a host shared object through the shim header and g++/clang++."""
-  def __init__(self, cxx: str | None = None) -> None: super().__init__(NV_SHIM, cxx)
+class NVMockDevice(NVHCQDevice):
+  """DEV=MOCK+NV: the NV queues, allocator, programs and graph, executed by `MockNVGPU` through real GPFIFO rings,
+  QMDs and doorbells. Kernels are the CUDA C of `CUDARenderer` built for the host through the shim
+  (`NVShimCompiler`); NVRTC is not needed. The QMD version follows the renderer's arch (sm_90: 4.0, else 3.0)."""
+  RING_ENTRIES = 1024
+  def __init__(self, device: str, renderer: Renderer) -> None:
+    self.gpu = MockNVGPU()
+    self.qmd_layout = qmd_layout_for_arch(getattr(renderer, "arch", "sm_80"))
+    signals = host_pages(4096)
+    super().__init__(device, NVMockAllocator(self), renderer, NVShimCompiler(),
+                     lambda name, lib: NVMockProgram(self, name, lib), NVComputeQueue, NVCopyQueue, signals)
+    control = host_pages(2 * (self.RING_ENTRIES * 8 + 4096))
+    fifos = {}
+    for i, engine in enumerate(("compute", "copy")):
+      base = control.va_addr + i * (self.RING_ENTRIES * 8 + 4096)
+      fifos[engine] = GPFifo(base + 4096, self.RING_ENTRIES, base, i + 1, self.gpu.doorbell, self.gpu.run_pending)
+      self.gpu.add_channel(fifos[engine])
+    self._rings(host_pages(4 << 20, low=True), host_pages(QMD_V4.size * 4096, low=True), fifos)
+  def _progress(self) -> None: self.gpu.run_pending()
+  def _host_alloc(self, size: int) -> HCQBuffer:
+    """Page-aligned host memory (QMD 4.0 needs constant buffers 64-byte aligned)."""
+    return host_pages(-(-max(size, 1) // 4096) * 4096)
+  def arg_layout(self, name: str, lib: bytes) -> tuple[list[tuple[int, int]], int]:
+    """The parameter block of a host-shim kernel, from the source its compiler remembers."""
+    return shim_arg_layout(self.compiler, name, lib)
 
-class HostShimBundleCompiler(HostShimCompiler):
-  """A `shim_bundle` translation unit (launchers included) -> one shared object; `compile_cached` keeps it on disk."""
-  def __init__(self, cxx: str | None = None) -> None:
-    super().__init__(cxx)
-    self.cachekey = f"{self.cachekey}_bundle"
-  def compile(self, src: str) -> bytes: return self.build(src)

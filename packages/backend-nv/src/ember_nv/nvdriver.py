@@ -28,7 +28,8 @@ import fcntl
 import os
 import struct
 from typing import Any
-from ember.plugin import BufferSpec, CompileError, Compiler, DeviceError, HCQAllocator, HCQBuffer, Renderer
+from ember.plugin import (BufferSpec, CompileError, Compiler, DeviceError, ElfSection, HCQAllocator, HCQBuffer,
+                          Renderer, read_elf)
 from ember_nv.queue import (DOORBELL_OFFSET, QMD_V3, SET_OBJECT, SET_SHADER_LOCAL_MEMORY_A,
                             SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A, SET_SHADER_LOCAL_MEMORY_WINDOW_A,
                             SET_SHADER_SHARED_MEMORY_WINDOW_A, SUBC_COMPUTE, SUBC_COPY, USERD_SIZE, GPFifo,
@@ -241,16 +242,6 @@ class VARange:
 
 # ** cubins **
 
-def _elf_sections(image: bytes) -> dict[str, tuple[int, int, int, int, int]]:
-  """Section name -> (type, offset, size, info, alignment) of an ELF64 little-endian image."""
-  if image[:4] != b"\x7fELF" or image[4] != 2: raise CompileError("an NV program must be a 64-bit cubin (ELF)")
-  shoff, = struct.unpack_from("<Q", image, 40)
-  shentsize, shnum, shstrndx = struct.unpack_from("<HHH", image, 58)
-  headers = [struct.unpack_from("<IIQQQQIIQQ", image, shoff + i * shentsize) for i in range(shnum)]
-  names = headers[shstrndx][4]
-  def name(off: int) -> str: return image[names + off:image.index(b"\0", names + off)].decode()
-  return {name(h[0]): (h[1], h[4], h[5], h[7], h[8]) for h in headers}
-
 # .nv.info records: format byte (EIFMT_NVAL 1, BVAL 2, HVAL 3, SVAL 4), attribute byte, 16-bit value or SVAL size
 EIATTR_PARAM_CBANK, EIATTR_KPARAM_INFO, EIATTR_CBANK_PARAM_SIZE, EIATTR_REGCOUNT = 0x0a, 0x17, 0x19, 0x2f
 EIFMT_HVAL, EIFMT_SVAL = 0x03, 0x04
@@ -259,29 +250,29 @@ def cubin_info(image: bytes, name: str) -> dict[str, int]:
   """What a launch needs of kernel `name` in a cubin: the offset and size of `.text.<name>`, its register count
   (EIATTR_REGCOUNT in `.nv.info.<name>`), static shared memory (`.nv.shared.<name>`), constant bank 0's size
   (`.nv.constant0.<name>`) and where the parameters start in it (EIATTR_PARAM_CBANK: offset in the low half)."""
-  sections = _elf_sections(image)
-  if (text := sections.get(f".text.{name}")) is None:
+  elf = read_elf(image, "the NV program (a cubin)")
+  if (text := elf.section(f".text.{name}")) is None:
     raise CompileError(f"cubin has no .text.{name}; the kernel is named differently or was not compiled")
-  info = {"text_offset": text[1], "text_size": text[2], "registers": 0, "shared": 0, "cbuf0_size": 0,
+  info = {"text_offset": text.offset, "text_size": text.size, "registers": 0, "shared": 0, "cbuf0_size": 0,
           "param_base": 0, "barriers": 0}
-  if (shared := sections.get(f".nv.shared.{name}")) is not None: info["shared"] = shared[2]
-  if (const0 := sections.get(f".nv.constant0.{name}")) is not None: info["cbuf0_size"] = const0[2]
+  if (shared := elf.section(f".nv.shared.{name}")) is not None: info["shared"] = shared.size
+  if (const0 := elf.section(f".nv.constant0.{name}")) is not None: info["cbuf0_size"] = const0.size
   # .text section's sh_info: bits 31:24 hold the register count in NVIDIA cubins; .nv.info says it too
   # .text.<name>'s sh_info: the kernel's symbol index in bits 23:0, its register count in 31:24 (older cubins); the
   # global .nv.info's EIATTR_REGCOUNT records (symbol index, registers) say it for every target
-  symbol, info["registers"] = text[3] & 0xffffff, text[3] >> 24
+  symbol, info["registers"] = text.info & 0xffffff, text.info >> 24
   for section in (".nv.info", f".nv.info.{name}"):
-    for attr, payload in _nv_info_records(image, sections.get(section)):
+    for attr, payload in _nv_info_records(elf.section(section)):
       if len(payload) < 8: continue
       if attr == EIATTR_REGCOUNT and struct.unpack_from("<I", payload)[0] == symbol:
         info["registers"], = struct.unpack_from("<I", payload, 4)
       if attr == EIATTR_PARAM_CBANK: info["param_base"], = struct.unpack_from("<H", payload, 4)
   return info
 
-def _nv_info_records(image: bytes, section: tuple[int, int, int, int, int] | None) -> list[tuple[int, bytes]]:
+def _nv_info_records(section: ElfSection | None) -> list[tuple[int, bytes]]:
   """(attribute, payload) of each EIFMT_SVAL record of an .nv.info section; the other formats carry no payload."""
   if section is None: return []
-  data, pos, out = image[section[1]:section[1] + section[2]], 0, []
+  data, pos, out = section.data, 0, []
   while pos + 4 <= len(data):
     fmt, attr, size = data[pos], data[pos + 1], struct.unpack_from("<H", data, pos + 2)[0]
     if fmt == EIFMT_SVAL:
@@ -481,9 +472,9 @@ class NVDriverDevice(NVHCQDevice):
 def cubin_param_layout(image: bytes, name: str) -> tuple[list[tuple[int, int]], int]:
   """The parameter layout NVRTC/ptxas recorded for `name` (EIATTR_KPARAM_INFO in `.nv.info.<name>`): (offset, size) per
   parameter in declaration order, and the size of the parameter block (EIATTR_CBANK_PARAM_SIZE)."""
-  sections = _elf_sections(image)
-  if (nvinfo := sections.get(f".nv.info.{name}")) is None: raise CompileError(f"cubin has no .nv.info.{name}")
-  data, pos, params, total = image[nvinfo[1]:nvinfo[1] + nvinfo[2]], 0, {}, 0
+  nvinfo = read_elf(image, "the NV program (a cubin)").section(f".nv.info.{name}")
+  if nvinfo is None: raise CompileError(f"cubin has no .nv.info.{name}")
+  data, pos, params, total = nvinfo.data, 0, {}, 0
   while pos + 4 <= len(data):
     fmt, attr, size = data[pos], data[pos + 1], struct.unpack_from("<H", data, pos + 2)[0]
     if fmt == EIFMT_SVAL:

@@ -1,4 +1,5 @@
-"""NV hardware command queues (HCQ): pushbuffer methods submitted through GPFIFO rings, and the MOCK GPU running them.
+"""NV hardware command queues (HCQ): pushbuffer methods submitted through GPFIFO rings, and the device side of them
+(`NVHCQDevice`: the rings and channels both NV interfaces, MOCK and the kernel driver, submit through).
 
 The formats are the hardware's, as NVIDIA's class headers define them (open-gpu-kernel-modules, src/common/sdk/nvidia/
 inc/class and kernel-open/nvidia-uvm):
@@ -22,19 +23,16 @@ inc/class and kernel-open/nvidia-uvm):
 
 Addresses: a GPFIFO entry holds 40 address bits and `SEND_PCAS_A` holds QMD address >> 8 in 32 bits, so pushbuffers
 and QMDs must live below 2^40. On hardware they are GPU virtual addresses we choose; the MOCK keeps them in host memory
-mapped below 2 GiB (`low_memory`, Linux x86-64 MAP_32BIT) so that host pointers are valid values for those fields.
+mapped below 2 GiB (`mock.host_pages`, Linux x86-64 MAP_32BIT) so that host pointers are valid values for those
+fields.
 Every other address field (semaphores, copies, program, constant buffer) holds the full host address.
 """
 from __future__ import annotations
 import ctypes
-import hashlib
-import struct
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, MutableSequence
-from ember.plugin import (BufferSpec, CompileError, Compiler, DeviceError, Renderer, HCQAllocator, HCQArgs, HCQBuffer,
-                          HCQCompiled, HCQProgram, HCQSignal, HWQueue, shim_arg_layout)
-from ember_nv.mock import HostKernel, HostShimCompiler
+from typing import Callable, MutableSequence
+from ember.plugin import DeviceError, HCQArgs, HCQBuffer, HCQCompiled, HCQProgram, HCQSignal, HWQueue
 
 SUBC_HOST, SUBC_COMPUTE, SUBC_COPY = 0, 1, 4
 # host class methods (clc56f.h)
@@ -195,27 +193,6 @@ def build_qmd(layout: QMDLayout, words: MutableSequence[int], program_address: i
   layout.set(words, "constant_buffer_size_shifted4_0", size >> 4)
   layout.set(words, "constant_buffer_valid0", 1)
 
-@dataclass
-class QMDLaunch:
-  """What the MOCK GPU reads back from a QMD."""
-  program_address: int
-  grid: tuple[int, int, int]
-  block: tuple[int, int, int]
-  cbuf0: tuple[int, int]
-  shared_size: int
-  registers: int
-
-def read_qmd(addr: int) -> QMDLaunch:
-  major = get_bits((ctypes.c_uint32 * 32).from_address(addr), *QMD_MAJOR_VERSION_BITS)
-  if (layout := QMD_LAYOUTS.get(major)) is None: raise DeviceError(f"MOCK+NV: unknown QMD major version {major}")
-  q = (ctypes.c_uint32 * (layout.size // 4)).from_address(addr)
-  g = lambda name: layout.get(q, name)  # noqa: E731
-  return QMDLaunch(g("program_address_lower") | g("program_address_upper") << 32,
-                   (g("grid_width"), g("grid_height"), g("grid_depth")),
-                   (g("cta_thread_dimension0"), g("cta_thread_dimension1"), g("cta_thread_dimension2")),
-                   ((g("constant_buffer_addr_lower0") | g("constant_buffer_addr_upper0") << 32) << layout.cbuf_shift,
-                    g("constant_buffer_size_shifted4_0") << 4), g("shared_memory_size"), g("register_count"))
-
 # ** queues **
 
 class NVQueue(HWQueue):
@@ -281,22 +258,6 @@ class NVLaunchable(HCQProgram):
   registers: int = 0
   barriers: int = 0
 
-class NVProgram(NVLaunchable):
-  """MOCK+NV: the host-shim shared object uploaded to memory; the QMD's program address points at its first byte, and
-  the kernel parameters are constant buffer 0 as they are."""
-  def __init__(self, device: NVDevice, name: str, lib: bytes) -> None:
-    self.code = device._host_alloc(len(lib))
-    ctypes.memmove(self.code.va_addr, lib, len(lib))
-    self.program_address = self.code.va_addr
-    super().__init__(device, name, *device.arg_layout(name, lib))
-    self.cbuf0_size = max(16, -(-self.args_size // 16) * 16)
-
-class NVAllocator(HCQAllocator):
-  """Device memory: on the MOCK GPU, host memory whose address is the GPU virtual address."""
-  def _alloc(self, size: int, options: BufferSpec) -> HCQBuffer:
-    mem = (ctypes.c_uint8 * max(size, 1))()
-    return HCQBuffer(ctypes.addressof(mem), size, mem)
-
 # ** GPFIFO channels **
 
 class GPFifo:
@@ -321,20 +282,6 @@ class GPFifo:
     self.put = (self.put + 1) % self.entries
     ctypes.c_uint32.from_address(self.userd_addr + USERD_GP_PUT).value = self.put
     self.ring_doorbell(self.token)
-
-_MAP_PRIVATE, _MAP_ANONYMOUS, _MAP_32BIT, _PROT_RW = 0x02, 0x20, 0x40, 0x3
-
-def host_pages(size: int, low: bool = False) -> HCQBuffer:
-  """Page-aligned anonymous host memory, below 2 GiB when `low` (Linux x86-64 MAP_32BIT): MOCK pushbuffers and QMDs
-  must sit below 2^40 (see the module docstring). Never unmapped: rings live as long as the device."""
-  libc = ctypes.CDLL(None, use_errno=True)
-  libc.mmap.restype = ctypes.c_void_p
-  libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-  addr = libc.mmap(None, size, _PROT_RW, _MAP_PRIVATE | _MAP_ANONYMOUS | (_MAP_32BIT if low else 0), -1, 0)
-  if addr in (None, ctypes.c_void_p(-1).value) or (low and addr >= 1 << GP_ENTRY_ADDRESS_BITS):
-    raise DeviceError(f"MOCK+NV could not map {size} bytes{' below 2^40' if low else ''} (errno {ctypes.get_errno()}); "
-                      "MOCK+NV needs Linux on x86-64")
-  return HCQBuffer(addr, size)
 
 class NVHCQDevice(HCQCompiled):
   """What the NV queues need of a device, MOCK or hardware: a GPFIFO channel per engine, a pushbuffer ring and a QMD
@@ -364,137 +311,3 @@ class NVHCQDevice(HCQCompiled):
     (ctypes.c_uint32 * len(words)).from_address(addr)[:] = words
     self.gpfifos[engine].push(addr, len(words))
 
-# ** the MOCK GPU **
-
-@dataclass
-class _Channel:
-  fifo: GPFifo
-  get: int = 0        # next entry to fetch
-  word: int = 0       # next word of the entry being executed (an unsatisfied acquire stops there)
-  regs: dict[tuple[int, int], int] | None = None
-
-class MockNVGPU:
-  """A software NV GPU: fetches GPFIFO entries of each channel whose doorbell rang, decodes their pushbuffer methods
-  and performs them on host memory. An acquire that is not satisfied stops its channel there, as on a GPU; the other
-  channels go on."""
-  def __init__(self) -> None:
-    self.kernels: dict[str, HostKernel] = {}
-    self.channels: dict[int, _Channel] = {}
-    self.executed_methods = 0
-    self.doorbells: list[int] = []
-  def add_channel(self, fifo: GPFifo) -> None: self.channels[fifo.token] = _Channel(fifo, regs={})
-  def doorbell(self, token: int) -> None:
-    if token not in self.channels: raise DeviceError(f"MOCK+NV: doorbell rung with unknown work submit token {token}")
-    self.doorbells.append(token)
-    self.run_pending()
-  @property
-  def pending(self) -> int:
-    """GPFIFO entries written (GPPut) and not yet completed, over every channel."""
-    return sum((ch.fifo.put - ch.get) % ch.fifo.entries for ch in self.channels.values())
-  def run_pending(self) -> None:
-    progress = True
-    while progress:
-      progress = False
-      for ch in self.channels.values():
-        while ch.get != ctypes.c_uint32.from_address(ch.fifo.userd_addr + USERD_GP_PUT).value:
-          addr, nwords = decode_gpfifo_entry(ch.fifo.ring[ch.get])
-          if not self._execute(ch, addr, nwords): break
-          ch.get, ch.word, progress = (ch.get + 1) % ch.fifo.entries, 0, True
-          ctypes.c_uint32.from_address(ch.fifo.userd_addr + USERD_GP_GET).value = ch.get
-  def drop_pending(self) -> None:
-    """Forget every entry not yet completed (a test that leaves a queue waiting on a signal nobody releases)."""
-    for ch in self.channels.values():
-      ch.get, ch.word = ch.fifo.put, 0
-      ctypes.c_uint32.from_address(ch.fifo.userd_addr + USERD_GP_GET).value = ch.get
-  def _execute(self, ch: _Channel, addr: int, nwords: int) -> bool:
-    words = (ctypes.c_uint32 * nwords).from_address(addr)
-    regs = ch.regs if ch.regs is not None else {}
-    while ch.word < nwords:
-      i, header = ch.word, words[ch.word]
-      if header >> 29 != DMA_SEC_OP_INC_METHOD:
-        raise DeviceError(f"MOCK+NV: unsupported pushbuffer header {header:#010x} at word {i}")
-      count, subc, mthd = (header >> 16) & 0x1fff, (header >> 13) & 7, (header & 0xfff) << 2
-      for k in range(count): regs[(subc, mthd + 4 * k)] = words[i + 1 + k]
-      if not self.method(subc, mthd + 4 * (count - 1), regs): return False
-      self.executed_methods += 1
-      ch.word = i + 1 + count
-    return True
-  def method(self, subc: int, mthd: int, regs: dict[tuple[int, int], int]) -> bool:
-    if subc == SUBC_HOST and mthd == SEM_EXECUTE:
-      addr = regs[(subc, SEM_ADDR_LO)] | regs[(subc, SEM_ADDR_HI)] << 32
-      value = regs[(subc, SEM_PAYLOAD_LO)] | regs[(subc, SEM_PAYLOAD_HI)] << 32
-      word, execute = ctypes.c_uint64.from_address(addr), regs[(subc, SEM_EXECUTE)]
-      if execute & 0x7 == SEM_ACQUIRE_GEQ: return word.value >= value
-      word.value = value
-      if execute & SEM_TIMESTAMP: ctypes.c_uint64.from_address(addr + 8).value = time.perf_counter_ns()
-    elif subc == SUBC_COMPUTE and mthd == SEND_SIGNALING_PCAS2_B: self.launch(regs[(subc, SEND_PCAS_A)] << 8)
-    elif subc == SUBC_COPY and mthd == LAUNCH_DMA:
-      src = regs[(subc, OFFSET_IN_UPPER)] << 32 | regs[(subc, OFFSET_IN_UPPER + 4)]
-      dest = regs[(subc, OFFSET_IN_UPPER + 8)] << 32 | regs[(subc, OFFSET_IN_UPPER + 12)]
-      ctypes.memmove(dest, src, regs[(subc, LINE_LENGTH_IN)])
-    return True
-  def launch(self, qmd_addr: int) -> None:
-    """Run the grid a QMD describes: the program is the host-shim ELF at its program address (its size read from the
-    ELF header), constant buffer 0 is the parameter block."""
-    q = read_qmd(qmd_addr)
-    code = ctypes.string_at(q.program_address, elf_size(q.program_address))
-    key = hashlib.sha256(code).hexdigest()
-    if (kernel := self.kernels.get(key)) is None: kernel = self.kernels[key] = HostKernel(code)
-    kernel.run(ctypes.string_at(*q.cbuf0), q.grid, q.block)
-
-def elf_size(addr: int) -> int:
-  """The file size of the ELF64 image at `addr`: the end of its section header table or of its last segment."""
-  header = ctypes.string_at(addr, 64)
-  if header[:4] != b"\x7fELF" or header[4] != 2:
-    raise DeviceError(f"MOCK+NV: no ELF64 program at {addr:#x}; the QMD's program address is wrong")
-  phoff, shoff = struct.unpack_from("<QQ", header, 32)
-  phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", header, 54)
-  end = shoff + shentsize * shnum
-  for i in range(phnum):
-    offset, _, _, filesz = struct.unpack_from("<QQQQ", ctypes.string_at(addr + phoff + i * phentsize + 8, 32))
-    end = max(end, offset + filesz)
-  return end
-
-class NVDevice(NVHCQDevice):
-  """DEV=MOCK+NV: the NV queues, allocator, programs and graph, executed by `MockNVGPU` through real GPFIFO rings,
-  QMDs and doorbells. Kernels are the CUDA C of `CUDARenderer` built for the host through the shim
-  (`HostShimCompiler`); NVRTC is not needed. The QMD version follows the renderer's arch (sm_90: 4.0, else 3.0)."""
-  RING_ENTRIES = 1024
-  def __init__(self, device: str, renderer: Renderer) -> None:
-    self.gpu = MockNVGPU()
-    self.qmd_layout = qmd_layout_for_arch(getattr(renderer, "arch", "sm_80"))
-    signals = host_pages(4096)
-    super().__init__(device, NVAllocator(self), renderer, HostShimCompiler(),
-                     lambda name, lib: NVProgram(self, name, lib), NVComputeQueue, NVCopyQueue, signals)
-    control = host_pages(2 * (self.RING_ENTRIES * 8 + 4096))
-    fifos = {}
-    for i, engine in enumerate(("compute", "copy")):
-      base = control.va_addr + i * (self.RING_ENTRIES * 8 + 4096)
-      fifos[engine] = GPFifo(base + 4096, self.RING_ENTRIES, base, i + 1, self.gpu.doorbell, self.gpu.run_pending)
-      self.gpu.add_channel(fifos[engine])
-    self._rings(host_pages(4 << 20, low=True), host_pages(QMD_V4.size * 4096, low=True), fifos)
-  def _progress(self) -> None: self.gpu.run_pending()
-  def _host_alloc(self, size: int) -> HCQBuffer:
-    """Page-aligned host memory (QMD 4.0 needs constant buffers 64-byte aligned)."""
-    return host_pages(-(-max(size, 1) // 4096) * 4096)
-  def arg_layout(self, name: str, lib: bytes) -> tuple[list[tuple[int, int]], int]:
-    """The parameter block of a host-shim kernel, from the source its compiler remembers."""
-    return shim_arg_layout(self.compiler, name, lib)
-
-def nv_interface(interface: str) -> Callable[..., Any]:
-  """The device class that drives NV through `interface`: MOCK (the software GPU) or NV (the NVIDIA kernel driver;
-  `DEV=NV` with no interface means this one)."""
-  if interface == "MOCK": return NVDevice
-  if interface in ("", "NV"):
-    from ember_nv.nvdriver import NVDriverDevice
-    return NVDriverDevice
-  raise DeviceError(f"NV has no interface {interface!r}: use DEV=NV (the NVIDIA kernel driver) or DEV=MOCK+NV")
-
-def open_nv_device(device: str, interface: str, renderer: Renderer | None, compiler: Compiler | None) -> HCQCompiled:
-  from ember_nv.renderer import CUDARenderer
-  if interface == "MOCK":
-    if not isinstance(renderer, CUDARenderer):
-      raise CompileError(f"MOCK+NV runs CUDA C through the host shim; {type(renderer).__name__} output cannot run on "
-                         "it; use DEV=MOCK+NV or DEV=MOCK+NV:CUDA")
-    return NVDevice(device, renderer)
-  return nv_interface(interface)(device, renderer, compiler)

@@ -41,7 +41,7 @@ def _mma_helper(name: str, ptx_type: str, arg_type: str, bits: Callable[[str], s
   """The CUDA C helper of `mma.sync.aligned.m16n8k16.row.col.f32.<ptx_type>.<ptx_type>.f32` with C = 0 (codegen
   adds D to its accumulators): `fn(d, a0..a7, b0..b3)`, the elements packed in pairs into .b32 registers, the lower
   index in the low half (ember.codegen.tensorcore has the fragment layouts). Only device code defines it: the host
-  shim defines a function of the same signature that emulates the warp (ember_nv.mock.SHIM_HEADER)."""
+  shim defines a function of the same signature that emulates the warp (ember_nv.compiler.SHIM_HEADER)."""
   fn = f"__ember_wmma_{name}"
   args = ", ".join([f"{arg_type} a{i}" for i in range(8)] + [f"{arg_type} b{i}" for i in range(4)])
   def pack(x: str, i: int) -> str: return f"((unsigned)({bits(f'{x}{i}')}) | ((unsigned)({bits(f'{x}{i + 1}')}) << 16))"
