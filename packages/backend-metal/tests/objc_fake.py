@@ -4,7 +4,7 @@ objects hand out fresh fake handles unless a test gives the answer."""
 from __future__ import annotations
 import ctypes
 from typing import Any, Callable
-from ember_metal.device import MTLSize, NSRange
+from ember_metal.objc import MTLSize, NSRange
 
 class RecordingLibObjC:
   """Implements `ObjCLibrary`. Classes and selectors get one stable handle per name (`names` maps them back)."""

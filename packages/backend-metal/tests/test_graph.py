@@ -12,8 +12,8 @@ from ember.engine.realize import CompiledRunner
 from ember.plugin import AxisType, DeviceError, Ops, ProgramSpec, UOp, dtypes
 from ember.tensor import Tensor
 from ember import TinyJit
-from ember_metal.device import (MTL_CONSTANT_OFFSET_ALIGNMENT, MetalBuffer, MetalContext, MetalDevice, MetalGraph,
-                                MetalProgram, ObjC)
+from ember_metal.device import MTL_CONSTANT_OFFSET_ALIGNMENT, MetalBuffer, MetalDevice, MetalGraph, MetalProgram
+from ember_metal.objc import MetalContext, ObjC
 from ember_metal.renderer import MetalRenderer
 from objc_fake import RecordingDispatch, RecordingLibObjC
 

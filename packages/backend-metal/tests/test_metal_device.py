@@ -3,10 +3,10 @@ Results are compared with the PYTHON reference device on the same inputs."""
 from __future__ import annotations
 import numpy as np
 import pytest
-from ember_metal.device import probe
+from ember_metal.device import probe_metal
 
-usable, reason = probe()
-pytestmark = pytest.mark.skipif(not usable, reason=f"no Metal device here: {reason}")
+PROBED = probe_metal()
+pytestmark = pytest.mark.skipif(not PROBED.ok, reason=f"no Metal device here: {PROBED.reason}")
 
 @pytest.fixture(scope="module")
 def metal() -> str:
@@ -72,7 +72,7 @@ def test_the_compiler_output_loads(metal: str) -> None:
   from ember.device import Device
   from ember.engine.realize import get_runner
   from ember.tensor import Tensor
-  from ember_metal.device import MetalCompiler, unpack_program
+  from ember_metal.compiler import MetalCompiler, unpack_program
   compiler = Device[metal].compiler
   assert isinstance(compiler, MetalCompiler)
   t = Tensor(np.arange(300, dtype=np.float32), device=metal).sqrt() * 3

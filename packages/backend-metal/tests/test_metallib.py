@@ -7,8 +7,9 @@ import subprocess
 from typing import Any
 import pytest
 from ember.plugin import CompileError, DeviceError
-from ember_metal.device import (MetalCompiler, MetalContext, MetalDevice, MetalProgram, ObjC, XcrunToolchain,
-                                pack_metallib, unpack_program)
+from ember_metal.compiler import MetalCompiler, XcrunToolchain, pack_metallib, unpack_program
+from ember_metal.device import MetalDevice, MetalProgram
+from ember_metal.objc import MetalContext, ObjC
 from ember_metal.renderer import MetalRenderer
 from objc_fake import RecordingDispatch, RecordingLibObjC
 
@@ -41,7 +42,7 @@ def _toolchain(tools: RecordingTools, xcrun: str | None = "/usr/bin/xcrun") -> X
 
 def test_compiler_builds_a_metallib_with_xcrun_and_packs_the_source() -> None:
   tools = RecordingTools()
-  lib = MetalCompiler(_toolchain(tools), context=lambda: pytest.fail("the toolchain path opens no Metal device")) \
+  lib = MetalCompiler(lambda: pytest.fail("the toolchain path opens no Metal device"), _toolchain(tools)) \
     .compile(SRC)
   assert unpack_program(lib) == (SRC, METALLIB)
   # a trivial kernel first (is the toolchain really usable?), then this kernel; metal then metallib each time
@@ -58,7 +59,7 @@ def test_a_failing_metal_compile_is_a_compile_error_with_the_source() -> None:
   toolchain.run = RecordingTools(fail=b"kernel.metal:2:3: error: use of undeclared identifier 'q'")
   rejected = r"(?s)Metal rejected a kernel \(xcrun -sdk macosx metal exited 1\): .*undeclared identifier 'q'"
   with pytest.raises(CompileError, match=rejected + r".*   2   data0\[0\]"):
-    MetalCompiler(toolchain).compile(SRC)
+    MetalCompiler(lambda: pytest.fail("the toolchain path opens no Metal device"), toolchain).compile(SRC)
 
 def test_without_the_toolchain_the_compiler_checks_and_returns_source() -> None:
   lib = RecordingLibObjC({"new": 0x0B7, "stringWithUTF8String:": 0x57, "newLibraryWithSource:options:error:": 0x11B})
@@ -66,7 +67,7 @@ def test_without_the_toolchain_the_compiler_checks_and_returns_source() -> None:
   for toolchain in (_toolchain(RecordingTools(), xcrun=None),  # no xcrun at all
                     _toolchain(RecordingTools(fail=b"xcrun: error: unable to find utility \"metal\""))):
     lib.calls.clear()
-    assert MetalCompiler(toolchain, context=lambda: context).compile(SRC) == SRC.encode()
+    assert MetalCompiler(lambda: context, toolchain).compile(SRC) == SRC.encode()
     assert unpack_program(SRC.encode()) == (SRC, None)
     assert lib.calls == [(lib.cls("MTLCompileOptions"), "new", ()), (0x0B7, "setFastMathEnabled:", (False,)),
                          (lib.cls("NSString"), "stringWithUTF8String:", (SRC.encode(),)),
@@ -135,7 +136,7 @@ def test_dispatch_data_is_created_from_the_bytes() -> None:
     seen.append(ctypes.string_at(buffer, size))
     assert queue is None and destructor is None  # DISPATCH_DATA_DESTRUCTOR_DEFAULT: dispatch copies the bytes
     return 0xDA7A
-  from ember_metal.device import LibDispatch
+  from ember_metal.objc import LibDispatch
   stand_in = LibDispatch.__new__(LibDispatch)
   stand_in.lib = type("Lib", (), {"dispatch_data_create": dispatch_data_create})()
   assert stand_in.data_create(METALLIB) == 0xDA7A and seen == [METALLIB]

@@ -9,9 +9,10 @@ import subprocess
 import sys
 import pytest
 from ember.device.registry import BackendRegistry, BackendSource, _Device
-from ember.plugin import CompilerRegistry, DeviceError, DeviceRegistry, RendererRegistry
+from ember.plugin import CompilerRegistry, DeviceError, DeviceRegistry, ProbeResult, RendererRegistry
 import ember_metal.plugin as metal_plugin
-from ember_metal.device import NSUInteger, ObjC, encode_launch, kernel_var_widths, probe, wait_command_buffer
+from ember_metal.device import encode_launch, kernel_var_widths, probe_metal, wait_command_buffer
+from ember_metal.objc import NSUInteger, ObjC
 from objc_fake import RecordingLibObjC
 
 not_macos = pytest.mark.skipif(sys.platform == "darwin", reason="checks the behaviour on platforms without Metal")
@@ -38,10 +39,10 @@ def test_plugin_registers_device_renderer_and_compiler() -> None:
 
 @not_macos
 def test_probe_says_why_metal_is_unavailable() -> None:
-  usable, reason = probe()
-  assert not usable and "macOS" in reason and sys.platform in reason
-  result = metal_plugin.ember_probe("METAL")
-  assert result is not None and not result.ok and result.reason == reason
+  probed = probe_metal()
+  assert isinstance(probed, ProbeResult) and not probed.ok
+  assert "macOS" in probed.reason and sys.platform in probed.reason
+  assert metal_plugin.ember_probe("METAL") == probed
 
 @not_macos
 def test_opening_metal_fails_with_the_probe_reason() -> None:

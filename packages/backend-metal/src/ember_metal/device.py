@@ -1,18 +1,12 @@
-"""The Metal runtime (macOS only): the Metal API driven through the Objective-C runtime with ctypes, no PyObjC.
-
-Every Objective-C call is `objc_msgSend` cast to the exact C prototype of that message (receiver, selector, then the
-arguments' ctypes types, and the declared return type). That cast is required on Apple silicon, where
-`objc_msgSend` must be called with the callee's real signature; `ObjC.send` derives it from ctypes values, so a
-Python int can never be passed at the wrong width.
+"""The Metal device (macOS only): probe, allocator, programs, the JIT graph and the device, on top of the Objective-C
+bridge (`objc.py`) and the compiler (`compiler.py`).
 
 What the runtime does with Metal:
 
 * device: `MTLCreateSystemDefaultDevice`, then `newCommandQueue`;
 * memory: `newBufferWithLength:options:` with `MTLResourceStorageModeShared`: host and GPU share the pages, so
   `contents` is a zero-copy host view (numpy reads it through `Buffer.as_buffer`);
-* compile: `xcrun metal` + `xcrun metallib` when Xcode's Metal toolchain is installed (the program then loads the
-  precompiled library with `dispatch_data_create` and `newLibraryWithData:error:`), otherwise the MSL source with
-  `MTLCompileOptions` `setFastMathEnabled:NO` and `newLibraryWithSource:options:error:`; then
+* programs: the compiler's metallib (`newLibraryWithData:error:`) or MSL source (`newLibraryWithSource:`), then
   `newFunctionWithName:` and a `MTLComputePipelineDescriptor` with `setSupportIndirectCommandBuffers:YES`
   (`newComputePipelineStateWithDescriptor:options:reflection:error:`), so every pipeline can join a JIT graph;
 * launch: `commandBuffer`, `computeCommandEncoder`, `setComputePipelineState:`, `setBuffer:offset:atIndex:` per buffer,
@@ -21,29 +15,24 @@ What the runtime does with Metal:
 * JIT graph (`MetalGraph`): an `MTLIndirectCommandBuffer` with one compute command per captured kernel, replayed with
   `useResources:count:usage:` and `executeCommandsInBuffer:withRange:` in one command buffer.
 
-On any other platform `probe()` says why Metal is unavailable and nothing here loads a native library.
+On any other platform `probe_metal()` says why Metal is unavailable and nothing here loads a native library.
 """
 from __future__ import annotations
-import contextlib
 import ctypes
 import functools
-import os
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Protocol, Sequence
-from ember.plugin import Buffer, BufferSpec, Compiled, CompileError, Compiler, DeviceError, LRUAllocator, Renderer
+from typing import Any, Sequence
+from ember.plugin import (Buffer, BufferSpec, Compiled, CompileError, Compiler, DeviceError, LRUAllocator, ProbeResult,
+                          Renderer)
+from ember_metal.compiler import MetalCompiler, library_from_metallib, library_from_source, unpack_program
+from ember_metal.objc import LibDispatch, LibObjC, MetalContext, MTLSize, NSInteger, NSRange, NSUInteger, ObjC
 
-LIBOBJC = "/usr/lib/libobjc.A.dylib"
 METAL_FRAMEWORK = "/System/Library/Frameworks/Metal.framework/Metal"
 # MTLCreateSystemDefaultDevice returns nil in a process that has not linked CoreGraphics (a plain `python`)
 COREGRAPHICS_FRAMEWORK = "/System/Library/Frameworks/CoreGraphics.framework/CoreGraphics"
 MTL_RESOURCE_STORAGE_MODE_SHARED = 0
-# dispatch_data_create and dispatch_release live in libdispatch, part of libSystem
-LIBDISPATCH = "/usr/lib/libSystem.B.dylib"
 MTL_COMMAND_BUFFER_STATUS_ERROR = 5
 MTL_INDIRECT_COMMAND_TYPE_CONCURRENT_DISPATCH = 1 << 5
 MTL_RESOURCE_USAGE_READ_WRITE = (1 << 0) | (1 << 1)  # MTLResourceUsageRead | MTLResourceUsageWrite
@@ -52,112 +41,38 @@ MTL_MAX_KERNEL_BUFFER_BIND_COUNT = 31  # the buffer argument table of a compute 
 # setBuffer/setKernelBuffer offsets of `constant` arguments must be 256-aligned on Macs of the Mac2 family (4 on Apple
 # GPUs); the graph's variable slots use the stricter value so one layout is valid on every Mac
 MTL_CONSTANT_OFFSET_ALIGNMENT = 256
-NSUInteger = ctypes.c_uint64  # `unsigned long` on 64-bit macOS
-NSInteger = ctypes.c_int64
 
-class MTLSize(ctypes.Structure):
-  _fields_ = [("width", NSUInteger), ("height", NSUInteger), ("depth", NSUInteger)]
-
-class NSRange(ctypes.Structure):
-  _fields_ = [("location", NSUInteger), ("length", NSUInteger)]
-
-def probe() -> tuple[bool, str]:
-  """(usable, reason): whether this machine has a Metal GPU, without opening it."""
+def probe_metal() -> ProbeResult:
+  """Whether this machine has a Metal GPU, without opening it, and why not."""
   if sys.platform != "darwin":
-    return False, (f"Metal needs macOS (Metal.framework on Apple hardware); this platform is {sys.platform!r}. "
-                   "Use DEV=CPU here, or run on a Mac")
+    return ProbeResult(False, "Metal needs macOS (Metal.framework on Apple hardware); this platform is "
+                              f"{sys.platform!r}. Use DEV=CPU here, or run on a Mac")
   try:
     metal = ctypes.CDLL(METAL_FRAMEWORK)
     ctypes.CDLL(COREGRAPHICS_FRAMEWORK)
     objc = ObjC(LibObjC())
   except (OSError, DeviceError) as e:
-    return False, f"cannot load Metal.framework or libobjc ({e}); Metal needs macOS 11 or later"
+    return ProbeResult(False, f"cannot load Metal.framework or libobjc ({e}); Metal needs macOS 11 or later")
   metal.MTLCopyAllDevices.restype = ctypes.c_void_p
   devices = metal.MTLCopyAllDevices()
-  if not devices: return False, "MTLCopyAllDevices returned nil: this Mac has no Metal device"
+  if not devices: return ProbeResult(False, "MTLCopyAllDevices returned nil: this Mac has no Metal device")
   try:
     count = objc.send(devices, "count", restype=NSUInteger)
-    if count == 0: return False, "this Mac has no Metal device (MTLCopyAllDevices is empty)"
+    if count == 0: return ProbeResult(False, "this Mac has no Metal device (MTLCopyAllDevices is empty)")
     with objc.autorelease_pool():
       name = objc.text(objc.send(objc.send(devices, "objectAtIndex:", NSUInteger(0)), "name"))
   finally: objc.send(devices, "release", restype=None)
-  return True, f"{name} ({count} Metal device{'s' if count > 1 else ''})"
+  return ProbeResult(True, f"{name} ({count} Metal device{'s' if count > 1 else ''})")
 
-# ** the Objective-C runtime **
-
-class ObjCLibrary(Protocol):
-  """What `ObjC` needs from libobjc (the tests substitute a recording fake for it)."""
-  def get_class(self, name: bytes) -> int | None: ...
-  def register_selector(self, name: bytes) -> int: ...
-  def msg_send(self, restype: Any, argtypes: tuple[Any, ...]) -> Callable[..., Any]: ...
-  def pool_push(self) -> int | None: ...
-  def pool_pop(self, token: int | None) -> None: ...
-
-class LibObjC:
-  """libobjc through ctypes."""
-  def __init__(self, path: str = LIBOBJC) -> None:
-    try: self.lib = ctypes.CDLL(path)
-    except OSError as e: raise DeviceError(f"cannot load the Objective-C runtime {path}: {e}; Metal needs macOS") from e
-    for fn, restype, argtypes in (("objc_getClass", ctypes.c_void_p, [ctypes.c_char_p]),
-                                  ("sel_registerName", ctypes.c_void_p, [ctypes.c_char_p]),
-                                  ("objc_autoreleasePoolPush", ctypes.c_void_p, []),
-                                  ("objc_autoreleasePoolPop", None, [ctypes.c_void_p])):
-      getattr(self.lib, fn).restype, getattr(self.lib, fn).argtypes = restype, argtypes
-    self.msg_send_address: int = ctypes.cast(self.lib.objc_msgSend, ctypes.c_void_p).value or 0
-    self.prototypes: dict[tuple[Any, tuple[Any, ...]], Callable[..., Any]] = {}
-  def get_class(self, name: bytes) -> int | None: return self.lib.objc_getClass(name)
-  def register_selector(self, name: bytes) -> int: return self.lib.sel_registerName(name)
-  def msg_send(self, restype: Any, argtypes: tuple[Any, ...]) -> Callable[..., Any]:
-    """objc_msgSend as a C function of exactly this prototype (one per signature, kept for the process)."""
-    if (fn := self.prototypes.get((restype, argtypes))) is None:
-      fn = ctypes.CFUNCTYPE(restype, ctypes.c_void_p, ctypes.c_void_p, *argtypes)(self.msg_send_address)
-      self.prototypes[(restype, argtypes)] = fn
-    return fn
-  def pool_push(self) -> int | None: return self.lib.objc_autoreleasePoolPush()
-  def pool_pop(self, token: int | None) -> None: self.lib.objc_autoreleasePoolPop(token)
-
-def ctype_of(value: Any) -> Any:
-  """The C type a message argument is passed as: the ctypes type of the value (Python ints are refused, they have
-  no width)."""
-  if isinstance(value, (ctypes._SimpleCData, ctypes.Structure, ctypes._Pointer)): return type(value)
-  raise TypeError(f"Objective-C arguments must be ctypes values (c_void_p, NSUInteger, MTLSize, pointer), "
-                  f"got {type(value).__name__} {value!r}")
-
-class ObjC:
-  """Classes, selectors and typed messages."""
-  def __init__(self, lib: ObjCLibrary) -> None:
-    self.lib = lib
-    self.selectors: dict[str, int] = {}
-  def cls(self, name: str) -> int:
-    if not (handle := self.lib.get_class(name.encode())):
-      raise DeviceError(f"the Objective-C class {name} does not exist; is Metal.framework loaded (macOS 11+)?")
-    return handle
-  def sel(self, name: str) -> int:
-    if (handle := self.selectors.get(name)) is None:
-      handle = self.selectors[name] = self.lib.register_selector(name.encode())
-    return handle
-  def send(self, receiver: int | None, selector: str, *args: Any, restype: Any = ctypes.c_void_p) -> Any:
-    """`[receiver selector:args...]`, with the C prototype taken from `restype` and the ctypes types of `args`."""
-    if selector.count(":") != len(args):
-      raise TypeError(f"selector {selector} takes {selector.count(':')} arguments, got {len(args)}")
-    if not receiver: raise DeviceError(f"message {selector} sent to nil: an earlier Metal call failed")
-    argtypes = tuple(ctype_of(a) for a in args)
-    return self.lib.msg_send(restype, argtypes)(receiver, self.sel(selector), *args)
-  @contextlib.contextmanager
-  def autorelease_pool(self) -> Iterator[None]:
-    """Objects returned autoreleased (strings, command encoders) are freed when the block ends."""
-    token = self.lib.pool_push()
-    try: yield
-    finally: self.lib.pool_pop(token)
-  def string(self, text: str) -> ctypes.c_void_p:
-    """An autoreleased NSString (use inside `autorelease_pool`)."""
-    return ctypes.c_void_p(self.send(self.cls("NSString"), "stringWithUTF8String:", ctypes.c_char_p(text.encode())))
-  def text(self, nsstring: int | None) -> str:
-    raw = self.send(nsstring, "UTF8String", restype=ctypes.c_char_p)
-    return raw.decode(errors="replace") if raw is not None else ""
-  def error_text(self, error: ctypes.c_void_p) -> str:
-    """The localizedDescription of an NSError out-parameter."""
-    return self.text(self.send(error.value, "localizedDescription")) if error.value else "no NSError was returned"
+@functools.cache
+def metal_context() -> MetalContext:
+  """Open the system default Metal device (once per process)."""
+  if not (probed := probe_metal()).ok: raise DeviceError(f"METAL is unavailable: {probed.reason}")
+  metal = ctypes.CDLL(METAL_FRAMEWORK)
+  metal.MTLCreateSystemDefaultDevice.restype = ctypes.c_void_p
+  device = metal.MTLCreateSystemDefaultDevice()
+  if not device: raise DeviceError("MTLCreateSystemDefaultDevice returned nil: no usable Metal GPU")
+  return MetalContext(ObjC(LibObjC()), device, LibDispatch())
 
 # ** kernels' calling convention **
 
@@ -210,142 +125,6 @@ def _three(size: Sequence[int] | None) -> tuple[int, int, int]:
 
 # ** the device **
 
-def _numbered(src: str) -> str: return "\n".join(f"{i + 1:4d} {line}" for i, line in enumerate(src.splitlines()))
-
-# ** precompiled libraries **
-
-class DispatchLibrary(Protocol):
-  """What loading a metallib needs from libdispatch (the tests substitute a recording fake)."""
-  def data_create(self, data: bytes) -> int | None: ...
-  def release(self, handle: int) -> None: ...
-
-class LibDispatch:
-  """libdispatch through ctypes: `newLibraryWithData:error:` takes the metallib as a dispatch_data_t."""
-  def __init__(self, path: str = LIBDISPATCH) -> None:
-    try: self.lib = ctypes.CDLL(path)
-    except OSError as e: raise DeviceError(f"cannot load libdispatch from {path}: {e}; Metal needs macOS") from e
-    self.lib.dispatch_data_create.restype = ctypes.c_void_p
-    self.lib.dispatch_data_create.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p]
-    self.lib.dispatch_release.restype, self.lib.dispatch_release.argtypes = None, [ctypes.c_void_p]
-  def data_create(self, data: bytes) -> int | None:
-    # queue and destructor NULL: DISPATCH_DATA_DESTRUCTOR_DEFAULT, dispatch copies the bytes before returning
-    return self.lib.dispatch_data_create(ctypes.c_char_p(data), len(data), None, None)
-  def release(self, handle: int) -> None: self.lib.dispatch_release(handle)
-
-METALLIB_MAGIC = b"MTLB"  # the first bytes of every .metallib file
-PACKED_MAGIC = b"ember-metallib\x00\x01"
-
-def pack_metallib(src: str, metallib: bytes) -> bytes:
-  """The compiler's output when it built a metallib: magic, the MSL source's length (8 bytes, little-endian), the
-  source (the runtime reads the kernel's variable widths and error context from it), then the metallib."""
-  if not metallib.startswith(METALLIB_MAGIC):
-    raise CompileError(f"xcrun metallib wrote {len(metallib)} bytes that are not a metallib (no {METALLIB_MAGIC!r} "
-                       "header); check the Xcode installation (`xcrun -sdk macosx metallib --version`)")
-  raw = src.encode()
-  return PACKED_MAGIC + len(raw).to_bytes(8, "little") + raw + metallib
-
-def unpack_program(lib: bytes) -> tuple[str, bytes | None]:
-  """(MSL source, metallib or None): what `MetalCompiler` returned, either packed or the plain source."""
-  if not lib.startswith(PACKED_MAGIC): return lib.decode(), None
-  start = len(PACKED_MAGIC) + 8
-  end = start + int.from_bytes(lib[len(PACKED_MAGIC):start], "little")
-  if end > len(lib) or not lib[end:].startswith(METALLIB_MAGIC):
-    raise DeviceError("a packed Metal program is truncated or has no metallib after its source; clear the compile "
-                      "cache (CACHELEVEL=0) and compile again")
-  return lib[start:end].decode(), lib[end:]
-
-Runner = Callable[..., "subprocess.CompletedProcess[bytes]"]
-
-class XcrunToolchain:
-  """Xcode's offline Metal compiler: `xcrun metal` (MSL to AIR) and `xcrun metallib` (AIR to a library). Usable when
-  both tools run; Command Line Tools alone do not ship them, and newer Xcodes download them separately."""
-  def __init__(self, run: Runner = subprocess.run, which: Callable[[str], str | None] = shutil.which) -> None:
-    self.run, self.which = run, which
-    self._available: bool | None = None
-  def available(self) -> bool:
-    """Whether the tools exist and compile a trivial kernel (checked once)."""
-    if self._available is None:
-      self._available = False
-      if self.which("xcrun") is not None:
-        try:
-          self.build("kernel void ember_probe() {\n}\n")
-          self._available = True
-        except (CompileError, OSError, subprocess.SubprocessError):
-          self._available = False
-    return self._available
-  def _tool(self, argv: list[str], src: str) -> None:
-    proc = self.run(argv, capture_output=True, timeout=300)
-    if proc.returncode != 0:
-      message = (proc.stderr or b"").decode(errors="replace").strip()
-      raise CompileError(f"Metal rejected a kernel ({' '.join(argv[:4])} exited {proc.returncode}): {message}\n"
-                         f"source:\n{_numbered(src)}")
-  def build(self, src: str) -> bytes:
-    """Compile MSL with fast math off (IEEE NaN/inf, as the renderer's MAX and the reference need) to a metallib."""
-    with tempfile.TemporaryDirectory(prefix="ember-metal-") as tmp:
-      source, air, library = (os.path.join(tmp, name) for name in ("kernel.metal", "kernel.air", "kernel.metallib"))
-      with open(source, "w") as f: f.write(src)
-      self._tool(["xcrun", "-sdk", "macosx", "metal", "-c", "-fno-fast-math", source, "-o", air], src)
-      self._tool(["xcrun", "-sdk", "macosx", "metallib", air, "-o", library], src)
-      with open(library, "rb") as f: return f.read()
-
-# ** the device **
-
-class MetalContext:
-  """The Objective-C runtime, libdispatch and the MTLDevice, shared by the device, its compiler and programs."""
-  def __init__(self, objc: ObjC, device: int, dispatch: DispatchLibrary) -> None:
-    self.objc, self.device, self.dispatch = objc, device, dispatch
-  def new_library(self, src: str) -> int:
-    """Compile MSL with fast math off (IEEE NaN/inf, as the renderer's MAX and the reference need)."""
-    objc, error = self.objc, ctypes.c_void_p()
-    with objc.autorelease_pool():
-      options = objc.send(objc.cls("MTLCompileOptions"), "new")
-      objc.send(options, "setFastMathEnabled:", ctypes.c_bool(False), restype=None)
-      try:
-        library = objc.send(self.device, "newLibraryWithSource:options:error:", objc.string(src),
-                            ctypes.c_void_p(options), ctypes.pointer(error))
-      finally: objc.send(options, "release", restype=None)
-      if not library:
-        raise CompileError(f"Metal rejected a kernel: {objc.error_text(error)}\nsource:\n{_numbered(src)}")
-    return library
-  def load_library(self, metallib: bytes) -> int:
-    """A library from a precompiled metallib (`newLibraryWithData:error:` takes it as dispatch data)."""
-    objc, error = self.objc, ctypes.c_void_p()
-    data = self.dispatch.data_create(metallib)
-    if not data: raise DeviceError(f"dispatch_data_create failed for a {len(metallib)}-byte metallib")
-    try: library = objc.send(self.device, "newLibraryWithData:error:", ctypes.c_void_p(data), ctypes.pointer(error))
-    finally: self.dispatch.release(data)
-    if not library:
-      with objc.autorelease_pool(): reason = objc.error_text(error)
-      raise CompileError(f"Metal could not load a precompiled metallib: {reason}; it may come from a newer Xcode than "
-                         "this macOS supports, clear the compile cache or uninstall the Metal toolchain")
-    return library
-
-@functools.cache
-def metal_context() -> MetalContext:
-  """Open the system default Metal device (once per process)."""
-  usable, reason = probe()
-  if not usable: raise DeviceError(f"METAL is unavailable: {reason}")
-  metal = ctypes.CDLL(METAL_FRAMEWORK)
-  metal.MTLCreateSystemDefaultDevice.restype = ctypes.c_void_p
-  device = metal.MTLCreateSystemDefaultDevice()
-  if not device: raise DeviceError("MTLCreateSystemDefaultDevice returned nil: no usable Metal GPU")
-  return MetalContext(ObjC(LibObjC()), device, LibDispatch())
-
-class MetalCompiler(Compiler):
-  """MSL to a metallib with Xcode's Metal toolchain when it is installed (packed with its source, see
-  `pack_metallib`); otherwise checks the MSL with `newLibraryWithSource:` and returns the source, which the runtime
-  compiles again, served from Metal's own shader cache."""
-  binary_format = "msl-source or packed metallib"
-  def __init__(self, toolchain: XcrunToolchain | None = None, context: Callable[[], MetalContext] = metal_context):
-    super().__init__(None)
-    self.toolchain = toolchain or XcrunToolchain()
-    self.context = context
-  def compile(self, src: str) -> bytes:
-    if self.toolchain.available(): return pack_metallib(src, self.toolchain.build(src))
-    ctx = self.context()
-    ctx.objc.send(ctx.new_library(src), "release", restype=None)
-    return src.encode()
-
 @dataclass(frozen=True)
 class MetalBuffer:
   """An MTLBuffer and the byte range of it that an ember buffer (or view) covers."""
@@ -389,7 +168,7 @@ class MetalProgram:
     self.var_widths = kernel_var_widths(src, name)
     ctx = dev.ctx
     objc, error = ctx.objc, ctypes.c_void_p()
-    library = ctx.new_library(src) if metallib is None else ctx.load_library(metallib)
+    library = library_from_source(ctx, src) if metallib is None else library_from_metallib(ctx, metallib)
     try:
       with objc.autorelease_pool():
         function = objc.send(library, "newFunctionWithName:", objc.string(name))
@@ -565,7 +344,7 @@ class MetalDevice(Compiled):
     self.queue: int = self.ctx.objc.send(self.ctx.device, "newCommandQueue")
     if not self.queue: raise DeviceError("Metal could not create a command queue")
     self.in_flight: list[int] = []
-    super().__init__(device, MetalAllocator(self), renderer, compiler or MetalCompiler(),
+    super().__init__(device, MetalAllocator(self), renderer, compiler or MetalCompiler(lambda: self.ctx),
                      functools.partial(MetalProgram, self), functools.partial(MetalGraph, self))
   def synchronize(self) -> None:
     """Wait for every committed command buffer (the queue is serial, so they finish in order)."""
