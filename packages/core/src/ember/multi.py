@@ -35,7 +35,7 @@ import itertools
 from typing import Any, Callable, Sequence
 import numpy as np
 from ember.device import Device
-from ember.dtype import DType, dtypes, least_upper_dtype, strong_dtype, to_dtype
+from ember.dtype import DType, dtypes, least_upper_dtype, strong_dtype
 from ember.errors import ShapeError, GradientError, ShardingError
 from ember.helpers import ContextVar, prod
 from ember.tensor import Tensor, all_tensors, broadcast_shape, sharded_tensors

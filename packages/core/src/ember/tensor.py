@@ -10,7 +10,8 @@ import weakref
 from typing import Any, Sequence, TypeAlias
 import numpy as np
 from ember.dtype import DType, dtypes, least_upper_dtype, least_upper_float, strong_dtype, sum_acc_dtype, to_dtype
-from ember.errors import AxisError, DTypeError, EmptyReductionError, GradientError, ShapeError, DeviceError, ShardingError
+from ember.errors import (AxisError, DTypeError, EmptyReductionError, GradientError, ShapeError, DeviceError,
+                          ShardingError)
 from ember.helpers import prod, SEED
 from ember.tensor_extra import TensorExtra
 from ember.uop.ops import Ops, UOp, BufferArg, GroupOp, next_unique, sint
