@@ -26,9 +26,10 @@ def needs_int64_index(node: UOp, out_buf: UOp, realized: dict[UOp, UOp]) -> bool
   its index math walks through (the source of a reduction, a padded or expanded view), has more than INT32_MAX
   elements. Only then are its indices int64, so every other kernel renders as before."""
   def bound(shape: tuple[sint, ...]) -> int: return prod(s.vmax if isinstance(s, UOp) else s for s in shape)
-  sizes = [out_buf.arg.size]
+  # a realized node or an assign's target may be a view (RESHAPE ...) of its BUFFER: the buffer holds the size
+  sizes = [out_buf.base.arg.size]
   for n in node.toposort(gate=lambda n: n is node or n not in realized):
-    if n is not node and n in realized: sizes.append(realized[n].arg.size)
+    if n is not node and n in realized: sizes.append(realized[n].base.arg.size)
     elif n.op is Ops.BUFFER: sizes.append(n.arg.size)
     elif n.op not in (Ops.DEVICE, Ops.CONST, Ops.DEFINE_VAR, Ops.BIND): sizes.append(bound(n.shape))
   return max(sizes) > INT32_MAX
