@@ -140,7 +140,8 @@ def fuzz(session: nox.Session) -> None:
   """Seeded fuzzing (the `fuzz` marker over packages/nn/tests): malformed safetensors, GGUF and .pth files, each
   refused with the reader's typed error or loaded as the reference reader loads it (3,000 cases by default; the
   summary line counts cases, typed errors and loads), and malformed requests to the LLM server. EMBER_FUZZ_CASES and
-  EMBER_FUZZ_SEED vary the weight-file run; packages/nn/tests/fuzz/README.md has the longer hypothesis runs."""
+  EMBER_FUZZ_SEED vary the weight-file run; packages/nn/tests/fuzz/test_loader_hypothesis.py says how to run the
+  longer hypothesis search, which is not part of this session."""
   session.install(CORE, CPU, NN, "pytest", "numpy", TORCH, "safetensors", "gguf", "hypothesis")
   _nn_tests(session, "fuzz")
 
