@@ -14,7 +14,8 @@ from ember.testing import KERNEL_CORPUS
 from amd_kernels import corpus_tensor, programs
 from ember.testing.hostshim import corpus_programs
 from ember_amd.compiler import AMDLLVMCompiler, amdgpu_assembly, compile_amdgpu_object
-from ember_amd.elf import link_code_object, parse_code_object, read_elf
+from ember.plugin import read_elf
+from ember_amd.elf import link_code_object, parse_code_object
 from ember_amd.renderer import AMDLLVMRenderer, HIPRenderer, kernarg_layout
 
 ARCHS = ("gfx1100", "gfx942", "gfx950")

@@ -301,7 +301,7 @@ def test_bring_up_to_a_first_dispatch(fake_kfd: FakeKFD) -> None:
   base = prg.code_addr - kd.entry
   code_alloc = fake_kfd._mapped(base, 8)
   assert code_alloc["flags"] & kfd.MEM_VRAM and code_alloc["flags"] & kfd.MEM_EXECUTABLE and base % PAGE == 0
-  for ptype, _, off, vaddr, filesz, _, _ in co.elf.phdrs:  # every segment landed at base + its vaddr
+  for ptype, _, off, vaddr, filesz, _, _ in co.elf.segments:  # every segment landed at base + its vaddr
     if ptype == PT_LOAD: assert ctypes.string_at(base + vaddr, filesz) == lib[off:off + filesz]
 
   bufs = [dev.allocator.alloc(256) for _ in range(3)]

@@ -6,7 +6,7 @@ from ember.testing import KERNEL_CORPUS
 from ember.testing.hostshim import (GROUP_CASES, ShimRunner, check_casts, check_corpus_kernel, check_group_case,
                                     check_over_covering_math)
 from amd_kernels import CORPUS_DTYPES, run_on_shim
-from ember_amd.mock import HostShimCompiler
+from ember_amd.compiler import AMDShimCompiler
 from ember_amd.renderer import HIPRenderer, kernarg_layout
 
 @pytest.mark.parametrize("dt", CORPUS_DTYPES, ids=lambda d: d.name)
@@ -22,5 +22,5 @@ def test_casts_between_dtypes() -> None:
 @pytest.mark.parametrize("name", list(GROUP_CASES))
 def test_group_reductions_run_like_python(name: str, arch: str) -> None:
   """LDS, s_barrier and ds_bpermute, with a workgroup's threads on host threads."""
-  runner = ShimRunner(lambda: HIPRenderer(arch), kernarg_layout, HostShimCompiler)
+  runner = ShimRunner(lambda: HIPRenderer(arch), kernarg_layout, AMDShimCompiler)
   check_group_case(name, HIPRenderer(arch), runner.run)

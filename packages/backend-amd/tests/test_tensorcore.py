@@ -10,8 +10,7 @@ from ember.testing.tensorcore import cases_for, check_tensor_core_case
 from ember.uop.ops import Ops
 from amd_kernels import programs, run_on_shim
 from test_compile import check_code_object
-from ember_amd.compiler import AMDLLVMCompiler, amdgpu_assembly
-from ember_amd.mock import HostShimCompiler
+from ember_amd.compiler import AMDLLVMCompiler, AMDShimCompiler, amdgpu_assembly
 from ember_amd.renderer import AMDLLVMRenderer, HIPRenderer, kernarg_layout
 from ember.testing.hostshim import ShimRunner
 
@@ -22,7 +21,7 @@ def test_wmma_matmuls_run_like_python(name: str) -> None:
 @pytest.mark.parametrize("name", cases_for(HIPRenderer("gfx942")))
 def test_mfma_matmuls_run_like_python(name: str) -> None:
   """CDNA's MFMA on a wave64: the shim emulates it from the documented lane layout."""
-  runner = ShimRunner(lambda: HIPRenderer("gfx942"), kernarg_layout, HostShimCompiler)
+  runner = ShimRunner(lambda: HIPRenderer("gfx942"), kernarg_layout, AMDShimCompiler)
   check_tensor_core_case(name, HIPRenderer("gfx942"), runner.run)
 
 def _matmul(m: int, k: int, n: int) -> Tensor:

@@ -1,5 +1,6 @@
 """HSA code objects: a small ELF linker from LLVM's amdgcn relocatable object to a loadable code object, and the
-parser that reads one back (kernel descriptors, metadata note) for launch.
+parser that reads one back (kernel descriptors, metadata note) for launch. Both read ELF with core's reader
+(`ember.plugin.read_elf`).
 
 The linker does what `ld.lld -shared` does for the objects our compiler emits: it lays the allocated sections out in
 three PT_LOAD segments (read-only: notes, dynamic symbols, hash, strings, .rodata with the kernel descriptors; then
@@ -13,9 +14,9 @@ segment size @4, kernarg size @8, kernel code entry byte offset (relative to the
 """
 from __future__ import annotations
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
-from ember.plugin import CompileError
+from ember.plugin import CompileError, ElfFile, ElfSymbol, read_elf
 
 EM_AMDGPU, ELFOSABI_AMDGPU_HSA, ET_REL, ET_DYN = 224, 64, 1, 3
 SHT_NULL, SHT_PROGBITS, SHT_SYMTAB, SHT_STRTAB, SHT_RELA, SHT_HASH, SHT_DYNAMIC, SHT_NOTE, SHT_NOBITS, SHT_DYNSYM = \
@@ -31,78 +32,6 @@ PAGE = 0x1000
 R_AMDGPU_ABS32_LO, R_AMDGPU_ABS32_HI, R_AMDGPU_ABS64, R_AMDGPU_REL32, R_AMDGPU_REL64, R_AMDGPU_ABS32 = 1, 2, 3, 4, 5, 6
 R_AMDGPU_REL32_LO, R_AMDGPU_REL32_HI, R_AMDGPU_REL16 = 10, 11, 14
 KD_SIZE = 64
-
-@dataclass
-class Section:
-  name: str
-  type: int
-  flags: int
-  addr: int
-  offset: int
-  size: int
-  link: int
-  info: int
-  align: int
-  entsize: int
-  data: bytes
-
-@dataclass
-class Symbol:
-  name: str
-  value: int
-  size: int
-  info: int
-  other: int
-  shndx: int
-  @property
-  def bind(self) -> int: return self.info >> 4
-  @property
-  def type(self) -> int: return self.info & 0xf
-
-@dataclass
-class ElfFile:
-  """The parts of an ELF64 little-endian file the linker and the code object reader use."""
-  raw: bytes
-  type: int
-  machine: int
-  flags: int
-  osabi: int
-  abiversion: int
-  sections: list[Section]
-  phdrs: list[tuple[int, int, int, int, int, int, int]] = field(default_factory=list)  # type flags off vaddr fsz msz al
-  def section(self, name: str) -> Section | None: return next((s for s in self.sections if s.name == name), None)
-  def symbols(self, kind: int = SHT_SYMTAB) -> list[Symbol]:
-    tab = next((s for s in self.sections if s.type == kind), None)
-    if tab is None: return []
-    strtab = self.sections[tab.link].data
-    out = []
-    for off in range(0, len(tab.data), 24):
-      name, info, other, shndx, value, size = struct.unpack_from("<IBBHQQ", tab.data, off)
-      out.append(Symbol(_cstr(strtab, name), value, size, info, other, shndx))
-    return out
-
-def _cstr(table: bytes, offset: int) -> str: return table[offset:table.index(b"\0", offset)].decode()
-
-def read_elf(raw: bytes) -> ElfFile:
-  """Parse an ELF64 little-endian file; a CompileError says what is wrong with one that is not."""
-  if len(raw) < 64 or raw[:4] != b"\x7fELF": raise CompileError("not an ELF file (bad magic)")
-  if raw[4] != 2 or raw[5] != 1: raise CompileError("not an ELF64 little-endian file; AMD code objects are both")
-  etype, machine, _, _, phoff, shoff, flags, _, phentsize, phnum, shentsize, shnum, shstrndx = \
-    struct.unpack_from("<HHIQQQIHHHHHH", raw, 16)
-  sections = []
-  for i in range(shnum):
-    name, stype, sflags, addr, offset, size, link, info, align, entsize = \
-      struct.unpack_from("<IIQQQQIIQQ", raw, shoff + i * shentsize)
-    data = b"" if stype == SHT_NOBITS else raw[offset:offset + size]
-    sections.append(Section(str(name), stype, sflags, addr, offset, size, link, info, align, entsize, data))
-  if shnum:
-    names = sections[shstrndx].data
-    for s in sections: s.name = _cstr(names, int(s.name))
-  phdrs = []
-  for i in range(phnum):
-    ptype, pflags, off, vaddr, _, filesz, memsz, align = struct.unpack_from("<IIQQQQQQ", raw, phoff + i * phentsize)
-    phdrs.append((ptype, pflags, off, vaddr, filesz, memsz, align))
-  return ElfFile(raw, etype, machine, flags, raw[7], raw[8], sections, phdrs)
 
 # ** the linker **
 
@@ -140,7 +69,7 @@ def _apply(rtype: int, buf: bytearray, at: int, s: int, a: int, p: int) -> None:
 
 def link_code_object(obj: bytes) -> bytes:
   """Link one amdgcn relocatable object (ET_REL) into an HSA code object (ET_DYN): see the module docstring."""
-  elf = read_elf(obj)
+  elf = read_elf(obj, "the AMDGPU object")
   if elf.machine != EM_AMDGPU or elf.type != ET_REL:
     raise CompileError(f"link_code_object takes an AMDGPU relocatable object, got e_machine={elf.machine} "
                        f"e_type={elf.type}")
@@ -194,7 +123,7 @@ def link_code_object(obj: bytes) -> bytes:
   for i, at in placed.items():
     if elf.sections[i].type != SHT_NOBITS: image[at:at + elf.sections[i].size] = elf.sections[i].data
   # ** relocations **
-  def sym_address(sym: Symbol) -> int:
+  def sym_address(sym: ElfSymbol) -> int:
     if sym.shndx == SHN_ABS: return sym.value
     if sym.shndx not in placed:
       raise CompileError(f"relocation against symbol {sym.name!r} in section {elf.sections[sym.shndx].name}, "
@@ -297,19 +226,19 @@ class CodeObject:
       if k.get(".name") == name: return k
     raise CompileError(f"the code object has no metadata for kernel {name!r}")
   def read(self, vaddr: int, size: int) -> bytes:
-    for ptype, _, off, start, filesz, _, _ in self.elf.phdrs:
+    for ptype, _, off, start, filesz, _, _ in self.elf.segments:
       if ptype == PT_LOAD and start <= vaddr and vaddr + size <= start + filesz:
         return self.elf.raw[off + vaddr - start:off + vaddr - start + size]
     raise CompileError(f"address {vaddr:#x} (+{size}) is not in a loaded segment of the code object")
 
 def parse_code_object(lib: bytes) -> CodeObject:
   """Read a linked code object: kernel descriptors (the `.kd` dynamic symbols), the AMDGPU metadata note."""
-  elf = read_elf(lib)
+  elf = read_elf(lib, "the AMD code object")
   if elf.machine != EM_AMDGPU or elf.type != ET_DYN:
     raise CompileError(f"not an AMDGPU code object (e_machine={elf.machine}, e_type={elf.type}; want 224, ET_DYN)")
   symbols = {s.name: s.value for s in elf.symbols(SHT_DYNSYM) if s.name}
   metadata: dict[str, Any] = {}
-  for ptype, _, off, _, filesz, _, _ in elf.phdrs:
+  for ptype, _, off, _, filesz, _, _ in elf.segments:
     if ptype != PT_NOTE: continue
     pos = off
     while pos < off + filesz:

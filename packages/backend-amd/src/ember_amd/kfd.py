@@ -33,7 +33,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from ember.plugin import (BufferSpec, CompileError, Compiler, DeviceError, HCQAllocator, HCQArgs, HCQBuffer,
-                          HCQCompiled, HCQProgram, HCQSignal, Renderer, device_target)
+                          HCQCompiled, HCQProgram, HCQSignal, ProbeResult, Renderer, device_target)
 from ember_amd.elf import PT_LOAD, parse_code_object
 from ember_amd.queue import (COMPUTE_NUM_THREAD_X, COMPUTE_PGM_LO, COMPUTE_PGM_RSRC1, COMPUTE_USER_DATA_0,
                              DATA_SEL_64, EVENT_CACHE_FLUSH_AND_INV_TS, EVENT_INDEX_EOP, PACKET3_ACQUIRE_MEM,
@@ -405,9 +405,9 @@ class AMDKFDProgram(HCQProgram):
     if lds_granules > 0x1ff: raise DeviceError(f"kernel {name} needs {kd.group_segment_size} bytes of LDS")
     self.rsrc1, self.rsrc2, self.rsrc3 = kd.rsrc1, (kd.rsrc2 & ~(0x1ff << 15)) | (lds_granules << 15), kd.rsrc3
     self.dispatch_initiator = DISPATCH_BASE | (CS_W32_EN if kd.wavefront_size32 else 0)
-    image = bytearray(max((vaddr + memsz for ptype, _, _, vaddr, _, memsz, _ in co.elf.phdrs if ptype == PT_LOAD),
+    image = bytearray(max((vaddr + memsz for ptype, _, _, vaddr, _, memsz, _ in co.elf.segments if ptype == PT_LOAD),
                           default=0))
-    for ptype, _, off, vaddr, filesz, _, _ in co.elf.phdrs:
+    for ptype, _, off, vaddr, filesz, _, _ in co.elf.segments:
       if ptype == PT_LOAD: image[vaddr:vaddr + filesz] = lib[off:off + filesz]
     self.code = device.allocator.alloc(len(image))
     device.allocator._copyin(self.code, memoryview(bytes(image)))
@@ -589,20 +589,19 @@ class AMDKFDDevice(HCQCompiled):
       if fd >= 0: _close(fd)
     self.drm = self.kfd = -1
 
-def probe_kfd() -> tuple[bool, str]:
-  """Whether DEV=AMD can open a GPU here, and why not (no driver, no access, no GPU node, an unsupported arch)."""
-  if not os.path.exists(KFD_PATH):
-    return False, (f"no AMD KFD driver ({KFD_PATH} not found: no AMD GPU, or the amdgpu kernel module is not loaded); "
-                   "use DEV=MOCK+AMD to run the AMD queues without one, or DEV=NULL::gfx1100 to compile AMD code")
+def probe_kfd() -> ProbeResult:
+  """Whether DEV=AMD can open a GPU here once /dev/kfd exists (`device.probe_amd` checks that first, without importing
+  this module), and why not: no access, no GPU node, an unsupported arch."""
   if not os.access(KFD_PATH, os.R_OK | os.W_OK):
-    return False, f"{KFD_PATH} is not readable and writable by this user; add the user to the 'render' group"
+    return ProbeResult(False, f"{KFD_PATH} is not readable and writable by this user; add the user to the 'render' "
+                              "group")
   try: nodes = read_topology()
-  except (DeviceError, OSError) as e: return False, f"cannot read the KFD topology: {e}"
-  if not nodes: return False, f"{KFD_PATH} exists but the KFD topology lists no GPU node"
+  except (DeviceError, OSError) as e: return ProbeResult(False, f"cannot read the KFD topology: {e}")
+  if not nodes: return ProbeResult(False, f"{KFD_PATH} exists but the KFD topology lists no GPU node")
   archs = [n.arch for n in nodes]
   if not any(a in ARCHS for a in archs):
-    return False, f"the KFD GPUs are {', '.join(archs)}; ember's AMD backend supports {', '.join(ARCHS)}"
-  return True, f"KFD: {', '.join(f'{n.arch} (gpu_id {n.gpu_id})' for n in nodes)}"
+    return ProbeResult(False, f"the KFD GPUs are {', '.join(archs)}; ember's AMD backend supports {', '.join(ARCHS)}")
+  return ProbeResult(True, f"KFD: {', '.join(f'{n.arch} (gpu_id {n.gpu_id})' for n in nodes)}")
 
 __all__ = ["AMDKFDDevice", "AMDKFDAllocator", "AMDKFDProgram", "AMDKFDComputeQueue", "AMDKFDCopyQueue", "KFDNode",
            "KFDRing", "read_topology", "default_arch", "gfx_arch", "probe_kfd", "ioctl_request", "IOCTLS", "NR"]

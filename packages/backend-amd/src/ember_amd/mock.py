@@ -1,129 +1,24 @@
-"""The MOCK side of the AMD backend: a host build of the HIP-style C kernels, and a software GPU that decodes the PM4
-and SDMA packets the AMD queues write into their rings and performs them on host memory.
-
-*The host shim.* `HIPRenderer` output compiled by the system C++ compiler: the workgroup/workitem id builtins read
-thread-local globals that a generated launcher sets while it loops over every workgroup and thread of the grid (the
-kernels use no LDS and no barriers yet, so running the threads of a workgroup one after another is exact). The
-launcher reads the kernel arguments from a kernarg segment laid out like the HSA ABI's (`kernarg_layout`), which is
-what the MOCK GPU finds behind COMPUTE_USER_DATA_0/1.
+"""The MOCK interface of the AMD backend (DEV=MOCK+AMD): a software GPU that decodes the PM4 and SDMA packets the AMD
+queues write into their rings and performs them on host memory, and the HCQ device, allocator and programs that drive
+it.
 
 *The MOCK GPU* (`MockAMDGPU`) owns one ring per engine (PM4 compute, SDMA). A doorbell hands it the new write pointer;
 it then executes packets from the read pointer on: SET_SH_REG into a register file, DISPATCH_DIRECT launches the
-program at COMPUTE_PGM_LO/HI << 8 (on the MOCK the code there is the shim's shared object, whose length the MOCK reads
-from its ELF header), RELEASE_MEM writes 32 or 64 bits or the timer, WAIT_REG_MEM and POLL_REGMEM stall the ring until
-memory holds the value, ACQUIRE_MEM is a barrier (host memory is coherent), COPY_LINEAR and FENCE copy and write.
+program at COMPUTE_PGM_LO/HI << 8 (on the MOCK the code there is the host shim's shared object, `compiler.
+AMDShimCompiler`, whose length the MOCK reads from its ELF header), RELEASE_MEM writes 32 or 64 bits or the timer,
+WAIT_REG_MEM and POLL_REGMEM stall the ring until memory holds the value, ACQUIRE_MEM is a barrier (host memory is
+coherent), COPY_LINEAR and FENCE copy and write. See `ember_amd.queue` for the packet formats.
 """
 from __future__ import annotations
 import ctypes
 import hashlib
-import struct
 import time
-from ember.plugin import DeviceError, HostKernel, ShimDialect, signature_layout
-from ember.plugin import HostShimCompiler as _HostShimCompiler
+from ember.plugin import (BufferSpec, DeviceError, HCQAllocator, HCQBuffer, HCQCompiled, HCQProgram, HostKernel,
+                          Renderer, elf_image_size, shim_arg_layout)
 from ember_amd import queue as q
+from ember_amd.compiler import AMDShimCompiler
 
-__all__ = ["SHIM_HEADER", "AMD_SHIM", "kernel_signature", "signature_layout", "shim_launcher", "HostShimCompiler",
-           "HostKernel", "elf_image_size", "Ring", "MockAMDGPU"]
-
-SHIM_HEADER = r"""
-struct ember_dim3 { unsigned int x, y, z; };
-static thread_local ember_dim3 ember_workgroup, ember_workitem;
-#define EMBER_LAUNCH_BOUNDS
-#define __builtin_amdgcn_workgroup_id_x() ((int)ember_workgroup.x)
-#define __builtin_amdgcn_workgroup_id_y() ((int)ember_workgroup.y)
-#define __builtin_amdgcn_workgroup_id_z() ((int)ember_workgroup.z)
-#define __builtin_amdgcn_workitem_id_x() ((int)ember_workitem.x)
-#define __builtin_amdgcn_workitem_id_y() ((int)ember_workitem.y)
-#define __builtin_amdgcn_workitem_id_z() ((int)ember_workitem.z)
-#define __builtin_amdgcn_s_barrier() ember_sync()
-#define __builtin_amdgcn_fence(order, scope) ((void)0)
-#define __builtin_amdgcn_ds_bpermute(addr, v) ember_exchange_with((v), \
-  (ember_tid & ~(unsigned)(EMBER_WAVE_SIZE - 1)) + (((unsigned)(addr) >> 2) & (unsigned)(EMBER_WAVE_SIZE - 1)))
-"""
-
-SHIM_HEADER += r"""
-// v_wmma_f32_16x16x16_f16 (RDNA3, wave32) for a wave of host threads (the threaded launcher runs a workgroup's threads
-// together). RDNA3 ISA: lane l holds row l % 16 of A and column l % 16 of B, k = 0..15 in order, and lanes 16..31 must
-// hold copies of lanes 0..15; D element v of lane l is D[2v + l / 16][l % 16]. Every lane publishes its fragments,
-// the workgroup syncs, each lane computes its D elements from lanes 0..15 (exact products, float sums), NaN where a
-// lane of the upper half does not hold the copy the ISA requires; a second sync lets the slots be reused.
-static float ember_wmma_frag[1024][32];
-static inline void __ember_wmma_wmma_f32_16x16x16_f16_w32(float* d, """ + \
-  ", ".join([f"_Float16 a{i}" for i in range(16)] + [f"_Float16 b{i}" for i in range(16)]) + r""") {
-  const _Float16 ab[32] = {""" + ", ".join([f"a{i}" for i in range(16)] + [f"b{i}" for i in range(16)]) + r"""};
-  unsigned lane = ember_tid % 32, base = ember_tid - lane;
-  for (unsigned i = 0; i < 32; i++) ember_wmma_frag[ember_tid][i] = (float)ab[i];
-  ember_sync();
-  bool copies = true;
-  for (unsigned l = 16; l < 32; l++)
-    for (unsigned i = 0; i < 32; i++)
-      copies = copies && ember_wmma_frag[base + l][i] == ember_wmma_frag[base + l - 16][i];
-  for (unsigned v = 0; v < 8; v++) {
-    unsigned row = 2 * v + lane / 16, col = lane % 16;
-    float sum = 0.0f;
-    for (unsigned k = 0; k < 16; k++) sum += ember_wmma_frag[base + row][k] * ember_wmma_frag[base + col][16 + k];
-    d[v] = copies ? sum : NAN;
-  }
-  ember_sync();
-}
-"""
-
-SHIM_HEADER += r"""
-// v_mfma_f32_16x16x16_f16 (CDNA, wave64) for a wave of host threads. AMD's CDNA3/4 matrix core guide: lane l holds
-// A[l % 16][4(l / 16) + i] and B[4(l / 16) + i][l % 16], i = 0..3; D element i of lane l is D[4(l / 16) + i][l % 16].
-// Every lane publishes its fragments, the workgroup syncs, each lane computes its D elements by reading A and B back
-// from the lanes that hold them, and a second sync lets the slots be reused.
-static float ember_mfma_frag[1024][8];
-static inline void __ember_wmma_mfma_f32_16x16x16_f16(float* d, """ + \
-  ", ".join([f"_Float16 a{i}" for i in range(4)] + [f"_Float16 b{i}" for i in range(4)]) + r""") {
-  const _Float16 ab[8] = {a0, a1, a2, a3, b0, b1, b2, b3};
-  unsigned lane = ember_tid % 64, base = ember_tid - lane;
-  for (unsigned i = 0; i < 8; i++) ember_mfma_frag[ember_tid][i] = (float)ab[i];
-  ember_sync();
-  for (unsigned i = 0; i < 4; i++) {
-    unsigned row = 4 * (lane / 16) + i, col = lane % 16;
-    float sum = 0.0f;
-    for (unsigned k = 0; k < 16; k++)
-      sum += ember_mfma_frag[base + row + 16 * (k / 4)][k % 4] * ember_mfma_frag[base + col + 16 * (k / 4)][4 + k % 4];
-    d[i] = sum;
-  }
-  ember_sync();
-}
-"""
-
-AMD_SHIM = ShimDialect("AMD", "HIPRenderer", 'extern "C" __global__ void EMBER_LAUNCH_BOUNDS ', SHIM_HEADER,
-                       "ember_workgroup = {bx, by, bz}; ember_workitem = {tx, ty, tz};",
-                       sync_markers=("__shared__", "__builtin_amdgcn_s_barrier", "__builtin_amdgcn_ds_bpermute",
-                                     "__ember_wmma_"))
-"""HIP-style C on the host: the amdgcn workgroup/workitem id builtins read the shim's thread-local globals; the
-barrier is the shim's block sync and ds_bpermute its register exchange (lane `addr / 4` of the caller's wave); the
-WMMA helper is emulated across the wave's host threads. The
-launcher's parameter block is the kernarg segment (`signature_layout`, the layout `renderer.kernarg_layout` computes
-from the uops)."""
-
-def kernel_signature(src: str) -> tuple[str, list[str]]:
-  """The name and the parameter types of the (single) kernel in HIPRenderer output."""
-  return AMD_SHIM.signature(src)
-
-def shim_launcher(src: str) -> str:
-  """C++ that runs the kernel over a grid: `ember_launch(kernargs, grid xyz, workgroup xyz)`."""
-  return AMD_SHIM.launcher(src)
-
-class HostShimCompiler(_HostShimCompiler):
-  """HIP-style C (HIPRenderer output) -> a host shared object through the shim header and g++/clang++."""
-  def __init__(self, cxx: str | None = None) -> None: super().__init__(AMD_SHIM, cxx)
-
-def elf_image_size(addr: int) -> int:
-  """The length of the ELF file image at `addr` in memory: the end of its section headers or of its last segment."""
-  head = ctypes.string_at(addr, 64)
-  if head[:4] != b"\x7fELF": raise DeviceError(f"MOCK+AMD: no program at {addr:#x} (COMPUTE_PGM_LO/HI); expected ELF")
-  phoff, shoff = struct.unpack_from("<QQ", head, 32)
-  phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", head, 54)
-  end = shoff + shentsize * shnum
-  for i in range(phnum):
-    _, _, off, _, _, filesz = struct.unpack_from("<IIQQQQ", ctypes.string_at(addr + phoff + i * phentsize, 48))
-    end = max(end, off + filesz)
-  return end
+# ** the MOCK GPU **
 
 class Ring:
   """One engine's ring buffer in host memory: dwords, a read pointer the engine advances and a write pointer the
@@ -195,7 +90,7 @@ class MockAMDGPU:
   def dispatch(self, grid: tuple[int, int, int]) -> None:
     regs = self.sh_regs
     code = (regs[q.COMPUTE_PGM_LO] | regs[q.COMPUTE_PGM_LO + 1] << 32) << 8
-    image = ctypes.string_at(code, elf_image_size(code))
+    image = ctypes.string_at(code, elf_image_size(code, "MOCK+AMD: the program address (COMPUTE_PGM_LO/HI)"))
     key = hashlib.sha256(image).hexdigest()
     if (kernel := self.kernels.get(key)) is None: kernel = self.kernels[key] = HostKernel(image)
     kernargs = regs[q.COMPUTE_USER_DATA_0] | regs[q.COMPUTE_USER_DATA_0 + 1] << 32
@@ -225,3 +120,39 @@ class MockAMDGPU:
       ctypes.c_uint64.from_address(ring[at + 1] | ring[at + 2] << 32).value = time.perf_counter_ns()
       return 3
     raise DeviceError(f"MOCK+AMD: unsupported SDMA packet op {op} sub-op {sub_op} at dword {at}")
+
+# ** the MOCK device **
+
+def _aligned(size: int, align: int) -> HCQBuffer:
+  mem = (ctypes.c_uint8 * (size + align))()
+  addr = -(-ctypes.addressof(mem) // align) * align
+  return HCQBuffer(addr, size, mem)
+
+class AMDMockAllocator(HCQAllocator):
+  """MOCK+AMD device memory: host memory whose address is the GPU virtual address (256-byte aligned)."""
+  def _alloc(self, size: int, options: BufferSpec) -> HCQBuffer: return _aligned(max(size, 1), 256)
+
+class AMDMockProgram(HCQProgram):
+  """A kernel binary uploaded to 256-byte aligned device memory (COMPUTE_PGM_LO holds its address >> 8)."""
+  def __init__(self, device: AMDMockDevice, name: str, lib: bytes) -> None:
+    self.code = _aligned(len(lib), 256)
+    ctypes.memmove(self.code.va_addr, lib, len(lib))
+    self.code_addr, self.rsrc1, self.rsrc2 = self.code.va_addr, 0, 0
+    super().__init__(device, name, *device.arg_layout(name, lib))
+
+class AMDMockDevice(HCQCompiled):
+  """DEV=MOCK+AMD: the AMD queues, allocator, programs and graph, executed by `MockAMDGPU`. Kernels are the HIP-style C
+  of `HIPRenderer` built for the host through the shim (`AMDShimCompiler`); no ROCm is needed."""
+  def __init__(self, device: str, renderer: Renderer) -> None:
+    self.gpu = MockAMDGPU()
+    signals = _aligned(64, 64)
+    self._signal_keep = signals
+    super().__init__(device, AMDMockAllocator(self), renderer, AMDShimCompiler(),
+                     lambda name, lib: AMDMockProgram(self, name, lib), q.AMDComputeQueue, q.AMDCopyQueue, signals)
+  def ring_doorbell(self, ring: str, words: list[int]) -> None:
+    """Write a queue's packets into the engine's ring and ring its doorbell with the new write pointer."""
+    self.gpu.doorbell(ring, self.gpu.rings[ring].write(words))
+  def _progress(self) -> None: self.gpu.run_pending()
+  def arg_layout(self, name: str, lib: bytes) -> tuple[list[tuple[int, int]], int]:
+    """The parameter block of a host-shim kernel, from the source its compiler remembers."""
+    return shim_arg_layout(self.compiler, name, lib)
