@@ -1,6 +1,8 @@
 """The public plugin API: hookspecs, registries, re-exports, and the rule that backends import only ember.plugin."""
 from __future__ import annotations
 import ast
+import importlib.metadata
+import importlib.util
 import inspect
 import typing
 from pathlib import Path
@@ -62,6 +64,7 @@ REEXPORTS = {
   "ember.helpers": ["Target", "getenv", "NUM_CPU_THREADS"],
   "ember.device.hostshim": ["ShimDialect", "HostShimCompiler", "HostKernel", "load_shim", "aligned_layout",
                             "signature_layout", "shim_arg_layout"],
+  "ember.device.elf": ["ElfFile", "ElfSection", "ElfSegment", "ElfSymbol", "read_elf", "elf_image_size"],
 }
 
 @pytest.mark.parametrize("module, names", list(REEXPORTS.items()))
@@ -78,7 +81,7 @@ def test_all_names_exist() -> None:
 LIGHT_IMPORTS = {"__future__", "re", "dataclasses", "typing", "pluggy", "ember.device.base", "ember.dtype",
                  "ember.errors", "ember.helpers", "ember.renderer", "ember.renderer.cstyle", "ember.renderer.llvmir",
                  "ember.uop.ops", "ember.uop.rewrite", "ember.device.hcq", "ember.device.hostshim",
-                 "ember.device.registration"}
+                 "ember.device.registration", "ember.device.elf"}
 
 def test_plugin_module_top_imports_are_light() -> None:
   tree = ast.parse(Path(plugin.__file__).read_text())
@@ -144,8 +147,68 @@ def private_core_imports(source: str) -> list[str]:
 def test_private_import_scanner(source: str, bad: list[str]) -> None:
   assert private_core_imports(source) == bad
 
+def backend_packages() -> dict[str, Path]:
+  """Every backend's top-level package directory, by package name: those of this checkout (packages/backend-*/src/*)
+  and those of the installed backends (the `ember.backends` entry points), found without importing them."""
+  found = {pkg.name: pkg for pkg in REPO.glob("packages/backend-*/src/*") if (pkg / "plugin.py").exists()}
+  for entry in importlib.metadata.entry_points(group="ember.backends"):
+    spec = importlib.util.find_spec(entry.value.partition(".")[0])
+    if spec is not None and spec.submodule_search_locations:
+      found.setdefault(spec.name, Path(list(spec.submodule_search_locations)[0]))
+  return found
+
+def backend_sources() -> dict[str, list[Path]]:
+  """The Python files of every backend package, by package name. Fails, rather than passing with nothing checked,
+  when there is no backend to check or a backend package holds no Python file."""
+  packages = backend_packages()
+  assert packages, (f"no backend package found to check (no packages/backend-*/src/*/plugin.py under {REPO} and no "
+                    "installed ember.backends entry point); run the tests from the checkout")
+  sources = {name: sorted(path.rglob("*.py")) for name, path in sorted(packages.items())}
+  assert all(sources.values()), f"backend packages without Python files: {[n for n, f in sources.items() if not f]}"
+  return sources
+
+def test_backend_search_covers_every_backend() -> None:
+  sources = backend_sources()
+  checkout = {p.parent.name for p in REPO.glob("packages/backend-*/src/*/plugin.py")}
+  installed = {e.value.partition(".")[0] for e in importlib.metadata.entry_points(group="ember.backends")}
+  assert checkout | installed <= set(sources)
+  for name, files in sources.items():
+    assert "plugin.py" in {f.name for f in files}, f"{name} has no plugin.py (its entry point module)"
+
+def hookimpl_signatures(source: str) -> dict[str, dict[str, str]]:
+  """Hook name -> {parameter or "return": annotation text} of every `@hookimpl` function in a plugin module."""
+  out = {}
+  for node in ast.parse(source).body:
+    if not isinstance(node, ast.FunctionDef) or not any("hookimpl" in ast.unparse(d) for d in node.decorator_list):
+      continue
+    annotations = {a.arg: ast.unparse(a.annotation) if a.annotation else "" for a in node.args.args}
+    out[node.name] = {**annotations, "return": ast.unparse(node.returns) if node.returns else ""}
+  return out
+
+def test_hookimpl_scanner() -> None:
+  source = "@hookimpl\ndef ember_probe(device: str) -> ProbeResult | None: ...\ndef helper(x): ...\n" \
+           "@plugin.hookimpl\ndef ember_register_queues(registry):\n  pass\n"
+  assert hookimpl_signatures(source) == {"ember_probe": {"device": "str", "return": "ProbeResult | None"},
+                                         "ember_register_queues": {"registry": "", "return": ""}}
+
+def test_backend_hooks_are_typed_as_the_hookspecs() -> None:
+  """Every hook of every backend is annotated exactly as its hookspec (the registry classes, `ProbeResult | None`...),
+  never `Any`: the annotations are what a backend author copies."""
+  specs = {hook: {**{p.name: str(p.annotation) for p in inspect.signature(getattr(plugin.EmberHookSpec, hook))
+                     .parameters.values() if p.name != "self"},
+                  "return": str(inspect.signature(getattr(plugin.EmberHookSpec, hook)).return_annotation)}
+           for hook in HOOKS}
+  wrong = {}
+  for name, files in backend_sources().items():
+    plugin_module = next(f for f in files if f.name == "plugin.py")
+    for hook, typed in hookimpl_signatures(plugin_module.read_text()).items():
+      if hook not in specs: wrong[f"{name}.{hook}"] = "not a hook of EmberHookSpec"
+      elif typed != specs[hook]: wrong[f"{name}.{hook}"] = f"{typed}, expected {specs[hook]}"
+  assert wrong == {}, wrong
+
 def test_backends_import_only_the_plugin_api() -> None:
   offenders = {}
-  for path in sorted(REPO.glob("packages/backend-*/src/**/*.py")):
-    if (bad := private_core_imports(path.read_text())): offenders[str(path.relative_to(REPO))] = bad
+  for files in backend_sources().values():
+    for path in files:
+      if (bad := private_core_imports(path.read_text())): offenders[str(path)] = bad
   assert offenders == {}, f"backends must import only ember.plugin from core: {offenders}"

@@ -1,7 +1,7 @@
 """ember's CPU backend: wiring only. Heavy modules are imported inside the hooks, when the CPU is first used."""
 from __future__ import annotations
-from typing import Any
-from ember.plugin import hookimpl, BackendInfo, ProbeResult, PLUGIN_API_VERSION
+from ember.plugin import (PLUGIN_API_VERSION, BackendInfo, Compiled, Compiler, CompilerRegistry, DeviceRegistry,
+                          ProbeResult, Renderer, RendererRegistry, hookimpl)
 
 @hookimpl
 def ember_backend_info() -> BackendInfo:
@@ -9,19 +9,19 @@ def ember_backend_info() -> BackendInfo:
                      description="host CPU: C through clang/gcc or LLVM IR through llvmlite, threads over cores")
 
 @hookimpl
-def ember_register_devices(registry: Any) -> None:
-  def cpu_device(device: str, renderer: Any, compiler: Any) -> Any:
+def ember_register_devices(registry: DeviceRegistry) -> None:
+  def cpu_device(device: str, renderer: Renderer | None, compiler: Compiler | None) -> Compiled:
     from ember_cpu.device import CPUDevice
     return CPUDevice(device, renderer, compiler)
   registry.add("CPU", cpu_device, priority=10)
 
 @hookimpl
-def ember_register_renderers(registry: Any) -> None:
+def ember_register_renderers(registry: RendererRegistry) -> None:
   from ember_cpu.compiler import find_c_compiler
-  def c_renderer(arch: str) -> Any:
+  def c_renderer(arch: str) -> Renderer:
     from ember_cpu.renderer import ClangRenderer
     return ClangRenderer(arch)
-  def llvm_renderer(arch: str) -> Any:
+  def llvm_renderer(arch: str) -> Renderer:
     from ember_cpu.renderer import CPULLVMRenderer
     return CPULLVMRenderer(arch)
   # plain DEV=CPU takes C where a C compiler exists, else LLVM
@@ -29,11 +29,11 @@ def ember_register_renderers(registry: Any) -> None:
   registry.add("CPU", "LLVM", llvm_renderer, priority=5)
 
 @hookimpl
-def ember_register_compilers(registry: Any) -> None:
-  def c_compiler(renderer: Any) -> Any:
+def ember_register_compilers(registry: CompilerRegistry) -> None:
+  def c_compiler(renderer: Renderer) -> Compiler:
     from ember_cpu.compiler import ClangCompiler
     return ClangCompiler(arch=renderer.arch)
-  def llvm_compiler(renderer: Any) -> Any:
+  def llvm_compiler(renderer: Renderer) -> Compiler:
     from ember_cpu.compiler import LLVMCompiler
     return LLVMCompiler(renderer.arch)
   registry.add("CPU", "C", c_compiler)
