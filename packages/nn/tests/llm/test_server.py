@@ -1,8 +1,11 @@
 """The OpenAI-compatible server over real HTTP (urllib) against a server started here on a free port: the tiny random
-model for the fast tests, its greedy text checked against the numpy reference model; (marked `model`) SmolLM2's chat
-reply against the golden file."""
+model for the fast tests, its greedy text checked against the numpy reference model; the chat page's files and
+headers; a client that hangs up stopping its generation; (marked `model`) SmolLM2's chat reply against the golden
+file."""
 from __future__ import annotations
 import contextlib
+import html.parser
+import importlib.resources
 import json
 import logging
 import math
@@ -159,7 +162,14 @@ def test_streamed_completion_equals_plain_completion(tiny_server):
    "'include_usage' must be true or false"),
   ("/v1/completions", {"prompt": "x", "stream": True, "stream_options": []}, None, 400, "must be an object"),
   ("/v1/completions", {"prompt": "x", "model": 5}, None, 400, "'model' must be a string"),
-  ("/v1/completions", {"prompt": "x", "logprobs": 2}, None, 400, "'logprobs' is not supported"),
+  ("/v1/completions", {"prompt": "x", "logprobs": 6}, None, 400, "'logprobs' must be an integer in [0, 5]"),
+  ("/v1/completions", {"prompt": "x", "logprobs": True}, None, 400, "'logprobs' must be an integer in [0, 5]"),
+  ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "logprobs": 1}, None, 400,
+   "'logprobs' must be true or false"),
+  ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}, None, 400,
+   "'top_logprobs' needs \"logprobs\": true"),
+  ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 21},
+   None, 400, "'top_logprobs' must be an integer in [0, 20]"),
   ("/v1/completions", {"prompt": "x", "echo": True}, None, 400, "'echo' is not supported"),
   ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}, None,
    400, "'tools' is not supported"),
@@ -293,7 +303,7 @@ def test_malformed_http_gets_a_json_reply(tiny_server, data, status, fragment):
 
 def test_bug_gets_500_with_logged_traceback(tiny_server, tiny_service, monkeypatch, caplog):
   url, *_ = tiny_server
-  def broken(job, index=0, on_text=None): raise ZeroDivisionError("a bug")
+  def broken(job, index=0, on_text=None, client_gone=None): raise ZeroDivisionError("a bug")
   monkeypatch.setattr(tiny_service, "complete", broken)
   with caplog.at_level(logging.ERROR, logger="ember.nn.llm.server"):
     status, payload = request(url + "/v1/completions", {"prompt": "x"})
@@ -303,8 +313,8 @@ def test_bug_gets_500_with_logged_traceback(tiny_server, tiny_service, monkeypat
 
 def test_error_mid_stream_ends_the_stream_with_an_error_event(tiny_server, tiny_service, monkeypatch):
   url, *_ = tiny_server
-  def broken(job, index=0, on_text=None):
-    on_text("partial")
+  def broken(job, index=0, on_text=None, client_gone=None):
+    on_text("partial", [])
     raise RuntimeError("lost the device")
   monkeypatch.setattr(tiny_service, "complete", broken)
   events = stream(url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]})
@@ -456,3 +466,101 @@ def test_prompt_forms_and_content_parts_give_the_same_reply(tiny_server):
   chats = [request(url + "/v1/chat/completions", {**base, "messages": [{"role": "user", "content": c}]})[1]
            for c in ("a\nhat", [{"type": "text", "text": "a"}, {"type": "text", "text": "hat"}])]
   assert chats[0]["choices"] == chats[1]["choices"]
+
+# ** the chat page **
+
+class PageParser(html.parser.HTMLParser):
+  """The tags and attributes of an HTML page, for checks that it holds no inline code or style."""
+  def __init__(self) -> None:
+    super().__init__()
+    self.tags: list[tuple[str, dict[str, str | None]]] = []
+    self.script_text = ""
+    self._in_script = False
+  def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+    self.tags.append((tag, dict(attrs)))
+    self._in_script = tag == "script"
+  def handle_endtag(self, tag: str) -> None: self._in_script = False
+  def handle_data(self, data: str) -> None:
+    if self._in_script: self.script_text += data
+
+def fetch(url: str) -> tuple[int, Any, bytes]:
+  with urllib.request.urlopen(url, timeout=60) as resp: return resp.status, resp.headers, resp.read()
+
+@pytest.mark.parametrize("path, name, content_type", [
+  ("/", "index.html", "text/html; charset=utf-8"), ("/chat.js", "chat.js", "text/javascript; charset=utf-8"),
+  ("/chat.css", "chat.css", "text/css; charset=utf-8"),
+])
+def test_page_files_are_served_with_their_types_and_a_restrictive_csp(tiny_server, path, name, content_type):
+  url, *_ = tiny_server
+  status, headers, body = fetch(url + path)
+  assert status == 200 and headers["Content-Type"] == content_type and headers["X-Content-Type-Options"] == "nosniff"
+  assert body == importlib.resources.files("ember.nn.llm").joinpath("static", name).read_bytes() and body
+  csp = dict(part.strip().split(" ", 1) for part in headers["Content-Security-Policy"].split(";"))
+  # nothing but the page's own files, and requests only back to this server
+  assert csp["default-src"] == "'none'" and csp["connect-src"] == "'self'" and csp["frame-ancestors"] == "'none'"
+  assert csp["script-src"] == "'self'" and csp["style-src"] == "'self'"
+
+def test_page_has_no_inline_code_or_style_and_loads_only_its_own_files(tiny_server):
+  # the CSP forbids inline scripts, handlers and styles: the page must not need them
+  url, *_ = tiny_server
+  parser = PageParser()
+  parser.feed(fetch(url + "/")[2].decode())
+  assert not parser.script_text.strip()
+  for tag, attrs in parser.tags:
+    assert "style" not in attrs and not any(name.startswith("on") for name in attrs), (tag, attrs)
+    for ref in (attrs.get("src"), attrs.get("href")):
+      assert ref is None or ref in ("/chat.js", "/chat.css"), ref  # no CDN, no other origin
+  loaded = [(tag, attrs.get("src") or attrs.get("href")) for tag, attrs in parser.tags if tag in ("script", "link")]
+  assert sorted(loaded) == [("link", "/chat.css"), ("script", "/chat.js")]
+  for tag, attrs in parser.tags:
+    if tag == "meta" and attrs.get("name") == "viewport": assert "width=device-width" in (attrs["content"] or "")
+
+def test_page_routes_refuse_other_methods(tiny_server):
+  url, *_ = tiny_server
+  req = urllib.request.Request(url + "/", data=b"{}", method="POST")
+  with pytest.raises(urllib.error.HTTPError) as info: urllib.request.urlopen(req, timeout=60)
+  assert info.value.code == 405 and info.value.headers["Allow"] == "GET"
+
+# ** a client that hangs up stops its generation **
+
+@pytest.fixture
+def counted_forwards(monkeypatch) -> list[int]:
+  """Every forward pass of a request slot appends its token count here."""
+  calls: list[int] = []
+  original = LlamaSession.forward
+  def forward(self, tokens):
+    calls.append(len(tokens))
+    return original(self, tokens)
+  monkeypatch.setattr(LlamaSession, "forward", forward)
+  return calls
+
+def wait_for_free_slots(service: LLMService, free: int) -> None:
+  """Block until `free` request slots are free (a request took one, or every one is back)."""
+  for _ in range(6000):
+    if service.slots.qsize() == free: return
+    threading.Event().wait(0.01)
+  raise AssertionError(f"the server did not get to {free} free request slots in 60 s")
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_client_closing_the_connection_stops_generation(tiny_server, tiny_service, counted_forwards, streamed, caplog):
+  # the model lock is held until the client is gone, so the server sees the closed socket at its first token
+  url, *_ = tiny_server
+  body = json.dumps({"prompt": " the", "max_tokens": 30, "temperature": 0, "stream": streamed}).encode()
+  host, port = url.removeprefix("http://").split(":")
+  with caplog.at_level(logging.INFO, logger="ember.nn.llm.server"):
+    with tiny_service.lock:
+      with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        if streamed: assert sock.recv(65536).startswith(b"HTTP/1.1 200")  # the stream's headers go out first
+        wait_for_free_slots(tiny_service, 1)  # the request holds a slot and waits for the model lock
+    wait_for_free_slots(tiny_service, 2)
+  assert counted_forwards == [len(tiny_service.tokenizer.encode(" the"))]  # the prefill, no decode step
+  assert any("closed the connection after 1 generated tokens" in r.getMessage() for r in caplog.records)
+
+def test_server_keeps_generating_for_a_connected_client(tiny_server, tiny_service, counted_forwards):
+  # the check between tokens must not take a client that is waiting for its reply as gone
+  url, *_ = tiny_server
+  status, body = request(url + "/v1/completions", {"prompt": " the", "max_tokens": 6, "temperature": 0,
+                                                   "stop": "\u2603"})
+  assert status == 200 and body["usage"]["completion_tokens"] == 6 and len(counted_forwards) == 6

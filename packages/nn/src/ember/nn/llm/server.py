@@ -1,15 +1,27 @@
-"""An OpenAI-compatible HTTP server on localhost, standard library only: `ember-llm --serve [--port P]`.
+"""An OpenAI-compatible HTTP server on localhost, standard library only, and a chat page: `ember-llm --serve`.
 
+  GET  /                      the chat page (static/index.html, chat.js, chat.css: package data, no third-party code)
   GET  /v1/models             the one loaded model (GET /v1/models/{id}: its card)
   POST /v1/completions        {"prompt": str | [str] | [int] | [[int]], "max_tokens": 16, "temperature", "top_p",
-                               "top_k", "seed", "n", "stop", "stream", "stream_options": {"include_usage"}}
-  POST /v1/chat/completions   {"messages": [{"role", "content"}], "max_tokens", ...} rendered with the chat template
+                               "top_k", "seed", "n", "stop", "stream", "stream_options": {"include_usage"},
+                               "logprobs": 0..5}
+  POST /v1/chat/completions   {"messages": [{"role", "content"}], "max_tokens", ..., "logprobs": bool,
+                               "top_logprobs": 0..20} rendered with the chat template
 
 With `"stream": true` the reply is server-sent events: one `data: {chunk}` per piece of text, then `data: [DONE]`;
 with `"stream_options": {"include_usage": true}` a last chunk before `[DONE]` carries the usage and no choices.
 `n` choices are generated one after the other (streamed one after the other, each chunk naming its `index`); a seeded
 request gives choice 0 the request's seed and choice i a seed derived from (seed, i). `stop` strings (up to 4) end a
 choice at the first one completed, which is not part of the text; its finish_reason is then "stop".
+
+Log probabilities are those of the model's raw logits (a log-softmax over the vocabulary, before temperature, top-k
+and top-p), in OpenAI's shape for each endpoint: completions {"tokens", "token_logprobs", "top_logprobs": [{token:
+logprob}], "text_offset"}, chat {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}. They cover every
+generated token except an end-of-turn token, including the one that completed a stop string; a streamed chunk
+carries those of the tokens generated since the previous chunk, the finishing chunk the rest.
+
+A client that closes its connection stops the generation of its request: the socket is checked between tokens (the
+chat page's stop button aborts its fetch, which closes it).
 
 Every request gets an HTTP reply, never a dropped connection: bad input a 4xx JSON body {"error": {"message", "type",
 "param", "code"}} (malformed, too deeply nested or non-UTF-8 JSON, integers of more than 20 digits, NaN/Infinity,
@@ -31,13 +43,16 @@ import logging
 import math
 import queue
 import re
+import select
+import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http import HTTPStatus
+from importlib import resources
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit
 import numpy as np
 from ember.errors import EmberError
@@ -54,12 +69,23 @@ MAX_CHOICES = 128         # OpenAI's bound on n
 READ_TIMEOUT_S = 30.0     # a connection that sends nothing for this long is answered 408 (mid-body) or closed
 DEFAULT_COMPLETION_TOKENS = 16  # as the OpenAI completions API; chat replies default to the rest of the context
 CHAT_ROLES = ("system", "developer", "user", "assistant")
-ROUTES = {"/v1/models": "GET", "/v1/completions": "POST", "/v1/chat/completions": "POST"}
+# the chat page: route -> (file in the package's static folder, Content-Type)
+PAGE_FILES = {"/": ("index.html", "text/html; charset=utf-8"),
+              "/chat.js": ("chat.js", "text/javascript; charset=utf-8"),
+              "/chat.css": ("chat.css", "text/css; charset=utf-8")}
+# the page runs only its own script and style and talks only to this server: no inline code, no other origin
+PAGE_HEADERS = {
+  "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+                             "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+  "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-cache"}
+ROUTES = {"/v1/models": "GET", "/v1/completions": "POST", "/v1/chat/completions": "POST",
+          **{route: "GET" for route in PAGE_FILES}}
+MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS = 5, 20  # OpenAI's bounds: completions' `logprobs`, chat's `top_logprobs`
 
 # fields of OpenAI's API that change the reply and that this server does not implement: refused with 400 unless
 # absent, null or one of the values that mean "off"
 UNSUPPORTED: dict[str, tuple[Any, ...]] = {
-  "logprobs": (False, 0), "top_logprobs": (0,), "echo": (False,), "suffix": ("",), "best_of": (1,),
+  "echo": (False,), "suffix": ("",), "best_of": (1,),
   "logit_bias": ({},), "presence_penalty": (0,), "frequency_penalty": (0,), "tools": ([],), "functions": ([],),
   "response_format": ({"type": "text"},),
 }
@@ -70,6 +96,9 @@ class RequestError(EmberError, ValueError):
                headers: dict[str, str] | None = None):
     super().__init__(message)
     self.status, self.param, self.code, self.headers = status, param, code, headers or {}
+
+class ClientGoneError(EmberError, ConnectionAbortedError):
+  """The client closed its connection while its reply was being generated; generation stopped."""
 
 @dataclass(frozen=True)
 class Job:
@@ -83,13 +112,24 @@ class Job:
   n: int = 1
   stop: tuple[str, ...] = ()
   include_usage: bool = False
+  logprobs: int | None = None  # None: no log probabilities; k: each token's and its k most likely alternatives'
+
+@dataclass(frozen=True)
+class TokenLogprob:
+  """A generated token's log probability and the `top` most likely tokens at its position as (id, logprob), most
+  likely first."""
+  token: int
+  logprob: float
+  top: tuple[tuple[int, float], ...]
 
 @dataclass(frozen=True)
 class Choice:
-  """One generated choice: its text (stop strings cut off), finish_reason "stop"/"length", tokens generated."""
+  """One generated choice: its text (stop strings cut off), finish_reason "stop"/"length", tokens generated, and
+  (when asked for) the log probabilities of its tokens."""
   text: str
   finish_reason: str
   tokens: int
+  logprobs: list[TokenLogprob] = field(default_factory=list)
 
 # ** JSON with bounded nesting and integers **
 
@@ -237,14 +277,25 @@ class StopText:
 
 # ** the service **
 
+def token_logprob(logits: np.ndarray, token: int, top: int) -> TokenLogprob:
+  """`token`'s log probability under `logits` (a log-softmax in float64) and the `top` most likely tokens'."""
+  scores = logits.astype(np.float64)
+  shifted = scores - scores.max()
+  logprobs = shifted - np.log(np.exp(shifted).sum())
+  best = np.argsort(-logprobs, kind="stable")[:top]
+  return TokenLogprob(token, float(logprobs[token]), tuple((int(i), float(logprobs[i])) for i in best))
+
 class _LockedSession:
-  """A cache slot whose forward passes take the model lock: what `generate` drives for one request."""
+  """A cache slot whose forward passes take the model lock: what `generate` drives for one request. It keeps the last
+  logits, from which the token `generate` samples next is drawn."""
   def __init__(self, session: LlamaSession, lock: threading.Lock):
     self.session, self.lock, self.max_context = session, lock, session.max_context
+    self.logits: np.ndarray | None = None
   @property
   def pos(self) -> int: return self.session.pos
   def forward(self, tokens: list[int] | np.ndarray) -> np.ndarray:
-    with self.lock: return self.session.forward(tokens)
+    with self.lock: self.logits = self.session.forward(tokens)
+    return self.logits
 
 class LLMService:
   """The model, tokenizer and request slots behind the HTTP handler; usable without HTTP (`parse`, `complete`)."""
@@ -280,6 +331,7 @@ class LLMService:
     stop = _stop(body)
     stream = _bool(body, "stream")
     include_usage = self._stream_options(body, stream)
+    logprobs = self._logprobs(kind, body)
     ids = prompt if isinstance(prompt, list) else self.tokenizer.encode(prompt)
     if not ids: raise RequestError("the prompt encodes to no tokens", param="prompt")
     room = limit - len(ids)
@@ -292,7 +344,18 @@ class LLMService:
       raise RequestError(f"{len(ids)} prompt tokens + max_tokens {max_tokens} exceed the context of {limit} tokens; "
                          f"lower max_tokens to {room} or less", param="max_tokens", code="context_length_exceeded")
     params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-    return Job(kind, ids, max_tokens, params, stream, n, stop, include_usage)
+    return Job(kind, ids, max_tokens, params, stream, n, stop, include_usage, logprobs)
+
+  @staticmethod
+  def _logprobs(kind: str, body: dict[str, Any]) -> int | None:
+    """How many alternatives to report per token (None: no log probabilities): completions' `logprobs` is that
+    number, chat's `logprobs` a switch and `top_logprobs` the number."""
+    if kind == "completion": return _int(body, "logprobs", None, 0, MAX_COMPLETION_LOGPROBS)
+    top = _int(body, "top_logprobs", None, 0, MAX_TOP_LOGPROBS)
+    if not _bool(body, "logprobs"):
+      if top is not None: raise RequestError("'top_logprobs' needs \"logprobs\": true", param="top_logprobs")
+      return None
+    return top or 0
 
   def _prompt(self, kind: str, body: dict[str, Any]) -> str | list[int]:
     """The prompt as text (chat: rendered with the template) or as token ids (a completion prompt of integers)."""
@@ -320,31 +383,46 @@ class LLMService:
       raise RequestError(f"'stream_options' must be an object, got {_describe(options)}", param="stream_options")
     return _bool(options, "include_usage")
 
-  def complete(self, job: Job, index: int = 0, on_text: Callable[[str], None] | None = None) -> Choice:
+  def complete(self, job: Job, index: int = 0, on_text: Callable[[str, list[TokenLogprob]], None] | None = None,
+               client_gone: Callable[[], bool] | None = None) -> Choice:
     """Generate choice `index` of `job` in a free slot; `on_text` receives the text as it is decoded (held back
-    only while it may be the start of a stop string)."""
+    only while it may be the start of a stop string) with the log probabilities of the tokens generated since its
+    previous call (when the job asks for them). `client_gone` is asked after every token: when it says True,
+    generation stops and ClientGoneError is raised."""
     session = self.slots.get()
     try:
       session.reset()
+      locked = _LockedSession(session, self.lock)
       decoder, stops = self.tokenizer.stream_decoder(), StopText(job.stop)
       pieces: list[str] = []
+      logprobs: list[TokenLogprob] = []
+      sent, generated = 0, 0  # log probabilities passed to on_text so far, tokens generated
       def emit(text: str) -> None:
+        nonlocal sent
         if text:
           pieces.append(text)
-          if on_text is not None: on_text(text)
+          if on_text is not None: on_text(text, logprobs[sent:])
+          sent = len(logprobs)
       def on_token(token_id: int) -> bool:
+        nonlocal generated
+        generated += 1
+        if client_gone is not None and client_gone():
+          raise ClientGoneError(f"the client closed the connection after {generated} generated tokens; stopped")
         if token_id in self.tokenizer.stop_ids: return False  # generate ends on it
+        if job.logprobs is not None:
+          assert locked.logits is not None  # generate samples each token from the logits of the forward before it
+          logprobs.append(token_logprob(locked.logits, token_id, job.logprobs))
         emit(stops.push(decoder.push(token_id)))
         return stops.stopped
-      out = generate(_LockedSession(session, self.lock), job.prompt_ids, job.max_tokens,
-                     _choice_params(job.params, index), self.tokenizer.stop_ids, on_token)
+      out = generate(locked, job.prompt_ids, job.max_tokens, _choice_params(job.params, index),
+                     self.tokenizer.stop_ids, on_token)
       if not stops.stopped:
         emit(stops.push(decoder.flush()))
         emit(stops.flush())
     finally:
       self.slots.put(session)
     finish = "stop" if stops.stopped or (out and out[-1] in self.tokenizer.stop_ids) else "length"
-    return Choice("".join(pieces), finish, len(out))
+    return Choice("".join(pieces), finish, len(out), logprobs)
 
 # ** HTTP **
 
@@ -386,7 +464,7 @@ class LLMRequestHandler(BaseHTTPRequestHandler):
                               500, code="server_error"))
 
   def _route(self, method: str) -> None:
-    path = urlsplit(self.path).path.rstrip("/")
+    path = urlsplit(self.path).path.rstrip("/") or "/"
     if method != "POST" and self.headers.get("Content-Length", "0") != "0":
       self.close_connection = True  # a body nobody reads must not be taken for the next request
     route = "/v1/models" if path.startswith("/v1/models/") else path
@@ -396,9 +474,23 @@ class LLMRequestHandler(BaseHTTPRequestHandler):
     if method != ROUTES[route]:
       raise RequestError(f"{method} is not allowed on {route}; use {ROUTES[route]}", 405, code="method_not_allowed",
                          headers={"Allow": ROUTES[route]})
+    if route in PAGE_FILES: return self._page(route)
     if route == "/v1/models": return self._models(path)
     job = self.service.parse("chat" if route == "/v1/chat/completions" else "completion", self._body())
     self._stream(job) if job.stream else self._reply(job)
+
+  def _page(self, route: str) -> None:
+    name, content_type = PAGE_FILES[route]
+    data = resources.files(__package__).joinpath("static", name).read_bytes()
+    self._send(200, data, content_type, PAGE_HEADERS)
+
+  def _client_gone(self) -> bool:
+    """Whether the client closed its connection: its socket reads as end of file without waiting (a client that
+    sent more, such as a pipelined request, is still there)."""
+    try:
+      readable, _, _ = select.select([self.connection], [], [], 0)
+      return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+    except OSError: return True  # reset by the peer
 
   def _models(self, path: str) -> None:
     card = {"id": self.service.model_id, "object": "model", "created": self.service.created, "owned_by": "ember"}
@@ -425,12 +517,15 @@ class LLMRequestHandler(BaseHTTPRequestHandler):
     return parse_json(raw)
 
   def _reply(self, job: Job) -> None:
-    choices = [self.service.complete(job, i) for i in range(job.n)]
+    choices = [self.service.complete(job, i, client_gone=self._client_gone) for i in range(job.n)]
     out: list[dict[str, Any]] = []
+    tokenizer = self.service.tokenizer
     for i, c in enumerate(choices):
+      logprobs = None if job.logprobs is None else render_logprobs(job.kind, tokenizer, c.logprobs)
       if job.kind == "chat":
-        out.append({"index": i, "message": {"role": "assistant", "content": c.text}, "finish_reason": c.finish_reason})
-      else: out.append({"index": i, "text": c.text, "logprobs": None, "finish_reason": c.finish_reason})
+        out.append({"index": i, "message": {"role": "assistant", "content": c.text}, "logprobs": logprobs,
+                    "finish_reason": c.finish_reason})
+      else: out.append({"index": i, "text": c.text, "logprobs": logprobs, "finish_reason": c.finish_reason})
     self._json(200, {**self._envelope(job, chunk=False), "choices": out, "usage": _usage(job, choices)})
 
   def _stream(self, job: Job) -> None:
@@ -441,18 +536,25 @@ class LLMRequestHandler(BaseHTTPRequestHandler):
     self.end_headers()
     self.close_connection = self.streaming = True
     envelope = {**self._envelope(job, chunk=True), **({"usage": None} if job.include_usage else {})}
-    def choice(index: int, text: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
+    tokenizer = self.service.tokenizer
+    def choice(index: int, text: str | None, finish: str | None, logprobs: Sequence[TokenLogprob],
+               role: bool = False) -> dict[str, Any]:
+      rendered = None if job.logprobs is None or role else render_logprobs(job.kind, tokenizer, logprobs)
       if job.kind == "completion":
-        return {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish}
+        return {"index": index, "text": text or "", "logprobs": rendered, "finish_reason": finish}
       delta: dict[str, str] = {"role": "assistant"} if role else {}
       if text is not None: delta["content"] = text
-      return {"index": index, "delta": delta, "finish_reason": finish}
+      return {"index": index, "delta": delta, "logprobs": rendered, "finish_reason": finish}
     choices: list[Choice] = []
     for i in range(job.n):
-      if job.kind == "chat": self._event({**envelope, "choices": [choice(i, None, None, role=True)]})
-      def on_text(text: str, index: int = i) -> None: self._event({**envelope, "choices": [choice(index, text, None)]})
-      done = self.service.complete(job, i, on_text)
-      self._event({**envelope, "choices": [choice(i, None, done.finish_reason)]})
+      if job.kind == "chat": self._event({**envelope, "choices": [choice(i, None, None, [], role=True)]})
+      sent = 0  # log probabilities streamed so far
+      def on_text(text: str, logprobs: Sequence[TokenLogprob] = (), index: int = i) -> None:
+        nonlocal sent
+        self._event({**envelope, "choices": [choice(index, text, None, logprobs)]})
+        sent += len(logprobs)
+      done = self.service.complete(job, i, on_text, self._client_gone)
+      self._event({**envelope, "choices": [choice(i, None, done.finish_reason, done.logprobs[sent:])]})
       choices.append(done)
     if job.include_usage: self._event({**envelope, "choices": [], "usage": _usage(job, choices)})
     self._event("[DONE]")
@@ -468,9 +570,11 @@ class LLMRequestHandler(BaseHTTPRequestHandler):
             "model": self.service.model_id}
 
   def _json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
-    data = json.dumps(payload).encode()
+    self._send(status, json.dumps(payload).encode(), "application/json", headers)
+
+  def _send(self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
     self.send_response(status)
-    for key, value in {"Content-Type": "application/json", "Content-Length": str(len(data)), **(headers or {})}.items():
+    for key, value in {"Content-Type": content_type, "Content-Length": str(len(data)), **(headers or {})}.items():
       self.send_header(key, value)
     self.end_headers()
     if self.command != "HEAD": self.wfile.write(data)
@@ -490,6 +594,20 @@ class LLMRequestHandler(BaseHTTPRequestHandler):
       elif self.streaming:
         self._event({"error": {"message": str(e), "type": "server_error", "param": e.param, "code": e.code}})
     except OSError as write_error: log.info("could not send the error reply to %s: %s", self.path, write_error)
+
+def render_logprobs(kind: str, tokenizer: BPETokenizer, logprobs: Sequence[TokenLogprob]) -> dict[str, Any]:
+  """Log probabilities in OpenAI's shape for the endpoint: completions' parallel lists (a token's text offset counted
+  from the start of the generated text), chat's list of entries with each token's UTF-8 bytes."""
+  def text(token: int) -> str: return tokenizer.token_bytes(token).decode("utf-8", errors="replace")
+  if kind == "chat":
+    def entry(token: int, logprob: float) -> dict[str, Any]:
+      return {"token": text(token), "logprob": logprob, "bytes": list(tokenizer.token_bytes(token))}
+    return {"content": [{**entry(t.token, t.logprob), "top_logprobs": [entry(i, lp) for i, lp in t.top]}
+                        for t in logprobs], "refusal": None}
+  tokens = [text(t.token) for t in logprobs]
+  offsets = np.cumsum([0] + [len(s) for s in tokens[:-1]]).tolist() if tokens else []
+  return {"tokens": tokens, "token_logprobs": [t.logprob for t in logprobs],
+          "top_logprobs": [{text(i): lp for i, lp in t.top} for t in logprobs], "text_offset": offsets}
 
 def _usage(job: Job, choices: list[Choice]) -> dict[str, int]:
   generated = sum(c.tokens for c in choices)
