@@ -109,6 +109,7 @@ class Tensor(TensorExtra):
       raise DTypeError(f"cannot build a Tensor from {type(data).__name__}; "
                        "pass a list, scalar, numpy array, bytes or UOp")
     if dt is not None and uop.dtype is not dt: uop = _cast_uop(uop, dt)
+    if requires_grad and isinstance(dev, str): uop = _leaf_storage(uop, dev)
     self.uop: UOp = uop
     # a sharded tensor's layout (an ember.multi.Sharding: its per-device shards and their axis); it then has no `uop`
     self.sharding: Any = None
@@ -270,6 +271,7 @@ class Tensor(TensorExtra):
     if self.sharding is not None: return self.sharding.detach()
     return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)), requires_grad=False)
   def requires_grad_(self, requires_grad: bool | None = True) -> Tensor:
+    if requires_grad and self.sharding is None: self.uop = _leaf_storage(self.uop, self.device)
     self.requires_grad = requires_grad
     return self
   def assign(self, x: Any) -> Tensor:
@@ -598,7 +600,7 @@ class Tensor(TensorExtra):
     if perm == tuple(range(self.ndim)): return self
     if self.sharding is not None: return self.sharding.permute(self, perm)
     return Tensor(UOp(Ops.PERMUTE, self.dtype, (self.uop,), perm), requires_grad=self.requires_grad)
-  def expand(self, shape: Any, *args: Any) -> Tensor:
+  def expand(self, shape: Any = (), *args: Any) -> Tensor:
     new_shape = _shape_arg((shape, *args) if args else ((shape,) if isinstance(shape, int) else tuple(shape)))
     if len(new_shape) < self.ndim: raise ShapeError(f"cannot expand {self.shape} to fewer dims {new_shape}")
     base = self.reshape((1,) * (len(new_shape) - self.ndim) + self.shape) if len(new_shape) > self.ndim else self
@@ -1278,9 +1280,13 @@ class Tensor(TensorExtra):
   def trunc(self) -> Tensor:
     return self if dtypes.is_int(self.dtype) or self.dtype is dtypes.bool else self._alu(Ops.TRUNC)
   def exp(self) -> Tensor:
+    # half types go through float32 as in torch: x * (1 / ln 2) rounded to half moves exp(x) by several ulps
+    if self.dtype in (dtypes.float16, dtypes.bfloat16): return self.float().exp().cast(self.dtype)
     if dtypes.is_float(self.dtype): return self.mul(1 / math.log(2)).exp2()
     return self.cast(least_upper_float(self.dtype)).exp()
-  def log(self) -> Tensor: return self.log2().mul(math.log(2))
+  def log(self) -> Tensor:
+    if self.dtype in (dtypes.float16, dtypes.bfloat16): return self.float().log().cast(self.dtype)
+    return self.log2().mul(math.log(2))
   def cos(self) -> Tensor: return (math.pi / 2 - self.cast(least_upper_float(self.dtype))).sin()
   def tanh(self) -> Tensor: return 2.0 * (2.0 * self).sigmoid() - 1.0
   def sigmoid(self) -> Tensor:
@@ -2600,6 +2606,17 @@ def _sym_eq(a: sint, b: sint) -> bool:
            for x in (ua, ub) if isinstance(x, UOp) for n in x.toposort() if n.op is Ops.BIND}
   try: return sym_infer(ua, bound) == sym_infer(ub, bound)
   except KeyError: return False  # an unbound variable: only structural equality counts
+
+def _leaf_storage(u: UOp, device: str) -> UOp:
+  """A tensor that requires grad is a leaf of its own. Constants are shared: two `Tensor(2.0)` or `Tensor.zeros(3)` are
+  one UOp, so their gradients (keyed by UOp) would add up. A constant-valued leaf gets a buffer holding its value."""
+  if not all(n.op in (Ops.CONST, Ops.DEVICE, Ops.RESHAPE, Ops.EXPAND) for n in u.toposort()): return u
+  if not all(isinstance(s, int) for s in u.shape): return u
+  const = next(n for n in u.toposort() if n.op is Ops.CONST)
+  dt = strong_dtype(u.dtype)
+  # bfloat16/fp8: numpy holds float32 and the device rounds (as Tensor(list) does); a 0-d array comes back 1-d
+  buf = _from_numpy(np.full(u.shape, const.arg, dtype=_np_dtype(dt)), device, dt if dt.fmt is not None else None)
+  return _reshape(buf if dt.fmt is not None else _cast_uop(buf, dt), u.shape)
 
 def _tensor_seq(first: Any, others: tuple[Any, ...], op: str) -> tuple[Tensor, ...]:
   """The tensors of cat/stack called as `Tensor.cat(a, b)`, `Tensor.cat([a, b])`, `a.cat(b, c)` or `a.cat([b, c])`."""
