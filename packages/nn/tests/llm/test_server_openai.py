@@ -75,3 +75,18 @@ def test_errors_reach_the_client(client, kwargs, error, fragment):
   with pytest.raises(getattr(openai, error)) as info:
     api.completions.create(**{"model": "tiny", "prompt": "x", "max_tokens": 1, **kwargs})
   assert fragment in info.value.message and info.value.body["type"] == "invalid_request_error"
+
+def test_logprobs_parse_in_the_client(client, greedy_text):
+  # the client's types accept both endpoints' shapes; greedy tokens are each position's most likely one
+  api, tok, template = client
+  messages = [{"role": "user", "content": "a hat"}]
+  chat = api.chat.completions.create(model="tiny", messages=messages, max_tokens=4, temperature=0, logprobs=True,
+                                     top_logprobs=2)
+  content = chat.choices[0].logprobs.content
+  assert "".join(e.token for e in content) == greedy_text(tok, tok.encode(render_chatml(template, messages)), 4)
+  assert all(len(e.top_logprobs) == 2 and e.top_logprobs[0].logprob == e.logprob <= 0 for e in content)
+  assert all(e.top_logprobs[0].bytes == e.bytes for e in content)
+  completion = api.completions.create(model="tiny", prompt=" the", max_tokens=4, temperature=0, logprobs=2)
+  logprobs = completion.choices[0].logprobs
+  assert "".join(logprobs.tokens) == completion.choices[0].text and len(logprobs.token_logprobs) == 4
+  assert all(max(top.values()) == lp for top, lp in zip(logprobs.top_logprobs, logprobs.token_logprobs))
