@@ -106,7 +106,7 @@ class ClangRenderer(CStyleLanguage):
     self.arch, self.global_max = arch, (cpu_threads(),)
   def _render_alu(self, u: UOp, ctx: Any) -> str:
     if u.op is Ops.EXP2:
-      x, dt = self._src(u.src[0], ctx), self.compute_dtype(u.dtype)
+      x, dt = self._src(u.src[0], ctx), u.dtype
       if dt in self.math_via_float: return self.render_cast(_builtin("exp2")(self.render_cast(x, dtypes.float32),
                                                                              dtype=dtypes.float32), u.dtype)
       return _builtin("exp2")(x, dtype=dt)

@@ -64,7 +64,7 @@ _code_for_mma = {
 
 class CUDARenderer(CStyleLanguage):
   """CUDA C for NVRTC: `extern "C" __global__` kernels, `half` from cuda_fp16.h, bfloat16 and fp8 as raw bits
-  computed in float32 (the CStyle helpers), math through CUDA's device functions, bit casts through intrinsics."""
+  computed in float32 (ember.codegen.emulate), math through CUDA's device functions, bit casts through intrinsics."""
   device = "NV"
   suffix = "cu"
   has_local = True
@@ -107,7 +107,7 @@ class CUDARenderer(CStyleLanguage):
 
   def _render_cast_op(self, u: UOp, ctx) -> str:  # type: ignore[no-untyped-def]
     src, dst = u.src[0].dtype, u.dtype
-    if src is dtypes.float16 and dst is not dtypes.float16 and dst not in self.emulated_floats:
+    if src is dtypes.float16 and dst is not dtypes.float16:
       expr = f"__half2float({self._src(u.src[0], ctx)})"
       return f"({expr}!=0.0f)" if dst is dtypes.bool else self.render_cast(expr, dst)
     return super()._render_cast_op(u, ctx)
@@ -141,9 +141,8 @@ _ptx_mma = {"mma_m16n8k16_f16_f32": ("mma.sync.aligned.m16n8k16.row.col.f32.f16.
 class PTXRenderer(Renderer):
   """PTX text straight from the linear program: one virtual register per value, predicated loads and stores for
   gates, `bra` loops, SPECIAL as `%ctaid.x`/`%tid.x`, DEFINE_LOCAL as a `.shared` array read and written with
-  `ld.shared`/`st.shared`, BARRIER as `bar.sync 0`, SHUFFLE_XOR as `shfl.sync.bfly.b32`. Emulated floats (bfloat16,
-  fp8) are not rendered: they need the CStyle conversion helpers, so codegen's dtype check turns them away with a
-  clear error."""
+  `ld.shared`/`st.shared`, BARRIER as `bar.sync 0`, SHUFFLE_XOR as `shfl.sync.bfly.b32`. bfloat16 and fp8 are
+  not rendered (`unsupported_dtypes`)."""
   device = "NV"
   suffix = "ptx"
   has_local = True

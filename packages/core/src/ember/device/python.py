@@ -246,6 +246,7 @@ class PythonRenderer(Renderer):
   has_local = False
   has_shared = False
   has_threads = False
+  native_floats = frozenset({dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2})  # rounded after every op (above)
   code_for_op: dict[Ops, Callable[..., str]] = {
     Ops.NEG: lambda x: f"-{x}", Ops.EXP2: lambda x: f"exp2({x})", Ops.LOG2: lambda x: f"log2({x})",
     Ops.SIN: lambda x: f"sin({x})", Ops.SQRT: lambda x: f"sqrt({x})", Ops.RECIPROCAL: lambda x: f"1/{x}",

@@ -4,10 +4,9 @@ It prints the linear program of `docs/linear-program.md` one uop per line. Value
 `ridx{axis}` (loop counters), `acc{id}` (accumulators), `val{n}` (loads), `alu{n}` (ALU results) and `cast{n}`
 (CAST/BITCAST results); a single-use ALU/CAST is inlined into its user when that reads exactly the same values.
 
-A subclass changes data only: `type_map`, `code_for_op`, the prefixes, the literal spellings, `emulated_floats`.
-bfloat16 and fp8 (in `emulated_floats`) have no native type: they are stored as raw bits and computed in float32,
-converted on LOAD, before STORE and on CAST to them (round to nearest even) by small helpers that are emitted only
-when a kernel uses them.
+A subclass changes data only: `type_map`, `code_for_op`, the prefixes, the literal spellings. bfloat16 and fp8 reach
+no C-style renderer: `render` first rewrites them (ember.codegen.emulate) into raw bits in memory, computed in float32,
+converted by integer code on LOAD, before STORE and on CAST to them (round to nearest even).
 """
 from __future__ import annotations
 import math
@@ -18,6 +17,7 @@ from typing import Callable
 from ember.dtype import DType, PtrDType, AnyDType, dtypes
 from ember.errors import CompileError
 from ember.renderer import Renderer
+from ember.codegen.emulate import EmulatedFloat, emulate_floats, emulated_floats
 from ember.uop.ops import Ops, UOp, AxisType, GroupOp
 
 # ** shared by the C-style and LLVM renderers **
@@ -30,49 +30,6 @@ def var_name(name: str, reserved: frozenset[str] = frozenset()) -> str:
   if not ident or ident[0].isdigit(): ident = "_" + ident
   if _generated_name.match(ident) or ident in reserved: ident += "_"
   return ident
-
-@dataclass(frozen=True)
-class EmulatedFloat:
-  """The bit layout of a float stored as raw bits (bfloat16, fp8), and the constants of its float32 conversions.
-
-  float32 -> bits rounds to nearest even; e4m3fn (`finite_only`) saturates to its max like `ember.dtype.as_const`,
-  the IEEE-like formats overflow to inf. NaN maps to the format's quiet NaN.
-  """
-  exp: int
-  man: int
-  finite_only: bool
-  storage: DType
-  @staticmethod
-  def of(dt: DType) -> EmulatedFloat:
-    exp, man = dtypes.finfo(dt)
-    return EmulatedFloat(exp, man, dt is dtypes.fp8e4m3, dtypes.uint16 if dt.itemsize == 2 else dtypes.uint8)
-  @property
-  def bias(self) -> int: return 2 ** (self.exp - 1) - 1
-  @property
-  def shift(self) -> int: return 23 - self.man  # float32 mantissa bits dropped
-  @property
-  def rebias(self) -> int: return (127 - self.bias) << self.man  # exponent offset, in units of the code's lsb
-  @property
-  def min_normal_bits(self) -> int: return (128 - self.bias) << 23  # float32 bits of the smallest normal value
-  @property
-  def has_subnormal_path(self) -> bool: return self.bias != 127  # bfloat16 subnormals are float32 subnormals
-  @property
-  def subnormal_shift_base(self) -> int: return 1 - self.bias + 127 + self.shift
-  @property
-  def inf_code(self) -> int: return ((1 << self.exp) - 1) << self.man
-  @property
-  def max_code(self) -> int: return (1 << (self.exp + self.man)) - 2 if self.finite_only else self.inf_code - 1
-  @property
-  def overflow_code(self) -> int: return self.max_code if self.finite_only else self.inf_code
-  @property
-  def nan_code(self) -> int:
-    return (1 << (self.exp + self.man)) - 1 if self.finite_only else self.inf_code | (1 << (self.man - 1))
-  @property
-  def sign_shift(self) -> int: return 31 - self.exp - self.man
-  @property
-  def sign_bit(self) -> int: return 1 << (self.exp + self.man)
-  @property
-  def subnormal_scale(self) -> float: return 2.0 ** (1 - self.bias - self.man)  # value of the lsb of a subnormal
 
 def value_dtype(u: UOp) -> DType:
   """The dtype of a uop used as a value (a pointer dtype here is a malformed program)."""
@@ -145,7 +102,6 @@ class CStyleLanguage(Renderer):
     dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
     dtypes.uint64: "unsigned long long", dtypes.float16: "half", dtypes.float32: "float", dtypes.float64: "double"}
   # stored as raw bits, computed in float32
-  emulated_floats: frozenset[DType] = frozenset({dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2})
   # these dtypes run the unary math functions in float32 (C has no half sqrt/exp2/...)
   math_via_float: frozenset[DType] = frozenset({dtypes.float16})
   # ALU results of these dtypes get an explicit cast when inlined: C computes them in a wider type
@@ -168,11 +124,12 @@ class CStyleLanguage(Renderer):
     Ops.WHERE: lambda c, a, b, dtype: f"({c}?{a}:{b})", Ops.MULACC: lambda a, b, c, dtype: f"(({a}*{b})+{c})"}
 
   # ** dtypes **
-  def compute_dtype(self, dt: DType) -> DType: return dtypes.float32 if dt in self.emulated_floats else dt
-  def storage_dtype(self, dt: DType) -> DType: return EmulatedFloat.of(dt).storage if dt in self.emulated_floats else dt
   def render_dtype(self, dt: AnyDType) -> str:
-    if isinstance(dt, PtrDType): return self.render_dtype(self.storage_dtype(dt.base)) + "*"
-    if (name := self.type_map.get(self.compute_dtype(dt))) is None:
+    # a program's bfloat16/fp8 as `render` rewrites them (ember.codegen.emulate): raw bits in memory, float32 values
+    if isinstance(dt, PtrDType):
+      return self.render_dtype(EmulatedFloat.of(dt.base).storage if dt.base in emulated_floats(self) else dt.base) + "*"
+    if dt in emulated_floats(self): dt = dtypes.float32
+    if (name := self.type_map.get(dt)) is None:
       raise CompileError(f"{type(self).__name__} has no type for {dt!r}; add it to type_map or use a supported dtype")
     return name
   def render_cast(self, x: str, dt: DType) -> str: return f"({self.render_dtype(dt)})({x})"
@@ -181,12 +138,12 @@ class CStyleLanguage(Renderer):
   def render_const(self, value: bool | int | float, dt: DType) -> str:
     if dt is dtypes.bool: return self.bool_literals[bool(value)]
     if dtypes.is_float(dt):
-      cdt = self.compute_dtype(dt)
+      if dt in emulated_floats(self): dt = dtypes.float32  # a value of bfloat16/fp8 (ember.codegen.emulate)
       if math.isnan(value): lit = self.nan
       elif math.isinf(value): lit = self.infinity if value > 0 else f"-{self.infinity}"
-      elif cdt is dtypes.float64: lit = repr(float(value))
+      elif dt is dtypes.float64: lit = repr(float(value))
       else: lit = float32_literal(float(value)) + "f"
-      if cdt not in (dtypes.float32, dtypes.float64): return f"(({self.render_dtype(cdt)}){lit})"  # half: a cast float
+      if dt not in (dtypes.float32, dtypes.float64): return f"(({self.render_dtype(dt)}){lit})"  # half: a cast float
       return f"({lit})" if lit.startswith("-") else lit
     suffix = self.int_suffix.get(dt, "")
     if dt.kind == "i" and value == dtypes.min(dt) and dt.itemsize >= 4:  # -2147483648 is not a C literal
@@ -200,56 +157,6 @@ class CStyleLanguage(Renderer):
       s, d = self.render_dtype(src), self.render_dtype(dst)
       body = f"{{ {d} r; __builtin_memcpy(&r, &x, sizeof(r)); return r; }}"
       ctx.helpers[fn] = f"{self.helper_prefix}{d} {fn}({s} x) {body}"
-    return f"{fn}({x})"
-
-  def _to_float(self, x: str, dt: DType, ctx: _Ctx) -> str:
-    """An emulated dtype's raw bits -> its float32 value."""
-    fn = f"__ember_{dt.name}_to_f32"
-    if fn not in ctx.helpers:
-      fmt, u32, f32 = EmulatedFloat.of(dt), self.type_map[dtypes.uint32], self.type_map[dtypes.float32]
-      def from_bits(expr: str) -> str: return self.render_bitcast(expr, dtypes.uint32, dtypes.float32, ctx)
-      head = f"{self.helper_prefix}{f32} {fn}({self.render_dtype(fmt.storage)} x) {{\n"
-      if not fmt.has_subnormal_path:  # bfloat16: the upper half of a float32
-        ctx.helpers[fn] = head + f"  return {from_bits(f'(({u32})x) << 16')};\n}}"
-        return f"{fn}({x})"
-      emax, mmax = (1 << fmt.exp) - 1, (1 << fmt.man) - 1
-      if fmt.finite_only: special = f"if (e == {emax:#x}u && m == {mmax:#x}u) return {from_bits('sign | 0x7fc00000u')};"
-      else: special = f"if (e == {emax:#x}u) return {from_bits(f'sign | 0x7f800000u | (m << {fmt.shift})')};"
-      ctx.helpers[fn] = head + f"""  {u32} sign = (({u32})x & {fmt.sign_bit:#x}u) << {fmt.sign_shift};
-  {u32} e = (({u32})x >> {fmt.man}) & {emax:#x}u, m = ({u32})x & {mmax:#x}u;
-  {special}
-  if (e == 0u) {{ {f32} v = ({f32})m * {float32_literal(fmt.subnormal_scale)}f; return sign ? -v : v; }}
-  return {from_bits(f'sign | ((e + {127 - fmt.bias}u) << 23) | (m << {fmt.shift})')};
-}}"""
-    return f"{fn}({x})"
-
-  def _from_float(self, x: str, dt: DType, ctx: _Ctx) -> str:
-    """A float32 value -> an emulated dtype's raw bits, rounding to nearest even."""
-    fn = f"__ember_f32_to_{dt.name}"
-    if fn not in ctx.helpers:
-      fmt, u32, f32 = EmulatedFloat.of(dt), self.type_map[dtypes.uint32], self.type_map[dtypes.float32]
-      store = self.render_dtype(fmt.storage)
-      # normal: round the float32 bits to the code's lsb (ties to even), rebias, clamp overflow
-      half_lsb = (1 << (fmt.shift - 1)) - 1
-      normal = f"""r = ((a + {half_lsb:#x}u + ((a >> {fmt.shift}) & 1u)) >> {fmt.shift}) - {fmt.rebias:#x}u;
-    if (r > {fmt.max_code:#x}u) r = {fmt.overflow_code:#x}u;"""
-      if fmt.has_subnormal_path:  # subnormal: shift the mantissa (implicit bit included) right, to nearest even
-        rounding = f"""if (a >= {fmt.min_normal_bits:#x}u) {{
-    {normal}
-  }} else {{
-    {u32} s = {fmt.subnormal_shift_base}u - (a >> 23), mant = (a & 0x7fffffu) | 0x800000u;
-    if (s > 25u) s = 25u;
-    {u32} rem = mant & ((1u << s) - 1u), half = 1u << (s - 1u);
-    r = (mant >> s) + (rem > half || (rem == half && ((mant >> s) & 1u)));
-  }}"""
-      else: rounding = normal.replace("\n  ", "\n")
-      ctx.helpers[fn] = f"""{self.helper_prefix}{store} {fn}({f32} x) {{
-  {u32} u = {self.render_bitcast('x', dtypes.float32, dtypes.uint32, ctx)}, a = u & 0x7fffffffu, r;
-  {u32} sign = (u >> {fmt.sign_shift}) & {fmt.sign_bit:#x}u;
-  if (a > 0x7f800000u) return ({store})(sign | {fmt.nan_code:#x}u);
-  {rounding}
-  return ({store})(sign | r);
-}}"""
     return f"{fn}({x})"
 
   # ** the program **
@@ -285,6 +192,7 @@ class CStyleLanguage(Renderer):
     return inlined
 
   def render(self, uops: list[UOp], name: str = "kernel") -> str:
+    uops = emulate_floats(uops, self)
     ctx = _Ctx()
     ctx.inlined = self._plan_inlining(uops)
     reserved = frozenset(self.thread_args) | frozenset(self.type_map.values()) | _c_keywords
@@ -348,8 +256,7 @@ class CStyleLanguage(Renderer):
       if not self.shared_prefix:
         raise CompileError(f"{type(self).__name__} has no block-shared memory; set shared_prefix for GPU targets")
       ctx.names[u] = u.arg
-      # the compute dtype: shared partials of bfloat16/fp8 stay float32, like the accumulators they come from
-      ctx.emit(f"{self.shared_prefix}{self.render_dtype(self.compute_dtype(u.dtype.base))} {u.arg}[{u.dtype.size}];")
+      ctx.emit(f"{self.shared_prefix}{self.render_dtype(u.dtype.base)} {u.arg}[{u.dtype.size}];")
     elif op is Ops.BARRIER:
       if not self.barrier: raise CompileError(f"{type(self).__name__} has no BARRIER; set barrier for GPU targets")
       ctx.emit(self.barrier)
@@ -402,17 +309,12 @@ class CStyleLanguage(Renderer):
   def _render_load(self, u: UOp, ctx: _Ctx) -> None:
     idx = u.src[0]
     expr = self._src(idx, ctx)
-    if (dt := value_dtype(u)) in self.emulated_floats and idx.src[0].op is not Ops.DEFINE_LOCAL:
-      expr = self._to_float(expr, dt, ctx)
     if (gate := ctx.gates.get(idx)) is not None: expr = f"({gate} ? {expr} : {self.render_const(0, value_dtype(u))})"
     ctx.names[u] = ctx.fresh("val")
     ctx.emit(f"{self.render_dtype(u.dtype)} {ctx.names[u]} = {expr};")
 
   def _render_store(self, u: UOp, ctx: _Ctx) -> None:
     idx, value = u.src[0], self._src(u.src[1], ctx)
-    dt = u.src[1].dtype
-    if isinstance(dt, DType) and dt in self.emulated_floats and idx.src[0].op is not Ops.DEFINE_LOCAL:
-      value = self._from_float(value, dt, ctx)
     store = f"{self._src(idx, ctx)} = {value};"
     gate = ctx.gates.get(idx)
     ctx.emit(store if gate is None else f"if ({gate}) {store}")
@@ -421,7 +323,7 @@ class CStyleLanguage(Renderer):
     if (fn := self.code_for_op.get(u.op)) is None:
       raise CompileError(f"{type(self).__name__} has no code for {u.op.name}; codegen must rewrite it first")
     srcs = [self._src(s, ctx) for s in u.src]
-    dt, out_dt = self.compute_dtype(value_dtype(u.src[-1])), value_dtype(u)  # WHERE's condition is src[0]
+    dt, out_dt = value_dtype(u.src[-1]), value_dtype(u)  # WHERE's condition is src[0]
     if u.op in GroupOp.Unary and u.op not in (Ops.NEG, Ops.RECIPROCAL) and dt in self.math_via_float:
       return self.render_cast(fn(self.render_cast(srcs[0], dtypes.float32), dtype=dtypes.float32), out_dt)
     if u.op is Ops.MULACC and out_dt in self.narrow_dtypes:  # round the product, as a MUL of this dtype would
@@ -434,19 +336,12 @@ class CStyleLanguage(Renderer):
 
   def _render_cast_op(self, u: UOp, ctx: _Ctx) -> str:
     x, src, dst = self._src(u.src[0], ctx), value_dtype(u.src[0]), value_dtype(u)
-    if dst in self.emulated_floats:  # round to the narrow format, keep computing in float32
-      return self._to_float(self._from_float(self.render_cast(x, dtypes.float32), dst, ctx), dst, ctx)
-    if self.compute_dtype(src) is self.compute_dtype(dst): return x
+    if src is dst: return x
     return self.render_cast(x, dst)
 
   def _render_bitcast_op(self, u: UOp, ctx: _Ctx) -> str:
     x, src, dst = self._src(u.src[0], ctx), value_dtype(u.src[0]), value_dtype(u)
     if src.itemsize != dst.itemsize: raise CompileError(f"BITCAST needs equal itemsizes, got {src!r} -> {dst!r}")
-    if src in self.emulated_floats:  # the register holds a float32: its bits are the rounded storage value
-      x, src = self._from_float(x, src, ctx), self.storage_dtype(src)
-    if dst in self.emulated_floats:
-      storage = self.storage_dtype(dst)
-      return self._to_float(x if src is storage else self.render_bitcast(x, src, storage, ctx), dst, ctx)
     return x if src is dst else self.render_bitcast(x, src, dst, ctx)
 
 _c_keywords = frozenset({

@@ -5,8 +5,8 @@ no fast-math flags, so results match C compiled with `-ffp-contract=off` to the 
 around the memory access. MAX propagates NaN with `fcmp uno` + `select` (llvm.maxnum would drop it).
 
 A subclass sets data: `triple`, `datalayout`, `calling_conv`, `buffer_type`, `fn_attrs`, `code_for_op` entries.
-bfloat16 and fp8 are stored as raw bits and computed in float32 through small internal functions (round to nearest
-even), emitted only when a kernel uses them.
+bfloat16 and fp8 reach no LLVM renderer: `render` first rewrites them (ember.codegen.emulate) into raw bits in memory,
+computed in float32, converted by integer code (round to nearest even).
 """
 from __future__ import annotations
 import re
@@ -16,25 +16,23 @@ from typing import Callable
 from ember.dtype import DType, PtrDType, AnyDType, dtypes
 from ember.errors import CompileError
 from ember.renderer import Renderer
-from ember.renderer.cstyle import EmulatedFloat, value_dtype as _dt, var_name
+from ember.renderer.cstyle import value_dtype as _dt, var_name
+from ember.codegen.emulate import EmulatedFloat, bits_to_float, emulate_floats, float_to_bits
 from ember.uop.ops import Ops, UOp, AxisType, GroupOp
 
-_emulated = frozenset({dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2})
-
 def ltype(dt: AnyDType) -> str:
-  """The LLVM type of a value of `dt` in a register (emulated floats compute as float)."""
+  """The LLVM type of a value of `dt` in a register."""
   if isinstance(dt, PtrDType): return "ptr"
   if dt is dtypes.bool: return "i1"
   if dtypes.is_int(dt): return f"i{dt.bitsize}"
-  if dt in _emulated or dt is dtypes.float32: return "float"
+  if dt is dtypes.float32: return "float"
   if dt is dtypes.float16: return "half"
   if dt is dtypes.float64: return "double"
   raise CompileError(f"LLVMRenderer has no LLVM type for {dt!r}")
 
 def mem_type(dt: DType) -> str:
-  """The LLVM type of an element of `dt` in memory: bool is a byte, emulated floats are their raw bits."""
+  """The LLVM type of an element of `dt` in memory: bool is a byte."""
   if dt is dtypes.bool: return "i8"
-  if dt in _emulated: return f"i{dt.bitsize}"
   return ltype(dt)
 
 def lconst(value: bool | int | float, dt: DType) -> str:
@@ -138,6 +136,7 @@ class LLVMRenderer(Renderer):
     Ops.MULACC: _mulacc}
 
   def render(self, uops: list[UOp], name: str = "kernel") -> str:
+    uops = emulate_floats(uops, self)
     ctx = _Ctx()
     params: list[str] = []
     for u in sorted((u for u in uops if u.op is Ops.PARAM), key=lambda u: u.arg):
@@ -274,8 +273,7 @@ class LLVMRenderer(Renderer):
     buf, idx_dt = u.src[0], _dt(u.src[1])
     idx = self._convert(self._val(u.src[1], ctx), idx_dt, dtypes.int64 if _signed(idx_dt) else dtypes.uint64, ctx)
     ret, elem = ctx.fresh("idx"), mem_type(buf.dtype.base if isinstance(buf.dtype, PtrDType) else buf.dtype)
-    # block-shared arrays hold register values (an emulated float as float32, like its accumulator)
-    if buf.op is Ops.DEFINE_LOCAL: elem = ltype(buf.dtype.base)
+    if buf.op is Ops.DEFINE_LOCAL: elem = ltype(buf.dtype.base)  # block-shared arrays hold register values
     ptr_t = self.local_ptr_type if buf.op is Ops.DEFINE_LOCAL else self.buffer_type
     ctx.emit(f"{ret} = getelementptr {elem}, {ptr_t} {self._val(buf, ctx)}, i64 {idx}")
     ctx.names[u], ctx.ptr_types[u] = ret, ptr_t
@@ -295,7 +293,6 @@ class LLVMRenderer(Renderer):
       if dt is dtypes.bool:
         ctx.emit(f"{ret}.v = icmp ne i8 {ret}.m, 0")
         return f"{ret}.v"
-      if dt in _emulated: return self._helper_call(f"{ret}.m", dt, to_float=True, ctx=ctx)
       return f"{ret}.m"
     if gate is None:
       ctx.names[u] = load_and_convert()
@@ -306,7 +303,7 @@ class LLVMRenderer(Renderer):
     value, then_end = load_and_convert(), then
     ctx.emit(f"br label %{join}")
     ctx.label(join)
-    zero = lconst(0, dtypes.float32 if dt in _emulated else dt)
+    zero = lconst(0, dt)
     ctx.emit(f"{ret} = phi {ltype(dt)} [ {value}, %{then_end} ], [ {zero}, %{before} ]")
     ctx.names[u] = ret
 
@@ -320,7 +317,6 @@ class LLVMRenderer(Renderer):
         ret = ctx.fresh("st")
         ctx.emit(f"{ret} = zext i1 {value} to i8")
         value = ret
-      elif dt in _emulated: value = self._helper_call(value, dt, to_float=False, ctx=ctx)
       store = f"store {mem_type(dt)} {value}, {self.buffer_type} {ctx.names[index]}"
     if (gate := self._gate(index, ctx)) is None:
       ctx.emit(store)
@@ -344,16 +340,12 @@ class LLVMRenderer(Renderer):
       ctx.emit(fn(f"{ret}.f", wide, dtype=dtypes.float32))
       ctx.names[u] = self._convert(f"{ret}.f", dtypes.float32, dt, ctx)
       return
-    ctx.emit(fn(ret, *srcs, dtype=dtypes.float32 if dt in _emulated else dt))
+    ctx.emit(fn(ret, *srcs, dtype=dt))
     ctx.names[u] = ret
 
   # ** conversions **
-  def _convert(self, x: str, src: DType, dst: DType, ctx: _Ctx) -> str:
-    """A value conversion with C semantics (float->int truncates, ->bool is != 0); emulated dtypes round."""
-    if dst in _emulated:
-      bits = self._helper_call(self._convert(x, src, dtypes.float32, ctx), dst, to_float=False, ctx=ctx)
-      return self._helper_call(bits, dst, to_float=True, ctx=ctx)
-    s = dtypes.float32 if src in _emulated else src
+  def _convert(self, x: str, s: DType, dst: DType, ctx: _Ctx) -> str:
+    """A value conversion with C semantics (float->int truncates, ->bool is != 0)."""
     if s is dst or (ltype(s) == ltype(dst) and dtypes.is_int(s) and dtypes.is_int(dst)): return x  # same bits
     ret, ts, td = ctx.fresh("cast"), ltype(s), ltype(dst)
     if dst is dtypes.bool:
@@ -368,111 +360,12 @@ class LLVMRenderer(Renderer):
 
   def _bitcast(self, x: str, src: DType, dst: DType, ctx: _Ctx) -> str:
     if src.itemsize != dst.itemsize: raise CompileError(f"BITCAST needs equal itemsizes, got {src!r} -> {dst!r}")
-    if src in _emulated:  # the register holds a float32: its bits are the rounded storage value
-      x, src = self._helper_call(x, src, to_float=False, ctx=ctx), EmulatedFloat.of(src).storage
-    elif src is dtypes.bool: x, src = self._convert(x, src, dtypes.uint8, ctx), dtypes.uint8
-    if dst in _emulated:
-      storage = EmulatedFloat.of(dst).storage
-      return self._helper_call(self._bitcast(x, src, storage, ctx), dst, to_float=True, ctx=ctx)
+    if src is dtypes.bool: x, src = self._convert(x, src, dtypes.uint8, ctx), dtypes.uint8
     if dst is dtypes.bool: return self._convert(self._bitcast(x, src, dtypes.uint8, ctx), dtypes.uint8, dst, ctx)
     if ltype(src) == ltype(dst): return x
     ret = ctx.fresh("cast")
     ctx.emit(f"{ret} = bitcast {ltype(src)} {x} to {ltype(dst)}")
     return ret
-
-  def _helper_call(self, x: str, dt: DType, to_float: bool, ctx: _Ctx) -> str:
-    """Call the conversion between an emulated dtype's bits and float32, defining it on first use."""
-    fmt = EmulatedFloat.of(dt)
-    bits = f"i{dt.bitsize}"
-    fn = f"@__ember_{dt.name}_to_f32" if to_float else f"@__ember_f32_to_{dt.name}"
-    if fn not in ctx.helpers:
-      body = _to_float_ir(fmt, bits) if to_float else _from_float_ir(fmt, bits)
-      sig = f"float {fn}({bits} %x)" if to_float else f"{bits} {fn}(float %x)"
-      ctx.helpers[fn] = f"define internal {sig} alwaysinline nounwind {{\n{body}}}"
-    ret = ctx.fresh("cvt")
-    ctx.emit(f"{ret} = call float {fn}({bits} {x})" if to_float else f"{ret} = call {bits} {fn}(float {x})")
-    return ret
-
-def _to_float_ir(fmt: EmulatedFloat, bits: str) -> str:
-  if not fmt.has_subnormal_path:  # bfloat16: the upper half of a float32
-    return f"  %w = zext {bits} %x to i32\n  %b = shl i32 %w, 16\n  %f = bitcast i32 %b to float\n  ret float %f\n"
-  emax, mmax = (1 << fmt.exp) - 1, (1 << fmt.man) - 1
-  if fmt.finite_only:  # e4m3fn: all ones is NaN, there is no inf
-    special = f"""%mag = and i32 %w, {fmt.sign_bit - 1}
-  %isnan = icmp eq i32 %mag, {fmt.nan_code}
-  %nb1 = select i1 %isnan, i32 2143289344, i32 %nb0"""
-  else:  # the top exponent is inf (mantissa 0) or NaN
-    special = f"""%isspec = icmp eq i32 %e, {emax}
-  %sb = or i32 2139095040, %mb
-  %nb1 = select i1 %isspec, i32 %sb, i32 %nb0"""
-  return f"""  %w = zext {bits} %x to i32
-  %sign0 = and i32 %w, {fmt.sign_bit}
-  %sign = shl i32 %sign0, {fmt.sign_shift}
-  %e0 = lshr i32 %w, {fmt.man}
-  %e = and i32 %e0, {emax}
-  %m = and i32 %w, {mmax}
-  %eb0 = add i32 %e, {127 - fmt.bias}
-  %eb = shl i32 %eb0, 23
-  %mb = shl i32 %m, {fmt.shift}
-  %nb0 = or i32 %eb, %mb
-  {special}
-  %nb = or i32 %nb1, %sign
-  %nf = bitcast i32 %nb to float
-  %mf = uitofp i32 %m to float
-  %sf0 = fmul float %mf, {lconst(fmt.subnormal_scale, dtypes.float32)}
-  %sfn = fneg float %sf0
-  %isneg = icmp ne i32 %sign0, 0
-  %sf = select i1 %isneg, float %sfn, float %sf0
-  %isz = icmp eq i32 %e, 0
-  %r = select i1 %isz, float %sf, float %nf
-  ret float %r
-"""
-
-def _from_float_ir(fmt: EmulatedFloat, bits: str) -> str:
-  # normal: round the float32 bits to the code's lsb (ties to even), rebias, clamp overflow
-  ir = f"""  %u = bitcast float %x to i32
-  %a = and i32 %u, 2147483647
-  %s0 = lshr i32 %u, {fmt.sign_shift}
-  %sign = and i32 %s0, {fmt.sign_bit}
-  %l0 = lshr i32 %a, {fmt.shift}
-  %l = and i32 %l0, 1
-  %r0 = add i32 %a, {(1 << (fmt.shift - 1)) - 1}
-  %r1 = add i32 %r0, %l
-  %r2 = lshr i32 %r1, {fmt.shift}
-  %r3 = sub i32 %r2, {fmt.rebias}
-  %ov = icmp ugt i32 %r3, {fmt.max_code}
-  %rn = select i1 %ov, i32 {fmt.overflow_code}, i32 %r3
-"""
-  rounded = "%rn"
-  if fmt.has_subnormal_path:  # subnormal: shift the mantissa (with its implicit bit) right, rounding to nearest even
-    ir += f"""  %ea = lshr i32 %a, 23
-  %s1 = sub i32 {fmt.subnormal_shift_base}, %ea
-  %big = icmp ugt i32 %s1, 25
-  %s = select i1 %big, i32 25, i32 %s1
-  %mm = and i32 %a, 8388607
-  %mant = or i32 %mm, 8388608
-  %q = lshr i32 %mant, %s
-  %one = shl i32 1, %s
-  %mask = sub i32 %one, 1
-  %rem = and i32 %mant, %mask
-  %half = lshr i32 %one, 1
-  %gt = icmp ugt i32 %rem, %half
-  %eq = icmp eq i32 %rem, %half
-  %odd = trunc i32 %q to i1
-  %tie = and i1 %eq, %odd
-  %up = or i1 %gt, %tie
-  %upi = zext i1 %up to i32
-  %rs = add i32 %q, %upi
-  %isn = icmp uge i32 %a, {fmt.min_normal_bits}
-  %rv = select i1 %isn, i32 %rn, i32 %rs
-"""
-    rounded = "%rv"
-  return ir + f"""  %isnan = icmp ugt i32 %a, 2139095040
-  %rr = select i1 %isnan, i32 {fmt.nan_code}, i32 {rounded}
-  %o = or i32 %rr, %sign
-  %t = trunc i32 %o to {bits}
-  ret {bits} %t
-"""
 
 # ** the runtime of an in-process JIT **
 # Where a CPU has no instruction for a half conversion (double -> half without AVX512-FP16; every half conversion
@@ -484,14 +377,23 @@ def _from_float_ir(fmt: EmulatedFloat, bits: str) -> str:
 
 JIT_RUNTIME_SYMBOLS = ("__extendhfsf2", "__truncsfhf2", "__truncdfhf2")
 
+def _conversion_ir(name: str, arg: DType, ret: DType, convert: Callable[[UOp], UOp]) -> str:
+  """An internal LLVM function of one argument: `convert`'s UOps on it, printed by the LLVM renderer's ALU code."""
+  x = UOp(Ops.DEFINE_VAR, arg, arg=("x", 0, 0))
+  out, ctx, renderer = convert(x), _Ctx(names={x: "%x"}), LLVMRenderer()
+  for u in out.toposort():
+    if u is not x: renderer._render_uop(u, ctx)
+  return (f"define internal {ltype(ret)} @{name}({ltype(arg)} %x) nounwind {{\n" + "\n".join(ctx.lines) +
+          f"\n  ret {ltype(ret)} {renderer._val(out, ctx)}\n}}")
+
 def jit_runtime_ir() -> str:
   """An LLVM module that defines every function of JIT_RUNTIME_SYMBOLS without calling any other."""
   fmt = EmulatedFloat.of(dtypes.float16)
+  to_f32 = _conversion_ir("__ember_f16_to_f32", dtypes.uint16, dtypes.float32, lambda x: bits_to_float(x, fmt))
+  to_f16 = _conversion_ir("__ember_f32_to_f16", dtypes.float32, dtypes.uint16, lambda x: float_to_bits(x, fmt))
   return f"""declare double @llvm.fabs.f64(double)
-define internal float @__ember_f16_to_f32(i16 %x) nounwind {{
-{_to_float_ir(fmt, "i16")}}}
-define internal i16 @__ember_f32_to_f16(float %x) nounwind {{
-{_from_float_ir(fmt, "i16")}}}
+{to_f32}
+{to_f16}
 define float @__extendhfsf2(half %h) nounwind {{
   %b = bitcast half %h to i16
   %f = call float @__ember_f16_to_f32(i16 %b)
