@@ -170,6 +170,16 @@ def test_malformed_archives_raise_checkpoint_error(tmp_path: Path):
     entry = _central_entry(data, b"data.pkl")
     data[entry + 24:entry + 28] = struct.pack("<I", 2**32 - 2)
   with pytest.raises(CheckpointError, match="declares 4294967294 bytes"): torch_load(_patched(tmp_path, huge))
+  # torch.save's zip64 locator claiming two disks, and an end record counting one entry too many
+  def two_disks(data: bytearray) -> None:
+    locator = data.rfind(b"PK\x06\x07")
+    data[locator + 16:locator + 20] = struct.pack("<I", 2)
+  with pytest.raises(CheckpointError, match="zip64 record at offset .* disagrees"):
+    torch_load(_patched(tmp_path, two_disks))
+  def one_more(data: bytearray) -> None:
+    end = data.rfind(b"PK\x05\x06")
+    data[end + 10:end + 12] = struct.pack("<H", struct.unpack("<H", data[end + 10:end + 12])[0] + 1)
+  with pytest.raises(CheckpointError, match="end record at offset"): torch_load(_patched(tmp_path, one_more))
   # a member name given twice
   dup = tmp_path / "dup.pth"
   src = zipfile.ZipFile(_save(tmp_path, {"w": torch.ones(2)}))

@@ -400,7 +400,15 @@ class CaseTimeout(BaseException):
 def _alarm(signum: int, frame: Any) -> None: raise CaseTimeout()
 
 def init_worker() -> None:
-  os.environ["DEV"] = "PYTHON"  # before ember is imported in this process
+  """DEV=PYTHON before ember is imported here, and every module the cases use imported before the first alarm (on a
+  loaded machine importing torch alone can outlast a case's bound)."""
+  os.environ["DEV"] = "PYTHON"
+  import gguf  # noqa: F401
+  import safetensors.torch  # noqa: F401
+  import torch  # noqa: F401
+  import ember.nn.gguf  # noqa: F401
+  import ember.nn.pth  # noqa: F401
+  import ember.nn.state  # noqa: F401
   signal.signal(signal.SIGALRM, _alarm)
 
 class Mismatch(Exception):

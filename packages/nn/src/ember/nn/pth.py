@@ -203,19 +203,31 @@ def _member_data_offset(raw: io.BufferedReader, info: zipfile.ZipInfo, path: str
   return start
 
 def _check_end_record(fpath: str, raw: io.BufferedReader, size: int, infos: list[zipfile.ZipInfo]) -> None:
-  """The end-of-central-directory record is on one disk and counts every entry, and the central directory it locates
-  ends where the record starts, its entries' declared lengths adding up to its size."""
+  """The end-of-central-directory record (and the zip64 record and locator torch always writes before it) are on one
+  disk and count every entry, and the central directory they locate ends where they start, its entries' declared
+  lengths adding up to its size."""
   raw.seek(max(0, size - 65557))  # 22 bytes and a comment of at most 65535
   tail = raw.read()
   end = tail.rfind(b"PK\x05\x06")
-  if end < 0 or len(tail) < end + 22: return  # zipfile found it, or a zip64 record, by its own search
+  if end < 0 or len(tail) < end + 22: raise CheckpointError(f"{fpath}: no end-of-central-directory record")
   at = size - len(tail) + end
-  disk, cd_disk, on_disk, total, cd_size, cd_offset = struct.unpack("<HHHHII", tail[end + 4:end + 20])
-  if 0xFFFF in (on_disk, total) or 0xFFFFFFFF in (cd_size, cd_offset): return  # zip64: sizes in its own record
   where = f"{fpath}: the end record at offset {at}"
+  disk, cd_disk, on_disk, total, cd_size, cd_offset = struct.unpack("<HHHHII", tail[end + 4:end + 20])
+  ends = at
+  if end >= 20 and tail[end - 20:end - 16] == b"PK\x06\x07":
+    z_disk, z_at, n_disks = struct.unpack("<IQI", tail[end - 16:end])
+    raw.seek(min(z_at, size))
+    record = raw.read(56)
+    if record[:4] != b"PK\x06\x06" or len(record) < 56 or z_at + 12 + struct.unpack("<Q", record[4:12])[0] != at - 20:
+      raise CheckpointError(f"{where}: the zip64 locator points at offset {z_at}, where no zip64 record ends at the "
+                            "locator")
+    z = struct.unpack("<IIQQQQ", record[16:56])
+    narrow = (disk, cd_disk, on_disk, total, cd_size, cd_offset)
+    if any(n not in (w, 0xFFFF, 0xFFFFFFFF) for n, w in zip(narrow, z)) or z_disk or n_disks != 1:
+      raise CheckpointError(f"{where}: the zip64 record at offset {z_at} {z} disagrees with it {narrow}")
+    disk, cd_disk, on_disk, total, cd_size, cd_offset = z
+    ends = z_at
   if disk or cd_disk: raise CheckpointError(f"{where} describes a multi-disk archive (disks {disk}, {cd_disk})")
-  zip64 = at - 20 >= 0 and tail[end - 20:end - 16] == b"PK\x06\x07"  # torch always writes the zip64 records too
-  ends = at - 20 - 56 if zip64 else at
   if not on_disk == total == len(infos) or cd_offset + cd_size != ends:
     raise CheckpointError(f"{where} counts {on_disk}/{total} entries in {cd_size} bytes at offset {cd_offset}; the "
                           f"central directory holds {len(infos)} and ends at offset {ends}")
