@@ -19,7 +19,7 @@ Float sums are reassociated (a tree instead of a left fold); MAX keeps NaN propa
 same MAX op.
 """
 from __future__ import annotations
-from ember.dtype import dtypes
+from ember.dtype import DType, dtypes
 from ember.helpers import prod
 from ember.renderer import Renderer
 from ember.uop.ops import Ops, UOp, AxisType
@@ -96,6 +96,7 @@ def group_reduce(ast: UOp, renderer: Renderer) -> tuple[UOp, list[int], list[int
     if slots == 1:
       new[n] = part
       continue
+    assert isinstance(n.dtype, DType), f"a REDUCE yields scalars, not {n.dtype}"
     shared = UOp(Ops.DEFINE_LOCAL, n.dtype.ptr(slots), (), f"temp{next_axis}")
     barrier = UOp(Ops.BARRIER, dtypes.void, (shared.index(slot, writer).store(part),))
     fold = UOp.range(slots, next_axis, AxisType.REDUCE)
