@@ -108,9 +108,9 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
       if (end := _const_end(red.src[-1])) % opt.amt:
         raise KernelOptError(f"{opt}: a reduction whose innermost range is {end} does not divide")
     targets = {_split_key(r) for r in reds}  # the partial reductions' ranges differ (shorter or gone): not targets
-    while (red := next((n for n in ast.toposort() if n.op is Ops.REDUCE and _splittable(n)
-                        and _split_key(n) in targets), None)) is not None:
-      ast = split_reduce(ast, red, opt.amt)
+    while (todo := next((n for n in ast.toposort() if n.op is Ops.REDUCE and _splittable(n)
+                         and _split_key(n) in targets), None)) is not None:
+      ast = split_reduce(ast, todo, opt.amt)
     return ast
   if opt.amt < 1: raise KernelOptError(f"{opt}: a thread count must be at least 1")
   return ast  # THREADS is applied by codegen's thread split
@@ -277,7 +277,7 @@ def hand_coded_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
     if (mm := matmul_opts(ast, width, MATMUL_COLS, 8, axes)): return mm
   # reductions the target's compiler vectorises as they are (`Renderer.vector_reduce_ops`, e.g. the CPU's MAX as an
   # int max) run fastest unsplit: partial lanes only make it shuffle them
-  native = getattr(renderer, "vector_reduce_ops", frozenset())  # duck-typed renderers may lack it
+  native: frozenset[Ops] = getattr(renderer, "vector_reduce_ops", frozenset())  # duck-typed renderers may lack it
   if all(n.arg in native for n in ast.toposort() if n.op is Ops.REDUCE): return []
   reds = [n for n in ast.toposort() if n.op is Ops.REDUCE and _splittable(n)]
   # the innermost range gives the lanes; the whole reduction must be long enough to pay for combining them
