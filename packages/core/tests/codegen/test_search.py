@@ -74,3 +74,11 @@ def test_split_candidates_for_reductions(shape: tuple[int, int]) -> None:
   ast = _kernel(Tensor(x).realize().sum(1))
   splits = [c for c in candidate_opts(ast, _Wide()) if c and c[0].op == "SPLIT"]  # type: ignore[arg-type]
   assert all(shape[1] % c[0].amt == 0 for c in splits) and splits
+
+def test_a_device_without_a_compiler_is_a_compile_error(tmp_path) -> None:
+  # BEAM on a DISK tensor's kernel: a typed error naming the device, not an AttributeError on its missing compiler
+  from ember.errors import CompileError
+  ast, _, _ = _matmul_ast(2)
+  device = f"DISK:{tmp_path / 'weights.bin'}"
+  with pytest.raises(CompileError, match="has no compiler"):
+    _compile(ast, Device[Device.DEFAULT].renderer, device, [])

@@ -63,7 +63,7 @@ def _buffers(spec: ProgramSpec, device: str, seed: int) -> list[Any]:
     if dtypes.is_float(dt.base): data = rng.standard_normal(dt.size).astype(np.float32).astype(dt.base.fmt or "f")
     elif dt.base is dtypes.bool: data = rng.integers(0, 2, dt.size).astype(np.bool_)
     else: data = rng.integers(0, 8, dt.size).astype(dt.base.fmt or "i")
-    buf.copyin(memoryview(np.ascontiguousarray(data)).cast("B"))
+    buf.copyin(np.ascontiguousarray(data).data.cast("B"))
     bufs.append(buf)
   return bufs
 
@@ -81,6 +81,8 @@ def _compile(ast: UOp, renderer: Renderer, device: str, opts: tuple[Opt, ...] | 
   from ember.codegen import get_program
   from ember.engine.realize import CompiledRunner
   dev = Device[device]
+  if dev.compiler is None:
+    raise CompileError(f"device {device} has no compiler to search kernel opts with; run BEAM on a compute device")
   spec = get_program(ast, renderer, device, list(opts))
   lib = dev.compiler.compile_cached(spec.src)
   return CompiledRunner(spec, lib, dev.runtime(spec.name, lib), device)
