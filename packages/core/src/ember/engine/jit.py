@@ -77,7 +77,8 @@ class TinyJit(Generic[R]):
     self.captured: Captured = []
     self.expected: list[Any] = []
     self.ret: Any = None
-    self.graph: Callable[[list[Buffer]], Any] | None = None
+    # called with the input buffers, and with the bound Variables too where the runner `takes_var_vals`
+    self.graph: Callable[..., Any] | None = None
     if fxn is not None: functools.update_wrapper(self, fxn)
   def __get__(self, obj: Any, objtype: Any = None) -> Any: return functools.partial(self.__call__, obj)
   def reset(self) -> None:
@@ -167,7 +168,7 @@ def _prune(captured: Captured, in_bufs: list[Buffer]) -> Captured:
   if DEBUG.value >= 1: sys.stderr.write(f"TinyJit prune: {len(captured)} -> {len(keep)} calls\n")
   return [call for i, call in enumerate(captured) if i in keep]
 
-def _device_graph(captured: Captured, in_bufs: list[Buffer]) -> Callable[[list[Buffer]], Any] | None:
+def _device_graph(captured: Captured, in_bufs: list[Buffer]) -> Callable[..., Any] | None:
   """The device's graph runner for this capture, or None to replay call by call (copies, several devices, no graph)."""
   runners = [runner for runner, _, _ in captured if runner is not None]
   if not runners or len(runners) != len(captured) or len({runner.device for runner in runners}) != 1: return None
