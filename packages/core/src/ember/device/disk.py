@@ -68,7 +68,7 @@ class DiskDevice(Compiled):
     if renderer is not None or compiler is not None:
       raise DeviceError(f"DISK device {device!r} cannot run kernels, so it takes no renderer or compiler")
     self.path = disk_path(device)
-    super().__init__(device, DiskAllocator(self.path), None, None, self._no_kernels)  # type: ignore[arg-type]  # DISK has none
+    super().__init__(device, DiskAllocator(self.path), None, None, self._no_kernels)
   def _no_kernels(self, name: str, lib: bytes) -> NoReturn:
     raise DeviceError(f"DISK device {self.device!r} cannot run kernels (asked to load {name!r}); it only maps a file. "
                       "Copy the tensor to a compute device first, e.g. `t.to('CPU')`")
