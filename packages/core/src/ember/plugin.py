@@ -76,7 +76,7 @@ class EmberHookSpec:
   """The hooks a backend implements (all optional except `ember_backend_info`). No hook is ``historic``."""
 
   @hookspec
-  def ember_backend_info(self) -> BackendInfo:
+  def ember_backend_info(self) -> BackendInfo:  # type: ignore[empty-body]  # a hookspec's body never runs
     """Describe the backend. Required.
 
     When: first, right after core imports the plugin module, before any other hook of this backend.
