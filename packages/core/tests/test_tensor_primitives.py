@@ -339,6 +339,17 @@ def test_symbolic_slices_with_bound_variables():
     np.testing.assert_allclose(Tensor(x)[:v].sum(0).numpy(), x[:n].sum(0))
     np.testing.assert_allclose(Tensor(x)[1:v, 2].sum().numpy(), x[1:n, 2].sum())
 
+def test_concrete_indexing_of_a_symbolic_dim_is_a_shape_error():
+  # int indices, int-bounded slices, tensor indices and assignments need the dim's size: a typed error naming the
+  # indexing, not a TypeError from comparing with a UOp
+  from ember import Variable
+  x = Tensor(np.arange(20, dtype=np.float32).reshape(5, 4))[:Variable("n", 1, 5).bind(3)]
+  for index in (1, -1, slice(0, 2), slice(None, None, 2), [0, 1]):
+    with pytest.raises(ShapeError, match="concrete sizes.*symbolic"):
+      x[index]
+  with pytest.raises(ShapeError, match="concrete sizes"):
+    x[0:1] = 1.0
+
 def test_two_size_changing_bitcasts_of_one_buffer_keep_their_own_bytes():
   # regression: the memory planner reused the memory a bitcast view aliased
   from ember import dtypes

@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any, TYPE_CHECKING
 from ember.errors import AxisError
 from ember.dtype import dtypes
-from ember.uop.ops import Ops, UOp
+from ember.uop.ops import Ops, UOp, int_size
 if TYPE_CHECKING:
   from ember.tensor import Tensor
 
@@ -14,7 +14,7 @@ def _norm_index(indices: Any) -> list[Any]:
 
 def _strided(x: Tensor, dim: int, start: int, stop: int, step: int) -> Tensor:
   """Elements start, start+step, ... (< stop for step > 0) of dim, via shrink/flip/reshape (no copies)."""
-  n = x.shape[dim]
+  n = int_size(x.shape[dim], "a strided slice")
   if step < 0:
     x = x.flip(dim)
     start, stop, step = n - 1 - start, n - 1 - stop, -step
@@ -54,15 +54,14 @@ def getitem(x: Tensor, indices: Any) -> Tensor:
       out = out.shrink(tuple((lo, hi) if k == dim else (0, s) for k, s in enumerate(out.shape)))
       dim += 1
     elif isinstance(i, slice):
-      n = out.shape[dim]
-      start, stop, step = i.indices(n)
+      start, stop, step = i.indices(int_size(out.shape[dim], "a slice with int bounds"))
       if step == 0: raise ValueError("slice step cannot be zero")
       out = _strided(out, dim, start, stop, step)
       dim += 1
     elif isinstance(i, bool) or (isinstance(i, Tensor) and i.dtype is dtypes.bool):
       raise IndexError("boolean mask indexing has a data-dependent shape; use masked_select or where")
     elif isinstance(i, int) or (hasattr(i, "__index__") and not isinstance(i, (Tensor, list, tuple))):
-      n = out.shape[dim]
+      n = int_size(out.shape[dim], "an int index")
       v = int(i)
       if not -n <= v < n: raise AxisError(f"index {v} is out of bounds for dim {dim} of size {n}")
       v = v + n if v < 0 else v
@@ -93,7 +92,7 @@ def _gather_dims(x: Tensor, tensor_dims: list[tuple[int, Tensor]], squeeze: list
   ishape = broadcast_shape(*(t.shape for _, t in tensor_dims))
   # one-hot select per indexed dim: sum over that dim of (idx == arange) * x
   for d, t in tensor_dims:
-    n = x.shape[d]
+    n = int_size(x.shape[d], "a tensor index")
     valid = ((t >= -n) & (t < n))
     # a TinyJit capture cannot read the indices (replays would skip the check): out of range, they select zeros
     if not capturing() and not valid.all().item():
@@ -103,7 +102,7 @@ def _gather_dims(x: Tensor, tensor_dims: list[tuple[int, Tensor]], squeeze: list
   other_shape = tuple(xp.shape[len(dims):])
   ret = xp.reshape((1,) * len(ishape) + tuple(xp.shape))
   for j, (d, t) in enumerate(tensor_dims):
-    n = x.shape[d]
+    n = int_size(x.shape[d], "a tensor index")
     ti = t.cast(dtypes.int32)
     ti = (ti < 0).where(ti + n, ti)._broadcast_to(ishape)
     onehot = ti.reshape(*ishape, 1) == Tensor.arange(n, device=x.device).reshape((1,) * len(ishape) + (n,))
@@ -133,7 +132,7 @@ def _basic_region(x: Tensor, idx: list[Any]) -> list[tuple[int, int]] | None:
   region: list[tuple[int, int]] = []
   for i in idx:
     if i is None: continue
-    n = int(x.shape[len(region)])
+    n = int_size(x.shape[len(region)], "an assignment into a tensor")
     if isinstance(i, slice):
       start, stop, step = i.indices(n)
       if step != 1: return None
@@ -144,7 +143,7 @@ def _basic_region(x: Tensor, idx: list[Any]) -> list[tuple[int, int]] | None:
       region.append((v, v + 1))
     else:
       return None
-  return region + [(0, int(s)) for s in x.shape[len(region):]]
+  return region + [(0, int_size(s, "an assignment into a tensor")) for s in x.shape[len(region):]]
 
 def setitem(x: Tensor, indices: Any, value: Any) -> None:
   """x[indices] = value as one full-size masked assign: where(mask, value placed at the indexed elements, x)."""
@@ -159,12 +158,12 @@ def setitem(x: Tensor, indices: Any, value: Any) -> None:
   if region is not None:
     # unit-step slices and ints: pad the value (and a mask) out to the full shape
     v = v.reshape(tuple(e - b for b, e in region))
-    pads = tuple((b, int(s) - e) for (b, e), s in zip(region, x.shape))
+    pads = tuple((b, int_size(s, "an assignment into a tensor") - e) for (b, e), s in zip(region, x.shape))
     mask = Tensor.full(v.shape, True, dtype=dtypes.bool, device=x.device).pad(pads)
     new = mask.where(v.pad(pads), x)
   else:
     # steps and tensor indices: scatter into the flattened tensor at the flat positions those indices select
-    n = int(x.numel())
+    n = int_size(x.numel(), "an assignment into a tensor")
     # contiguous: the positions come out of a gather reduction; computing them once keeps the scatter kernel simple
     positions = getitem(Tensor.arange(n, device=x.device, dtype=dtypes.int32).reshape(x.shape), indices).contiguous()
     new = x.flatten().scatter(0, positions.flatten(), v.flatten()).reshape(x.shape)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any, Callable
 from ember.dtype import DType, PtrDType, AnyDType, dtypes, as_const, least_upper_dtype
-from ember.errors import DTypeError
+from ember.errors import DTypeError, ShapeError
 
 class Ops(Enum):
   # defs
@@ -271,6 +271,17 @@ class UOp(metaclass=UOpMetaClass):
 
 Variable = UOp.variable
 sint = int | UOp  # a shape dimension: an int or a symbolic UOp
+
+def int_size(size: sint, what: str) -> int:
+  """`size` where `what` needs it concrete; a ShapeError naming `what` where it is symbolic (holds a Variable)."""
+  if isinstance(size, UOp):
+    raise ShapeError(f"{what} needs concrete sizes, not the symbolic size {size}; give it a tensor whose shape "
+                     "holds no Variable")
+  return size
+
+def int_shape(shape: tuple[sint, ...], what: str) -> tuple[int, ...]:
+  """`shape` where `what` needs every size concrete (see `int_size`)."""
+  return tuple(int_size(s, what) for s in shape)
 
 # ** shape derivation (tensor level) **
 
