@@ -39,7 +39,7 @@ from ember.dtype import DType, dtypes, least_upper_dtype, strong_dtype
 from ember.errors import ShapeError, GradientError, ShardingError
 from ember.helpers import ContextVar, prod
 from ember.tensor import Tensor, all_tensors, broadcast_shape, sharded_tensors
-from ember.uop.ops import Ops, UOp
+from ember.uop.ops import Ops, UOp, int_size
 
 RING = ContextVar("RING", 0)
 
@@ -145,7 +145,7 @@ def reduce_scatter(op: Ops, tensors: Sequence[Tensor], axis: int = 0, algorithm:
   shape = tensors[0].shape
   if any(t.shape != shape for t in tensors):
     raise ShapeError(f"reduce_scatter of different shapes {[t.shape for t in tensors]}")
-  size = int(shape[axis])
+  size = int_size(shape[axis], "reduce_scatter")
   if size < len(devices):
     raise ShardingError(f"reduce_scatter: axis {axis} of size {size} cannot split over {len(devices)} devices")
   bounds = _bounds(split_sizes(size, len(devices)))
@@ -176,12 +176,12 @@ class Sharding:
   def bounds(self) -> list[tuple[int, int]]:
     """Each shard's (start, end) along the shard axis (none for a replicated tensor)."""
     if self.axis is None: return []
-    return _bounds([int(s.shape[self.axis]) for s in self.shards])
+    return _bounds([int_size(s.shape[self.axis], "a shard axis") for s in self.shards])
   @property
   def shape(self) -> tuple[Any, ...]:
     first = self.shards[0].shape
     if self.axis is None: return first
-    return first[:self.axis] + (sum(int(s.shape[self.axis]) for s in self.shards),) + first[self.axis + 1:]
+    return first[:self.axis] + (sum(int_size(s.shape[self.axis], "a shard axis") for s in self.shards),) + first[self.axis + 1:]
   @property
   def dtype(self) -> DType: return self.shards[0].dtype
   def __repr__(self) -> str: return f"sharded over {self.devices} axis={self.axis}"
@@ -191,7 +191,7 @@ class Sharding:
     Tensor.realize(*self.shards)
     if self.axis is None: return self.shards[0].numpy()
     return np.concatenate([s.numpy() for s in self.shards], axis=self.axis)
-  def data(self) -> memoryview: return memoryview(np.ascontiguousarray(self.numpy())).cast("B")
+  def data(self) -> memoryview: return np.ascontiguousarray(self.numpy()).data.cast("B")
   def to(self, t: Tensor, device: str | tuple[str, ...] | None) -> Tensor:
     """To one device: gather the shards there. To a tuple of devices: replicate on them."""
     if isinstance(device, tuple):
