@@ -22,8 +22,9 @@ import numpy as np
 from ember.device import Device
 from ember.dtype import dtypes, strong_dtype
 from ember.errors import EmberError
-from ember.helpers import ContextVar
+from ember.helpers import ContextVar, prod
 from ember.tensor import Tensor
+from ember.uop.ops import int_shape
 
 DIST_TIMEOUT = ContextVar("DIST_TIMEOUT", 300.0)
 
@@ -100,17 +101,18 @@ def _host(t: Tensor) -> np.ndarray:
   view = buf.as_buffer()
   if view is None: return np.ascontiguousarray(t.numpy())
   Device[buf.device].synchronize()
-  return np.frombuffer(view, dtype=dt.fmt, count=buf.size).reshape(t.shape)
+  return np.frombuffer(view, dtype=dt.fmt, count=buf.size).reshape(int_shape(t.shape, "an MPI collective"))
 
 def _device_result(like: Tensor) -> tuple[Tensor, np.ndarray] | None:
   """A fresh tensor shaped like `like` on its device, with a host view of its memory for MPI to write into; None
   where the device's memory is not host-visible."""
   dt = strong_dtype(like.dtype)
   if dt.fmt is None or 0 in like.shape: return None
-  out = Tensor.empty(*like.shape, device=like.device, dtype=dt)
+  shape = int_shape(like.shape, "an MPI collective")
+  out = Tensor.empty(*shape, device=like.device, dtype=dt)
   view = out._buffer().as_buffer()
   if view is None: return None
-  return out, np.frombuffer(view, dtype=dt.fmt, count=int(out.numel())).reshape(like.shape)
+  return out, np.frombuffer(view, dtype=dt.fmt, count=prod(shape)).reshape(shape)
 
 def _back(arr: np.ndarray, like: Tensor) -> Tensor:
   out = Tensor(np.ascontiguousarray(arr), device=like.device)
