@@ -72,10 +72,10 @@ def sample(shape: tuple[int, ...], dt: DType, seed: int, nonzero: bool = False, 
     vals = rng.integers(lo, 7, shape)
     if not dtypes.is_unsigned(dt) and nonzero and not positive: vals = vals * rng.choice([-1, 1], shape)
     return vals.astype(np.int64)
-  vals = rng.standard_normal(shape) * 2
-  if positive: vals = np.abs(vals) + 0.25
-  elif nonzero: vals = np.where(np.abs(vals) < 0.25, 0.5, vals)
-  return vals.astype(np.float64)
+  floats = rng.standard_normal(shape) * 2
+  if positive: floats = np.abs(floats) + 0.25
+  elif nonzero: floats = np.where(np.abs(floats) < 0.25, 0.5, floats)
+  return floats.astype(np.float64)
 
 def tensor(data: np.ndarray, dt: DType, device: str) -> Tensor:
   """A tensor of dtype `dt` on `device` holding `data` (formats numpy lacks are cast on the device)."""

@@ -20,7 +20,7 @@ from ember.renderer import ProgramSpec, Renderer
 from ember.schedule import ScheduleItem
 from ember.tensor import Tensor
 from ember.testing import KERNEL_CORPUS, REFERENCE_DEVICE, tolerance
-from ember.uop.ops import Ops, UOp
+from ember.uop.ops import Ops, UOp, int_shape
 
 EMULATED = (dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2)
 """The dtypes C renderers store as raw bits and compute in float32."""
@@ -67,6 +67,11 @@ def pack_params(layout: list[tuple[int, int]], size: int, args: list[int]) -> by
     params[offset:offset + width] = int(value).to_bytes(width, "little", signed=value < 0)
   return bytes(params)
 
+def _dim3(size: list[int] | None) -> tuple[int, int, int]:
+  """A launch size as the shim's three dims (missing ones are 1, as a device launch pads them)."""
+  dims = [*(size or ()), 1, 1, 1]
+  return dims[0], dims[1], dims[2]
+
 def run_schedule_on_shim(items: list[ScheduleItem], dt: DType, shape: tuple[int, ...], renderer: Renderer,
                          arg_layout: ArgLayout, kernel_for: Callable[[ProgramSpec], HostKernel]) -> np.ndarray:
   """Execute a schedule with every kernel rendered by `renderer` and run by the host shim (`kernel_for` gives the
@@ -75,7 +80,8 @@ def run_schedule_on_shim(items: list[ScheduleItem], dt: DType, shape: tuple[int,
   inputs start with their contents, every other buffer with zeros."""
   memory: dict[int, np.ndarray] = {}
   for it in items:
-    if it.kind != "kernel": raise AssertionError(f"unexpected {it.kind} item in a single-device schedule")
+    if it.kind != "kernel" or it.ast is None:
+      raise AssertionError(f"unexpected {it.kind} item in a single-device schedule")
     for b in it.bufs:
       base = b.base
       if id(base) not in memory:
@@ -84,7 +90,7 @@ def run_schedule_on_shim(items: list[ScheduleItem], dt: DType, shape: tuple[int,
     layout, size = arg_layout(spec.uops)
     args = [memory[id(b.base)].ctypes.data + b.offset for b in it.bufs] + [it.var_vals[v.arg[0]] for v in spec.vars]
     params = pack_params(layout, size, args)
-    kernel_for(spec).run(params, tuple(spec.global_size or (1, 1, 1)), tuple(spec.local_size or (1, 1, 1)))
+    kernel_for(spec).run(params, _dim3(spec.global_size), _dim3(spec.local_size))
   out = items[-1].bufs[0]
   return as_values(memory[id(out.base)][out.offset:out.offset + out.nbytes], dt, shape)
 
@@ -102,7 +108,7 @@ class ShimRunner:
     return run_schedule_on_shim(items, dt, shape, self.renderer(), self.arg_layout, kernel_for or self.kernel)
   def run(self, t: Tensor) -> np.ndarray:
     """`t`'s schedule through the host shim, one build per kernel; returns the output as values in `t`'s shape."""
-    return self.run_schedule(t.schedule(), t.dtype, tuple(t.shape))
+    return self.run_schedule(t.schedule(), t.dtype, int_shape(t.shape, "a host shim run"))
 
 # ** checks shared by the backends' tests **
 
@@ -196,7 +202,7 @@ def check_graph_replay(dev: Any, device: str) -> None:
   spec = get_program(item.ast, dev.renderer)
   prg = dev.runtime(spec.name, dev.compiler.compile_cached(spec.src))
   bufs = [b.ensure_allocated()._buf for b in item.bufs]
-  graph = HCQGraph(dev, [(prg, bufs, (), tuple(spec.global_size), tuple(spec.local_size))] * 2)
+  graph = HCQGraph(dev, [(prg, bufs, (), _dim3(spec.global_size), _dim3(spec.local_size))] * 2)
   for k in range(3):
     new_in = dev.allocator.alloc(64)
     data = np.arange(16, dtype=np.float32) * (k + 1)
