@@ -170,10 +170,10 @@ def test_malformed_archives_raise_checkpoint_error(tmp_path: Path):
     entry = _central_entry(data, b"data.pkl")
     data[entry + 24:entry + 28] = struct.pack("<I", 2**32 - 2)
   with pytest.raises(CheckpointError, match="declares 4294967294 bytes"): torch_load(_patched(tmp_path, huge))
-  # torch.save's zip64 locator claiming two disks, and an end record counting one entry too many
+  # torch.save's zip64 record placing itself on disk 1, and an end record counting one entry too many
   def two_disks(data: bytearray) -> None:
-    locator = data.rfind(b"PK\x06\x07")
-    data[locator + 16:locator + 20] = struct.pack("<I", 2)
+    record = data.rfind(b"PK\x06\x06")
+    data[record + 16:record + 20] = struct.pack("<I", 1)
   with pytest.raises(CheckpointError, match="zip64 record at offset .* disagrees"):
     torch_load(_patched(tmp_path, two_disks))
   def one_more(data: bytearray) -> None:
