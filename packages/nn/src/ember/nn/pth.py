@@ -5,7 +5,10 @@ A checkpoint is a zip archive `<name>/data.pkl` + `<name>/data/<key>` (one raw l
 would import and call whatever it names, so an untrusted file could run any code. `RestrictedUnpickler` maps the few
 globals a checkpoint of tensors needs (`torch._utils._rebuild_tensor_v2`, `_rebuild_parameter`, the `torch.*Storage`
 classes, `collections.OrderedDict`) to ember's own functions and refuses everything else with `PickleSecurityError`
-before anything is called. Storages are read lazily through the DISK device, as `safe_load` reads safetensors.
+before anything is called; the pickle's opcodes are walked first, so that no length or memo index it declares sizes
+an allocation. The archive around it is checked as torch's own reader checks it (`_check_archive`), and every
+malformed file raises `CheckpointError` with the file, member and offset. Storages are read lazily through the DISK
+device, as `safe_load` reads safetensors.
 
 >>> state = torch_load("model.pth")  # doctest: +SKIP
 >>> state["fc.weight"].shape  # doctest: +SKIP
