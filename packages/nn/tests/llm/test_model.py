@@ -207,7 +207,7 @@ def test_quantized_model_matches_dense(tiny_llama, tmp_path, gguf_writer, refere
   for t in range(2, len(IDS)):
     np.testing.assert_allclose(model.forward([IDS[t]]), reference_logits(deq, cfg, IDS[:t + 1])[-1], rtol=1e-3,
                                atol=1e-3)
-  assert model._decode_jit.cnt == len(IDS) - 2 and len(model._decode_jit.captured) > 0
+  assert model._decode_jits[1].cnt == len(IDS) - 2 and len(model._decode_jits[1].captured) > 0
 
 def _from_gguf_rope_layout(w: np.ndarray, n_heads: int) -> np.ndarray:
   rows, cols = w.shape

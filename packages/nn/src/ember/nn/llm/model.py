@@ -33,14 +33,16 @@ are gathered on the host from the GGUF bytes and dequantised by `ember.nn.gguf` 
 from __future__ import annotations
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 import numpy as np
-from ember import Tensor, TinyJit, UOp, Variable, dtypes
+from ember import Tensor, TinyJit, UOp, Variable
 from ember.errors import EmberError
-from ember.nn.gguf import GGMLType, GGUFFile, dequantize, tensor_nbytes
+from ember.nn.gguf import BLOCK_LAYOUT, GGMLType, GGUFFile, dequantize, tensor_nbytes
+from ember.nn.llm.quant import BLOCK, HALF, KEPT, HalfWeight, QuantWeight
 from ember.schedule import buffer_of
 
-SUPPORTED_ARCHS = ("llama", "mistral")
+SUPPORTED_ARCHS = ("llama", "mistral", "qwen2", "qwen3")
+NEOX_ROPE_ARCHS = ("qwen2", "qwen3")  # rotate-half RoPE: llama.cpp's converter leaves their q/k rows as they are
 PREFILL_BUCKETS = (8, 32)  # prompt tokens per captured prefill step; a chunk is padded to the smallest that fits
 
 class ModelError(EmberError, ValueError):
@@ -60,10 +62,16 @@ class LlamaConfig:
   rope_theta: float = 10000.0
   rms_eps: float = 1e-5
   context_length: int = 2048
+  head_dim: int = 0  # 0: dim // n_heads (qwen3's attention.key_length may differ)
+  arch: str = "llama"
+  def __post_init__(self) -> None:
+    if self.head_dim == 0: object.__setattr__(self, "head_dim", self.dim // max(self.n_heads, 1))
   @property
-  def head_dim(self) -> int: return self.dim // self.n_heads
+  def q_dim(self) -> int: return self.n_heads * self.head_dim
   @property
   def kv_dim(self) -> int: return self.n_kv_heads * self.head_dim
+  @property
+  def neox_rope(self) -> bool: return self.arch in NEOX_ROPE_ARCHS
 
   @classmethod
   def from_gguf_metadata(cls, md: dict[str, Any], vocab_size: int | None = None) -> LlamaConfig:
@@ -82,68 +90,21 @@ class LlamaConfig:
               ffn_dim=int(need("feed_forward_length")),
               vocab_size=int(vocab), rope_theta=float(md.get(f"{arch}.rope.freq_base", 10000.0)),
               rms_eps=float(md.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
-              context_length=int(md.get(f"{arch}.context_length", 2048)))
-    if cfg.dim % cfg.n_heads or cfg.n_heads % cfg.n_kv_heads:
-      raise ModelError(f"inconsistent heads: dim {cfg.dim}, {cfg.n_heads} heads, {cfg.n_kv_heads} KV heads (need "
-        f"dim % heads == 0 and heads % kv_heads == 0)")
+              context_length=int(md.get(f"{arch}.context_length", 2048)),
+              head_dim=int(md.get(f"{arch}.attention.key_length", 0)), arch=arch)
+    value_dim = int(md.get(f"{arch}.attention.value_length", cfg.head_dim))
+    if value_dim != cfg.head_dim:
+      raise ModelError(f"attention.value_length {value_dim} != key_length {cfg.head_dim} is not supported")
+    if cfg.n_heads <= 0 or cfg.n_kv_heads <= 0 or cfg.n_heads % cfg.n_kv_heads or cfg.q_dim == 0:
+      raise ModelError(f"inconsistent heads: dim {cfg.dim}, {cfg.n_heads} heads of {cfg.head_dim}, {cfg.n_kv_heads} "
+        f"KV heads (need heads % kv_heads == 0)")
     if cfg.head_dim % 2: raise ModelError(f"RoPE needs an even head dim, got {cfg.head_dim}")
     rope_dim = int(md.get(f"{arch}.rope.dimension_count", cfg.head_dim))
     if rope_dim != cfg.head_dim: raise ModelError(f"partial RoPE (rope.dimension_count {rope_dim} != head dim "
       f"{cfg.head_dim}) is not supported")
     return cfg
 
-# ** weights: float32, or quantised blocks dequantised inside the matmul **
-
-QUANT_BLOCK = 32
-KEPT_QUANTIZED = (GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0)
-
-def _f16_column(blocks: np.ndarray, start: int) -> np.ndarray:
-  return blocks[..., start:start + 2].copy().view(np.float16).astype(np.float32)  # (..., 1)
-
-class QuantWeight:
-  """An (out, in) matrix kept as GGML blocks of 32: `q` the quants as uint8, (out, in/32, 16) bytes of two nibbles
-  for Q4_0/Q4_1 (element j of a block is the low nibble of byte j for j < 16, the high nibble of byte j-16 after, as
-  GGML stores them) or (out, in/32, 32) for Q8_0 (stored as q + 128: gcc vectorises unsigned byte loads, not signed
-  ones); `scale` and, for Q4_1, `offset` (out, in/32, 1) float32. Element j of a block is scale·q_j + offset for
-  Q4_1, scale·(q_j - 8) for Q4_0 and scale·(u_j - 128) for Q8_0."""
-  def __init__(self, ggml_type: GGMLType, raw: np.ndarray, shape: tuple[int, int], device: str | None):
-    out_dim, in_dim = shape
-    if in_dim % QUANT_BLOCK: raise ModelError(f"{ggml_type.name} weight of shape {shape}: the input dim must be a "
-      f"multiple of {QUANT_BLOCK}")
-    self.ggml_type, self.shape = ggml_type, shape
-    blocks = np.asarray(raw, np.uint8).reshape(out_dim, in_dim // QUANT_BLOCK, -1)
-    scale = _f16_column(blocks, 0)
-    q: np.ndarray
-    offset: np.ndarray | None = None
-    if ggml_type is GGMLType.Q8_0: q = blocks[..., 2:] ^ np.uint8(0x80)  # int8 two's complement + 128
-    elif ggml_type is GGMLType.Q4_1: q, offset = blocks[..., 4:], _f16_column(blocks, 2)
-    else: q = blocks[..., 2:]
-    self.nbytes = q.nbytes + scale.nbytes + (0 if offset is None else offset.nbytes)  # read per use
-    self.q = Tensor(np.ascontiguousarray(q), device=device).realize()
-    self.scale = Tensor(scale, device=device).realize()
-    self.offset = None if offset is None else Tensor(offset, device=device).realize()
-
-  def matmul(self, x: Tensor) -> Tensor:
-    """x (T, in) @ W.T -> (T, out) with the dequantisation fused into the reduce.
-
-    Per block the scale is factored out of the dot product and Q4_1's offset multiplies the block's sum of x:
-    sum_j x_j·(d·q_j + m) = d·sum_j x_j·q_j + m·sum_j x_j. The first kernel keeps one partial sum per lane of 16 (lane
-    j takes elements j and j+16, which share a byte for the nibble types) over the blocks, which gcc turns into one
-    vector accumulator (quants widened and converted as 16-wide vectors; the bytes pass through int32 first, which
-    is what lets it vectorise the conversion); the second sums the 16 lanes."""
-    T, nb = x.shape[0], self.shape[1] // QUANT_BLOCK
-    xb = x.reshape(T, 1, nb, QUANT_BLOCK)  # (T, 1, blocks, 32) broadcasts against the weight's (out, blocks, ...)
-    xl, xh = xb[..., :16], xb[..., 16:]
-    qi = self.q.cast(dtypes.int32)
-    if self.ggml_type is GGMLType.Q8_0:
-      qf = qi.cast(dtypes.float32) - 128.0
-      lo, hi = qf[..., :16], qf[..., 16:]
-    else:
-      lo, hi = (qi & 15).cast(dtypes.float32), (qi >> 4).cast(dtypes.float32)
-      if self.offset is None: lo, hi = lo - 8.0, hi - 8.0  # Q4_0
-    lanes = (xl * lo + xh * hi) * self.scale
-    if self.offset is not None: lanes = lanes + xl * self.offset + xh * self.offset
-    return lanes.sum(-2).sum(-1)  # (T, out, 16) partial sums over the blocks, then (T, out)
+# ** weights: float32, or kept quantised and dequantised inside the matmul (ember.nn.llm.quant) **
 
 class DenseWeight:
   """An (out, in) float32 matrix. (float16 storage converted inside the kernel was measured 13x slower than float32
@@ -154,7 +115,7 @@ class DenseWeight:
     self.w = Tensor(np.ascontiguousarray(w, np.float32), device=device).realize()
   def matmul(self, x: Tensor) -> Tensor: return x @ self.w.T  # reduces along the weight's contiguous rows
 
-Weight = QuantWeight | DenseWeight
+Weight = QuantWeight | HalfWeight | DenseWeight
 
 @dataclass
 class _Source:
@@ -169,13 +130,27 @@ class _Source:
     return dequantize(Tensor(np.ascontiguousarray(self.raw)), self.ggml_type, self.shape).numpy()
 
 def _fused_weight(parts: list[_Source], quantized: bool, device: str | None) -> Weight:
-  """Stack matrices along the output dim into one weight: quantised when all parts share a kept type."""
+  """Stack matrices along the output dim into one weight: kept in the file's type when all parts share a kept one."""
   out_dim, in_dim = sum(p.shape[0] for p in parts), parts[0].shape[1]
   types = {p.ggml_type for p in parts}
-  if quantized and len(types) == 1 and (gtype := types.pop()) in KEPT_QUANTIZED and in_dim % QUANT_BLOCK == 0:
+  gtype = types.pop() if len(types) == 1 else None
+  if quantized and gtype is not None and (gtype in HALF or (gtype in KEPT and in_dim % max(BLOCK_LAYOUT[gtype][0],
+                                                                                          BLOCK) == 0)):
     raw = np.concatenate([np.asarray(p.raw).reshape(p.shape[0], -1) for p in parts], axis=0)
-    return QuantWeight(gtype, raw, (out_dim, in_dim), device)
+    return (HalfWeight if gtype in HALF else QuantWeight)(gtype, raw, (out_dim, in_dim), device)
   return DenseWeight(np.concatenate([p.dense() for p in parts], axis=0), device)
+
+def _rope_rows(head_dim: int) -> np.ndarray:
+  """The row order that turns one head's rotate-half (NEOX) layout into the interleaved-pair layout: row 2i + t of
+  the result is row t * head_dim/2 + i (what llama.cpp's converter does to llama's q/k, and not to qwen's)."""
+  return np.arange(head_dim).reshape(2, head_dim // 2).T.reshape(-1)
+
+def _permute_rows(src: _Source, order: np.ndarray) -> _Source:
+  """`src` with its rows (output dim, or elements of a vector) in `order`, raw bytes reordered as whole rows."""
+  if src.raw is not None and src.ggml_type is not None and len(src.shape) == 2:
+    return _Source(src.shape, raw=np.asarray(src.raw).reshape(src.shape[0], -1)[order], ggml_type=src.ggml_type)
+  dense = src.dense()
+  return _Source(src.shape, array=np.ascontiguousarray(dense.reshape(len(order), -1)[order].reshape(dense.shape)))
 
 # ** ops composed from Tensor primitives **
 
@@ -207,34 +182,42 @@ def rope_tables(positions: np.ndarray, head_dim: int, theta: float) -> tuple[np.
 
 @dataclass
 class KVCache:
-  """One sequence's keys and values: per layer a (max_context, 2·kv_dim) float32 tensor, keys in the first kv_dim
-  columns; `pos` is the number of positions filled. Rows at or past `pos` are never read before being written."""
+  """The keys and values of `slots` independent sequences: per layer a (slots, max_context, 2·kv_dim) float32 tensor,
+  keys in the first kv_dim columns; `pos[s]` is the number of positions slot s has filled. Rows at or past a slot's
+  position are never read before being written (a batched decode step masks them)."""
   layers: list[Tensor]
   max_context: int
-  pos: int = 0
+  pos: list[int] = field(default_factory=list)
   _rows: list[np.ndarray | None] | None = field(default=None, repr=False)
 
-  def write_rows(self, rows: np.ndarray, pos: int) -> None:
-    """Store `rows` (n_layers, T, 2·kv_dim) at positions pos..pos+T-1: a host copy into the device buffers (an
-    array view of host memory where the device has one, else a copy into a view of the buffer)."""
+  def __post_init__(self) -> None:
+    if not self.pos: self.pos = [0] * self.slots
+
+  @property
+  def slots(self) -> int: return int(self.layers[0].shape[0]) if self.layers else len(self.pos) or 1
+
+  def write_rows(self, rows: np.ndarray, slot: int, pos: int) -> None:
+    """Store `rows` (n_layers, T, 2·kv_dim) at positions pos..pos+T-1 of `slot`: a host copy into the device buffers
+    (an array view of host memory where the device has one, else a copy into a view of the buffer)."""
     if self._rows is None: self._rows = [_host_rows(t) for t in self.layers]
     T = rows.shape[1]
     for layer, host, new in zip(self.layers, self._rows, rows):
-      if host is not None: host[pos:pos + T] = new
+      if host is not None: host[slot, pos:pos + T] = new
       else:
-        width = int(layer.shape[1])
-        rows_at = buffer_of(layer.uop).view(T * width, layer.dtype, pos * width * layer.dtype.itemsize)
-        rows_at.copyin(np.ascontiguousarray(new, np.float32).data)
+        width = int(layer.shape[2])
+        at = (slot * self.max_context + pos) * width * layer.dtype.itemsize
+        buffer_of(layer.uop).view(T * width, layer.dtype, at).copyin(np.ascontiguousarray(new, np.float32).data)
 
 def _host_rows(t: Tensor) -> np.ndarray | None:
   mv = buffer_of(t.uop).as_buffer()
-  return None if mv is None else np.frombuffer(mv, np.float32).reshape(int(t.shape[0]), int(t.shape[1]))
+  return None if mv is None else np.frombuffer(mv, np.float32).reshape(tuple(int(d) for d in t.shape))
 
 @dataclass
 class LlamaLayer:
   attn_norm: Tensor
   qkv: Weight
   qkv_bias: Tensor | None
+  qk_norm: Tensor | None  # (n_heads + n_kv_heads, head_dim): qwen3's per-head RMSNorm of queries and keys
   attn_output: Weight
   ffn_norm: Tensor
   gate_up: Weight
@@ -242,13 +225,15 @@ class LlamaLayer:
   cfg: LlamaConfig = field(repr=False)
 
   def _qkv(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
-    """The roped queries (T, dim) and the new cache rows (T, 2kv): roped keys, then values."""
+    """The roped queries (T, q_dim) and the new cache rows (T, 2kv): roped keys, then values."""
     cfg = self.cfg
-    T, hd, n_kv, dim, kv = x.shape[0], cfg.head_dim, cfg.n_kv_heads, cfg.dim, cfg.kv_dim
-    qkv = self.qkv.matmul(x * self.attn_norm) * rms_scale(x, cfg.rms_eps)  # (T, dim + 2kv)
+    T, hd, qd, kv = x.shape[0], cfg.head_dim, cfg.q_dim, cfg.kv_dim
+    qkv = self.qkv.matmul(x * self.attn_norm) * rms_scale(x, cfg.rms_eps)  # (T, q_dim + 2kv)
     if self.qkv_bias is not None: qkv = qkv + self.qkv_bias
-    qk = rope_interleaved(qkv[:, :dim + kv].reshape(T, cfg.n_heads + n_kv, hd), cos, sin).reshape(T, dim + kv)
-    return qk[:, :dim], Tensor.cat(qk[:, dim:], qkv[:, dim + kv:], dim=1)
+    heads = qkv[:, :qd + kv].reshape(T, cfg.n_heads + cfg.n_kv_heads, hd)
+    if self.qk_norm is not None: heads = heads * rms_scale(heads, cfg.rms_eps) * self.qk_norm
+    qk = rope_interleaved(heads, cos, sin).reshape(T, qd + kv)
+    return qk[:, :qd], Tensor.cat(qk[:, qd:], qkv[:, qd + kv:], dim=1)
 
   def _finish(self, x: Tensor, attn: Tensor) -> Tensor:
     """The attention output projection and the feed-forward block, with their residuals."""
@@ -258,47 +243,52 @@ class LlamaLayer:
     return (x + self.down.matmul(silu(gate_up[:, :self.cfg.ffn_dim]) * gate_up[:, self.cfg.ffn_dim:])).contiguous()
 
   def __call__(self, x: Tensor, cache: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, place: Tensor,
-               written: Tensor) -> Tensor:
-    """T tokens attending over the whole cache under `mask`; their keys/values are written into it first."""
+               written: Tensor, slot: Tensor) -> Tensor:
+    """T tokens of one slot attending over its cache rows under `mask`; their keys/values are written into it
+    first. cache (S, C, 2kv); place (C, T) one-hot puts the new rows at their positions, written (S, C, 1) marks the
+    rows they fill, slot (S, 1, 1) marks the sequence's slot."""
     cfg = self.cfg
-    T, hd, n_kv, dim, kv = x.shape[0], cfg.head_dim, cfg.n_kv_heads, cfg.dim, cfg.kv_dim
+    T, hd, n_kv, kv = x.shape[0], cfg.head_dim, cfg.n_kv_heads, cfg.kv_dim
+    S, C = cache.shape[0], cache.shape[1]
     rep = cfg.n_heads // n_kv
     q, new_rows = self._qkv(x, cos, sin)
-    # the new rows land at their positions: place (C, T) is one-hot, written (C, 1) marks the rows it fills
-    cache.assign(written.where(place @ new_rows, cache))
-    C = cache.shape[0]
+    cache.assign(written.where((place @ new_rows).reshape(1, C, 2 * kv), cache))
+    rows = cache.reshape(C, 2 * kv) if S == 1 else slot.where(cache, 0.0).sum(0)  # (C, 2kv) of this sequence
     q = q.reshape(T, n_kv, rep, hd).permute(1, 2, 0, 3)  # (n_kv, rep, T, hd)
-    keys = cache[:, :kv].reshape(C, n_kv, 1, hd).permute(1, 2, 3, 0)  # (n_kv, 1, hd, C)
-    values = cache[:, kv:].reshape(C, n_kv, 1, hd).permute(1, 2, 0, 3)  # (n_kv, 1, C, hd)
+    keys = rows[:, :kv].reshape(C, n_kv, 1, hd).permute(1, 2, 3, 0)  # (n_kv, 1, hd, C)
+    values = rows[:, kv:].reshape(C, n_kv, 1, hd).permute(1, 2, 0, 3)  # (n_kv, 1, C, hd)
     scores = (q @ keys) * (1.0 / math.sqrt(hd)) + mask  # (n_kv, rep, T, C)
     # stored in (T, heads*hd) order: the projection's kernel then reads its rows contiguously
-    attn = (softmax(scores) @ values).permute(2, 0, 1, 3).reshape(T, dim).contiguous()
+    attn = (softmax(scores) @ values).permute(2, 0, 1, 3).reshape(T, cfg.q_dim).contiguous()
     return self._finish(x, attn)
 
-  def decode(self, x: Tensor, cache: Tensor, cos: Tensor, sin: Tensor, n: UOp) -> tuple[Tensor, Tensor]:
-    """One token (x is (1, dim)) at position n attending over the n cached rows and itself: O(n) work, n a bound
-    Variable. The cache is only read; returns (x, the new (1, 2kv) row), which the caller stores at row n."""
+  def decode(self, x: Tensor, cache: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, n: UOp) -> tuple[Tensor, Tensor]:
+    """One token per slot (x is (S, dim)), slot s at position p_s attending over its p_s cached rows and itself: the
+    first n = max p_s rows of every slot are read, `mask` (C, S) is -inf at the rows at or past a slot's position.
+    O(n) work, n a bound Variable. The cache is only read; returns (x, the new (S, 2kv) rows), which the caller stores
+    at row p_s of slot s."""
     cfg = self.cfg
-    hd, n_kv, dim, kv = cfg.head_dim, cfg.n_kv_heads, cfg.dim, cfg.kv_dim
+    S, hd, n_kv, kv = x.shape[0], cfg.head_dim, cfg.n_kv_heads, cfg.kv_dim
     rep = cfg.n_heads // n_kv
     q, new_row = self._qkv(x, cos, sin)
-    q = q.reshape(1, n_kv, rep, hd)
+    q = q.reshape(S, n_kv, rep, hd)
     # the position is the leading dim of everything symbolic: buffers of these shapes then have constant strides
-    keys = cache.shrink(((0, n), (0, kv))).reshape(n, n_kv, 1, hd)
-    values = cache.shrink(((0, n), (kv, 2 * kv))).reshape(n, n_kv, 1, hd)
-    k_new, v_new = new_row[:, :kv].reshape(1, n_kv, 1, hd), new_row[:, kv:].reshape(n_kv, 1, hd)
+    keys = cache.shrink(((0, S), (0, n), (0, kv))).permute(1, 0, 2).reshape(n, S, n_kv, 1, hd)
+    values = cache.shrink(((0, S), (0, n), (kv, 2 * kv))).permute(1, 0, 2).reshape(n, S, n_kv, 1, hd)
+    k_new, v_new = new_row[:, :kv].reshape(S, n_kv, 1, hd), new_row[:, kv:].reshape(S, n_kv, 1, hd)
     # one softmax over the cached scores and the new one, without concatenating them
     scale = 1.0 / math.sqrt(hd)
-    s_old = (keys * q).sum(-1) * scale  # (n, n_kv, rep)
-    s_new = ((k_new * q).sum(-1) * scale).reshape(n_kv, rep)
-    top = s_old.max(0).maximum(s_new)  # (n_kv, rep)
+    s_old = (keys * q).sum(-1) * scale + mask.shrink(((0, n), (0, S))).reshape(n, S, 1, 1)  # (n, S, n_kv, rep)
+    s_new = (k_new * q).sum(-1) * scale  # (S, n_kv, rep)
+    top = s_old.max(0).maximum(s_new)
     e_old, e_new = (s_old - top).exp(), (s_new - top).exp()
-    weighted = (e_old.unsqueeze(-1) * values).sum(0) + e_new.unsqueeze(-1) * v_new  # (n_kv, rep, hd)
+    weighted = (e_old.unsqueeze(-1) * values).sum(0) + e_new.unsqueeze(-1) * v_new  # (S, n_kv, rep, hd)
     attn = weighted / (e_old.sum(0) + e_new).unsqueeze(-1)
-    return self._finish(x, attn.reshape(1, dim)), new_row
+    return self._finish(x, attn.reshape(S, cfg.q_dim)), new_row
 
 class Llama:
-  """A Llama-family model with a default KV cache of `max_context` positions; `new_cache()` makes more.
+  """A llama-family model (llama, mistral, qwen2, qwen3) with a default one-slot KV cache of `max_context` positions;
+  `new_cache(slots)` makes more, `decode_batch` advances several slots in one step.
 
   >>> model = Llama.from_gguf("SmolLM2-135M-Instruct.Q4_1.gguf", max_context=512)  # doctest: +SKIP
   >>> logits = model.forward([6403, 1980, 253, 655])  # doctest: +SKIP  (vocab,) float32 of the last position
@@ -310,12 +300,18 @@ class Llama:
     if self.max_context <= 0: raise ModelError(f"max_context must be positive, got {max_context}")
     src = {k: v if isinstance(v, _Source) else _Source(tuple(v.shape), array=np.asarray(v, np.float32))
            for k, v in sources.items()}
-    kv = cfg.kv_dim
+    kv, qd, hd = cfg.kv_dim, cfg.q_dim, cfg.head_dim
     def get(key: str, shape: tuple[int, ...]) -> _Source:
       if key not in src: raise ModelError(f"GGUF model lacks tensor {key!r}")
       if tuple(src[key].shape) != shape:
         raise ModelError(f"tensor {key!r} has shape {tuple(src[key].shape)}, expected {shape} from the metadata")
       return src[key]
+    def heads(key: str, n_heads: int, shape: tuple[int, ...]) -> _Source:
+      """A q/k tensor (rows, bias or per-head norm) in the interleaved-pair RoPE layout this model applies."""
+      got = get(key, shape)
+      if not cfg.neox_rope: return got
+      order = (np.arange(n_heads)[:, None] * hd + _rope_rows(hd)[None, :]).reshape(-1)
+      return _permute_rows(got, order)
     def vector(key: str, n: int) -> Tensor:
       return Tensor(np.ascontiguousarray(get(key, (n,)).dense(), np.float32).reshape(n), device=device).realize()
     self._embedding = get("token_embd.weight", (cfg.vocab_size, cfg.dim))
@@ -327,38 +323,45 @@ class Llama:
     self.layers: list[LlamaLayer] = []
     for i in range(cfg.n_layers):
       p = f"blk.{i}."
-      qkv = [get(p + "attn_q.weight", (cfg.dim, cfg.dim)), get(p + "attn_k.weight", (kv, cfg.dim)),
-             get(p + "attn_v.weight", (kv, cfg.dim))]
-      biases = [(p + f"attn_{n}.bias", size) for n, size in (("q", cfg.dim), ("k", kv), ("v", kv))]
+      qkv = [heads(p + "attn_q.weight", cfg.n_heads, (qd, cfg.dim)),
+             heads(p + "attn_k.weight", cfg.n_kv_heads, (kv, cfg.dim)), get(p + "attn_v.weight", (kv, cfg.dim))]
       bias = None
-      if any(key in src for key, _ in biases):  # a missing bias of the three is zero
-        bias = Tensor(np.concatenate([get(key, (n,)).dense().reshape(n) if key in src else np.zeros(n, np.float32)
-                                      for key, n in biases]).astype(np.float32), device=device).realize()
+      if any(p + f"attn_{n}.bias" in src for n in "qkv"):  # a missing bias of the three is zero
+        parts = [heads(p + "attn_q.bias", cfg.n_heads, (qd,)).dense() if p + "attn_q.bias" in src else np.zeros(qd),
+                 heads(p + "attn_k.bias", cfg.n_kv_heads, (kv,)).dense() if p + "attn_k.bias" in src else np.zeros(kv),
+                 get(p + "attn_v.bias", (kv,)).dense() if p + "attn_v.bias" in src else np.zeros(kv)]
+        bias = Tensor(np.concatenate([np.asarray(b, np.float32).reshape(-1) for b in parts]), device=device).realize()
+      qk_norm = None
+      if p + "attn_q_norm.weight" in src or p + "attn_k_norm.weight" in src:
+        qn, kn = (heads(p + f"attn_{n}_norm.weight", 1, (hd,)).dense().reshape(1, hd) for n in "qk")
+        table = np.concatenate([np.repeat(qn, cfg.n_heads, 0), np.repeat(kn, cfg.n_kv_heads, 0)])
+        qk_norm = Tensor(np.ascontiguousarray(table, np.float32), device=device).realize()
       self.layers.append(LlamaLayer(
         attn_norm=vector(p + "attn_norm.weight", cfg.dim), qkv=_fused_weight(qkv, quantized, device), qkv_bias=bias,
-        attn_output=_fused_weight([get(p + "attn_output.weight", (cfg.dim, cfg.dim))], quantized, device),
+        qk_norm=qk_norm, attn_output=_fused_weight([get(p + "attn_output.weight", (cfg.dim, qd))], quantized, device),
         ffn_norm=vector(p + "ffn_norm.weight", cfg.dim),
         gate_up=_fused_weight([get(p + "ffn_gate.weight", (cfg.ffn_dim, cfg.dim)),
                                get(p + "ffn_up.weight", (cfg.ffn_dim, cfg.dim))], quantized, device),
         down=_fused_weight([get(p + "ffn_down.weight", (cfg.dim, cfg.ffn_dim))], quantized, device), cfg=cfg))
     self._embed_table, self._embed = self._embedding_rows()
-    self._decode_jit = TinyJit(self._decode_step)
     self._position = Variable("pos", 1, max(self.max_context - 1, 1))  # cached rows a decode step attends over
-    self._prefill_jits = {size: TinyJit(self._step) for size in PREFILL_BUCKETS}
+    # captured steps per cache size: decode per slot count, prefill per (slot count, chunk size)
+    self._decode_jits: dict[int, TinyJit] = {}
+    self._prefill_jits: dict[tuple[int, int], TinyJit] = {}
     self.cache = self.new_cache()
 
   @classmethod
   def from_gguf(cls, source: str | GGUFFile, max_context: int = 512, device: str | None = None,
                 quantized: bool = True) -> Llama:
-    """Build the model from a GGUF file; Q4_0/Q4_1/Q8_0 matrices stay quantised unless `quantized=False`, which
-    dequantises every matrix to float32 at load."""
+    """Build the model from a GGUF file; matrices of the block types in `ember.nn.llm.quant.KEPT` and F16/BF16 stay
+    in their type unless `quantized=False`, which dequantises every matrix to float32 at load."""
     f = source if isinstance(source, GGUFFile) else GGUFFile(source)
     emb = f.tensors.get("token_embd.weight")
     if emb is None: raise ModelError(f"{f.path}: no token_embd.weight tensor; is this a llama-family GGUF?")
     cfg = LlamaConfig.from_gguf_metadata(f.metadata, vocab_size=emb.shape[0])
     sources: dict[str, _Source | np.ndarray] = {}
     for name, info in f.tensors.items():
-      if len(info.shape) == 2 and info.ggml_type in KEPT_QUANTIZED:
+      if len(info.shape) == 2 and (info.ggml_type in KEPT or info.ggml_type in HALF):
         sources[name] = _Source((info.shape[0], info.shape[1]), raw=f.raw(name), ggml_type=info.ggml_type)
       else: sources[name] = f.tensor(name)
     return cls(cfg, sources, max_context=max_context, device=device, quantized=quantized)
@@ -383,101 +386,135 @@ class Llama:
       total += 2 * self.cfg.dim * 4  # the two norm vectors
     return total
 
-  def new_cache(self) -> KVCache:
-    """An empty KV cache for one more independent sequence (the captured steps serve every cache)."""
-    zeros = np.zeros((self.max_context, 2 * self.cfg.kv_dim), np.float32)
+  def new_cache(self, slots: int = 1) -> KVCache:
+    """An empty KV cache of `slots` independent sequences (the captured steps serve every cache of that size)."""
+    if slots < 1: raise ModelError(f"a KV cache needs at least one slot, got {slots}")
+    zeros = np.zeros((slots, self.max_context, 2 * self.cfg.kv_dim), np.float32)
     return KVCache([Tensor(zeros, device=self.device).realize() for _ in self.layers], self.max_context)
 
   # the default cache, for single-sequence use (CLI, generate(model, ...))
   @property
-  def pos(self) -> int: return self.cache.pos
+  def pos(self) -> int: return self.cache.pos[0]
 
   def reset(self) -> None:
     """Empty the default KV cache: the next forward starts at position 0 (the buffers and captured steps are kept)."""
-    self.cache.pos = 0
+    self.cache.pos[0] = 0
 
   def rewind(self, pos: int) -> None:
     """Forget the cached positions from `pos` on (the next forward writes there); 0 <= pos <= the current position."""
     rewind(self.cache, pos)
 
-  def forward(self, tokens: list[int] | np.ndarray, cache: KVCache | None = None) -> np.ndarray:
-    """Run `tokens` at positions pos..pos+T-1 of `cache` (default: the model's), append their keys/values to it;
-    returns the last position's logits (vocab,) float32."""
+  def _check_ids(self, ids: np.ndarray) -> None:
+    if ids.size and (ids.min() < 0 or ids.max() >= self.cfg.vocab_size):
+      raise ModelError(f"token ids must be in [0, {self.cfg.vocab_size}), got min {ids.min()} max {ids.max()}")
+
+  def forward(self, tokens: list[int] | np.ndarray, cache: KVCache | None = None, slot: int = 0) -> np.ndarray:
+    """Run `tokens` at positions pos..pos+T-1 of `slot` of `cache` (default: the model's), append their keys/values
+    to it; returns the last position's logits (vocab,) float32."""
     cache = self.cache if cache is None else cache
+    if not 0 <= slot < cache.slots: raise ModelError(f"slot {slot} is outside the cache's {cache.slots} slots")
     ids = np.asarray(tokens, dtype=np.int64).reshape(-1)
-    T, C, start = ids.size, self.max_context, cache.pos
+    T, C, start = ids.size, self.max_context, cache.pos[slot]
     if T == 0: raise ModelError("forward needs at least one token")
     if start + T > C:
       raise ContextOverflowError(f"context overflow: {start} cached + {T} new tokens > max_context {C}; start a "
         f"new conversation or raise max_context")
-    if ids.min() < 0 or ids.max() >= self.cfg.vocab_size:
-      raise ModelError(f"token ids must be in [0, {self.cfg.vocab_size}), got min {ids.min()} max {ids.max()}")
-    if T == 1 and start > 0: logits = self._decode(ids, start, cache)
-    else:
-      big = PREFILL_BUCKETS[-1]
-      for at in range(0, T, big):
-        chunk = ids[at:at + big]
-        size = next(b for b in PREFILL_BUCKETS if b >= chunk.size)
-        logits = self._run(self._prefill_jits[size], chunk, size, start + at, cache)
-    cache.pos = start + T
+    self._check_ids(ids)
+    if T == 1 and start > 0: return self.decode_batch([int(ids[0])], [slot], cache)[0]
+    big = PREFILL_BUCKETS[-1]
+    for at in range(0, T, big):
+      chunk = ids[at:at + big]
+      size = next(b for b in PREFILL_BUCKETS if b >= chunk.size)
+      key = (cache.slots, size)
+      if key not in self._prefill_jits: self._prefill_jits[key] = TinyJit(self._step)
+      logits = self._run(self._prefill_jits[key], chunk, size, start + at, cache, slot)
+    cache.pos[slot] = start + T
     return logits
 
-  def _run(self, step: TinyJit, ids: np.ndarray, T: int, start: int, cache: KVCache) -> np.ndarray:
+  def _run(self, step: TinyJit, ids: np.ndarray, T: int, start: int, cache: KVCache, slot: int) -> np.ndarray:
     n = ids.size  # a prefill chunk shorter than its bucket T is padded with token 0 at the following positions
-    C = self.max_context
+    C, S = self.max_context, cache.slots
     positions = np.arange(start, start + T)
     cos, sin = rope_tables(positions, self.cfg.head_dim, self.cfg.rope_theta)
     cols = np.arange(C)
     mask = np.where(cols[None, :] <= positions[:, None], 0.0, -np.inf).astype(np.float32)  # (T, C) causal
     # padding rows past the context are dropped; those inside it are overwritten before anything attends to them
     place = (cols[:, None] == positions[None, :]).astype(np.float32)  # (C, T)
-    written = place.any(axis=1, keepdims=True)  # (C, 1)
+    chosen = (np.arange(S) == slot).reshape(S, 1, 1)
+    written = chosen & place.any(axis=1).reshape(1, C, 1)  # (S, C, 1)
     select = np.zeros((1, T), np.float32)
     select[0, n - 1] = 1.0  # the last real token's row
     x = np.zeros((T, self._embed_table.shape[1]), self._embed_table.dtype)
     x[:n] = self._embed_table[ids]
-    inputs = [Tensor(a, device=self.device) for a in (x, cos, sin, mask, place, written, select)]
+    inputs = [Tensor(a, device=self.device) for a in (x, cos, sin, mask, place, written, chosen, select)]
     return step(*inputs, *cache.layers).numpy()
 
-  def _decode(self, ids: np.ndarray, start: int, cache: KVCache) -> np.ndarray:
-    cos, sin = rope_tables(np.array([start]), self.cfg.head_dim, self.cfg.rope_theta)
-    inputs = [Tensor(a, device=self.device) for a in (self._embed_table[ids], cos, sin)]
-    logits, rows = self._decode_jit(*inputs, self._position.bind(start), *cache.layers)
-    cache.write_rows(rows.numpy(), start)
-    return logits.numpy()
+  def decode_batch(self, tokens: Sequence[int], slots: Sequence[int], cache: KVCache) -> np.ndarray:
+    """One token for each of `slots` of `cache` (each already holding at least one position) in one step; returns
+    their logits (len(slots), vocab) float32 in the order given. Every slot of the cache is computed (idle ones on
+    token 0, fully masked), so the step is captured once per cache size and a slot's result does not depend on which
+    other slots are busy."""
+    S, C = cache.slots, self.max_context
+    if len(tokens) != len(slots) or not tokens:
+      raise ModelError(f"decode_batch needs one token per slot, got {len(tokens)} tokens for {len(slots)} slots")
+    if len(set(slots)) != len(slots) or not all(0 <= s < S for s in slots):
+      raise ModelError(f"decode_batch slots must be distinct slots of the cache's {S}, got {list(slots)}")
+    ids = np.zeros(S, np.int64)
+    positions = np.zeros(S, np.int64)
+    mask = np.full((C, S), -np.inf, np.float32)
+    for token, slot in zip(tokens, slots):
+      p = cache.pos[slot]
+      if p == 0: raise ModelError(f"slot {slot} is empty; a sequence starts with forward() (prefill), not a decode")
+      if p >= C: raise ContextOverflowError(f"context overflow: slot {slot} holds {p} tokens = max_context {C}")
+      ids[slot], positions[slot] = token, p
+      mask[:p, slot] = 0.0
+    self._check_ids(ids)
+    cos, sin = rope_tables(positions, self.cfg.head_dim, self.cfg.rope_theta)
+    if S not in self._decode_jits: self._decode_jits[S] = TinyJit(self._decode_step)
+    inputs = [Tensor(a, device=self.device) for a in (self._embed_table[ids], cos, sin, mask)]
+    n = int(max(positions[list(slots)]))
+    logits, rows = self._decode_jits[S](*inputs, self._position.bind(n), *cache.layers)
+    new_rows = rows.numpy()  # (n_layers, S, 2kv)
+    for slot in slots:
+      cache.write_rows(new_rows[:, slot:slot + 1], slot, cache.pos[slot])
+      cache.pos[slot] += 1
+    return logits.numpy()[list(slots)]
 
-  def _decode_step(self, x: Tensor, cos: Tensor, sin: Tensor, n: UOp, *caches: Tensor) -> tuple[Tensor, Tensor]:
+  def _decode_step(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, n: UOp,
+                   *caches: Tensor) -> tuple[Tensor, Tensor]:
     x = self._embed(x)
     rows = []
     for layer, cache in zip(self.layers, caches):
-      x, row = layer.decode(x, cache, cos, sin, n)
+      x, row = layer.decode(x, cache, cos, sin, mask, n)
       rows.append(row)
-    logits = (self.lm_head.matmul(x * self.norm) * rms_scale(x, self.cfg.rms_eps)).reshape(self.cfg.vocab_size)
-    new_rows = Tensor.stack(*rows)  # (n_layers, 1, 2kv)
+    logits = self.lm_head.matmul(x * self.norm) * rms_scale(x, self.cfg.rms_eps)  # (S, vocab)
+    new_rows = Tensor.stack(*rows)  # (n_layers, S, 2kv)
     Tensor.realize(logits, new_rows)
     return logits, new_rows
 
-  def _step(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, place: Tensor, written: Tensor, select: Tensor,
-            *caches: Tensor) -> Tensor:
+  def _step(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, place: Tensor, written: Tensor, slot: Tensor,
+            select: Tensor, *caches: Tensor) -> Tensor:
     x = self._embed(x)
     for layer, cache in zip(self.layers, caches):
-      x = layer(x, cache, cos, sin, mask, place, written)
+      x = layer(x, cache, cos, sin, mask, place, written, slot)
     last = select @ x  # (1, dim)
     logits = (self.lm_head.matmul(last * self.norm) * rms_scale(last, self.cfg.rms_eps)).reshape(self.cfg.vocab_size)
     Tensor.realize(logits, *caches)
     return logits
 
 class LlamaSession:
-  """The model bound to one KV cache, with the interface `generate` expects (forward, pos, max_context, reset)."""
-  def __init__(self, model: Llama, cache: KVCache | None = None):
-    self.model, self.cache = model, cache if cache is not None else model.new_cache()
+  """The model bound to one slot of a KV cache, with the interface `generate` expects (forward, pos, max_context,
+  reset)."""
+  def __init__(self, model: Llama, cache: KVCache | None = None, slot: int = 0):
+    self.model, self.cache, self.slot = model, cache if cache is not None else model.new_cache(), slot
     self.max_context = model.max_context
   @property
-  def pos(self) -> int: return self.cache.pos
-  def forward(self, tokens: list[int] | np.ndarray) -> np.ndarray: return self.model.forward(tokens, self.cache)
-  def reset(self) -> None: self.cache.pos = 0
-  def rewind(self, pos: int) -> None: rewind(self.cache, pos)
+  def pos(self) -> int: return self.cache.pos[self.slot]
+  def forward(self, tokens: list[int] | np.ndarray) -> np.ndarray:
+    return self.model.forward(tokens, self.cache, self.slot)
+  def reset(self) -> None: self.cache.pos[self.slot] = 0
+  def rewind(self, pos: int) -> None: rewind(self.cache, pos, self.slot)
 
-def rewind(cache: KVCache, pos: int) -> None:
-  if not 0 <= pos <= cache.pos: raise ModelError(f"rewind position {pos} is outside [0, {cache.pos}]")
-  cache.pos = pos
+def rewind(cache: KVCache, pos: int, slot: int = 0) -> None:
+  if not 0 <= pos <= cache.pos[slot]: raise ModelError(f"rewind position {pos} is outside [0, {cache.pos[slot]}]")
+  cache.pos[slot] = pos

@@ -1,0 +1,185 @@
+"""Weight matrices kept quantised on the device, dequantised inside the matmul kernel.
+
+Every GGML block type becomes one layout here: an (out, in) matrix in blocks of 32 along `in`, element e of a block
+an unsigned code c_e (at most 8 bits) with value s·c_e + m, where the scale s and offset m (float32) are per block of
+32, or per half block (16 elements) for the types whose sub-blocks are 16 long (Q2_K, Q3_K, Q6_K). The codes are read
+from the GGUF blocks on the host once, at load (`block_codes`), and packed for the kernel:
+
+  nib  (out, in/32, 16) uint8   low 4 bits of c_j in the low nibble of byte j, of c_{j+16} in its high nibble
+  high (out, in/32, 8) uint8    bits 4..5 of the codes (5- and 6-bit types): byte i holds those of c_i, c_{i+16},
+                                c_{i+8}, c_{i+24} at bits 0, 2, 4, 6
+  q    (out, in/32, 32) uint8   8-bit codes (Q8_0: the int8 quant + 128; gcc vectorises unsigned byte loads)
+
+so lane j of a block (j < 16) multiplies elements j and j+16, which share a byte. Bits per weight stay close to the
+file's: Q4_K 4 + 2 (scale and offset per 32) instead of 4.5, Q6_K 6 + 2 instead of 6.56, Q4_1 and Q8_0 as in the file.
+F16 and BF16 matrices stay 16-bit (`HalfWeight`) and are widened inside the matmul.
+"""
+from __future__ import annotations
+import numpy as np
+from ember import Tensor, dtypes
+from ember.errors import EmberError
+from ember.nn.gguf import BLOCK_LAYOUT, QK_K, GGMLType
+
+BLOCK = 32
+
+class QuantError(EmberError, ValueError):
+  """A matrix cannot be kept quantised in this layout (its input dim is not a multiple of the block)."""
+
+def _f16(blocks: np.ndarray, start: int) -> np.ndarray:
+  """The float16 at byte `start` of every block, (n, 1) float32."""
+  return blocks[:, start:start + 2].copy().view(np.float16).astype(np.float32)
+
+def _nibbles(qs: np.ndarray) -> np.ndarray:
+  """(n, 16) bytes -> (n, 32): element j < 16 the low nibble of byte j, j + 16 its high nibble."""
+  return np.concatenate([qs & 15, qs >> 4], axis=1)
+
+def _bits(qh: np.ndarray, count: int) -> np.ndarray:
+  """(n, count/8) bytes of a little-endian bit string -> (n, count) values 0/1, element i bit i."""
+  return np.unpackbits(qh, axis=1, bitorder="little")[:, :count]
+
+def _crumbs(qs: np.ndarray) -> np.ndarray:
+  """(n, 64) bytes -> (n, 256) 2-bit values: element h*128 + j*32 + l is bits 2j..2j+1 of byte h*32 + l."""
+  n = qs.shape[0]
+  return ((qs.reshape(n, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)) & 3).reshape(n, QK_K)
+
+def _k4_scales_mins(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """ggml's get_scale_min_k4 for all 8 sub-blocks of Q4_K/Q5_K blocks: (n, 8) scales and mins."""
+  first, second, third = packed[:, 0:4], packed[:, 4:8], packed[:, 8:12]
+  scales = np.concatenate([first & 63, (third & 15) | ((first >> 6) << 4)], axis=1)
+  mins = np.concatenate([second & 63, (third >> 4) | ((second >> 6) << 4)], axis=1)
+  return scales.astype(np.float32), mins.astype(np.float32)
+
+def _k4_nibbles(qs: np.ndarray) -> np.ndarray:
+  """(n, 128) bytes -> (n, 256): chunk c of 32 bytes gives sub-block 2c its low nibbles and 2c + 1 its high ones."""
+  n = qs.shape[0]
+  chunks = qs.reshape(n, 4, 1, 32)
+  return np.concatenate([chunks & 15, chunks >> 4], axis=2).reshape(n, QK_K)
+
+def _per(values: np.ndarray, size: int) -> np.ndarray:
+  """Per-group values (n, groups) repeated over their `size` elements: (n, groups * size)."""
+  return np.repeat(values, size, axis=1)
+
+def _q3_k_scales(packed: np.ndarray) -> np.ndarray:
+  n = packed.shape[0]
+  low = np.concatenate([packed[:, 0:8] & 15, packed[:, 0:8] >> 4], axis=1)
+  high = ((packed[:, 8:12].reshape(n, 1, 4) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 4, 1)) & 3).reshape(n, 16)
+  return (low | (high << 4)).astype(np.float32) - 32.0
+
+def _decode(gtype: GGMLType, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | int, int]:
+  """(codes (n, E) uint8, scale (n, E/g), offset, group size g) of n blocks of E elements each; the offset is an
+  (n, E/g) array (value = scale * code + offset) or an int zero point z (value = scale * (code - z))."""
+  if gtype is GGMLType.Q4_0:
+    return _nibbles(b[:, 2:18]), _f16(b, 0), 8, 32
+  if gtype is GGMLType.Q4_1: return _nibbles(b[:, 4:20]), _f16(b, 0), _f16(b, 2), 32
+  if gtype is GGMLType.Q5_0: return _nibbles(b[:, 6:22]) | (_bits(b[:, 2:6], 32) << 4), _f16(b, 0), 16, 32
+  if gtype is GGMLType.Q5_1: return _nibbles(b[:, 8:24]) | (_bits(b[:, 4:8], 32) << 4), _f16(b, 0), _f16(b, 2), 32
+  if gtype is GGMLType.Q8_0: return b[:, 2:34] ^ np.uint8(0x80), _f16(b, 0), 128, 32  # int8 two's complement + 128
+  if gtype is GGMLType.Q2_K:
+    sc, d, dmin = b[:, 0:16], _f16(b, 80), _f16(b, 82)
+    return _crumbs(b[:, 16:80]), d * (sc & 15).astype(np.float32), -dmin * (sc >> 4).astype(np.float32), 16
+  if gtype is GGMLType.Q3_K:
+    n = b.shape[0]
+    hbit = (b[:, 0:32].reshape(n, 1, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 2, 4, 1)) & 1
+    return _crumbs(b[:, 32:96]) | (hbit.reshape(n, QK_K) << 2), _f16(b, 108) * _q3_k_scales(b[:, 96:108]), 4, 16
+  if gtype in (GGMLType.Q4_K, GGMLType.Q5_K):
+    scales, mins = _k4_scales_mins(b[:, 4:16])
+    scale, offset = _f16(b, 0) * scales, -_f16(b, 2) * mins
+    if gtype is GGMLType.Q4_K: return _k4_nibbles(b[:, 16:144]), scale, offset, 32
+    n = b.shape[0]
+    high = (b[:, 16:48].reshape(n, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)) & 1  # bit s of byte l
+    return _k4_nibbles(b[:, 48:176]) | (high.reshape(n, QK_K) << 4), scale, offset, 32
+  if gtype is GGMLType.Q6_K:
+    n = b.shape[0]
+    ql = b[:, 0:128].reshape(n, 2, 1, 2, 32)  # (n, half, nibble, quarter & 1, l)
+    low = np.concatenate([ql & 15, ql >> 4], axis=2).reshape(n, 2, 4, 32)
+    high = (b[:, 128:192].reshape(n, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)) & 3
+    scale = _f16(b, 208) * b[:, 192:208].view(np.int8).astype(np.float32)
+    return (low | (high << 4)).reshape(n, QK_K), scale, 32, 16
+  raise QuantError(f"GGML type {gtype.name} has no kept-quantised layout; kept: {', '.join(t.name for t in KEPT)}")
+
+KEPT = (GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q8_0, GGMLType.Q2_K, GGMLType.Q3_K,
+        GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K)
+HALF = (GGMLType.F16, GGMLType.BF16)
+CODE_BITS = {GGMLType.Q4_0: 4, GGMLType.Q4_1: 4, GGMLType.Q5_0: 5, GGMLType.Q5_1: 5, GGMLType.Q8_0: 8,
+             GGMLType.Q2_K: 2, GGMLType.Q3_K: 3, GGMLType.Q4_K: 4, GGMLType.Q5_K: 5, GGMLType.Q6_K: 6}
+
+def block_codes(gtype: GGMLType, raw: np.ndarray, shape: tuple[int, int]
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray | int]:
+  """The codes (out, in/32, 32) uint8, per-group scale (out, in/32, 1 or 2) float32 and offset (the same shape, or an
+  int zero point) of a matrix's raw GGUF bytes: element e of block b of row r is s * codes[r, b, e] + o, or
+  s * (codes[r, b, e] - zero), with s = scale[r, b, e // g'] and o = offset[r, b, e // g'] (g' = 32 or 16)."""
+  out_dim, in_dim = shape
+  per_block, block_bytes = BLOCK_LAYOUT[gtype]
+  if in_dim % max(per_block, BLOCK):
+    raise QuantError(f"a {gtype.name} matrix of shape {shape} cannot stay quantised: its input dim must be a multiple "
+                     f"of {max(per_block, BLOCK)}")
+  blocks = np.asarray(raw, np.uint8).reshape(-1, block_bytes)
+  codes, scale, offset, group = _decode(gtype, blocks)
+  groups = (out_dim, in_dim // BLOCK, BLOCK // group)  # 1 or 2 groups per block of 32
+  if not isinstance(offset, int): offset = offset.reshape(groups).astype(np.float32)
+  codes = codes.astype(np.uint8).reshape(out_dim, in_dim // BLOCK, BLOCK)
+  return codes, scale.reshape(groups).astype(np.float32), offset
+
+class QuantWeight:
+  """An (out, in) matrix of a GGML block type kept in the packed layout of this module (`nib`/`high` or `q`, with
+  `scale` and an `offset` or zero point), dequantised inside the matmul."""
+  def __init__(self, ggml_type: GGMLType, raw: np.ndarray, shape: tuple[int, int], device: str | None):
+    self.ggml_type, self.shape = ggml_type, shape
+    codes, scale, offset = block_codes(ggml_type, raw, shape)
+    self.bits = CODE_BITS[ggml_type]
+    self.zero = offset if isinstance(offset, int) else 0
+    arrays: dict[str, np.ndarray] = {"scale": scale}
+    if not isinstance(offset, int): arrays["offset"] = offset
+    if self.bits == 8: arrays["q"] = codes
+    else:
+      arrays["nib"] = (codes[..., :16] & 15) | ((codes[..., 16:] & 15) << 4)
+      if self.bits > 4:
+        h = codes >> 4
+        arrays["high"] = h[..., 0:8] | (h[..., 16:24] << 2) | (h[..., 8:16] << 4) | (h[..., 24:32] << 6)
+    self.nbytes = sum(a.nbytes for a in arrays.values())  # read per use
+    self.tensors = {k: Tensor(np.ascontiguousarray(a), device=device).realize() for k, a in arrays.items()}
+
+  def _lanes(self) -> tuple[Tensor, Tensor]:
+    """The values (code - zero point) of elements j and j + 16 of every block as float32 (out, in/32, 16) each."""
+    t = self.tensors
+    if self.bits == 8:
+      qf = t["q"].cast(dtypes.int32).cast(dtypes.float32) - float(self.zero)
+      return qf[..., :16], qf[..., 16:]
+    qi = t["nib"].cast(dtypes.int32)
+    lo, hi = qi & 15, qi >> 4
+    if "high" in t:
+      hb = t["high"].cast(dtypes.int32)
+      lo = lo | (Tensor.cat(hb & 3, (hb >> 4) & 3, dim=-1) << 4)
+      hi = hi | (Tensor.cat((hb >> 2) & 3, hb >> 6, dim=-1) << 4)
+    lo_f, hi_f = lo.cast(dtypes.float32), hi.cast(dtypes.float32)
+    return (lo_f - float(self.zero), hi_f - float(self.zero)) if self.zero else (lo_f, hi_f)
+
+  def matmul(self, x: Tensor) -> Tensor:
+    """x (T, in) @ W.T -> (T, out), the dequantisation fused into the reduce: per block the scale multiplies the dot
+    product of x with the codes and the offset the block's sum of x. The first kernel keeps one partial sum per lane
+    of 16 over the blocks (gcc turns them into one vector accumulator), the second sums the lanes."""
+    T, nb = x.shape[0], self.shape[1] // BLOCK
+    xb = x.reshape(T, 1, nb, BLOCK)  # (T, 1, blocks, 32) broadcasts against the weight's (out, blocks, ...)
+    xl, xh = xb[..., :16], xb[..., 16:]
+    lo, hi = self._lanes()
+    scale, offset = self.tensors["scale"], self.tensors.get("offset")
+    if scale.shape[-1] == 1:
+      lanes = (xl * lo + xh * hi) * scale
+      if offset is not None: lanes = lanes + (xl + xh) * offset
+    else:
+      lanes = xl * lo * scale[..., 0:1] + xh * hi * scale[..., 1:2]
+      if offset is not None: lanes = lanes + xl * offset[..., 0:1] + xh * offset[..., 1:2]
+    return lanes.sum(-2).sum(-1)  # (T, out, 16) partial sums over the blocks, then (T, out)
+
+class HalfWeight:
+  """An (out, in) F16 or BF16 matrix kept as its 16-bit words and widened to float32 inside the matmul."""
+  def __init__(self, ggml_type: GGMLType, raw: np.ndarray, shape: tuple[int, int], device: str | None):
+    self.ggml_type, self.shape = ggml_type, shape
+    words = np.asarray(raw, np.uint8).view(np.uint16).reshape(shape)
+    self.nbytes = words.nbytes
+    self.w = Tensor(np.ascontiguousarray(words), device=device).realize()
+
+  def matmul(self, x: Tensor) -> Tensor:
+    if self.ggml_type is GGMLType.BF16: w = (self.w.cast(dtypes.uint32) << 16).bitcast(dtypes.float32)
+    else: w = self.w.bitcast(dtypes.float16).cast(dtypes.float32)
+    return x @ w.T
