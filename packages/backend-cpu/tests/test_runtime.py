@@ -211,7 +211,7 @@ def test_new_kernels_compile_side_by_side_off_the_main_thread(monkeypatch: pytes
     engine.compile_ahead(items)
     assert len(threads) >= 2 and threading.main_thread().ident not in threads
     for it in items:  # every runner is there: running the schedule compiles nothing more
-      assert engine._key(it.meta["device"], dev.renderer, it.ast) in engine._runner_cache
+      assert engine._key(it.device, dev.renderer, it.program) in engine._runner_cache
     compiled = len(threads)
     np.testing.assert_allclose(out.numpy(), np.sqrt(np.exp(a @ b).sum(0) + 3.5), rtol=1e-4)
     assert len(threads) == compiled

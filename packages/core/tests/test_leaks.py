@@ -12,6 +12,7 @@ import pytest
 from ember import Device, Tensor
 from ember.engine import realize as engine
 from ember.multi import all_multi
+from ember import schedule as schedule_module
 from ember.schedule import _buffers
 from ember import tensor as tensor_module
 from ember.uop.ops import UOpMetaClass
@@ -25,7 +26,7 @@ def _rss_mb() -> float:
 def _registries() -> dict[str, int]:
   allocator = Device[Device.DEFAULT].allocator
   free_lists = getattr(allocator, "cache", {})
-  return {"kernel runners": len(engine._runner_cache), "kernel calls": len(engine._calls_cache),
+  return {"kernel runners": len(engine._runner_cache), "packing plans": len(schedule_module._pack_plans),
           "interned UOps": len(UOpMetaClass.ucache), "buffers of UOps": len(_buffers),
           "live tensors": len(tensor_module.all_tensors), "multi tensors": len(all_multi),
           "RNG states": len(getattr(tensor_module, "_rng_states", {})),

@@ -60,7 +60,7 @@ def test_split_sizes_are_balanced():
 def test_kernels_launch_once_per_device():
   t = Tensor.empty(8, 4, device="NULL").shard(NULL4, 0).realize()
   items = [it for it in (t * 2 + 1).schedule() if it.kind == "kernel"]
-  assert sorted(it.meta["device"] for it in items) == sorted(NULL4)
+  assert sorted(it.device for it in items) == sorted(NULL4)
 
 def test_sharded_uop_access_is_a_clear_error():
   t = Tensor(_rand(4), device="PYTHON").shard(PY2, 0)
@@ -216,7 +216,7 @@ def test_sharded_mlp_train_step_on_four_null_devices():
   loss.backward()
   assert w1.grad is not None and w2.grad is not None
   items = loss.schedule(w1.grad, w2.grad)
-  assert {it.meta["device"] for it in items if it.kind == "kernel"} == set(NULL4)
+  assert {it.device for it in items if it.kind == "kernel"} == set(NULL4)
   assert {it.bufs[0].device for it in items if it.kind == "copy"} == set(NULL4)  # allreduces of the loss and grads
   for w in (w1, w2): w.assign(w.detach() - 0.1 * w.grad)
   w1.realize(w2)

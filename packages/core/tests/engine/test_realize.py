@@ -8,7 +8,7 @@ from ember.device.base import Buffer
 from ember.dtype import dtypes
 from ember.engine.realize import get_runner, run_schedule
 from ember.errors import MemoryAccessError
-from ember.schedule import ScheduleItem
+from ember.schedule import CallKind, ScheduleItem
 from ember.uop.ops import KernelInfo
 from ember.uop.ops import UOp, Ops, AxisType
 
@@ -75,7 +75,7 @@ def _shift_kernel(n: int, size: int, shift: int, gated: bool = False) -> UOp:
 def _run(ast: UOp, data: np.ndarray) -> np.ndarray:
   out = Buffer("PYTHON", data.size, dtypes.float32)
   inp = Buffer("PYTHON", data.size, dtypes.float32).copyin(memoryview(data).cast("B"))
-  run_schedule([ScheduleItem("kernel", [out, inp], ast, {}, {"device": "PYTHON"})])
+  run_schedule([ScheduleItem(CallKind.KERNEL, "PYTHON", [out, inp], ast)])
   return out.numpy()
 
 def test_in_bounds_kernel_runs():
@@ -101,7 +101,7 @@ def test_out_of_bounds_write_raises():
   ast = UOp(Ops.SINK, dtypes.void, (out.index(r * 2).store(UOp.const(dtypes.float32, 1.0)),), KernelInfo(1))
   buf = Buffer("PYTHON", 8, dtypes.float32)
   with pytest.raises(MemoryAccessError, match="wrote"):
-    run_schedule([ScheduleItem("kernel", [buf], ast, {}, {"device": "PYTHON"})])
+    run_schedule([ScheduleItem(CallKind.KERNEL, "PYTHON", [buf], ast)])
 
 def test_copy_items_run():
   x = np.arange(5, dtype=np.float32)

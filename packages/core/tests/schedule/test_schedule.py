@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from ember import Tensor, Variable, Device
-from ember.schedule import ScheduleItem, memory_plan
+from ember.schedule import CallKind, ScheduleItem, memory_plan
 from ember.device.base import Buffer
 from ember.dtype import dtypes
 
@@ -79,7 +79,7 @@ def test_two_outputs_share_a_schedule():
 def test_schedule_items_name_device_and_buffers():
   a, b = rand(4, 5), rand(4, 5)
   (k,) = kernels(Tensor(a) + Tensor(b))
-  assert k.meta["device"] == Device.DEFAULT
+  assert k.device == Device.DEFAULT
   assert len(k.bufs) == 3 and k.bufs[0].size == 20 and all(isinstance(b, Buffer) for b in k.bufs)
   assert k.ast is not None and k.ast.op.name == "SINK"
 
@@ -120,8 +120,7 @@ def test_memory_plan_only_reuses_matching_dead_buffers():
   a, b, c, d = (Buffer(dev, 8, dtypes.float32) for _ in range(4))
   inp = Buffer(dev, 8, dtypes.float32).ensure_allocated()
   wide = Buffer(dev, 8, dtypes.float64)
-  items = [ScheduleItem("kernel", [a, inp]), ScheduleItem("kernel", [b, a]), ScheduleItem("kernel", [c, b]),
-           ScheduleItem("kernel", [wide, c]), ScheduleItem("kernel", [d, c])]
+  items = [ScheduleItem(CallKind.KERNEL, dev, bufs) for bufs in ([a, inp], [b, a], [c, b], [wide, c], [d, c])]
   planned = memory_plan(items, held={id(d)})
   # a dies at item 1 so c (first written at 2) may take its memory; b is live until 2 so c cannot take b's
   assert planned[2].bufs[0] is a
@@ -135,7 +134,7 @@ def test_memory_plan_never_touches_allocated_or_view_buffers():
   base = Buffer(dev, 16, dtypes.float32).ensure_allocated()
   view = base.view(8, dtypes.float32, 0)
   a = Buffer(dev, 8, dtypes.float32)
-  items = [ScheduleItem("kernel", [a, base]), ScheduleItem("kernel", [view, a])]
+  items = [ScheduleItem(CallKind.KERNEL, dev, [a, base]), ScheduleItem(CallKind.KERNEL, dev, [view, a])]
   planned = memory_plan(items, held=set())
   assert planned[1].bufs[0] is view and planned[0].bufs[0] is a
 

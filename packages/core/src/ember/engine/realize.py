@@ -4,15 +4,13 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 from ember.device.base import Buffer
-from ember.dtype import DType
 from ember.errors import CompileError
 from ember.helpers import BEAM, DEBUG, NOOPT, NUM_CPU_THREADS, GlobalCounters, colored
 from ember.renderer import ProgramSpec
-from ember.schedule import ScheduleItem
+from ember.schedule import CallKind, ScheduleItem
 from ember.uop.ops import UOp
-if TYPE_CHECKING: from ember.codegen.pack import PackPlan
 
 @dataclass
 class CompiledRunner:
@@ -52,70 +50,27 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
     r = _runner_cache[key] = _build(device, dev, get_program(ast, dev.renderer, device))
   return r
 
-@dataclass
-class KernelCalls:
-  """What one scheduled kernel runs: compiled calls, each over the buffers at `slots` of the item's buffers followed
-  by fresh scratch buffers (`scratch`: elements and dtype of each). Most kernels are one call over their own buffers;
-  a matmul on a CPU may first pack its B operand into a scratch buffer (codegen/pack.py)."""
-  calls: list[tuple[CompiledRunner, tuple[int, ...]]]
-  scratch: list[tuple[int, DType]]
-
-_calls_cache: dict[Key, KernelCalls] = {}
-
-def _plan(dev: Any, ast: UOp, nbufs: int) -> PackPlan | None:
-  """The packing plan the engine runs for a kernel over `nbufs` buffers, or None (one call over its own buffers)."""
-  from ember.codegen.pack import plan_packing
-  plan = plan_packing(ast, dev.renderer) if dev.compiler is not None else None
-  return plan if plan is not None and plan.scratch_slot == nbufs else None
-
-def _asts(ast: UOp, plan: PackPlan | None) -> list[UOp]: return [ast] if plan is None else [plan.pack, plan.main]
-
-def _assemble(ast: UOp, plan: PackPlan | None, nbufs: int, runner: Callable[[UOp], CompiledRunner]) -> KernelCalls:
-  if plan is None:
-    single = runner(ast)  # simplification may drop a buffer the value never needs (x*0, x//0): pass what it declares
-    return KernelCalls([(single, tuple(single.spec.globals))], [])
-  main = runner(plan.main)  # B's own slot is no argument of it any more: pass what it declares
-  return KernelCalls([(runner(plan.pack), (nbufs, plan.src_slot)), (main, tuple(main.spec.globals))],
-                     [(plan.size, plan.dtype)])
-
-def get_calls(device: str, ast: UOp, nbufs: int) -> KernelCalls:
-  """The calls that run kernel `ast` over `nbufs` buffers on `device`."""
-  from ember.device import Device
-  dev = Device[device]
-  key = _key(device, dev.renderer, ast)
-  if (c := _calls_cache.get(key)) is None:
-    c = _calls_cache[key] = _assemble(ast, _plan(dev, ast, nbufs), nbufs, lambda a: get_runner(device, a))
-  return c
-
 def compile_ahead(items: list[ScheduleItem]) -> None:
-  """The calls of every kernel of `items` not seen before, on devices whose compiler may run on several threads at
-  once (`Compiler.parallel_compile`): their code is generated here, then the sources compile on one thread per core,
-  the compiler processes side by side instead of one after another (a transformer block's 23 kernels on 2 cores).
-  get_calls then finds them all."""
+  """The runners of every kernel of `items` not compiled before, on devices whose compiler may run on several threads
+  at once (`Compiler.parallel_compile`): their code is generated here, then the sources compile on one thread per
+  core, the compiler processes side by side instead of one after another (a transformer block's 23 kernels on 2
+  cores). get_runner then finds them all."""
   from concurrent.futures import ThreadPoolExecutor
   from ember.device import Device
   from ember.codegen import get_program
-  new: dict[Key, tuple[str, Any, UOp, int, PackPlan | None]] = {}
-  for it in items:
-    if it.kind != "kernel" or it.ast is None: continue
-    device, dev = it.meta["device"], Device[it.meta["device"]]
-    if dev.compiler is None or not dev.compiler.parallel_compile: continue
-    if (k := _key(device, dev.renderer, it.ast)) not in _calls_cache and k not in new:
-      new[k] = (device, dev, it.ast, len(it.bufs), _plan(dev, it.ast, len(it.bufs)))
   specs: dict[Key, tuple[str, Any, ProgramSpec]] = {}
-  for device, dev, ast, _, plan in new.values():
-    for a in _asts(ast, plan):
-      if (rk := _key(device, dev.renderer, a)) not in _runner_cache and rk not in specs:
-        specs[rk] = (device, dev, get_program(a, dev.renderer, device))
+  for it in items:
+    if it.kind is CallKind.COPY or (ast := it.program) is None: continue
+    dev = Device[it.device]
+    if dev.compiler is None or not dev.compiler.parallel_compile: continue
+    if (k := _key(it.device, dev.renderer, ast)) not in _runner_cache and k not in specs:
+      specs[k] = (it.device, dev, get_program(ast, dev.renderer, it.device))
   futures: dict[Key, Any] = {}
   if len(specs) > 1:
     with ThreadPoolExecutor(max_workers=min(len(specs), os.cpu_count() or 1)) as pool:
-      futures = {rk: pool.submit(dev.compiler.compile_cached, spec.src) for rk, (_, dev, spec) in specs.items()}
-  for rk, (device, dev, spec) in specs.items():
-    _runner_cache[rk] = _build(device, dev, spec, futures[rk].result if rk in futures else None)
-  for k, (device, dev, ast, nbufs, plan) in new.items():
-    made = lambda a, device=device, dev=dev: _runner_cache[_key(device, dev.renderer, a)]  # noqa: E731
-    _calls_cache[k] = _assemble(ast, plan, nbufs, made)
+      futures = {k: pool.submit(dev.compiler.compile_cached, spec.src) for k, (_, dev, spec) in specs.items()}
+  for k, (device, dev, spec) in specs.items():
+    _runner_cache[k] = _build(device, dev, spec, futures[k].result if k in futures else None)
 
 # TinyJit listens here: each executed call is reported as (runner or None for copies, buffers, var_vals)
 capture_hooks: list[Callable[[CompiledRunner | None, list[Buffer], dict[str, int]], None]] = []
@@ -135,20 +90,19 @@ def run_schedule(items: list[ScheduleItem], var_vals: dict[str, int] | None = No
   st = time.perf_counter()
   compile_ahead(items)
   for it in items:
-    if it.kind == "copy":
+    if it.kind is CallKind.COPY:
       _copy(it.bufs[0], it.bufs[1])
       for hook in capture_hooks: hook(None, it.bufs, {})
       GlobalCounters.global_mem += it.bufs[0].nbytes
       continue
-    assert it.ast is not None
-    kc = get_calls(it.meta["device"], it.ast, len(it.bufs))
-    bufs = it.bufs + [Buffer(it.meta["device"], size, dt) for size, dt in kc.scratch]
+    assert (ast := it.program) is not None
+    runner = get_runner(it.device, ast)
+    # simplification may drop a buffer the value never needs (x*0, x//0): the kernel gets the buffers it declares
+    call_bufs = [it.bufs[i] for i in runner.spec.globals]
     vv = {**it.var_vals, **(var_vals or {})}
-    for runner, slots in kc.calls:
-      call_bufs = [bufs[i] for i in slots]
-      et = runner(call_bufs, vv, wait=DEBUG.value >= 2)
-      for hook in capture_hooks: hook(runner, call_bufs, vv)
-      update_stats(runner, et)
+    et = runner(call_bufs, vv, wait=DEBUG.value >= 2)
+    for hook in capture_hooks: hook(runner, call_bufs, vv)
+    update_stats(runner, et)
   if DEBUG.value >= 1 and items:
     ms = (time.perf_counter() - st) * 1e3
     sys.stderr.write(f"realize: {len(items)} calls, {GlobalCounters.global_ops/1e9:.3f} GFLOP total, {ms:.2f} ms\n")

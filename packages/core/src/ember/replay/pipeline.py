@@ -30,13 +30,28 @@ def default_device(name: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def recording(kernels: list[tuple[Any, int, str]]) -> Iterator[None]:
-  """Append (kernel AST, buffer count, device) for every kernel each realize schedules, then run the schedule as
-  usual. Tensor.realize imports `run_schedule` from ember.engine.realize at each call, so wrapping the module
-  attribute sees every schedule."""
+  """Append (kernel AST, buffer count, device) for every kernel each realize schedules, as the scheduler made it
+  (before a packed matmul is split into its pack and main calls), then go on as usual. Where the schedule has a
+  packing stage (`ember.schedule.pack_operands`, after b3dcab1) its input is recorded; before that, the items
+  `ember.engine.realize.run_schedule` gets (Tensor.realize imports it at each call, so wrapping the module attribute
+  sees every schedule)."""
+  from ember import schedule
   from ember.engine import realize as engine
+  def kernels_of(items: list[Any]) -> list[tuple[Any, int, str]]:
+    return [(it.ast, len(it.bufs), it.device if hasattr(it, "device") else it.meta["device"])
+            for it in items if it.kind == "kernel"]
+  if hasattr(schedule, "pack_operands"):
+    pack_operands = schedule.pack_operands
+    def record_stage(items: list[Any]) -> list[Any]:
+      kernels.extend(kernels_of(items))
+      return pack_operands(items)
+    schedule.pack_operands = record_stage
+    try: yield
+    finally: schedule.pack_operands = pack_operands
+    return
   run_schedule = engine.run_schedule
   def record(items: list[Any], var_vals: dict[str, int] | None = None) -> None:
-    kernels.extend((it.ast, len(it.bufs), it.meta["device"]) for it in items if it.kind == "kernel")
+    kernels.extend(kernels_of(items))
     run_schedule(items, var_vals)
   engine.run_schedule = record
   try: yield

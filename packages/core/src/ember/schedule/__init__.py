@@ -4,17 +4,30 @@ Elementwise chains fuse into one kernel, elementwise inputs fuse into a reductio
 elementwise consumer, and movement ops become index math. A node is materialised into a buffer only where it must
 be: realize targets, CONTIGUOUS, COPY, ASSIGN, a reduction whose result is reused, expanded or reduced again, and a
 computed value that a broadcast would otherwise recompute many times.
+
+`create_schedule` runs four stages, each its own function:
+
+1. `lower_schedule`: fusion (`find_realize`) and lowering each realized node to a kernel AST or a copy, over BUFFER
+   UOps (`LoweredCall`);
+2. `bind_buffers`: each BUFFER UOp gets its device `Buffer` (views for copies of slices and size-changing bitcasts);
+3. `pack_operands`: a kernel the device's renderer packs (a CPU matmul) becomes a PACK call that copies its B operand
+   into a scratch buffer, then the kernel over that copy (codegen/pack.py);
+4. `memory_plan`: intermediate buffers, scratch buffers included, share memory when their lifetimes do not overlap.
+
+The result is a list of `ScheduleItem`s, each a `CallKind` (KERNEL, PACK, COPY) on one device over bound buffers.
 """
 from __future__ import annotations
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from enum import Enum
+from typing import TYPE_CHECKING, Any
 from ember.device.base import Buffer
 from ember.dtype import dtypes, strong_dtype
 from ember.errors import DeviceError
 from ember.helpers import prod
 from ember.uop.ops import Ops, UOp, BufferArg, GroupOp, next_unique
 from ember.schedule.kernel import lower_kernel, strides_for
+if TYPE_CHECKING: from ember.codegen.pack import PackPlan
 
 _buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
 
@@ -31,14 +44,38 @@ def buffer_of(uop: UOp) -> Buffer:
     _buffers[u] = buf
   return buf
 
+class CallKind(str, Enum):
+  """What a schedule item runs (a closed set: the engine handles each)."""
+  KERNEL = "kernel"  # a compiled kernel; bufs[0] is its output
+  PACK = "pack"      # a compiled kernel that copies a matmul's B operand into the register-block layout of the next
+  COPY = "copy"      # bytes from bufs[1] to bufs[0] (across devices, or out of a slice)
+
 @dataclass
 class ScheduleItem:
-  """One call: a kernel (`ast` is its SINK) or a copy between devices. `bufs[0]` is the output."""
-  kind: str
+  """One call on `device` over bound buffers. KERNEL and PACK run a kernel with `var_vals`; COPY copies bufs[1] into
+  bufs[0]. `bufs[0]` is the output. `ast` is the kernel as the scheduler made it; a kernel whose B operand a PACK call
+  packed (`packed`) runs `packed.main` instead, over its buffers plus the scratch buffer (its last)."""
+  kind: CallKind
+  device: str
   bufs: list[Buffer]
   ast: UOp | None = None
   var_vals: dict[str, int] = field(default_factory=dict)
-  meta: dict[str, Any] = field(default_factory=dict)
+  packed: PackPlan | None = None
+  @property
+  def program(self) -> UOp | None:
+    """The SINK the engine compiles and runs for this item."""
+    return self.packed.main if self.packed is not None else self.ast
+
+@dataclass
+class LoweredCall:
+  """A call before binding: a kernel over BUFFER UOps, or a copy of `size` elements from `offset` of `src`."""
+  kind: CallKind
+  device: str
+  buf_uops: list[UOp]
+  ast: UOp | None = None
+  var_vals: dict[str, int] = field(default_factory=dict)
+  offset: int = 0
+  size: int = 0
 
 def _new_buffer_uop(node: UOp) -> UOp:
   size = prod(node.shape)
@@ -134,17 +171,17 @@ def _reduce_must_realize(r: UOp, consumers: dict[UOp, list[UOp]], realize: set[U
         stack.append(c)
   return len(exits) > 1
 
-def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
-  """The calls that compute `targets`, and what each realized target becomes (a buffer view)."""
+def lower_schedule(targets: list[UOp]) -> tuple[list[LoweredCall], dict[UOp, UOp], list[UOp]]:
+  """Fusion and lowering: the calls that compute `targets` over BUFFER UOps, what each realized target becomes (a
+  buffer view), and the views a size-changing BITCAST makes (output, source: `bind_buffers` makes them views)."""
   order, _ = find_realize(targets)
   realized: dict[UOp, UOp] = {}
-  items: list[ScheduleItem] = []
+  calls: list[LoweredCall] = []
   becomes: dict[UOp, UOp] = {}
-  pinned: set[int] = set()
+  bitcast_views: list[UOp] = []
   for node in order:
     if _ubound(prod(node.shape)) == 0:
-      buf_uop = _new_buffer_uop(node)
-      realized[node] = buf_uop
+      realized[node] = _new_buffer_uop(node)
       continue
     if node.op is Ops.COPY:
       src = node.src[0]
@@ -153,19 +190,12 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
       if rng is None: raise DeviceError(f"copy source {src.op} is not a contiguous buffer")
       out = _new_buffer_uop(node)
       sbuf, offset, size = rng
-      src_buffer = buffer_of(sbuf)
-      whole = offset == 0 and size == src_buffer.size
-      view = src_buffer if whole else src_buffer.view(size, src_buffer.dtype, offset * src_buffer.dtype.itemsize)
-      items.append(ScheduleItem("copy", [buffer_of(out), view]))
+      calls.append(LoweredCall(CallKind.COPY, str(node.device), [out, sbuf], offset=offset, size=size))
       realized[node] = out
       continue
     if node.op is Ops.BITCAST and node.src[0].dtype.itemsize != node.dtype.itemsize:
-      src_uop = realized.get(node.src[0], node.src[0])
-      sb = buffer_of(src_uop)
       out = _new_buffer_uop(node)
-      view = sb.view(out.arg.size, out.dtype, 0)  # type: ignore[arg-type]
-      attach_buffer(out, view)
-      pinned.add(id(sb.base))  # the view aliases this memory: the planner must not hand it to another buffer
+      bitcast_views += [out, realized.get(node.src[0], node.src[0])]
       realized[node] = out
       continue
     if node.op is Ops.ASSIGN:
@@ -176,7 +206,7 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
     if node.device is None or not isinstance(node.device, str):
       raise DeviceError(f"cannot schedule {node.op} without a device")
     ast, buf_uops, var_vals = lower_kernel(node, out_buf_uop, realized)
-    items.append(ScheduleItem("kernel", [buffer_of(b) for b in buf_uops], ast, var_vals, {"device": node.device}))
+    calls.append(LoweredCall(CallKind.KERNEL, node.device, buf_uops, ast, var_vals))
     realized[node] = out_buf_uop if node.op is not Ops.ASSIGN else node.src[0]
   for t in targets:
     if t in realized:
@@ -185,6 +215,59 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
       if t.dtype.weak and not r.dtype.weak: becomes[t] = UOp(Ops.CAST, t.dtype, (becomes[t],))
   for n, r in realized.items():
     if n.op is Ops.ASSIGN and n not in becomes: becomes[n] = r
+  return calls, becomes, bitcast_views
+
+def bind_buffers(calls: list[LoweredCall], bitcast_views: list[UOp]) -> tuple[list[ScheduleItem], set[int]]:
+  """Each BUFFER UOp gets its device Buffer; a copy of a slice reads a view of its source, a size-changing bitcast's
+  output is a view of its source. Returns the bound items and the buffers the memory planner must leave alone."""
+  pinned: set[int] = set()
+  for i in range(0, len(bitcast_views), 2):
+    out, src = bitcast_views[i], bitcast_views[i + 1]
+    sb = buffer_of(src)
+    attach_buffer(out, sb.view(out.arg.size, out.dtype, 0))  # type: ignore[arg-type]
+    pinned.add(id(sb.base))  # the view aliases this memory: the planner must not hand it to another buffer
+  items: list[ScheduleItem] = []
+  for c in calls:
+    if c.kind is CallKind.COPY:
+      src = buffer_of(c.buf_uops[1])
+      whole = c.offset == 0 and c.size == src.size
+      view = src if whole else src.view(c.size, src.dtype, c.offset * src.dtype.itemsize)
+      items.append(ScheduleItem(CallKind.COPY, c.device, [buffer_of(c.buf_uops[0]), view]))
+    else: items.append(ScheduleItem(c.kind, c.device, [buffer_of(b) for b in c.buf_uops], c.ast, c.var_vals))
+  return items, pinned
+
+_pack_plans: dict[tuple[str, str, UOp, int, int], PackPlan | None] = {}
+
+def _pack_plan(device: str, ast: UOp, nbufs: int) -> PackPlan | None:
+  from ember.device import Device
+  from ember.codegen.pack import plan_packing
+  from ember.helpers import NOOPT, NUM_CPU_THREADS
+  dev = Device[device]
+  key = (device, repr(dev.renderer), ast, NUM_CPU_THREADS.value, NOOPT.value)
+  if key not in _pack_plans:
+    plan = plan_packing(ast, dev.renderer) if dev.compiler is not None else None
+    _pack_plans[key] = plan if plan is not None and plan.scratch_slot == nbufs else None
+  return _pack_plans[key]
+
+def pack_operands(items: list[ScheduleItem]) -> list[ScheduleItem]:
+  """A kernel whose renderer packs its B operand (codegen/pack.py) runs as a PACK call into a scratch buffer, then the
+  kernel over the packed copy; the scratch buffer is an ordinary buffer the memory planner places."""
+  out: list[ScheduleItem] = []
+  for it in items:
+    plan = _pack_plan(it.device, it.ast, len(it.bufs)) if it.kind is CallKind.KERNEL and it.ast is not None else None
+    if plan is None:
+      out.append(it)
+      continue
+    scratch = Buffer(it.device, plan.size, plan.dtype)
+    out.append(ScheduleItem(CallKind.PACK, it.device, [scratch, it.bufs[plan.src_slot]], plan.pack))
+    out.append(ScheduleItem(CallKind.KERNEL, it.device, [*it.bufs, scratch], it.ast, it.var_vals, packed=plan))
+  return out
+
+def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+  """The calls that compute `targets`, and what each realized target becomes (a buffer view)."""
+  calls, becomes, bitcast_views = lower_schedule(targets)
+  items, pinned = bind_buffers(calls, bitcast_views)
+  items = pack_operands(items)
   held = {id(buffer_of(r)) for r in becomes.values() if r.base.op is Ops.BUFFER} | pinned
   return memory_plan(items, held), becomes
 
