@@ -149,3 +149,7 @@ def test_safetensors_truncated_reference_file(tmp_path: Path):
   st.save_file({"a": np.ones((16, 16), np.float32)}, str(path))
   path.write_bytes(path.read_bytes()[:-10])
   with pytest.raises(SafetensorsError, match="truncated"): safe_load(str(path))
+
+def test_unreadable_paths_raise_safetensors_error(tmp_path: Path):
+  with pytest.raises(SafetensorsError, match="cannot read safetensors file .*Is a directory"): safe_load(str(tmp_path))
+  with pytest.raises(SafetensorsError, match="cannot open safetensors file"): safe_load(str(tmp_path / "missing"))

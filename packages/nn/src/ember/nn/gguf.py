@@ -358,10 +358,11 @@ class GGUFFile:
   """
   def __init__(self, path: str | os.PathLike[str]):
     self.path = os.fspath(path)
-    if not os.path.isfile(self.path): raise GGUFError(f"GGUF file {self.path!r} does not exist")
+    if not os.path.isfile(self.path): raise GGUFError(f"GGUF file {self.path!r} does not exist or is not a file")
     size = os.path.getsize(self.path)
     if size < 24: raise GGUFError(f"{self.path}: too small to be a GGUF file ({size} bytes)")
-    self.mm = np.memmap(self.path, dtype=np.uint8, mode="r")
+    try: self.mm = np.memmap(self.path, dtype=np.uint8, mode="r")
+    except OSError as e: raise GGUFError(f"cannot read GGUF file {self.path!r}: {e.strerror}") from e
     cur = _Cursor(self.mm, self.path)
     magic = cur.take(4, "the magic")
     if magic != GGUF_MAGIC: raise GGUFError(f"{self.path}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")

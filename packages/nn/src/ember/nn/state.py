@@ -126,13 +126,15 @@ def safe_load_metadata(path: str) -> tuple[dict[str, Any], int, dict[str, str]]:
   if size < 8:
     raise SafetensorsError(f"{path}: {size} bytes is too short for a safetensors file "
                            "(no 8-byte header length at offset 0)")
-  with open(path, "rb") as f:
-    (header_len,) = struct.unpack("<Q", f.read(8))
-    if header_len > min(size - 8, _MAX_HEADER):
-      raise SafetensorsError(f"{path}: header length {header_len} at offset 0 runs past the end of the file "
-                             f"({size} bytes) or over the {_MAX_HEADER}-byte limit; the file is truncated or not "
-                             "safetensors")
-    raw = f.read(header_len)
+  try:
+    with open(path, "rb") as f:
+      (header_len,) = struct.unpack("<Q", f.read(8))
+      if header_len > min(size - 8, _MAX_HEADER):
+        raise SafetensorsError(f"{path}: header length {header_len} at offset 0 runs past the end of the file "
+                               f"({size} bytes) or over the {_MAX_HEADER}-byte limit; the file is truncated or not "
+                               "safetensors")
+      raw = f.read(header_len)
+  except OSError as e: raise SafetensorsError(f"cannot read safetensors file {path!r}: {e.strerror}") from e
   header = _parse_header(path, raw)
   metadata = header.pop("__metadata__", None)
   if metadata is None: metadata = {}
