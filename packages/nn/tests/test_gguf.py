@@ -116,7 +116,7 @@ def _kv(key: str, vtype: int, payload: bytes) -> bytes: return _s(key) + struct.
 F32_W = [("w", [2], 0, 0)]
 
 @pytest.mark.parametrize("data,match", [
-  (_gguf([_kv("general.alignment", 8, _s("32"))], F32_W), "general.alignment must be a uint32 power of two, got STR"),
+  (_gguf([_kv("general.alignment", 8, _s("32"))], F32_W), r"\(value at offset 53\) must be a uint32 .*, got STR"),
   (_gguf([_kv("general.alignment", 6, struct.pack("<f", 32.0))], F32_W), "must be a uint32 power of two, got FLOAT32"),
   (_gguf([_kv("general.alignment", 4, struct.pack("<I", 0))], F32_W), "power of two, got UINT32 0"),
   (_gguf([_kv("deep", 9, struct.pack("<IQ", 9, 1) * 5000 + struct.pack("<IQ", 4, 0))], F32_W),

@@ -365,7 +365,8 @@ class GGUFFile:
     except OSError as e: raise GGUFError(f"cannot read GGUF file {self.path!r}: {e.strerror}") from e
     cur = _Cursor(self.mm, self.path)
     magic = cur.take(4, "the magic")
-    if magic != GGUF_MAGIC: raise GGUFError(f"{self.path}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")
+    if magic != GGUF_MAGIC:
+      raise GGUFError(f"{self.path}: not a GGUF file (magic {magic!r} at offset 0, expected {GGUF_MAGIC!r})")
     self.version = cur.u32("the version")
     if self.version not in SUPPORTED_VERSIONS:
       raise GGUFError(f"{self.path}: GGUF version {self.version} is not supported (the version at offset 4; "
@@ -374,14 +375,16 @@ class GGUFFile:
     n_kv = cur.count("the metadata count", 12)  # key length and value type at least
     self.metadata: dict[str, Any] = {}
     self.metadata_types: dict[str, GGUFValueType] = {}
+    value_at: dict[str, int] = {}
     for i in range(n_kv):
       at = cur.pos
       key = cur.string(f"metadata key #{i}")
       if key in self.metadata: raise cur.error(f"metadata key {key!r}", "the key appears twice", at)
       vtype = cur.value_type(f"the type of {key!r}")
+      value_at[key] = cur.pos
       self.metadata[key] = cur.value(vtype, repr(key))
       self.metadata_types[key] = vtype
-    self.alignment = self._alignment()
+    self.alignment = self._alignment(value_at.get("general.alignment", 0))
     entries: list[tuple[str, tuple[int, ...], GGMLType, int, int]] = []
     for i in range(n_tensors):
       at = cur.pos
@@ -415,11 +418,12 @@ class GGUFFile:
     check_disjoint(GGUFError, self.path, [(i.name, i.offset, i.offset + i.nbytes) for i in self.tensors.values()])
     self._bytes: FileBytes | None = None
 
-  def _alignment(self) -> int:
+  def _alignment(self, at: int) -> int:
     if "general.alignment" not in self.metadata: return DEFAULT_ALIGNMENT
     value, vtype = self.metadata["general.alignment"], self.metadata_types["general.alignment"]
     if vtype is not GGUFValueType.UINT32 or value <= 0 or value & (value - 1):
-      raise GGUFError(f"{self.path}: general.alignment must be a uint32 power of two, got {vtype.name} {value!r:.50}")
+      raise GGUFError(f"{self.path}: general.alignment (value at offset {at}) must be a uint32 power of two, got "
+                      f"{vtype.name} {value!r:.50}")
     return int(value)
 
   def raw(self, name: str) -> np.ndarray:

@@ -278,13 +278,14 @@ def _check_archive(fpath: str, archive: zipfile.ZipFile, raw: io.BufferedReader,
   if len(pickles) != 1:
     scripted = any(n.endswith("constants.pkl") for n in names)
     hint = " (a TorchScript archive: load it with torch.jit)" if scripted else ""
-    raise CheckpointError(f"{fpath}: expected one <folder>/data.pkl in the archive, found {len(pickles)}{hint}")
+    raise CheckpointError(f"{fpath}: expected one <folder>/data.pkl in the archive (central directory at offset "
+                          f"{archive.start_dir}), found {len(pickles)}{hint}")
   prefix = pickles[0][:-len("data.pkl")]
   if prefix.count("/") != 1:
     raise CheckpointError(f"{fpath}: data.pkl must be in a folder at the top of the archive, found {pickles[0]!r}")
-  if stray := [n for n in names if not n.startswith(prefix)]:
+  if stray := [i for i in infos if not i.filename.startswith(prefix)]:
     raise CheckpointError(f"{fpath}: every member must be in the folder {prefix!r}, which holds data.pkl; found "
-                          f"{stray[0]!r}")
+                          f"{stray[0].filename!r} (local header at offset {stray[0].header_offset})")
   _check_end_record(fpath, raw, size, infos)
   for info in infos:
     where = f"{fpath}: member {info.filename!r} (local header at offset {info.header_offset})"
