@@ -109,6 +109,15 @@ def test_rearrange_matches_numpy(shape, pattern, sizes, ref):
 def test_rearrange_bad_patterns_raise_shape_errors(pattern, sizes):
   with pytest.raises(ShapeError, match="rearrange"): Tensor.zeros(6, 4, 2).rearrange(pattern, **sizes)
 
+def test_methods_needing_concrete_sizes_name_them_for_a_symbolic_dim():
+  # the sizes feed Python loops and numpy: a bound Variable's dim is a ShapeError naming the method, not a TypeError
+  from ember import Variable
+  n = Variable("n", 1, 4).bind(3)
+  x, raw = Tensor(randf(4, 4))[:n], Tensor(np.arange(4, dtype=np.uint8))[:n]
+  for name, call in (("rearrange", lambda: x.rearrange("a b -> b a")), ("qr", x.qr), ("svd", x.svd),
+                     ("newton_schulz", lambda: x.newton_schulz(2, (3.4445, -4.775, 2.0315))), ("hash", raw.hash)):
+    with pytest.raises(ShapeError, match=f"{name} needs concrete sizes"): call()
+
 def test_rearrange_backward():
   check(lambda t: t.rearrange("(b h) w -> w b h", b=2) * 3, lambda t: t.reshape(2, 3, 4).permute(2, 0, 1) * 3,
         randf(6, 4))

@@ -14,6 +14,7 @@ import numpy as np
 from ember.dtype import DType, dtypes, to_dtype
 from ember.errors import DTypeError, EmberError, ShapeError
 from ember.helpers import prod
+from ember.uop.ops import int_size
 if TYPE_CHECKING:
   from ember.engine.jit import TinyJit
   from ember.tensor import Tensor
@@ -257,14 +258,14 @@ class TensorExtra:
       raise ShapeError(f"multinomial needs a 1-d or 2-d weight tensor, got shape {self.shape}")
     if not isinstance(num_samples, int) or num_samples <= 0:
       raise ShapeError(f"multinomial needs num_samples > 0, got {num_samples!r}")
-    n = int(self.shape[-1])
+    n = int_size(self.shape[-1], "multinomial")
     if n == 0: raise ShapeError("multinomial needs at least one category, got an empty last dim")
     if not replacement and num_samples > n:
       raise ShapeError(f"multinomial cannot draw {num_samples} samples without replacement from {n} categories; "
                        "pass replacement=True or fewer samples")
     Tensor = _tensor_cls()
     w = (self if self.ndim == 2 else self.unsqueeze(0)).float()
-    rows = int(w.shape[0])
+    rows = int_size(w.shape[0], "multinomial")
     if replacement or num_samples == 1:
       cw = w.cumsum(1)
       cdf = cw / cw[:, -1:]  # (rows, n); the last entry is exactly 1
@@ -313,7 +314,7 @@ class TensorExtra:
     [-5.0, -2.2, 0.0, -0.4]
     """
     _check_matrix(self, "qr")
-    m, n = int(self.shape[-2]), int(self.shape[-1])
+    m, n = int_size(self.shape[-2], "qr"), int_size(self.shape[-1], "qr")
     q, r = _householder_qr(self)
     if some and m > n: return q[..., :, :n], r[..., :n, :]
     return q, r
@@ -334,7 +335,7 @@ class TensorExtra:
                       f"tinygrad's svd(full_matrices={full_matrices}) call svd(some={not full_matrices}) and use V.mT")
     _check_matrix(self, "svd")
     if not dtypes.is_float(self.dtype): raise DTypeError(f"svd needs a float tensor, got {self.dtype!r}")
-    m, n = int(self.shape[-2]), int(self.shape[-1])
+    m, n = int_size(self.shape[-2], "svd"), int_size(self.shape[-1], "svd")
     if m < n:
       v, s, u = _tensor_cls().svd(self.transpose(-2, -1), some=some)
       return u, s, v
@@ -360,7 +361,7 @@ class TensorExtra:
     [[1.0, 0.0], [0.0, 1.0]]
     """
     _check_matrix(self, "newton_schulz")
-    if self.shape[-2] > self.shape[-1]:
+    if int_size(self.shape[-2], "newton_schulz") > int_size(self.shape[-1], "newton_schulz"):
       return self.transpose(-2, -1).newton_schulz(steps, params, eps).transpose(-2, -1)
     g = self / (self.square().sum(axis=(-2, -1), keepdim=True).sqrt() + eps)
     for _ in range(steps):
@@ -383,16 +384,16 @@ class TensorExtra:
     """
     return _keccak(self, cfg)
 
-  def hash(self) -> Tensor:  # type: ignore[override]  # torch's Tensor is unhashable too; hash(t) is identity
+  def hash(self: Tensor) -> Tensor:
     """tinygrad's 16-byte tree hash of the tensor's bytes: 1 MiB chunks, each the shake_128 of its 256 4-KiB leaves'
     shake_128 digests, chunk digests hashed the same way until one chunk is left. Python's `hash(t)` is unchanged.
 
     >>> Tensor(b"Hello World!").hash().shape
     (16,)
     """
-    t: Tensor = self  # type: ignore[assignment]
-    data = t.flatten().bitcast(dtypes.uint8) if t.dtype.itemsize != 1 or t.dtype is not dtypes.uint8 else t.flatten()
-    chunks = -(-int(data.shape[0]) // _HASH_CHUNK)
+    flat = self.flatten()
+    data = flat.bitcast(dtypes.uint8) if flat.dtype is not dtypes.uint8 else flat
+    chunks = -(-int_size(data.shape[0], "hash") // _HASH_CHUNK)
     while chunks > 1:
       data = _hash_1mb(data.pad_to(chunks * _HASH_CHUNK).reshape(chunks, _HASH_CHUNK)).flatten()
       chunks = -(-chunks // (_HASH_CHUNK // 16))
@@ -421,7 +422,7 @@ def _householder_qr(a: Tensor) -> tuple[Tensor, Tensor]:
   maps x = R[i:, i] to beta e_i with beta = -sign(x_i) ||x||; a column already zero below the diagonal is left alone
   (tau = 0), so the signs of R match LAPACK's."""
   Tensor = _tensor_cls()
-  m, n = int(a.shape[-2]), int(a.shape[-1])
+  m, n = int_size(a.shape[-2], "qr"), int_size(a.shape[-1], "qr")
   dt = a.dtype if dtypes.is_float(a.dtype) and not a.dtype.weak else dtypes.default_float
   r = a.cast(dt)
   q = Tensor.eye(m, dtype=dt, device=a.device).expand(*a.shape[:-2], m, m)
@@ -457,7 +458,7 @@ def _jacobi_svd(b: Tensor, max_sweeps: int = 30) -> tuple[Tensor, Tensor, Tensor
   """One-sided (Hestenes) Jacobi SVD of square (..., n, n): rotate column pairs of U = b (and V = I) until every pair
   is orthogonal; then S is the column norms, U's columns are normalized, and both are sorted by S descending."""
   Tensor = _tensor_cls()
-  n, dt, dev = int(b.shape[-1]), b.dtype, b.device
+  n, dt, dev = int_size(b.shape[-1], "svd"), b.dtype, b.device
   batch = b.shape[:-2]
   u = b.contiguous().realize()
   v = Tensor.eye(n, dtype=dt, device=dev).expand(*batch, n, n).contiguous().realize()
@@ -467,9 +468,9 @@ def _jacobi_svd(b: Tensor, max_sweeps: int = 30) -> tuple[Tensor, Tensor, Tensor
   for pairs in _round_robin(n):
     order = [p for p, _ in pairs] + [q for _, q in pairs]
     order += [c for c in range(n) if c not in order]
-    perm = np.zeros((n, n), np.float64)
-    perm[order, range(n)] = 1.0
-    perms.append((len(pairs), Tensor(perm, dtype=dt, device=dev)))
+    onehot = np.zeros((n, n), np.float64)
+    onehot[order, range(n)] = 1.0
+    perms.append((len(pairs), Tensor(onehot, dtype=dt, device=dev)))
   for _ in range(max_sweeps if n > 1 else 0):
     worst = []
     for h, perm in perms:
@@ -510,7 +511,7 @@ def _keccak(t: Tensor, cfg: str | tuple[int, int]) -> Tensor:
                      "and the domain byte in (0, 0x80)")
   if t.ndim == 0: raise ShapeError("keccak hashes the last dim: give a tensor of at least 1 dim")
   data = t if t.dtype is dtypes.uint8 else t.contiguous().bitcast(dtypes.uint8)
-  batch, length = data.shape[:-1], int(data.shape[-1])
+  batch, length = data.shape[:-1], int_size(data.shape[-1], "keccak")
   bs = int(prod(batch))
   data = data.reshape(bs, length)
   nblocks = length // rate + 1
@@ -534,7 +535,7 @@ def _keccak_f1600(state: Tensor) -> Tensor:
   """The 24-round Keccak-f[1600] permutation of (bs, 25) uint64 states, realized round by round (a round mixes
   lanes across the state, so fusing rounds would recompute each one per output lane)."""
   Tensor = _tensor_cls()
-  bs, dev = int(state.shape[0]), state.device
+  bs, dev = int_size(state.shape[0], "keccak"), state.device
   rot = Tensor(np.array(_KECCAK_ROT, np.uint64), device=dev)
   rot_back = Tensor(np.array([(64 - r) % 64 for r in _KECCAK_ROT], np.uint64), device=dev)
   pi_src = np.zeros((25, 25), np.bool_)
@@ -567,7 +568,7 @@ def _keccak_f1600_jit(bs: int, device: str) -> TinyJit:
 
 def _hash_1mb(chunks: Tensor) -> Tensor:
   """(c, 1 MiB) uint8 -> (c, 16): shake_128 of the 256 shake_128 digests of each chunk's 4 KiB leaves."""
-  c = int(chunks.shape[0])
+  c = int_size(chunks.shape[0], "hash")
   return chunks.reshape(c * 256, 4096).keccak("shake_128").reshape(c, 4096).keccak("shake_128")
 
 # ** rearrange **
@@ -625,9 +626,9 @@ def _rearrange(t: Tensor, formula: str, sizes: dict[str, int]) -> Tensor:
   dims = iter(t.shape)
   for grouped, group in lhs:
     if not grouped and group == ["..."]:
-      for name in ell: axis_size[name] = int(next(dims))
+      for name in ell: axis_size[name] = int_size(next(dims), "rearrange")
       continue
-    dim = int(next(dims))
+    dim = int_size(next(dims), "rearrange")
     known = [sizes[n] for n in group if n in sizes]
     missing = [n for n in group if n not in sizes]
     if len(missing) > 1:
