@@ -213,6 +213,15 @@ def test_equal_constant_leaves_get_their_own_gradients(make: Callable[[], Tensor
   np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy())
   np.testing.assert_allclose(y.grad.numpy(), ty.grad.numpy())
 
+@pytest.mark.parametrize("dtype", ["bool", "int32"])
+def test_prod_of_bools_and_ints_is_an_int(dtype: str) -> None:
+  # found by test_reductions (bool, prod, shape (1,)): the product of bools stayed bool (torch: an int, ember's int32)
+  a = np.array([[True, False, True], [True, True, True]]) if dtype == "bool" else np.array([[2, -3], [4, 5]], np.int32)
+  for axis in (None, 0, 1):
+    got = Tensor(a).prod(axis)
+    want = torch.tensor(a).prod() if axis is None else torch.tensor(a).prod(axis)
+    compare(got, want.to(torch.int32), dtype)
+
 def test_expand_without_sizes_keeps_a_0d_tensor() -> None:
   # found by test_view_chains (shape=(), expand to ()): torch's t.expand() with no sizes returns t
   np.testing.assert_array_equal(Tensor(np.float32(2.5)).expand().numpy(), torch.tensor(2.5).expand(()).numpy())

@@ -1823,7 +1823,10 @@ class Tensor(TensorExtra):
     ret = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
     return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
   def prod(self, axis: Any = None, keepdim: PyBool = False, dtype: DType | None = None) -> Tensor:
-    return self.cast(to_dtype(dtype) if dtype is not None else strong_dtype(self.dtype))._reduce(Ops.MUL, axis, keepdim)
+    # bools and small ints multiply in the sum's accumulator (torch: int64), floats in their own dtype
+    if dtype is not None: acc = to_dtype(dtype)
+    else: acc = strong_dtype(self.dtype) if dtypes.is_float(self.dtype) else sum_acc_dtype(self.dtype)
+    return self.cast(acc)._reduce(Ops.MUL, axis, keepdim)
   def _check_nonempty(self, axis: Any, op: str) -> None:
     """max/min/argmax have no identity element: over zero elements they raise, as torch does."""
     if self.ndim and any(self.shape[a] == 0 for a in self._reduce_axes(axis)):
