@@ -1255,8 +1255,15 @@ class Tensor(TensorExtra):
     return a._alu(op, b)
   def __lt__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x)
   def __gt__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x, reverse=True)
-  def __le__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x, reverse=True).logical_not()
-  def __ge__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x).logical_not()
+  def _may_be_nan(self, x: Any) -> PyBool:
+    return dtypes.is_float(self.dtype) or isinstance(x, float) or (isinstance(x, Tensor) and dtypes.is_float(x.dtype))
+  # `not (x > y)` is one compare, but True where either side is NaN: IEEE (and torch) say False there
+  def __le__(self, x: Any) -> Tensor:
+    if not self._may_be_nan(x): return self._cmp(Ops.CMPLT, x, reverse=True).logical_not()
+    return self._cmp(Ops.CMPLT, x) | self._cmp(Ops.CMPEQ, x)
+  def __ge__(self, x: Any) -> Tensor:
+    if not self._may_be_nan(x): return self._cmp(Ops.CMPLT, x).logical_not()
+    return self._cmp(Ops.CMPLT, x, reverse=True) | self._cmp(Ops.CMPEQ, x)
   def __eq__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPEQ, x)  # type: ignore[override]
   def __ne__(self, x: Any) -> Tensor: return self._cmp(Ops.CMPNE, x)  # type: ignore[override]
   def logical_not(self) -> Tensor:
