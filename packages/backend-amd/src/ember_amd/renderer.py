@@ -156,7 +156,7 @@ HIP_PRELUDE = f"""#ifndef __global__
 
 class HIPRenderer(CStyleLanguage):
   """HIP-style C: `extern "C" __global__` kernels over the clang amdgcn builtins (workgroup/workitem ids, math), `half`
-  as `_Float16`, bfloat16 and fp8 as raw bits computed in float32 (ember.codegen.emulate)."""
+  as `_Float16`, bfloat16 and fp8 as raw bits computed in float32 (ember.renderer.emulate)."""
   device = "AMD"
   suffix = "hip"
   has_local = True

@@ -64,7 +64,7 @@ _code_for_mma = {
 
 class CUDARenderer(CStyleLanguage):
   """CUDA C for NVRTC: `extern "C" __global__` kernels, `half` from cuda_fp16.h, bfloat16 and fp8 as raw bits
-  computed in float32 (ember.codegen.emulate), math through CUDA's device functions, bit casts through intrinsics."""
+  computed in float32 (ember.renderer.emulate), math through CUDA's device functions, bit casts through intrinsics."""
   device = "NV"
   suffix = "cu"
   has_local = True

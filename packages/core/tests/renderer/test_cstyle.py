@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from ember.dtype import dtypes
 from ember.errors import CompileError
-from ember.codegen.emulate import EmulatedFloat
+from ember.renderer.emulate import EmulatedFloat
 from ember.renderer.cstyle import CStyleLanguage, float32_literal, var_name
 from ember.uop.ops import AxisType, Ops, UOp
 from ember.testing.programs import end, linear, param
@@ -72,7 +72,7 @@ def test_emulated_floats_are_integer_code_on_raw_bits() -> None:
   assert "__ember" not in r.render(_elementwise(dtypes.float32))
   src = r.render(_elementwise(dtypes.bfloat16))
   assert "const unsigned short* data1" in src and "unsigned short* data0" in src
-  # the conversions are ALU code in the kernel (ember.codegen.emulate), not helper functions
+  # the conversions are ALU code in the kernel (ember.renderer.emulate), not helper functions
   assert "bfloat16" not in src and "__ember_f32" not in src and "32767u" in src  # round to nearest even
 
 def test_accumulator_read_is_not_moved_past_its_assign() -> None:

@@ -68,7 +68,7 @@ class Renderer(ABC):
   # dtypes this target can store and compute; codegen raises a clear error for anything else
   unsupported_dtypes: frozenset[DType] = frozenset()
   # the narrow float formats (bfloat16, fp8) the target computes itself; the others it supports become raw bits in
-  # memory and float32 in registers by one rewrite of the program (ember.codegen.emulate.emulate_floats), which the
+  # memory and float32 in registers by one rewrite of the program (ember.renderer.emulate.emulate_floats), which the
   # C-style and LLVM bases run first thing in `render`
   native_floats: frozenset[DType] = frozenset()
   def supported_dtypes(self) -> list[DType]: return [d for d in dtypes.all if d not in self.unsupported_dtypes]

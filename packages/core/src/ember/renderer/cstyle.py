@@ -4,8 +4,10 @@ It prints the linear program of `docs/linear-program.md` one uop per line. Value
 `ridx{axis}` (loop counters), `acc{id}` (accumulators), `val{n}` (loads), `alu{n}` (ALU results) and `cast{n}`
 (CAST/BITCAST results); a single-use ALU/CAST is inlined into its user when that reads exactly the same values.
 
-A subclass changes data only: `type_map`, `code_for_op`, the prefixes, the literal spellings. bfloat16 and fp8 reach
-no C-style renderer: `render` first rewrites them (ember.codegen.emulate) into raw bits in memory, computed in float32,
+Op-to-text is data: `code_for_op` (an ALU op as a function of its operands' strings and dtype) and `string_rewrite`
+(`pm_render_c`, a PatternMatcher of rendering rules, one per uop kind). A subclass changes data only: `type_map`,
+`code_for_op` entries, rules of its own in front of `string_rewrite`, the prefixes, the literal spellings. bfloat16 and fp8 reach
+no C-style renderer: `render` first rewrites them (ember.renderer.emulate) into raw bits in memory, computed in float32,
 converted by integer code on LOAD, before STORE and on CAST to them (round to nearest even).
 """
 from __future__ import annotations
@@ -13,12 +15,13 @@ import math
 import re
 import struct
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NoReturn, cast
 from ember.dtype import DType, PtrDType, AnyDType, dtypes
 from ember.errors import CompileError
 from ember.renderer import Renderer
-from ember.codegen.emulate import EmulatedFloat, emulate_floats, emulated_floats
+from ember.renderer.emulate import EmulatedFloat, emulate_floats, emulated_floats
 from ember.uop.ops import Ops, UOp, AxisType, GroupOp
+from ember.uop.rewrite import PatternMatcher, UPat
 
 # ** shared by the C-style and LLVM renderers **
 
@@ -58,24 +61,144 @@ _by_name = (Ops.DEFINE_ACC, Ops.ASSIGN, Ops.INDEX)
 
 @dataclass
 class _Ctx:
-  """Per-render state: the string of every uop, the lines so far, the helpers the kernel needs."""
+  """Per-render state, the `ctx` of the rendering rules: the renderer, the string of every uop, the lines so far, the
+  helpers the kernel needs."""
+  renderer: CStyleLanguage
   names: dict[UOp, str] = field(default_factory=dict)
-  gates: dict[UOp, str | None] = field(default_factory=dict)
   inlined: set[UOp] = field(default_factory=set)
   counters: dict[str, int] = field(default_factory=dict)
   lines: list[str] = field(default_factory=list)
   helpers: dict[str, str] = field(default_factory=dict)
   wmma: dict[tuple[UOp, ...], str] = field(default_factory=dict)  # sources of a matrix instruction -> its result array
   depth: int = 1
+  def __getitem__(self, u: UOp) -> str:
+    """The string of a source: its name, its inlined expression, or a constant's literal."""
+    if u in self.names: return self.names[u]
+    if u.op is Ops.CONST: return self.renderer.render_const(u.arg, value_dtype(u))
+    raise CompileError(f"{type(self.renderer).__name__}: {u.op.name} is used before it appears in the linear program")
+  def gate(self, index: UOp) -> str | None:
+    """The condition of a gated INDEX (its third source), None for an ungated one."""
+    return self[index.src[2]] if len(index.src) == 3 else None
   def fresh(self, prefix: str) -> str:
     n = self.counters.get(prefix, 0)
     self.counters[prefix] = n + 1
     return f"{prefix}{n}"
   def emit(self, line: str) -> None: self.lines.append("  " * self.depth + line)
 
+def _missing(ctx: _Ctx, what: str, fix: str) -> NoReturn:
+  raise CompileError(f"{type(ctx.renderer).__name__} has no {what}; {fix}")
+
+def _special(ctx: _Ctx, x: UOp) -> str:
+  if (code := ctx.renderer.code_for_workitem.get(x.arg[0])) is None:
+    return _missing(ctx, f"hardware index {x.arg!r}", "set code_for_workitem for GPU targets")
+  return code("xyz"[int(x.arg[-1])])
+
+def _range(ctx: _Ctx, x: UOp) -> str:
+  ridx, end, int_t = ctx[x], ctx[x.src[0]], ctx.renderer.render_dtype(x.dtype)
+  if x.arg[1] is not AxisType.THREAD: return f"for ({int_t} {ridx} = 0; {ridx} < {end}; {ridx}++) {{"
+  if not ctx.renderer.has_threads:
+    raise CompileError(f"{type(ctx.renderer).__name__} has no threads but the kernel has a THREAD range")
+  core_id, num_cores = ctx.renderer.thread_args  # this thread's chunk: [core_id*chunk, min(end, (core_id+1)*chunk))
+  return "\n".join([f"{int_t} {ridx}_chunk = ({end}+{num_cores}-1)/{num_cores};",
+                    f"{int_t} {ridx}_end = ({core_id}+1)*{ridx}_chunk < {end} ? ({core_id}+1)*{ridx}_chunk : {end};",
+                    f"for ({int_t} {ridx} = {core_id}*{ridx}_chunk; {ridx} < {ridx}_end; {ridx}++) {{"])
+
+def _define_local(ctx: _Ctx, x: UOp) -> str:
+  if not (prefix := ctx.renderer.shared_prefix):
+    return _missing(ctx, "block-shared memory", "set shared_prefix for GPU targets")
+  return f"{prefix}{ctx.renderer.render_dtype(x.dtype.base)} {x.arg}[{x.dtype.size}];"
+
+def _shuffle(ctx: _Ctx, x: UOp) -> str:
+  if ctx.renderer.code_for_shuffle is None:
+    return _missing(ctx, "SHUFFLE_XOR", "set code_for_shuffle (and warp_size)")
+  return ctx.renderer.code_for_shuffle(ctx[x.src[0]], x.arg, value_dtype(x))
+
+def _wmma(ctx: _Ctx, x: UOp) -> str:
+  """The first WMMA of a set of sources calls the instruction's helper into an array; each names its element."""
+  name, index, count = x.arg
+  if (out := ctx.wmma.get(x.src)) is None:
+    if (code := ctx.renderer.code_for_wmma.get(name)) is None:
+      return _missing(ctx, f"code for the matrix instruction {name}", "add it to code_for_wmma or drop it from "
+                      "tensor_cores")
+    fn, definition = code
+    ctx.helpers.setdefault(fn, definition)
+    out = ctx.wmma[x.src] = ctx.fresh("wmma")
+    ctx.emit(f"{ctx.renderer.render_dtype(x.dtype)} {out}[{count}];")
+    ctx.emit(f"{fn}({out}, {', '.join(ctx[s] for s in x.src)});")
+  return f"{out}[{index}]"
+
+def _load(ctx: _Ctx, x: UOp) -> str:
+  if (gate := ctx.gate(x.src[0])) is None: return ctx[x.src[0]]
+  return f"({gate} ? {ctx[x.src[0]]} : {ctx.renderer.render_const(0, value_dtype(x))})"  # a gated-off load reads 0
+
+def _store(ctx: _Ctx, x: UOp) -> str:
+  store = f"{ctx[x.src[0]]} = {ctx[x.src[1]]};"
+  return store if (gate := ctx.gate(x.src[0])) is None else f"if ({gate}) {store}"
+
+def render_alu(ctx: _Ctx, x: UOp, code: Callable[..., str] | None) -> str:
+  """An ALU uop as an expression of its operands, `code` (a `code_for_op` entry) printing the operation itself."""
+  if code is None:
+    return _missing(ctx, f"code for {x.op.name}", "codegen must rewrite it first")
+  r, srcs = ctx.renderer, [ctx[s] for s in x.src]
+  dt, out_dt = value_dtype(x.src[-1]), value_dtype(x)  # WHERE's condition is src[0]
+  if x.op in GroupOp.Unary and x.op not in (Ops.NEG, Ops.RECIPROCAL) and dt in r.math_via_float:
+    return r.render_cast(code(r.render_cast(srcs[0], dtypes.float32), dtype=dtypes.float32), out_dt)
+  if x.op is Ops.MULACC and out_dt in r.narrow_dtypes:  # round the product, as a MUL of this dtype would
+    srcs[0] = r.render_cast(r.code_for_op[Ops.MUL](srcs[0], srcs[1], dtype=dt), out_dt)
+    code, srcs = r.code_for_op[Ops.ADD], [srcs[0], srcs[2]]
+  expr = code(*srcs, dtype=dt)
+  if x in ctx.inlined and out_dt in r.narrow_dtypes and x.op not in GroupOp.Comparison | {Ops.WHERE, Ops.MAX}:
+    expr = r.render_cast(expr, out_dt)  # C computes a narrow type in int or float: back to its own width
+  return expr
+
+def _cast(ctx: _Ctx, x: UOp) -> str:
+  src, dst = value_dtype(x.src[0]), value_dtype(x)
+  return ctx[x.src[0]] if src is dst else ctx.renderer.render_cast(ctx[x.src[0]], dst)
+
+def _bitcast(ctx: _Ctx, x: UOp) -> str:
+  src, dst = value_dtype(x.src[0]), value_dtype(x)
+  if src.itemsize != dst.itemsize: raise CompileError(f"BITCAST needs equal itemsizes, got {src!r} -> {dst!r}")
+  return ctx[x.src[0]] if src is dst else ctx.renderer.render_bitcast(ctx[x.src[0]], src, dst, ctx)
+
+# the C-style renderers' rendering rules: each turns one uop of the linear program into text, `ctx` a `_Ctx`. The
+# text of a value (an expression) is inlined into its user or declared under a name, the text of any other uop is its
+# statement(s) (`CStyleLanguage.render_uop`). A target puts its own rules in front: `PatternMatcher([...]) + pm_render_c`
+pm_render_c = PatternMatcher([
+  (UPat(Ops.CONST, name="x"), lambda ctx, x: ctx.renderer.render_const(x.arg, value_dtype(x))),
+  (UPat(Ops.SPECIAL, name="x"), _special),
+  (UPat(Ops.RANGE, name="x"), _range),
+  (UPat(Ops.END), lambda: "}"),
+  (UPat(Ops.DEFINE_ACC, name="x"), lambda ctx, x: ctx[x.src[0]]),
+  (UPat(Ops.ASSIGN, name="x"), lambda ctx, x: f"{ctx[x]} = {ctx[x.src[1]]};"),
+  (UPat(Ops.DEFINE_LOCAL, name="x"), _define_local),
+  (UPat(Ops.BARRIER), lambda ctx: ctx.renderer.barrier or _missing(ctx, "BARRIER", "set barrier for GPU targets")),
+  (UPat(Ops.SHUFFLE_XOR, name="x"), _shuffle),
+  (UPat(Ops.WMMA, name="x"), _wmma),
+  (UPat(Ops.INDEX, name="x"), lambda ctx, x: f"{ctx[x.src[0]]}[{ctx[x.src[1]]}]"),  # a gate is read by its LOAD/STORE
+  (UPat(Ops.LOAD, name="x"), _load),
+  (UPat(Ops.STORE, name="x"), _store),
+  (UPat(GroupOp.ALU, name="x"), lambda ctx, x: render_alu(ctx, x, ctx.renderer.code_for_op.get(x.op))),
+  (UPat(Ops.CAST, name="x"), _cast),
+  (UPat(Ops.BITCAST, name="x"), _bitcast),
+])
+
+# ops with no text of their own: buffers and variables are parameters, SINK and NOOP order the program
+_no_text = (Ops.PARAM, Ops.DEFINE_VAR, Ops.SINK, Ops.NOOP)
+# uops named by what they are before their rule runs (a rule reads its own name as ctx[x])
+_fixed_names: dict[Ops, Callable[[_Ctx, UOp], str]] = {
+  Ops.RANGE: lambda ctx, u: f"ridx{u.arg[0]}", Ops.DEFINE_ACC: lambda ctx, u: f"acc{u.arg}",
+  Ops.SPECIAL: lambda ctx, u: u.arg, Ops.DEFINE_LOCAL: lambda ctx, u: u.arg, Ops.ASSIGN: lambda ctx, u: ctx[u.src[0]]}
+# uops whose text is an expression that stands for them wherever they are read
+_expressions = (Ops.CONST, Ops.INDEX, Ops.WMMA)
+# values declared `T name = text;`: named above, or fresh with this prefix (unless inlined into their one user)
+_declared = (Ops.SPECIAL, Ops.DEFINE_ACC)
+_value_prefix = {Ops.LOAD: "val", Ops.SHUFFLE_XOR: "shfl", Ops.CAST: "cast", Ops.BITCAST: "cast",
+                 **{op: "alu" for op in GroupOp.ALU}}
+
 class CStyleLanguage(Renderer):
-  """Renders a linear program as one C-like function. Subclasses set the class attributes below; `render_kernel`
-  (the function around the body) and `render_bitcast` are the methods a target overrides when data is not enough."""
+  """Renders a linear program as one C-like function. Subclasses set the class attributes below and put their own
+  rendering rules in front of `string_rewrite`; `render_kernel` (the function around the body), `render_cast` and
+  `render_bitcast` are the methods a target overrides where its spelling of a type conversion differs."""
   kernel_prefix: str = "void "
   buffer_prefix: str = ""         # address-space qualifier before a buffer parameter, e.g. "device "
   buffer_suffix: str = ""         # after the `*`, e.g. " restrict"
@@ -101,7 +224,6 @@ class CStyleLanguage(Renderer):
     dtypes.bool: "bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
     dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
     dtypes.uint64: "unsigned long long", dtypes.float16: "half", dtypes.float32: "float", dtypes.float64: "double"}
-  # stored as raw bits, computed in float32
   # these dtypes run the unary math functions in float32 (C has no half sqrt/exp2/...)
   math_via_float: frozenset[DType] = frozenset({dtypes.float16})
   # ALU results of these dtypes get an explicit cast when inlined: C computes them in a wider type
@@ -109,6 +231,7 @@ class CStyleLanguage(Renderer):
                                                dtypes.float16})
   # operands of these ops are named, never inlined: MAX repeats them, a RANGE bound is evaluated once
   named_operands: frozenset[Ops] = frozenset({Ops.MAX, Ops.RANGE})
+  # ALU op -> its expression as a function of the operands' strings and their dtype (`render_alu` applies it)
   code_for_op: dict[Ops, Callable[..., str]] = {
     Ops.NEG: lambda x, dtype: f"(!{x})" if dtype is dtypes.bool else f"(-{x})",
     Ops.EXP2: _libm("exp2"), Ops.LOG2: _libm("log2"), Ops.SIN: _libm("sin"), Ops.SQRT: _libm("sqrt"),
@@ -122,6 +245,8 @@ class CStyleLanguage(Renderer):
     Ops.OR: lambda a, b, dtype: f"({a}|{b})", Ops.XOR: lambda a, b, dtype: f"({a}^{b})",
     Ops.SHL: lambda a, b, dtype: f"({a}<<{b})", Ops.SHR: lambda a, b, dtype: f"({a}>>{b})",
     Ops.WHERE: lambda c, a, b, dtype: f"({c}?{a}:{b})", Ops.MULACC: lambda a, b, c, dtype: f"(({a}*{b})+{c})"}
+  # uop -> its text (pm_render_c)
+  string_rewrite: PatternMatcher = pm_render_c
 
   # ** dtypes **
   def render_dtype(self, dt: AnyDType) -> str:
@@ -193,7 +318,7 @@ class CStyleLanguage(Renderer):
 
   def render(self, uops: list[UOp], name: str = "kernel") -> str:
     uops = emulate_floats(uops, self)
-    ctx = _Ctx()
+    ctx = _Ctx(self)
     ctx.inlined = self._plan_inlining(uops)
     reserved = frozenset(self.thread_args) | frozenset(self.type_map.values()) | _c_keywords
     written = {u.src[0].src[0] for u in uops if u.op is Ops.STORE}
@@ -209,7 +334,7 @@ class CStyleLanguage(Renderer):
     if self.has_threads:
       params += [f"{self.arg_int_prefix}{self.render_dtype(dtypes.int32)} {a}" for a in self.thread_args]
     params += list(self.extra_args)
-    for u in uops: self._render_uop(u, ctx)
+    for u in uops: self.render_uop(u, ctx)
     if ctx.depth != 1: raise CompileError(f"{type(self).__name__}: kernel {name} has a RANGE without its END")
     return self.render_kernel(name, params, ctx.lines, list(ctx.helpers.values()))
 
@@ -218,131 +343,21 @@ class CStyleLanguage(Renderer):
     head = "\n".join(helpers) + ("\n" if helpers else "")
     return head + f"{self.kernel_prefix}{name}({', '.join(params)}) {{\n" + "\n".join(body) + "\n}\n"
 
-  def _src(self, u: UOp, ctx: _Ctx) -> str:
-    if u in ctx.names: return ctx.names[u]
-    if u.op is Ops.CONST: return self.render_const(u.arg, value_dtype(u))
-    raise CompileError(f"{type(self).__name__}: {u.op.name} is used before it appears in the linear program")
-
-  def _define(self, u: UOp, expr: str, prefix: str, ctx: _Ctx) -> None:
-    """Name `expr` (or keep it as an inline expression) as the value of `u`."""
-    if u in ctx.inlined:
-      ctx.names[u] = expr
-      return
-    ctx.names[u] = ctx.fresh(prefix)
-    ctx.emit(f"{self.render_dtype(u.dtype)} {ctx.names[u]} = {expr};")
-
-  def _render_uop(self, u: UOp, ctx: _Ctx) -> None:
-    op = u.op
-    if op in (Ops.PARAM, Ops.DEFINE_VAR, Ops.SINK, Ops.NOOP): return
-    if op is Ops.CONST: ctx.names[u] = self.render_const(u.arg, value_dtype(u))
-    elif op is Ops.RANGE: self._render_range(u, ctx)
-    elif op is Ops.SPECIAL:
-      if u.arg[0] not in self.code_for_workitem:
-        raise CompileError(f"{type(self).__name__} has no hardware index {u.arg!r}; "
-                           "set code_for_workitem for GPU targets")
-      ctx.names[u] = u.arg
-      index_expr = self.code_for_workitem[u.arg[0]]("xyz"[int(u.arg[-1])])
-      ctx.emit(f"{self.render_dtype(dtypes.int32)} {u.arg} = {index_expr};")
-    elif op is Ops.END:
-      ctx.depth -= 1
-      ctx.emit("}")
-    elif op is Ops.DEFINE_ACC:
-      ctx.names[u] = f"acc{u.arg}"
-      ctx.emit(f"{self.render_dtype(u.dtype)} acc{u.arg} = {self._src(u.src[0], ctx)};")
-    elif op is Ops.ASSIGN:
-      ctx.names[u] = self._src(u.src[0], ctx)
-      ctx.emit(f"{ctx.names[u]} = {self._src(u.src[1], ctx)};")
-    elif op is Ops.DEFINE_LOCAL:
-      if not self.shared_prefix:
-        raise CompileError(f"{type(self).__name__} has no block-shared memory; set shared_prefix for GPU targets")
-      ctx.names[u] = u.arg
-      ctx.emit(f"{self.shared_prefix}{self.render_dtype(u.dtype.base)} {u.arg}[{u.dtype.size}];")
-    elif op is Ops.BARRIER:
-      if not self.barrier: raise CompileError(f"{type(self).__name__} has no BARRIER; set barrier for GPU targets")
-      ctx.emit(self.barrier)
-    elif op is Ops.SHUFFLE_XOR:
-      if self.code_for_shuffle is None:
-        raise CompileError(f"{type(self).__name__} has no SHUFFLE_XOR; set code_for_shuffle (and warp_size)")
-      ctx.names[u] = ctx.fresh("shfl")
-      expr = self.code_for_shuffle(self._src(u.src[0], ctx), u.arg, value_dtype(u))
-      ctx.emit(f"{self.render_dtype(u.dtype)} {ctx.names[u]} = {expr};")
-    elif op is Ops.WMMA: self._render_wmma(u, ctx)
-    elif op is Ops.INDEX:
-      ctx.names[u] = f"{self._src(u.src[0], ctx)}[{self._src(u.src[1], ctx)}]"
-      ctx.gates[u] = self._src(u.src[2], ctx) if len(u.src) == 3 else None
-    elif op is Ops.LOAD: self._render_load(u, ctx)
-    elif op is Ops.STORE: self._render_store(u, ctx)
-    elif op in GroupOp.ALU: self._define(u, self._render_alu(u, ctx), "alu", ctx)
-    elif op is Ops.CAST: self._define(u, self._render_cast_op(u, ctx), "cast", ctx)
-    elif op is Ops.BITCAST: self._define(u, self._render_bitcast_op(u, ctx), "cast", ctx)
-    else: raise CompileError(f"{type(self).__name__} cannot render {op.name}: it is not an op of the linear program")
-
-  def _render_range(self, u: UOp, ctx: _Ctx) -> None:
-    axis, axis_type = u.arg
-    ridx, end, int_t = f"ridx{axis}", self._src(u.src[0], ctx), self.render_dtype(u.dtype)
-    ctx.names[u] = ridx
-    if axis_type is AxisType.THREAD:
-      if not self.has_threads:
-        raise CompileError(f"{type(self).__name__} has no threads but the kernel has a THREAD range")
-      core_id, num_cores = self.thread_args
-      ctx.emit(f"{int_t} {ridx}_chunk = ({end}+{num_cores}-1)/{num_cores};")
-      ctx.emit(f"{int_t} {ridx}_end = ({core_id}+1)*{ridx}_chunk < {end} ? ({core_id}+1)*{ridx}_chunk : {end};")
-      ctx.emit(f"for ({int_t} {ridx} = {core_id}*{ridx}_chunk; {ridx} < {ridx}_end; {ridx}++) {{")
+  def render_uop(self, u: UOp, ctx: _Ctx) -> None:
+    """Render one uop by `string_rewrite` and place its text: an expression where it is read, a declared value, or
+    statement lines at the current loop depth."""
+    if u.op in _no_text: return
+    if (naming := _fixed_names.get(u.op)) is not None: ctx.names[u] = naming(ctx, u)
+    if (text := cast(str | None, self.string_rewrite.rewrite(u, ctx))) is None:
+      raise CompileError(f"{type(self).__name__} cannot render {u.op.name}: it is not an op of the linear program")
+    if u.op in _expressions or u in ctx.inlined: ctx.names[u] = text
+    elif u.op in _declared or u.op in _value_prefix:
+      if u.op not in _declared: ctx.names[u] = ctx.fresh(_value_prefix[u.op])
+      ctx.emit(f"{self.render_dtype(u.dtype)} {ctx.names[u]} = {text};")
     else:
-      ctx.emit(f"for ({int_t} {ridx} = 0; {ridx} < {end}; {ridx}++) {{")
-    ctx.depth += 1
-
-  def _render_wmma(self, u: UOp, ctx: _Ctx) -> None:
-    """The first WMMA of a set of sources calls the instruction's helper into an array; each names its element."""
-    name, index, count = u.arg
-    if (out := ctx.wmma.get(u.src)) is None:
-      if name not in self.code_for_wmma:
-        raise CompileError(f"{type(self).__name__} has no code for the matrix instruction {name}; add it to "
-                           "code_for_wmma or drop it from tensor_cores")
-      fn, definition = self.code_for_wmma[name]
-      ctx.helpers.setdefault(fn, definition)
-      out = ctx.wmma[u.src] = ctx.fresh("wmma")
-      ctx.emit(f"{self.render_dtype(u.dtype)} {out}[{count}];")
-      ctx.emit(f"{fn}({out}, {', '.join(self._src(s, ctx) for s in u.src)});")
-    ctx.names[u] = f"{out}[{index}]"
-
-  def _render_load(self, u: UOp, ctx: _Ctx) -> None:
-    idx = u.src[0]
-    expr = self._src(idx, ctx)
-    if (gate := ctx.gates.get(idx)) is not None: expr = f"({gate} ? {expr} : {self.render_const(0, value_dtype(u))})"
-    ctx.names[u] = ctx.fresh("val")
-    ctx.emit(f"{self.render_dtype(u.dtype)} {ctx.names[u]} = {expr};")
-
-  def _render_store(self, u: UOp, ctx: _Ctx) -> None:
-    idx, value = u.src[0], self._src(u.src[1], ctx)
-    store = f"{self._src(idx, ctx)} = {value};"
-    gate = ctx.gates.get(idx)
-    ctx.emit(store if gate is None else f"if ({gate}) {store}")
-
-  def _render_alu(self, u: UOp, ctx: _Ctx) -> str:
-    if (fn := self.code_for_op.get(u.op)) is None:
-      raise CompileError(f"{type(self).__name__} has no code for {u.op.name}; codegen must rewrite it first")
-    srcs = [self._src(s, ctx) for s in u.src]
-    dt, out_dt = value_dtype(u.src[-1]), value_dtype(u)  # WHERE's condition is src[0]
-    if u.op in GroupOp.Unary and u.op not in (Ops.NEG, Ops.RECIPROCAL) and dt in self.math_via_float:
-      return self.render_cast(fn(self.render_cast(srcs[0], dtypes.float32), dtype=dtypes.float32), out_dt)
-    if u.op is Ops.MULACC and out_dt in self.narrow_dtypes:  # round the product, as a MUL of this dtype would
-      srcs[0] = self.render_cast(self.code_for_op[Ops.MUL](srcs[0], srcs[1], dtype=dt), out_dt)
-      fn, srcs = self.code_for_op[Ops.ADD], [srcs[0], srcs[2]]
-    expr = fn(*srcs, dtype=dt)
-    if u in ctx.inlined and out_dt in self.narrow_dtypes and u.op not in GroupOp.Comparison | {Ops.WHERE, Ops.MAX}:
-      expr = self.render_cast(expr, out_dt)
-    return expr
-
-  def _render_cast_op(self, u: UOp, ctx: _Ctx) -> str:
-    x, src, dst = self._src(u.src[0], ctx), value_dtype(u.src[0]), value_dtype(u)
-    if src is dst: return x
-    return self.render_cast(x, dst)
-
-  def _render_bitcast_op(self, u: UOp, ctx: _Ctx) -> str:
-    x, src, dst = self._src(u.src[0], ctx), value_dtype(u.src[0]), value_dtype(u)
-    if src.itemsize != dst.itemsize: raise CompileError(f"BITCAST needs equal itemsizes, got {src!r} -> {dst!r}")
-    return x if src is dst else self.render_bitcast(x, src, dst, ctx)
+      if u.op is Ops.END: ctx.depth -= 1
+      for line in text.split("\n"): ctx.emit(line)
+      if u.op is Ops.RANGE: ctx.depth += 1
 
 _c_keywords = frozenset({
   "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern", "float",

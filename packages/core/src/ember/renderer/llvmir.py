@@ -5,7 +5,7 @@ no fast-math flags, so results match C compiled with `-ffp-contract=off` to the 
 around the memory access. MAX propagates NaN with `fcmp uno` + `select` (llvm.maxnum would drop it).
 
 A subclass sets data: `triple`, `datalayout`, `calling_conv`, `buffer_type`, `fn_attrs`, `code_for_op` entries.
-bfloat16 and fp8 reach no LLVM renderer: `render` first rewrites them (ember.codegen.emulate) into raw bits in memory,
+bfloat16 and fp8 reach no LLVM renderer: `render` first rewrites them (ember.renderer.emulate) into raw bits in memory,
 computed in float32, converted by integer code (round to nearest even).
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ember.dtype import DType, PtrDType, AnyDType, dtypes
 from ember.errors import CompileError
 from ember.renderer import Renderer
 from ember.renderer.cstyle import value_dtype as _dt, var_name
-from ember.codegen.emulate import EmulatedFloat, bits_to_float, emulate_floats, float_to_bits
+from ember.renderer.emulate import EmulatedFloat, bits_to_float, emulate_floats, float_to_bits
 from ember.uop.ops import Ops, UOp, AxisType, GroupOp
 
 def ltype(dt: AnyDType) -> str:

@@ -1,9 +1,9 @@
-"""ember.codegen.emulate: bfloat16 and fp8 as integer code on raw bits. The rewritten program runs on the PYTHON
+"""ember.renderer.emulate: bfloat16 and fp8 as integer code on raw bits. The rewritten program runs on the PYTHON
 interpreter (it then holds only ints and float32) against numpy oracles built from each format's definition."""
 from __future__ import annotations
 import numpy as np
 import pytest
-from ember.codegen.emulate import EMULATED_FLOATS, emulate_floats
+from ember.renderer.emulate import EMULATED_FLOATS, emulate_floats
 from ember.device.python import PythonCompiler, PythonProgram, PythonRenderer
 from ember.dtype import DType, PtrDType, dtypes
 from ember.renderer.cstyle import CStyleLanguage
