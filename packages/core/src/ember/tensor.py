@@ -2637,12 +2637,19 @@ def _tensor_seq(first: Any, others: tuple[Any, ...], op: str) -> tuple[Tensor, .
     raise DTypeError(f"{op} takes tensors, got {type(bad).__name__}")
   return tuple(items)
 
+def _widest_float(device: str | tuple[str, ...]) -> DType:
+  """float64 where every device renders it, else float32 (Metal has no doubles): the precision of exact remainders."""
+  from ember.device import Device
+  devices = device if isinstance(device, tuple) else (device,)
+  no_doubles = any(dtypes.float64 in getattr(Device[d].renderer, "unsupported_dtypes", ()) for d in devices)
+  return dtypes.float32 if no_doubles else dtypes.float64
+
 def _exact_floordiv(a: Tensor, b: Tensor) -> Tensor:
   """floor(a / b) of the exact quotient, as torch and Python compute it for floats: floor(fl(a / b)) is one too big
   where the rounded quotient reaches an integer the exact one falls short of (fl(1 / 0.1) is 10.0); the remainder
   a - q * b, exact in float64 for float32 operands, has the wrong sign there. b == 0 gives a / b (inf or NaN)."""
   q = (a / b).floor()
-  wide = dtypes.float64
+  wide = _widest_float(a.device)
   r = a.cast(wide) - q.cast(wide) * b.cast(wide)
   return ((r != 0) & ((r < 0) != (b < 0)) & (b != 0)).where(q - 1, q)
 
