@@ -172,6 +172,14 @@ def test_div_splits_off_multiples():
   assert simplified((x * 8 + y) % 8) is y
   assert simplified((x * 12 + y) // 4) is x * 3 + y // 4
 
+def test_mod_reduces_every_coefficient():
+  # a pool's window view reads row (ky*(i+1) + oy) % i: the coefficients reduce mod i, then the sum is in range
+  # (no term drops, which once kept the rule from applying and left a modulo in a conv's inner loop)
+  ky, oy = Variable("ky", 0, 4), Variable("oy", 0, 19)
+  assert simplified((ky * 25 + oy) % 24) is ky + oy
+  assert simplified((x * 9 + y) % 8) is (x + y) % 8
+  assert simplified((x * 10 + y * 3) % 8) is (x * 2 + y * 3) % 8
+
 def test_div_by_common_factor():
   assert simplified((x * 4 + y * 2) // 6) is (x * 2 + y) // 3
 

@@ -21,17 +21,45 @@ def _index_dtype(idxs: tuple[UOp, ...]) -> DType:
   """The dtype of a kernel's index math, which its ranges carry: int64 where an index can exceed int32."""
   return dtypes.int64 if any(i.dtype is dtypes.int64 for i in idxs) else dtypes.int32
 
-def needs_int64_index(node: UOp, out_buf: UOp, realized: dict[UOp, UOp]) -> bool:
-  """Whether some index of the kernel that computes `node` can exceed int32: a buffer it reads or writes, or a shape
-  its index math walks through (the source of a reduction, a padded or expanded view), has more than INT32_MAX
-  elements. Only then are its indices int64, so every other kernel renders as before."""
+def reshape_groups(old: tuple[sint, ...], new: tuple[sint, ...]) -> list[tuple[list[int], list[int]]] | None:
+  """A reshape's dims in matching runs, (old dims, new dims) of the same number of elements, size-1 dims left out
+  (`(B, 20, 20, 5, 5, 32) -> (B, 20, 20, 1, 5, 5, 32)` is six runs of one dim each); None where a size is symbolic
+  or 0. Each run is indexed on its own, so no index spans the whole shape: that one can exceed int32 where every run
+  fits (a batch of 10,000 in a conv's window view), and its div/mod chain is left for symbolic to fold."""
+  src, dst = [s for s in old if isinstance(s, int) and s > 0], [s for s in new if isinstance(s, int) and s > 0]
+  if len(src) != len(old) or len(dst) != len(new): return None
+  olds, news = [k for k, s in enumerate(src) if s != 1], [k for k, s in enumerate(dst) if s != 1]
+  groups: list[tuple[list[int], list[int]]] = []
+  a = b = 0
+  while a < len(olds):
+    go, gn, po, pn = [olds[a]], [news[b]], src[olds[a]], dst[news[b]]
+    a, b = a + 1, b + 1
+    while po != pn:  # the products meet: both shapes hold the same elements in the same order
+      if po < pn: go, po, a = go + [olds[a]], po * src[olds[a]], a + 1
+      else: gn, pn, b = gn + [news[b]], pn * dst[news[b]], b + 1
+    groups.append((go, gn))
+  return groups
+
+def _index_bound(n: UOp) -> int:
+  """The largest index that lowering `n` computes besides the flat indices of buffers: one of its dims, or for a
+  reshape the flat index of its largest run of dims (its whole shape where the dims do not split into runs)."""
   def bound(shape: tuple[sint, ...]) -> int: return prod(s.vmax if isinstance(s, UOp) else s for s in shape)
+  dims = max((bound((s,)) for s in n.shape), default=1)
+  if n.op is not Ops.RESHAPE: return dims
+  if (groups := reshape_groups(n.src[0].shape, n.shape)) is None: return max(dims, bound(n.shape))
+  return max([dims] + [bound(tuple(n.shape[k] for k in news)) for _, news in groups])
+
+def needs_int64_index(node: UOp, out_buf: UOp, realized: dict[UOp, UOp]) -> bool:
+  """Whether some index of the kernel that computes `node` can exceed int32: a buffer it reads or writes has more than
+  INT32_MAX elements, or a dim or a reshape's run of dims (`_index_bound`) does. Views larger than that whose
+  indices stay small (a conv's (N, *out, Cout, *kernel, Cin) product at a batch of 10,000) keep int32, so a kernel's
+  code depends on its batch size only through its loop bounds."""
   # a realized node or an assign's target may be a view (RESHAPE ...) of its BUFFER: the buffer holds the size
   sizes = [out_buf.base.arg.size]
   for n in node.toposort(gate=lambda n: n is node or n not in realized):
     if n is not node and n in realized: sizes.append(realized[n].base.arg.size)
     elif n.op is Ops.BUFFER: sizes.append(n.arg.size)
-    elif n.op not in (Ops.DEVICE, Ops.CONST, Ops.DEFINE_VAR, Ops.BIND): sizes.append(bound(n.shape))
+    elif n.op not in (Ops.DEVICE, Ops.CONST, Ops.DEFINE_VAR, Ops.BIND): sizes.append(_index_bound(n))
   return max(sizes) > INT32_MAX
 
 def strides_for(shape: tuple[sint, ...]) -> list[sint]:
@@ -79,6 +107,21 @@ class KernelCtx:
     self.next_axis += 1
     return r
 
+def _reshape_index(idxs: tuple[UOp, ...], shape: tuple[sint, ...], src_shape: tuple[sint, ...],
+                   dt: DType) -> tuple[UOp, ...]:
+  """The index into `src_shape` of the element at `idxs` of its reshape to `shape`: the flat index of each run of
+  `reshape_groups` split over the run's source dims (one run of every dim where sizes are symbolic)."""
+  groups = reshape_groups(src_shape, shape) or [(list(range(len(src_shape))), list(range(len(shape))))]
+  out = [_idx_const(0, dt)] * len(src_shape)
+  for olds, news in groups:
+    flat = flat_index(tuple(idxs[k] for k in news), tuple(shape[k] for k in news))
+    run = tuple(src_shape[k] for k in olds)
+    for i, (k, st, s) in enumerate(zip(olds, strides_for(run), run)):
+      if isinstance(s, int) and s == 1: continue
+      e = flat // _to_uop(st, dt) if not (isinstance(st, int) and st == 1) else flat
+      out[k] = e % _to_uop(s, dt) if i > 0 else e
+  return tuple(out)
+
 def index_through(u: UOp, idxs: tuple[UOp, ...],
                   stop: Callable[[UOp], bool] | None = None) -> tuple[UOp, tuple[UOp, ...], UOp | None]:
   """Walk down movement ops (to the first node `stop` accepts, if given): the base node, the index into it, and the
@@ -88,15 +131,7 @@ def index_through(u: UOp, idxs: tuple[UOp, ...],
   while u.op in GroupOp.Movement and not (stop is not None and stop(u)):
     src = u.src[0]
     if u.op is Ops.RESHAPE:
-      flat = flat_index(idxs, u.shape)
-      new: list[UOp] = []
-      for i, (st, s) in enumerate(zip(strides_for(src.shape), src.shape)):
-        if isinstance(s, int) and s == 1:
-          new.append(_idx_const(0, dt))
-          continue
-        e = flat // _to_uop(st, dt) if not (isinstance(st, int) and st == 1) else flat
-        new.append(e % _to_uop(s, dt) if i > 0 else e)
-      idxs = tuple(new)
+      idxs = _reshape_index(idxs, u.shape, src.shape, dt)
     elif u.op is Ops.PERMUTE:
       new = [_idx_const(0, dt)] * len(idxs)
       for i, p in enumerate(u.arg): new[p] = idxs[i]

@@ -102,7 +102,7 @@ def fold_mod(x: UOp, c: UOp) -> UOp | None:
   terms = [term_factor(t) for t in split_terms(x)]
   if any(v is not None and v.vmin < 0 for v, k in terms): return None
   kept = [(v, k % d) for v, k in terms if k % d != 0]
-  if len(kept) == len(terms) and all(k == (k2 % d) for (_, k), (_, k2) in zip(kept, terms)): return None
+  if len(kept) == len(terms) and all(k == k2 for (_, k), (_, k2) in zip(kept, terms)): return None  # unchanged
   if not kept: return x.const_like(0)
   return build_sum(x.dtype, kept) % c
 
