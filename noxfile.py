@@ -78,7 +78,9 @@ def _nn_tests(session: nox.Session, markers: str) -> None:
 @nox.session(name="tests-nn", venv_backend="venv")
 def tests_nn(session: nox.Session) -> None:
   """ember-nn on the CPU backend, checked against torch (fast tests; `slow` and `models` run the big ones)."""
-  session.install(CORE, CPU, NN, "pytest", "numpy", TORCH, "safetensors", "gguf", "openai")
+  # transformers (+ accelerate, which its GGUF loader needs) is the oracle of the llama/qwen2/qwen3 GGUF tests
+  session.install(CORE, CPU, f"{NN}[llm]", "pytest", "numpy", TORCH, "safetensors", "gguf", "openai", "transformers",
+                  "accelerate")
   _nn_tests(session, "not slow and not model")
 
 @nox.session(venv_backend="venv")

@@ -10,7 +10,7 @@ from ember.nn.llm.generate import GenerationStats, SamplingError, SamplingParams
 from ember import Tensor
 from ember.nn.gguf import GGMLType, GGUFFile, dequantize
 from ember.nn.llm.model import ContextOverflowError, Llama, ModelError, QuantWeight
-from ember.nn.llm.tokenizer import BPETokenizer, render_chatml
+from ember.nn.llm.tokenizer import BPETokenizer, render_chat
 
 IDS = [5, 77, 200, 3, 150, 42, 9]
 
@@ -135,7 +135,7 @@ def test_smollm2_chat_reply(smollm2, smollm2_file, golden):
   tok, model = smollm2
   model.reset()
   messages = [{"role": "user", "content": golden["chat"]["user"]}]
-  prompt = render_chatml(smollm2_file.metadata["tokenizer.chat_template"], messages)
+  prompt = render_chat(smollm2_file.metadata["tokenizer.chat_template"], messages)
   reply = generate(model, tok.encode(prompt), 40, stop_ids=tok.stop_ids)
   assert tok.decode(reply) == golden["chat"]["greedy_reply"]
 

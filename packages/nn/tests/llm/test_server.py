@@ -21,7 +21,7 @@ from ember.nn.llm.generate import SamplingError, SamplingParams
 from ember.nn.gguf import GGUFFile
 from ember.nn.llm.model import KVCache, Llama, LlamaSession
 from ember.nn.llm.server import LLMService, StopText, make_server
-from ember.nn.llm.tokenizer import BPETokenizer, render_chatml
+from ember.nn.llm.tokenizer import BPETokenizer, render_chat
 
 MAX_CONTEXT = 48
 
@@ -96,7 +96,7 @@ def test_chat_completion_matches_reference(tiny_server, reference_greedy):
   messages = [{"role": "user", "content": "hi"}]
   status, body = request(url + "/v1/chat/completions", {"messages": messages, "max_tokens": 3, "temperature": 0})
   assert status == 200 and body["object"] == "chat.completion"
-  ids = tok.encode(render_chatml(template, messages))
+  ids = tok.encode(render_chat(template, messages))
   expected = reference_greedy(hf, cfg, ids, 3)
   message = body["choices"][0]["message"]
   assert message == {"role": "assistant", "content": tok.decode([t for t in expected if t not in tok.stop_ids])}
@@ -115,7 +115,7 @@ def test_two_concurrent_streams_keep_their_own_caches(tiny_server, reference_gre
     assert events[-1] == "[DONE]" and events[0]["choices"][0]["delta"] == {"role": "assistant"}
     assert events[-2]["choices"][0]["finish_reason"] in ("stop", "length")
     text = "".join(e["choices"][0]["delta"].get("content", "") for e in events[:-1])
-    expected = reference_greedy(hf, cfg, tok.encode(render_chatml(template, messages)), 8)
+    expected = reference_greedy(hf, cfg, tok.encode(render_chat(template, messages)), 8)
     assert text == tok.decode([t for t in expected if t not in tok.stop_ids])
 
 def test_streamed_completion_equals_plain_completion(tiny_server):

@@ -8,7 +8,7 @@ import pytest
 from ember.nn.gguf import GGUFFile
 from ember.nn.llm.model import Llama
 from ember.nn.llm.server import LLMService, make_server
-from ember.nn.llm.tokenizer import BPETokenizer, render_chatml
+from ember.nn.llm.tokenizer import BPETokenizer, render_chat
 
 openai = pytest.importorskip("openai", reason="the openai client is a test dependency: pip install openai")
 
@@ -50,13 +50,13 @@ def test_chat_n_choices(client, greedy_text):
   api, tok, template = client
   messages = [{"role": "user", "content": "hi"}]
   reply = api.chat.completions.create(model="tiny", messages=messages, max_tokens=3, temperature=0, n=2)
-  expected = greedy_text(tok, tok.encode(render_chatml(template, messages)), 3)
+  expected = greedy_text(tok, tok.encode(render_chat(template, messages)), 3)
   assert [c.message.content for c in reply.choices] == [expected, expected]
 
 def test_chat_stream_with_usage_and_stop(client, greedy_text):
   api, tok, template = client
   messages = [{"role": "user", "content": "the tin"}]
-  full = greedy_text(tok, tok.encode(render_chatml(template, messages)), 8)
+  full = greedy_text(tok, tok.encode(render_chat(template, messages)), 8)
   stop = full[3:5]
   chunks = list(api.chat.completions.create(model="tiny", messages=messages, max_tokens=8, temperature=0, stop=[stop],
                                             stream=True, stream_options={"include_usage": True}))
@@ -83,7 +83,7 @@ def test_logprobs_parse_in_the_client(client, greedy_text):
   chat = api.chat.completions.create(model="tiny", messages=messages, max_tokens=4, temperature=0, logprobs=True,
                                      top_logprobs=2)
   content = chat.choices[0].logprobs.content
-  assert "".join(e.token for e in content) == greedy_text(tok, tok.encode(render_chatml(template, messages)), 4)
+  assert "".join(e.token for e in content) == greedy_text(tok, tok.encode(render_chat(template, messages)), 4)
   assert all(len(e.top_logprobs) == 2 and e.top_logprobs[0].logprob == e.logprob <= 0 for e in content)
   assert all(e.top_logprobs[0].bytes == e.bytes for e in content)
   completion = api.completions.create(model="tiny", prompt=" the", max_tokens=4, temperature=0, logprobs=2)

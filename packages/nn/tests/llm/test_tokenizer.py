@@ -3,7 +3,7 @@ pattern, BPE merges by rank, special tokens, UTF-8 round trips and streaming dec
 from __future__ import annotations
 import numpy as np
 import pytest
-from ember.nn.llm.tokenizer import (BPETokenizer, TokenizerError, bytes_to_unicode, render_chatml, split_digits,
+from ember.nn.llm.tokenizer import (BPETokenizer, TokenizerError, bytes_to_unicode, render_chat, split_digits,
                                     split_gpt2)
 
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -74,15 +74,34 @@ def test_unsupported_vocabularies():
     BPETokenizer.from_gguf_metadata({"tokenizer.ggml.model": "llama"})
   with pytest.raises(TokenizerError, match="pre-tokenizer"): BPETokenizer(["a"], [], pre="mystery")
 
-def test_render_chatml():
-  template = ("{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nBe kind.<|im_end|>\n' }}"
-              "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}")
+SMOLLM2_TEMPLATE = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+                    "{{ '<|im_start|>system\nBe kind.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + "
+                    "'\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+                    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+LLAMA3_TEMPLATE = ("{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
+                   "'<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}"
+                   "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+
+def test_render_chat_templates():
   msgs = [{"role": "user", "content": "Hi"}]
   expected = "<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
-  assert render_chatml(template, msgs) == expected
+  assert render_chat(SMOLLM2_TEMPLATE, msgs) == expected
   with_system = [{"role": "system", "content": "S"}] + msgs
-  assert render_chatml(template, with_system, add_generation_prompt=False).startswith("<|im_start|>system\nS<|im_end|>")
-  with pytest.raises(TokenizerError, match="not ChatML"): render_chatml("[INST] {{ message }} [/INST]", msgs)
+  assert render_chat(SMOLLM2_TEMPLATE, with_system, add_generation_prompt=False) == \
+    "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+  # not ChatML: the template decides the format, with the file's BOS
+  assert render_chat(LLAMA3_TEMPLATE, [{"role": "user", "content": " Hi "}], bos_token="<|begin_of_text|>") == \
+    "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>" \
+    "<|start_header_id|>assistant<|end_header_id|>\n\n"
+  assert render_chat(None, msgs) == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"  # no template: ChatML
+
+def test_render_chat_errors():
+  with pytest.raises(TokenizerError, match="refused the conversation: no system"):
+    render_chat("{{ raise_exception('no system') }}", [{"role": "user", "content": "x"}])
+  with pytest.raises(TokenizerError, match="not valid Jinja"): render_chat("{% for %}", [])
+  with pytest.raises(TokenizerError, match="needs 'role' and 'content'"): render_chat(None, [{"role": "user"}])
+  with pytest.raises(TokenizerError, match="failed to render"):  # the sandbox refuses attribute tricks
+    render_chat("{{ messages.__class__.__mro__ }}", [])
 
 # ** the real SmolLM2 vocabulary (needs only the GGUF file, not the model weights) **
 

@@ -7,11 +7,11 @@
 """
 from __future__ import annotations
 from ember.nn.gguf import GGUFFile, GGUFError, GGMLType, dequantize
-from ember.nn.llm.tokenizer import BPETokenizer, TokenizerError, render_chatml
+from ember.nn.llm.tokenizer import BPETokenizer, TokenizerError, render_chat
 from ember.nn.llm.model import (KVCache, Llama, LlamaConfig, LlamaSession, ModelError,
                                 ContextOverflowError)
 from ember.nn.llm.generate import SamplingParams, GenerationStats, generate, sample
 
-__all__ = ["GGUFFile", "GGUFError", "GGMLType", "dequantize", "BPETokenizer", "TokenizerError", "render_chatml",
+__all__ = ["GGUFFile", "GGUFError", "GGMLType", "dequantize", "BPETokenizer", "TokenizerError", "render_chat",
            "Llama", "LlamaConfig", "LlamaSession", "KVCache", "ModelError", "ContextOverflowError", "SamplingParams",
            "GenerationStats", "generate", "sample"]

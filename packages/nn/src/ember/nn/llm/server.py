@@ -37,6 +37,7 @@ model's forward passes are serialised by one lock (ember's scheduler and the cap
 concurrent requests interleave token by token. Every slot reuses the model's captured decode and prefill steps.
 """
 from __future__ import annotations
+import contextlib
 import dataclasses
 import json
 import logging
@@ -57,8 +58,9 @@ from urllib.parse import urlsplit
 import numpy as np
 from ember.errors import EmberError
 from ember.nn.llm.generate import SamplingParams, generate
+from ember.nn.llm.batch import BatchEngine, BatchSession
 from ember.nn.llm.model import Llama, LlamaSession
-from ember.nn.llm.tokenizer import BPETokenizer, render_chatml
+from ember.nn.llm.tokenizer import BPETokenizer, render_chat
 
 log = logging.getLogger("ember.nn.llm.server")
 MAX_BODY_BYTES = 1 << 20
@@ -288,7 +290,7 @@ def token_logprob(logits: np.ndarray, token: int, top: int) -> TokenLogprob:
 class _LockedSession:
   """A cache slot whose forward passes take the model lock: what `generate` drives for one request. It keeps the last
   logits, from which the token `generate` samples next is drawn."""
-  def __init__(self, session: LlamaSession, lock: threading.Lock):
+  def __init__(self, session: LlamaSession | BatchSession, lock: threading.Lock | contextlib.nullcontext[None]):
     self.session, self.lock, self.max_context = session, lock, session.max_context
     self.logits: np.ndarray | None = None
   @property
@@ -299,12 +301,18 @@ class _LockedSession:
 
 class LLMService:
   """The model, tokenizer and request slots behind the HTTP handler; usable without HTTP (`parse`, `complete`)."""
-  def __init__(self, model: Llama, tokenizer: BPETokenizer, chat_template: str | None, model_id: str, slots: int = 2):
+  def __init__(self, model: Llama, tokenizer: BPETokenizer, chat_template: str | None, model_id: str, slots: int = 2,
+               batched: bool = False):
     if slots < 1: raise RequestError(f"the server needs at least one request slot, got {slots}")
     self.model, self.tokenizer, self.chat_template, self.model_id = model, tokenizer, chat_template, model_id
-    self.lock = threading.Lock()
-    self.slots: queue.Queue[LlamaSession] = queue.Queue()
-    for _ in range(slots): self.slots.put(LlamaSession(model))
+    self.lock: threading.Lock | contextlib.nullcontext[None] = threading.Lock()
+    self.slots: queue.Queue[LlamaSession | BatchSession] = queue.Queue()
+    if batched:  # batched serving (ember.nn.llm.batch): the slots' forwards run together in the engine's steps
+      self.engine = BatchEngine(model, slots)
+      self.lock = contextlib.nullcontext()
+      for session in self.engine.sessions: self.slots.put(session)
+    else:
+      for _ in range(slots): self.slots.put(LlamaSession(model))
     self.created = int(time.time())
 
   def parse(self, kind: str, body: Any) -> Job:
@@ -359,7 +367,7 @@ class LLMService:
 
   def _prompt(self, kind: str, body: dict[str, Any]) -> str | list[int]:
     """The prompt as text (chat: rendered with the template) or as token ids (a completion prompt of integers)."""
-    if kind == "chat": return render_chatml(self.chat_template, _messages(body))
+    if kind == "chat": return render_chat(self.chat_template, _messages(body))
     given = body.get("prompt")
     shape = "'prompt' is required: a string, a list of one string, a list of token ids or a list of one such list"
     if isinstance(given, list) and len(given) == 1 and isinstance(given[0], (str, list)): given = given[0]

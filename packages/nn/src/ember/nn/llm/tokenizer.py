@@ -12,7 +12,6 @@ walks the string with explicit unicode-category checks. It implements, in order 
 from __future__ import annotations
 import codecs
 import functools
-import re
 import unicodedata
 from typing import Any, Iterable
 from ember.errors import EmberError
@@ -248,21 +247,45 @@ class StreamDecoder:
 
 # ** chat templates **
 
-_CHATML_DEFAULT_SYSTEM = re.compile(r"'<\|im_start\|>system\n(.*?)<\|im_end\|>\n'", re.DOTALL)
+CHATML_TEMPLATE = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+                   "'<|im_end|>\\n' }}{% endfor %}"
+                   "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 
-def render_chatml(template: str | None, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-  """Render `messages` ({"role", "content"} dicts) with a ChatML chat template (the `<|im_start|>role\\ncontent
-  <|im_end|>\\n` pattern). A default system prompt written literally in the template is inserted when the
-  conversation does not start with a system message, as SmolLM2's template does. Other templates raise."""
-  if template is not None and ("<|im_start|>" not in template or "<|im_end|>" not in template):
-    raise TokenizerError("the model's chat template is not ChatML (<|im_start|>role ... <|im_end|>); only ChatML "
-      "templates are supported")
-  out: list[str] = []
-  default = _CHATML_DEFAULT_SYSTEM.search(template) if template is not None else None
-  if default is not None and (not messages or messages[0].get("role") != "system"):
-    out.append(f"<|im_start|>system\n{default.group(1)}<|im_end|>\n")
+def _raise_exception(message: str) -> None:
+  raise TokenizerError(f"the chat template refused the conversation: {message}")
+
+@functools.lru_cache(maxsize=8)
+def _compile_template(source: str) -> Any:
+  try:
+    import jinja2
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+  except ImportError as e:
+    raise TokenizerError("chat templates are rendered with Jinja2, which is not installed; install ember-nn[llm] "
+                         "(or `pip install jinja2`)") from e
+  # as transformers renders them: blocks trimmed, a sandbox, raise_exception and tojson available
+  env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+  env.globals["raise_exception"] = _raise_exception
+  try: return env.from_string(source)
+  except jinja2.TemplateError as e: raise TokenizerError(f"the model's chat template is not valid Jinja: {e}") from e
+
+def render_chat(template: str | None, messages: list[dict[str, str]], add_generation_prompt: bool = True,
+                bos_token: str = "", eos_token: str = "") -> str:
+  """Render `messages` ({"role", "content"} dicts) with the model's chat template (the GGUF's
+  `tokenizer.chat_template`, Jinja2, rendered as transformers renders it); ChatML when the file has none.
+
+  >>> render_chat(None, [{"role": "user", "content": "Hi"}])
+  '<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n'
+  """
   for m in messages:
     if "role" not in m or "content" not in m: raise TokenizerError(f"chat message {m!r} needs 'role' and 'content'")
-    out.append(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n")
-  if add_generation_prompt: out.append("<|im_start|>assistant\n")
-  return "".join(out)
+  compiled = _compile_template(template if template is not None else CHATML_TEMPLATE)
+  import jinja2
+  try:
+    return str(compiled.render(messages=messages, add_generation_prompt=add_generation_prompt, bos_token=bos_token,
+                               eos_token=eos_token))
+  except jinja2.TemplateError as e: raise TokenizerError(f"the model's chat template failed to render: {e}") from e
+
+def special_tokens(tokenizer: BPETokenizer) -> dict[str, str]:
+  """The BOS/EOS strings a chat template may use (`bos_token`, `eos_token`), as keyword arguments of render_chat."""
+  def text(i: int | None) -> str: return tokenizer.tokens[i] if i is not None and 0 <= i < tokenizer.vocab_size else ""
+  return {"bos_token": text(tokenizer.bos_id), "eos_token": text(tokenizer.eos_id)}
