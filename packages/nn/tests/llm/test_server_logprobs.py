@@ -11,19 +11,19 @@ import pytest
 from ember.nn.gguf import GGUFFile
 from ember.nn.llm.model import Llama
 from ember.nn.llm.server import LLMService, make_server
-from ember.nn.llm.tokenizer import BPETokenizer, render_chatml
+from ember.nn.llm.tokenizer import BPETokenizer
 
 TOL = 1e-3  # the model runs in float32, the oracle in float64
 
 @pytest.fixture(scope="module")
-def server(tiny_llama_module) -> Iterator[tuple[str, BPETokenizer, str, dict[str, np.ndarray], dict]]:
+def server(tiny_llama_module) -> Iterator[tuple[str, BPETokenizer, LLMService, dict[str, np.ndarray], dict]]:
   path, hf, cfg = tiny_llama_module
   f = GGUFFile(path)
   tok = BPETokenizer.from_gguf_metadata(f.metadata)
-  template = f.metadata["tokenizer.chat_template"]
-  http = make_server(LLMService(Llama.from_gguf(f, max_context=48), tok, template, "tiny"), port=0)
+  service = LLMService(Llama.from_gguf(f, max_context=48), tok, f.metadata["tokenizer.chat_template"], "tiny")
+  http = make_server(service, port=0)
   threading.Thread(target=http.serve_forever, daemon=True).start()
-  try: yield f"http://127.0.0.1:{http.server_address[1]}", tok, template, hf, cfg
+  try: yield f"http://127.0.0.1:{http.server_address[1]}", tok, service, hf, cfg
   finally:
     http.shutdown()
     http.server_close()
@@ -62,7 +62,7 @@ def check_chat_entries(tok, entries, expected: np.ndarray, top: int) -> None:
 @pytest.mark.parametrize("temperature, seed", [(0, None), (1.5, 5)])
 def test_chat_logprobs_match_the_oracle(server, reference_logits, temperature, seed):
   # sampled tokens carry the log probabilities of the model's logits, not of the temperature-scaled ones
-  url, tok, template, hf, cfg = server
+  url, tok, service, hf, cfg = server
   messages = [{"role": "user", "content": "the tin"}]
   body = {"messages": messages, "max_tokens": 8, "temperature": temperature, "seed": seed, "logprobs": True,
           "top_logprobs": 3}
@@ -73,7 +73,7 @@ def test_chat_logprobs_match_the_oracle(server, reference_logits, temperature, s
   assert tok.decode(generated) == choice["message"]["content"] and choice["logprobs"]["refusal"] is None
   # every token but an end of turn (the usage counts it) has an entry
   assert reply["usage"]["completion_tokens"] == len(entries) + (choice["finish_reason"] == "stop")
-  prompt = tok.encode(render_chatml(template, messages))
+  prompt = service.parse("chat", {"messages": messages}).prompt_ids  # rendered with the model's chat template
   check_chat_entries(tok, entries, oracle_logprobs(reference_logits, hf, cfg, prompt, generated), 3)
 
 def test_chat_logprobs_without_top_logprobs_have_no_alternatives(server):

@@ -1,6 +1,7 @@
 """An OpenAI-compatible HTTP server on localhost, standard library only, and a chat page: `ember-llm --serve`.
 
-  GET  /                      the chat page (static/index.html, chat.js, chat.css: package data, no third-party code)
+  GET  /                      the chat page (static/: index.html, chat.js, chat.css, favicon.svg; package data, no
+                              third-party code)
   GET  /v1/models             the one loaded model (GET /v1/models/{id}: its card)
   POST /v1/completions        {"prompt": str | [str] | [int] | [[int]], "max_tokens": 16, "temperature", "top_p",
                                "top_k", "seed", "n", "stop", "stream", "stream_options": {"include_usage"},
@@ -74,7 +75,7 @@ CHAT_ROLES = ("system", "developer", "user", "assistant")
 # the chat page: route -> (file in the package's static folder, Content-Type)
 PAGE_FILES = {"/": ("index.html", "text/html; charset=utf-8"),
               "/chat.js": ("chat.js", "text/javascript; charset=utf-8"),
-              "/chat.css": ("chat.css", "text/css; charset=utf-8")}
+              "/chat.css": ("chat.css", "text/css; charset=utf-8"), "/favicon.svg": ("favicon.svg", "image/svg+xml")}
 # the page runs only its own script and style and talks only to this server: no inline code, no other origin
 PAGE_HEADERS = {
   "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "

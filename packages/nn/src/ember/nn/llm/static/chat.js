@@ -168,7 +168,7 @@ async function send(text) {
   const controller = new AbortController();
   state.controller = controller;
   setGenerating(true);
-  let reply = "", tokens = 0, first = null, redraw = false;
+  let reply = "", tokens = 0, first = null, redraw = false, note = null;
   const draw = () => {
     redraw = false;
     bubble.innerHTML = renderMarkdown(reply);
@@ -200,10 +200,10 @@ async function send(text) {
     });
     if (first !== null) showSpeed(tokens, (performance.now() - first) / 1000);
   } catch (error) {
-    if (error.name === "AbortError") addNote(bubble, "stopped");
-    else addNote(bubble, `error: ${error.message}`, true);
+    note = error.name === "AbortError" ? ["stopped", false] : [`error: ${error.message}`, true];
   } finally {
     draw();
+    if (note) addNote(bubble, ...note); // after the last draw, which replaces the bubble's content
     bubble.classList.remove("streaming");
     const current = chat === state.chat; // false once "New chat" was clicked while this reply streamed
     if (current && (controller.signal.aborted || reply)) state.messages.push({role: "assistant", content: reply});
