@@ -1,6 +1,7 @@
 """Every Tensor primitive against numpy, and the typed errors bad input raises (naming both operands)."""
 from __future__ import annotations
 import math
+import re
 import numpy as np
 import pytest
 from ember import Tensor, dtypes
@@ -349,6 +350,27 @@ def test_concrete_indexing_of_a_symbolic_dim_is_a_shape_error():
       x[index]
   with pytest.raises(ShapeError, match="concrete sizes"):
     x[0:1] = 1.0
+
+def test_ops_needing_concrete_sizes_name_themselves_for_a_symbolic_dim():
+  from ember import Variable
+  x = Tensor(A)[:Variable("n", 1, 3).bind(2)]
+  idx = Tensor([[0, 1, 0, 1]])
+  for name, call in (("split", lambda: x.split(1, 0)), ("gather", lambda: x.gather(0, idx)),
+                     ("sort", lambda: x.sort(0)), ("numpy()", x.numpy), ("nbytes", lambda: x.nbytes()),
+                     ("len()", lambda: len(x))):
+    with pytest.raises(ShapeError, match=rf"{re.escape(name)} needs concrete sizes"): call()
+
+def test_a_tensor_from_data_on_a_tuple_of_devices_says_how_to_replicate_or_shard():
+  from ember.errors import DeviceError
+  with pytest.raises(DeviceError, match=r"builds on one device.*\.to\(.*\.shard\("):
+    Tensor([1.0, 2.0], device=("PYTHON", "PYTHON:1"))
+
+def test_einsum_of_a_non_tensor_is_a_type_error_like_torch():
+  from torch_oracle import torch
+  with pytest.raises(TypeError, match="einsum operands must be Tensors"):
+    Tensor.einsum("i,i->", Tensor([1.0, 2.0]), [1.0, 2.0])
+  with pytest.raises(TypeError):
+    torch.einsum("i,i->", torch.tensor([1.0, 2.0]), [1.0, 2.0])
 
 def test_two_size_changing_bitcasts_of_one_buffer_keep_their_own_bytes():
   # regression: the memory planner reused the memory a bitcast view aliased

@@ -14,7 +14,7 @@ from ember.errors import (AxisError, DTypeError, EmptyReductionError, GradientEr
                           ShardingError)
 from ember.helpers import prod, SEED
 from ember.tensor_extra import TensorExtra
-from ember.uop.ops import Ops, UOp, BufferArg, GroupOp, next_unique, sint
+from ember.uop.ops import Ops, UOp, BufferArg, GroupOp, int_shape, int_size, next_unique, sint
 
 # inside `class Tensor` the names int/float/bool are the cast methods; its signatures use these for the builtins
 PyInt: TypeAlias = int
@@ -82,6 +82,9 @@ class Tensor(TensorExtra):
     dev = _canon_device(device) if not isinstance(device, tuple) else device
     if isinstance(data, UOp):
       uop = _bound_on(data, dev) if data.device is None and isinstance(dev, str) else data
+    elif isinstance(dev, tuple):
+      raise DeviceError(f"Tensor(...) builds on one device, not on {dev}; build it on one device, then replicate it "
+                        f"with .to({dev}) or split it with .shard({dev}, axis)")
     elif data is None:
       uop = _const_uop(0.0, dt or dtypes.weakfloat, dev)
     elif isinstance(data, (bool, int, float)):
@@ -121,7 +124,7 @@ class Tensor(TensorExtra):
   @property
   def shape(self) -> tuple[sint, ...]: return self.uop.shape if self.sharding is None else self.sharding.shape
   @property
-  def dtype(self) -> DType: return self.uop.dtype if self.sharding is None else self.sharding.dtype  # type: ignore
+  def dtype(self) -> DType: return _value_dtype(self.uop) if self.sharding is None else self.sharding.dtype
   @property
   def device(self) -> str:
     """The device this tensor lives on (a sharded tensor: the tuple of its shards' devices)."""
@@ -133,10 +136,10 @@ class Tensor(TensorExtra):
   def ndim(self) -> int: return len(self.shape)
   def numel(self) -> sint: return prod(self.shape)
   def element_size(self) -> int: return strong_dtype(self.dtype).itemsize
-  def nbytes(self) -> int: return int(self.numel()) * self.element_size()
+  def nbytes(self) -> int: return int_size(self.numel(), "nbytes") * self.element_size()
   def __len__(self) -> int:
     if not self.shape: raise TypeError("len() of a 0-d tensor")
-    return int(self.shape[0])
+    return int_size(self.shape[0], "len()")
   def __repr__(self) -> str:
     if self.sharding is not None: return f"<Tensor {self.shape} {self.dtype!r} {self.sharding!r}>"
     return f"<Tensor {self.shape} {self.dtype!r} on {self.uop.device} realized={self.uop.is_realized}>"
@@ -191,20 +194,19 @@ class Tensor(TensorExtra):
     _check_host_read("data()")
     if self.sharding is not None: return self.sharding.data()
     buf = self._buffer()
-    concrete = all(isinstance(s, int) for s in self.shape) and self.shape
-    return memoryview(buf.numpy()).cast("B").cast(_mv_fmt(buf.dtype),
-                                                  self.shape if concrete else (max(int(self.numel()), 0),))
+    shape = int_shape(self.shape, "data()")
+    # typeshed's cast() takes literal formats only; _mv_fmt gives the dtype's struct character. 0-d: one item
+    return memoryview(buf.numpy()).cast("B").cast(_mv_fmt(buf.dtype), shape or (1,))  # type: ignore[call-overload]
   def numpy(self) -> np.ndarray:
     """The tensor's values as a numpy array (numpy dtype matching the tensor's; bfloat16/fp8 come back as float32)."""
     dt = strong_dtype(self.dtype)
     _check_host_read("numpy()")
     if self.sharding is not None: return self.sharding.numpy()
-    if any(not isinstance(s, int) for s in self.shape):
-      raise ShapeError(f"cannot read a tensor with symbolic shape {self.shape}")
-    if 0 in self.shape: return np.zeros(self.shape, dtype=_np_dtype(dt))
+    shape = int_shape(self.shape, "numpy()")
+    if 0 in shape: return np.zeros(shape, dtype=_np_dtype(dt))
     if dt.fmt is None: return self.cast(dtypes.float32).numpy()
     buf = self._buffer()
-    return buf.numpy().view(_np_dtype(dt)).reshape(self.shape)
+    return buf.numpy().view(_np_dtype(dt)).reshape(shape)
   def item(self) -> Any:
     if self.numel() != 1: raise ShapeError(f"item() needs a tensor with one element, got shape {self.shape}")
     _check_host_read("item()")
@@ -302,7 +304,8 @@ class Tensor(TensorExtra):
       self.uop = x.uop
       return self
     # it becomes sharded: no graph of its own any more, so it moves from all_tensors to sharded_tensors
-    for ref in [r for r in all_tensors.data if r() is self]: all_tensors.data.discard(ref)
+    # by identity: WeakSet.discard would compare with Tensor.__eq__ (elementwise); .data is CPython's, not typeshed's
+    for ref in [r for r in all_tensors.data if r() is self]: all_tensors.data.discard(ref)  # type: ignore[attr-defined]
     del self.uop
     self.sharding = x.sharding
     sharded_tensors[id(self)] = self
@@ -640,7 +643,7 @@ class Tensor(TensorExtra):
     x = self.shrink(tuple((max(-b, 0), s - max(-a, 0)) for (b, a), s in zip(pads, self.shape)))
     for d, (b, a) in enumerate((max(b, 0), max(a, 0)) for b, a in pads):
       if b == 0 and a == 0: continue
-      n = int(x.shape[d])
+      n = int_size(x.shape[d], "pad")
       if n == 0: raise ShapeError(f"{mode} padding of dim {d} needs it non-empty (shape {self.shape}); use constant")
       if mode == "reflect" and (b >= n or a >= n):
         raise ShapeError(f"reflect padding ({b}, {a}) must be smaller than dim {d} of size {n} (shape {self.shape})")
@@ -799,7 +802,7 @@ class Tensor(TensorExtra):
     [[1, 2], [3, 4], [5]]
     """
     d = self._resolve_dim(dim)
-    n = int(self.shape[d])
+    n = int_size(self.shape[d], "split")
     if isinstance(sizes, int):
       if sizes <= 0: raise ShapeError(f"split size must be positive, got {sizes}")
       sizes = [min(sizes, n - i) for i in range(0, n, sizes)] or [0]
@@ -815,7 +818,7 @@ class Tensor(TensorExtra):
     """
     if chunks <= 0: raise ShapeError(f"chunk needs chunks > 0, got {chunks}")
     d = self._resolve_dim(dim)
-    return self.split(max(1, -(-int(self.shape[d]) // chunks)), d)
+    return self.split(max(1, -(-int_size(self.shape[d], "chunk") // chunks)), d)
   def unfold(self, dim: int, size: int, step: int) -> Tensor:
     """Sliding windows of `size` with stride `step` along `dim`; the window becomes a new last dim (Tensor.unfold).
 
@@ -823,7 +826,7 @@ class Tensor(TensorExtra):
     [[1, 2], [3, 4]]
     """
     d = self._resolve_dim(dim)
-    n = int(self.shape[d])
+    n = int_size(self.shape[d], "unfold")
     if size > n or size < 0 or step <= 0:
       raise ShapeError(f"unfold size {size}, step {step} do not fit dim {d} of shape {self.shape}")
     count = (n - size) // step + 1
@@ -838,7 +841,7 @@ class Tensor(TensorExtra):
     """
     if self.ndim == 2: return self.diagonal(diagonal)
     if self.ndim != 1: raise ShapeError(f"diag needs a 1-d or 2-d tensor, got shape {self.shape}")
-    n = int(self.shape[0])
+    n = int_size(self.shape[0], "diag")
     eye = Tensor.arange(n, device=self.device).reshape(n, 1) == Tensor.arange(n, device=self.device).reshape(1, n)
     mat = eye.where(self.reshape(1, n), self._zero())
     k = abs(diagonal)
@@ -853,7 +856,7 @@ class Tensor(TensorExtra):
     d1, d2 = self._resolve_dim(dim1), self._resolve_dim(dim2)
     if d1 == d2: raise ShapeError(f"diagonal dims must differ, got dim1={dim1}, dim2={dim2} for shape {self.shape}")
     x = self.permute([i for i in range(self.ndim) if i not in (d1, d2)] + [d1, d2])
-    rows, cols = int(x.shape[-2]), int(x.shape[-1])
+    rows, cols = int_size(x.shape[-2], "diagonal"), int_size(x.shape[-1], "diagonal")
     r0, c0 = (0, offset) if offset >= 0 else (-offset, 0)
     length = max(0, min(rows - r0, cols - c0))
     lead = x.shape[:-2]
@@ -865,7 +868,7 @@ class Tensor(TensorExtra):
     return diag_rows.shrink(tuple((0, s) for s in lead) + ((0, length), (0, 1))).reshape(*lead, length)
   def _tri_mask(self, diagonal: int, lower: bool) -> Tensor:
     if self.ndim < 2: raise ShapeError(f"tril/triu need at least 2 dims, got shape {self.shape}")
-    r, c = int(self.shape[-2]), int(self.shape[-1])
+    r, c = int_size(self.shape[-2], "triu/tril"), int_size(self.shape[-1], "triu/tril")
     rows = Tensor.arange(r, device=self.device).reshape(r, 1)
     cols = Tensor.arange(c, device=self.device).reshape(1, c)
     return (cols - rows <= diagonal) if lower else (cols - rows >= diagonal)
@@ -896,7 +899,7 @@ class Tensor(TensorExtra):
     x = self
     for s, dim in zip(sh, ds):
       d = x._resolve_dim(dim)
-      n = int(x.shape[d])
+      n = int_size(x.shape[d], "roll")
       if n == 0 or s % n == 0: continue
       k = s % n
       x = Tensor.cat(x._slice_dim(d, n - k, n), x._slice_dim(d, 0, n - k), dim=d)
@@ -913,7 +916,7 @@ class Tensor(TensorExtra):
     if not dtypes.is_int(index.dtype): raise DTypeError(f"{op} index must be an int tensor, got {index.dtype!r}")
     if index.ndim != self.ndim:
       raise ShapeError(f"{op}: index shape {index.shape} must have as many dims as input {self.shape}")
-    for i, (a, b) in enumerate(zip(index.shape, self.shape)):
+    for i, (a, b) in enumerate(zip(int_shape(index.shape, op), int_shape(self.shape, op))):
       if i != dim and a > b:
         raise ShapeError(f"{op}: index shape {index.shape} exceeds input shape {self.shape} at dim {i}")
   def gather(self, dim: int, index: Tensor) -> Tensor:
@@ -927,7 +930,7 @@ class Tensor(TensorExtra):
       return self.reshape(1).gather(0, index.reshape(1)).reshape(())
     d = self._resolve_dim(dim)
     self._check_index_tensor(index, d, "gather")
-    n = int(self.shape[d])
+    n = int_size(self.shape[d], "gather")
     x = self.shrink(tuple((0, n) if i == d else (0, s) for i, s in enumerate(index.shape)))
     xb = x.unsqueeze(-1).transpose(d, -1)  # dim d -> 1, values of dim d on the new last axis
     onehot = index.unsqueeze(-1) == Tensor.arange(n, device=self.device, dtype=index.dtype)
@@ -935,7 +938,7 @@ class Tensor(TensorExtra):
     return picked.max(-1) if self.dtype is dtypes.bool else picked.sum(-1, dtype=picked.dtype)
   def _scatter_mask(self, d: int, index: Tensor) -> Tensor:
     """(*index.shape, n): True where index[p] == m, n the size of dim `d` of self."""
-    n = int(self.shape[d])
+    n = int_size(self.shape[d], "scatter")
     return index.unsqueeze(-1) == Tensor.arange(n, device=self.device, dtype=index.dtype)
   def _scatter_place(self, d: int, index: Tensor, per_pos: Tensor) -> Tensor:
     """Move the trailing n axis of a (*index.shape-with-dim-d-reduced-to-1, n) tensor onto dim d, padded to self."""
@@ -943,7 +946,8 @@ class Tensor(TensorExtra):
     return placed.pad(tuple((0, 0) if i == d else (0, s - t) for i, (s, t) in enumerate(zip(self.shape, placed.shape))))
   def _src_like(self, src: Any, index: Tensor) -> Tensor:
     if isinstance(src, Tensor):
-      if src.ndim != index.ndim or any(a > b for a, b in zip(index.shape, src.shape)):
+      if src.ndim != index.ndim or any(a > b for a, b in zip(int_shape(index.shape, "scatter"),
+                                                              int_shape(src.shape, "scatter"))):
         raise ShapeError(f"scatter: src shape {src.shape} must cover index shape {index.shape}")
       return src.shrink(tuple((0, s) for s in index.shape)).cast(self.dtype)
     return Tensor.full(index.shape, src, dtype=self.dtype, device=self.device)
@@ -962,7 +966,7 @@ class Tensor(TensorExtra):
     self._check_index_tensor(index, d, "scatter")
     values = self._src_like(src, index)
     mask = self._scatter_mask(d, index)  # (*I, n)
-    k = int(index.shape[d])
+    k = int_size(index.shape[d], "scatter")
     pos = Tensor.arange(k, device=self.device, dtype=dtypes.int32).reshape((k,) + (1,) * (index.ndim - d))
     last = mask.where(pos, -1).max(d, keepdim=True)  # the last p along d that writes m
     chosen = mask & (pos == last)
@@ -1036,7 +1040,7 @@ class Tensor(TensorExtra):
   def _flat_true_positions(self, count: int) -> Tensor:
     """Flat positions of the first `count` True entries of this bool tensor (-1 for missing rows), as int32."""
     flat = self.flatten()
-    n = int(flat.shape[0])
+    n = int_size(flat.shape[0], "nonzero")
     rank = flat.cast(dtypes.int32).cumsum() - 1
     k = Tensor.arange(count, device=self.device, dtype=dtypes.int32).reshape(count, 1)
     hit = flat.reshape(1, n) & (rank.reshape(1, n) == k)  # (count, n)
@@ -1078,13 +1082,13 @@ class Tensor(TensorExtra):
     coords = []
     stride = 1
     for s in reversed(self.shape):
-      coords.append((flat // stride) % int(s))
-      stride *= int(s)
+      coords.append((flat // stride) % int_size(s, "nonzero"))
+      stride *= int_size(s, "nonzero")
     ret = Tensor.stack(*reversed(coords), dim=1)
     return (flat < 0).unsqueeze(1).where(fill_value, ret).cast(dtypes.int32)
   def _sort_rank(self, d: int, descending: bool) -> Tensor:
     """Stable rank of each element along the last axis of a (..., n) tensor: NaN sorts as the largest value."""
-    n = int(self.shape[-1])
+    n = int_size(self.shape[-1], "sort")
     a, b = self.unsqueeze(-1), self.unsqueeze(-2)  # (..., i, 1) vs (..., 1, j)
     if dtypes.is_float(self.dtype):
       a_nan, b_nan = a.isnan(), b.isnan()
@@ -1105,7 +1109,7 @@ class Tensor(TensorExtra):
     if self.ndim == 0: return self, Tensor(0, dtype=dtypes.int32, device=self.device)
     d = self._resolve_dim(dim)
     x = self.transpose(d, -1) if self.ndim > 1 else self
-    n = int(x.shape[-1])
+    n = int_size(x.shape[-1], "sort")
     rank = x.detach()._sort_rank(d, descending)  # (..., n): where element i lands
     slot = rank.unsqueeze(-2) == Tensor.arange(n, device=self.device, dtype=dtypes.int32).reshape(n, 1)  # (..., r, i)
     vals = slot.where(x.unsqueeze(-2), x._zero())
@@ -1128,7 +1132,7 @@ class Tensor(TensorExtra):
     [[5, 3], [1, 2]]
     """
     d = self._resolve_dim(dim) if self.ndim else 0
-    n = int(self.shape[d]) if self.ndim else 1
+    n = int_size(self.shape[d], "topk") if self.ndim else 1
     if not 0 <= k <= n: raise ShapeError(f"topk k={k} is out of range for dim {d} of size {n} (shape {self.shape})")
     vals, idx = self.sort(d, descending=largest)
     if self.ndim == 0: return vals, idx
@@ -1919,7 +1923,7 @@ class Tensor(TensorExtra):
       ret = Tensor._arg_first(self.flatten(), hit.flatten(), 0, False)
       return ret.reshape((1,) * self.ndim) if keepdim else ret
     ax = self._resolve_dim(axis)
-    n = int(self.shape[ax])
+    n = int_size(self.shape[ax], "argmax/argmin")
     # count down from n so the max picks the smallest index
     down = Tensor.arange(n, 0, -1, device=self.device, dtype=dtypes.int32).reshape((n,) + (1,) * (self.ndim - ax - 1))
     return (n - hit.where(down, 0).max(ax, keepdim)).cast(dtypes.int32)
@@ -1962,7 +1966,7 @@ class Tensor(TensorExtra):
   def _scan_windows(self, axis: PyInt, fill: Any) -> Tensor:
     """(..., n, n) with the scanned axis last: row i holds x[:i+1] and `fill` after it."""
     x = self.transpose(axis, -1) if self.ndim > 1 else self
-    n = int(x.shape[-1])
+    n = int_size(x.shape[-1], "a cumulative op")
     j = Tensor.arange(n, device=self.device, dtype=dtypes.int32)
     in_prefix = j.reshape(1, n) <= j.reshape(n, 1)  # (i, j): j <= i
     return in_prefix.where(x.unsqueeze(-2).expand(*x.shape[:-1], n, n), fill)
@@ -1997,7 +2001,7 @@ class Tensor(TensorExtra):
     elif dtypes.is_float(x.dtype): vals = -((-x)._cum_extreme(ax, True)[0])
     else: vals = ~((~x)._cum_extreme(ax, True)[0])  # ~ reverses int order without -x's overflow at the minimum int
     # index: the last j <= i where x[j] equals the running extreme (torch's tie rule)
-    n = int(x.shape[ax])
+    n = int_size(x.shape[ax], "cummax/cummin")
     xw = x._scan_windows(ax, x.dtype.const(0))  # (..., i, j), entries past i are masked below
     vw = (vals.transpose(ax, -1) if x.ndim > 1 else vals).unsqueeze(-1)
     j = Tensor.arange(n, device=self.device, dtype=dtypes.int32)
@@ -2055,7 +2059,10 @@ class Tensor(TensorExtra):
     >>> Tensor.einsum("ij,j->i", Tensor([[1, 2], [3, 4]]), Tensor([1, 1])).tolist()
     [3, 7]
     """
-    ops = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else list(operands)
+    given = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else list(operands)
+    ops = [t for t in given if isinstance(t, Tensor)]
+    if len(ops) != len(given):
+      raise DTypeError(f"einsum operands must be Tensors, got {', '.join(type(t).__name__ for t in given)}")
     spec = formula.replace(" ", "")
     lhs, arrow, rhs = spec.partition("->")
     ins = lhs.split(",")
@@ -2116,7 +2123,7 @@ class Tensor(TensorExtra):
     lead = x.ndim - nd
     for j, (k, s, d) in enumerate(zip(kernel, stride, dilation)):
       ax = lead + j * 2  # earlier dims are already (out, kernel) pairs
-      i = int(x.shape[ax])
+      i = int_size(x.shape[ax], "pooling")
       o = (i - d * (k - 1) - 1) // s + 1
       if o <= 0: raise ShapeError(f"pool window {k} (dilation {d}) is larger than the padded input size {i}")
       if o * s > i + d:  # a stride longer than the window: room for the row view below (the padding is never read)
@@ -2176,7 +2183,7 @@ class Tensor(TensorExtra):
     if cin != cin_g * groups or cout % groups != 0:
       raise ShapeError(f"conv2d: input channels {cin} != weight channels {cin_g} * groups {groups} "
                        f"(input {self.shape}, weight {weight.shape}), or out channels {cout} not divisible by groups")
-    kernel = tuple(int(k) for k in weight.shape[2:])
+    kernel = int_shape(weight.shape[2:], "conv2d")
     pads = Tensor._conv_padding(padding, nd, kernel, stride, dilation)
     x = self.pad(((0, 0), (0, 0), *pads))
     pool_args = (kernel, Tensor._tuple_arg(stride, nd, "stride"), Tensor._tuple_arg(dilation, nd, "dilation"))
@@ -2216,7 +2223,7 @@ class Tensor(TensorExtra):
     cin, cout_g = weight.shape[:2]
     if self.shape[1] != cin:
       raise ShapeError(f"conv_transpose2d: input channels {self.shape[1]} != weight {weight.shape} dim 0")
-    kernel = tuple(int(k) for k in weight.shape[2:])
+    kernel = int_shape(weight.shape[2:], "conv_transpose2d")
     st, dl = Tensor._tuple_arg(stride, nd, "stride"), Tensor._tuple_arg(dilation, nd, "dilation")
     pd = Tensor._tuple_arg(padding, nd, "padding", low=0)
     op = Tensor._tuple_arg(output_padding, nd, "output_padding", low=0)
@@ -2225,7 +2232,7 @@ class Tensor(TensorExtra):
     for j, s in enumerate(st):
       if s == 1: continue
       ax = 2 + j
-      i = int(x.shape[ax])
+      i = int_size(x.shape[ax], "conv_transpose2d")
       x = x.unsqueeze(ax + 1).pad(tuple((0, s - 1) if a == ax + 1 else (0, 0) for a in range(x.ndim + 1)))
       x = x.reshape(*x.shape[:ax], i * s, *x.shape[ax + 2:])._slice_dim(ax, 0, (i - 1) * s + 1)
     pads = [(d * (k - 1) - p, d * (k - 1) - p + o) for k, d, p, o in zip(kernel, dl, pd, op)]
@@ -2247,12 +2254,12 @@ class Tensor(TensorExtra):
     d = Tensor._tuple_arg(dilation, nd, "dilation")
     p = Tensor._tuple_arg(padding, nd, "padding", low=0)
     after = []
-    for kk, ss, dd, pp, i in zip(k, s, d, p, self.shape[-nd:]):
+    for kk, ss, dd, pp, i in zip(k, s, d, p, int_shape(self.shape[-nd:], "pooling")):
       if pp * 2 > kk: raise ShapeError(f"pool padding {pp} must be at most half the kernel size {kk}")
-      span = int(i) + 2 * pp - dd * (kk - 1) - 1
+      span = i + 2 * pp - dd * (kk - 1) - 1
       o = (-(-span // ss) if ceil_mode else span // ss) + 1
-      if ceil_mode and (o - 1) * ss >= int(i) + pp: o -= 1
-      after.append(pp + max(0, (o - 1) * ss + dd * (kk - 1) + 1 - (int(i) + 2 * pp)))
+      if ceil_mode and (o - 1) * ss >= i + pp: o -= 1
+      after.append(pp + max(0, (o - 1) * ss + dd * (kk - 1) + 1 - (i + 2 * pp)))
     return k, s, d, p, tuple(after)
   def max_pool2d(self, kernel_size: PyInt | Sequence[PyInt] = (2, 2), stride: PyInt | Sequence[PyInt] | None = None,
                  dilation: PyInt | Sequence[PyInt] = 1, padding: PyInt | Sequence[PyInt] = 0, ceil_mode: PyBool = False,
@@ -2293,8 +2300,8 @@ class Tensor(TensorExtra):
     k = Tensor._tuple_arg(kernel_size, nd, "kernel_size")
     s = k if stride is None else Tensor._tuple_arg(stride, nd, "stride")
     d, p = Tensor._tuple_arg(dilation, nd, "dilation"), Tensor._tuple_arg(padding, nd, "padding", low=0)
-    geo = zip(self.shape[-nd:], s, p, d, k)
-    default = tuple((int(i) - 1) * ss - 2 * pp + dd * (kk - 1) + 1 for i, ss, pp, dd, kk in geo)
+    geo = zip(int_shape(self.shape[-nd:], "max_unpool2d"), s, p, d, k)
+    default = tuple((i - 1) * ss - 2 * pp + dd * (kk - 1) + 1 for i, ss, pp, dd, kk in geo)
     spatial = default if output_size is None else tuple(int(v) for v in output_size[-nd:])
     # torch's rule: an explicit size lies strictly within a stride of the default one (the size max_pool2d's input had)
     if output_size is not None and (len(output_size) not in (nd, nd + 2) or
@@ -2333,7 +2340,7 @@ class Tensor(TensorExtra):
     win = x.pad(((0, 0),) * (self.ndim - nd) + tuple(zip(p, after)))._pool(k, s, d)
     total = win.sum(list(range(win.ndim - nd, win.ndim)))
     if divisor_override is not None: return total / divisor_override
-    spatial = tuple(int(v) for v in self.shape[-nd:])
+    spatial = int_shape(self.shape[-nd:], "avg_pool2d")
     ones = Tensor.ones(*spatial, dtype=x.dtype, device=self.device)
     if count_include_pad:
       ones = ones.pad(tuple(zip(p, p)), value=1.0).pad(tuple((0, a - pp) for pp, a in zip(p, after)))
@@ -2352,7 +2359,7 @@ class Tensor(TensorExtra):
     if nd < 1: raise ShapeError(f"interpolate needs (N, C, *spatial) input, got shape {self.shape}")
     if mode not in ("linear", "bilinear", "trilinear", "nearest", "nearest-exact"):
       raise ValueError(f"interpolate mode must be linear, bilinear, trilinear, nearest or nearest-exact, got {mode!r}")
-    ins = [int(v) for v in self.shape[2:]]
+    ins = list(int_shape(self.shape[2:], "interpolate"))
     if size is not None:
       outs = [int(size)] * nd if isinstance(size, int) else [int(v) for v in size]
       scales = [i / o for i, o in zip(ins, outs)]
@@ -2406,12 +2413,12 @@ class Tensor(TensorExtra):
     if is_causal and attn_mask is not None:
       raise ShapeError("sdpa: pass attn_mask or is_causal=True, not both; fold the causal mask into attn_mask")
     if enable_gqa and self.ndim >= 3 and key.shape[-3] != self.shape[-3]:
-      rep = int(self.shape[-3]) // int(key.shape[-3])
+      rep = int_size(self.shape[-3], "sdpa's enable_gqa") // int_size(key.shape[-3], "sdpa's enable_gqa")
       key, value = key.repeat_interleave(rep, -3), value.repeat_interleave(rep, -3)
-    sc = scale if scale is not None else 1 / math.sqrt(int(self.shape[-1]))
+    sc = scale if scale is not None else 1 / math.sqrt(int_size(self.shape[-1], "sdpa's default scale"))
     scores = (self @ key.transpose(-2, -1)) * sc
     if is_causal:
-      L, S = int(self.shape[-2]), int(key.shape[-2])
+      L, S = int_size(self.shape[-2], "sdpa's is_causal"), int_size(key.shape[-2], "sdpa's is_causal")
       scores = Tensor.ones(L, S, dtype=dtypes.bool, device=self.device).tril().where(scores, -math.inf)
     if attn_mask is not None:
       scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype is dtypes.bool else scores + attn_mask
@@ -2459,7 +2466,7 @@ class Tensor(TensorExtra):
     if tgt.shape != logp.shape[:1] + logp.shape[2:]:
       raise ShapeError(f"nll_loss: input {self.shape} needs target shape {logp.shape[:1] + logp.shape[2:]}, got "
                        f"{Y.shape}")
-    c = int(logp.shape[1])
+    c = int_size(logp.shape[1], "nll_loss")
     classes = Tensor.arange(c, device=self.device, dtype=tgt.dtype).reshape(1, c, *([1] * (logp.ndim - 2)))
     onehot = tgt.unsqueeze(1) == classes  # (N, C, ...)
     keep = (tgt != ignore_index).cast(logp.dtype)  # (N, ...)
@@ -2486,7 +2493,7 @@ class Tensor(TensorExtra):
     if Y.shape != self.shape:
       raise ShapeError(f"cross_entropy: probability targets {Y.shape} must match logits {self.shape}")
     cdim = 1 if self.ndim > 1 else 0
-    c = int(self.shape[cdim])
+    c = int_size(self.shape[cdim], "cross_entropy")
     y = Y * (1 - label_smoothing) + label_smoothing / c
     if weight is not None: logp = logp * weight.reshape(c, *([1] * (self.ndim - cdim - 1)))
     loss = -(y * logp).sum(cdim)
@@ -2621,11 +2628,12 @@ def _leaf_storage(u: UOp, device: str) -> UOp:
   """A tensor that requires grad is a leaf of its own. Constants are shared: two `Tensor(2.0)` or `Tensor.zeros(3)` are
   one UOp, so their gradients (keyed by UOp) would add up. A constant-valued leaf gets a buffer holding its value."""
   if not all(n.op in (Ops.CONST, Ops.DEVICE, Ops.RESHAPE, Ops.EXPAND) for n in u.toposort()): return u
-  if not all(isinstance(s, int) for s in u.shape): return u
+  shape = tuple(s for s in u.shape if isinstance(s, int))
+  if len(shape) != len(u.shape): return u  # symbolic
   const = next(n for n in u.toposort() if n.op is Ops.CONST)
-  dt = strong_dtype(u.dtype)
+  dt = strong_dtype(_value_dtype(u))
   # bfloat16/fp8: numpy holds float32 and the device rounds (as Tensor(list) does); a 0-d array comes back 1-d
-  buf = _from_numpy(np.full(u.shape, const.arg, dtype=_np_dtype(dt)), device, dt if dt.fmt is not None else None)
+  buf = _from_numpy(np.full(shape, const.arg, dtype=_np_dtype(dt)), device, dt if dt.fmt is not None else None)
   return _reshape(buf if dt.fmt is not None else _cast_uop(buf, dt), u.shape)
 
 def _tensor_seq(first: Any, others: tuple[Any, ...], op: str) -> tuple[Tensor, ...]:
@@ -2709,11 +2717,16 @@ def _from_numpy(arr: np.ndarray, device: str, dtype: DType | None = None) -> UOp
   arr = np.ascontiguousarray(arr, dtype=dt.fmt) if dt.fmt is not None else np.ascontiguousarray(arr)
   uop = _buffer_uop(device, arr.size, dt)
   buf = Buffer(device, arr.size, dt)
-  if arr.size: buf.copyin(memoryview(arr).cast("B"))
+  if arr.size: buf.copyin(arr.data.cast("B"))
   attach_buffer(uop, buf)
   return _reshape(uop, tuple(arr.shape)) if arr.shape != (arr.size,) else uop
 
 def _np_dtype(dt: DType) -> Any: return np.dtype(dt.fmt) if dt.fmt is not None else np.float32
+def _value_dtype(u: UOp) -> DType:
+  """The dtype of a tensor-level node: a value's (pointer dtypes appear only inside kernels)."""
+  assert isinstance(u.dtype, DType), f"a tensor graph node has the pointer dtype {u.dtype}"
+  return u.dtype
+
 def _mv_fmt(dt: DType) -> str: return dt.fmt if dt.fmt is not None else {1: "B", 2: "H"}[dt.itemsize]
 
 def _is_contiguous_buffer(u: UOp) -> bool:
