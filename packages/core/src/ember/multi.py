@@ -181,7 +181,8 @@ class Sharding:
   def shape(self) -> tuple[Any, ...]:
     first = self.shards[0].shape
     if self.axis is None: return first
-    return first[:self.axis] + (sum(int_size(s.shape[self.axis], "a shard axis") for s in self.shards),) + first[self.axis + 1:]
+    size = sum(int_size(s.shape[self.axis], "a shard axis") for s in self.shards)
+    return first[:self.axis] + (size,) + first[self.axis + 1:]
   @property
   def dtype(self) -> DType: return self.shards[0].dtype
   def __repr__(self) -> str: return f"sharded over {self.devices} axis={self.axis}"
