@@ -222,8 +222,8 @@ def bind_buffers(calls: list[LoweredCall], bitcast_views: list[UOp]) -> tuple[li
   output is a view of its source. Returns the bound items and the buffers the memory planner must leave alone."""
   pinned: set[int] = set()
   for i in range(0, len(bitcast_views), 2):
-    out, src = bitcast_views[i], bitcast_views[i + 1]
-    sb = buffer_of(src)
+    out, viewed = bitcast_views[i], bitcast_views[i + 1]
+    sb = buffer_of(viewed)
     attach_buffer(out, sb.view(out.arg.size, out.dtype, 0))  # type: ignore[arg-type]
     pinned.add(id(sb.base))  # the view aliases this memory: the planner must not hand it to another buffer
   items: list[ScheduleItem] = []
