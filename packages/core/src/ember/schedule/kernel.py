@@ -99,6 +99,7 @@ class KernelCtx:
     self.memo: dict[tuple[UOp, tuple[UOp, ...], UOp | None], UOp] = {}
   def param(self, buf: UOp) -> UOp:
     if buf not in self.params:
+      assert isinstance(buf.dtype, DType), f"a BUFFER holds scalars, not {buf.dtype}"
       self.params[buf] = UOp(Ops.PARAM, buf.dtype.ptr(buf.arg.size), (), len(self.bufs))
       self.bufs.append(buf)
     return self.params[buf]
@@ -141,13 +142,13 @@ def index_through(u: UOp, idxs: tuple[UOp, ...],
                    for i, s, n in zip(idxs, src.shape, u.arg))
     elif u.op is Ops.PAD:
       new = []
-      for i, (b, a), s in zip(idxs, u.arg, src.shape):
+      for idx, (b, a), s in zip(idxs, u.arg, src.shape):
         if b or a:
           cond: UOp | None = None
-          if b: cond = i.ge(b)
-          if a: cond = i.lt(_to_uop(s, dt) + b) if cond is None else cond & i.lt(_to_uop(s, dt) + b)
+          if b: cond = idx.ge(b)
+          if a: cond = idx.lt(_to_uop(s, dt) + b) if cond is None else cond & idx.lt(_to_uop(s, dt) + b)
           if cond is not None: valid = cond if valid is None else valid & cond
-        new.append(i - b if b else i)
+        new.append(idx - b if b else idx)
       idxs = tuple(new)
     elif u.op is Ops.SHRINK:
       idxs = tuple(i + _to_uop(b, dt) if not (isinstance(b, int) and b == 0) else i for i, (b, _) in zip(idxs, u.arg))
