@@ -56,6 +56,15 @@ def test_bert_encoder_matches_torch_with_padding():
   np.testing.assert_allclose(got, x.numpy(), atol=2e-5, rtol=1e-4)
 
 @pytest.mark.model
+def test_a_symbolic_sequence_length_is_a_shape_error():
+  # positions come from arange(seq): a bound Variable's length is refused by name, not by a TypeError in arange
+  from ember import Variable
+  from ember.errors import ShapeError
+  cfg = BertConfig(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=1, num_attention_heads=4,
+                   intermediate_size=32, max_position_embeddings=16)
+  ids = Tensor(np.zeros((1, 8), np.int32))[:, :Variable("t", 1, 8).bind(4)]
+  with pytest.raises(ShapeError, match="concrete sequence length"): BertModel(cfg)(ids)
+
 def test_minilm_matches_golden(golden):
   try: embedder = SentenceEmbedder.from_pretrained()
   except ModelFilesError as e: pytest.skip(str(e))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 import numpy as np
 from ember.dtype import dtypes
-from ember.errors import EmberError
+from ember.errors import EmberError, ShapeError
 from ember.tensor import Tensor
 from ember.nn.layers import Embedding, LayerNorm, Linear
 from ember.nn.state import load_state_dict, safe_load
@@ -150,6 +150,12 @@ class BertConfig:
 def _activation(x: Tensor, name: str) -> Tensor:
   return x.gelu(approximate="tanh") if name == "gelu_new" else x.gelu()
 
+def _seq_len(ids: Tensor) -> int:
+  seq = ids.shape[1]
+  if not isinstance(seq, int):
+    raise ShapeError(f"BERT needs a concrete sequence length, not the symbolic {seq}; pad the batch to one length")
+  return seq
+
 class BertEmbeddings:
   def __init__(self, cfg: BertConfig):
     self.word_embeddings = Embedding(cfg.vocab_size, cfg.hidden_size)
@@ -157,7 +163,7 @@ class BertEmbeddings:
     self.token_type_embeddings = Embedding(cfg.type_vocab_size, cfg.hidden_size)
     self.LayerNorm = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
   def __call__(self, ids: Tensor, token_types: Tensor) -> Tensor:
-    positions = Tensor.arange(ids.shape[1], dtype=dtypes.int32, device=ids.device).reshape(1, -1)
+    positions = Tensor.arange(_seq_len(ids), dtype=dtypes.int32, device=ids.device).reshape(1, -1)
     x = self.word_embeddings(ids) + self.position_embeddings(positions) + self.token_type_embeddings(token_types)
     return self.LayerNorm(x)
 
@@ -211,7 +217,7 @@ class BertModel:
     self.encoder = BertEncoder(cfg)
   def __call__(self, ids: Tensor, attention_mask: Tensor | None = None, token_types: Tensor | None = None) -> Tensor:
     if ids.ndim != 2: raise ValueError(f"BertModel expects (batch, seq) token ids, got shape {ids.shape}")
-    if ids.shape[1] > self.config.max_position_embeddings:
+    if _seq_len(ids) > self.config.max_position_embeddings:
       raise ValueError(f"BertModel: {ids.shape[1]} tokens exceed max_position_embeddings "
                        f"{self.config.max_position_embeddings}; truncate the input")
     if token_types is None: token_types = Tensor.zeros(*ids.shape, dtype=dtypes.int32, device=ids.device)
