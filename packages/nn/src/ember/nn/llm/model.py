@@ -194,7 +194,7 @@ class KVCache:
     if not self.pos: self.pos = [0] * self.slots
 
   @property
-  def slots(self) -> int: return int(self.layers[0].shape[0]) if self.layers else len(self.pos) or 1
+  def slots(self) -> int: return _layer_shape(self.layers[0])[0] if self.layers else len(self.pos) or 1
 
   def write_rows(self, rows: np.ndarray, slot: int, pos: int) -> None:
     """Store `rows` (n_layers, T, 2·kv_dim) at positions pos..pos+T-1 of `slot`: a host copy into the device buffers
@@ -204,13 +204,19 @@ class KVCache:
     for layer, host, new in zip(self.layers, self._rows, rows):
       if host is not None: host[slot, pos:pos + T] = new
       else:
-        width = int(layer.shape[2])
+        width = _layer_shape(layer)[2]
         at = (slot * self.max_context + pos) * width * layer.dtype.itemsize
         buffer_of(layer.uop).view(T * width, layer.dtype, at).copyin(np.ascontiguousarray(new, np.float32).data)
 
+def _layer_shape(t: Tensor) -> tuple[int, ...]:
+  """A cache layer's (slots, max_context, 2·kv_dim): a buffer of fixed size, so never symbolic."""
+  shape = tuple(s for s in t.shape if isinstance(s, int))
+  if len(shape) != t.ndim: raise ModelError(f"a KV cache layer needs concrete sizes, got the shape {t.shape}")
+  return shape
+
 def _host_rows(t: Tensor) -> np.ndarray | None:
   mv = buffer_of(t.uop).as_buffer()
-  return None if mv is None else np.frombuffer(mv, np.float32).reshape(tuple(int(d) for d in t.shape))
+  return None if mv is None else np.frombuffer(mv, np.float32).reshape(_layer_shape(t))
 
 @dataclass
 class LlamaLayer:
