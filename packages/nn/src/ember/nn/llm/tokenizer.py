@@ -13,7 +13,7 @@ from __future__ import annotations
 import codecs
 import functools
 import unicodedata
-from typing import Any, Iterable
+from typing import Any, Iterable, TypedDict
 from ember.errors import EmberError
 
 class TokenizerError(EmberError, ValueError):
@@ -285,7 +285,11 @@ def render_chat(template: str | None, messages: list[dict[str, str]], add_genera
                                eos_token=eos_token))
   except jinja2.TemplateError as e: raise TokenizerError(f"the model's chat template failed to render: {e}") from e
 
-def special_tokens(tokenizer: BPETokenizer) -> dict[str, str]:
+class SpecialTokens(TypedDict):
+  bos_token: str
+  eos_token: str
+
+def special_tokens(tokenizer: BPETokenizer) -> SpecialTokens:
   """The BOS/EOS strings a chat template may use (`bos_token`, `eos_token`), as keyword arguments of render_chat."""
   def text(i: int | None) -> str: return tokenizer.tokens[i] if i is not None and 0 <= i < tokenizer.vocab_size else ""
-  return {"bos_token": text(tokenizer.bos_id), "eos_token": text(tokenizer.eos_id)}
+  return SpecialTokens(bos_token=text(tokenizer.bos_id), eos_token=text(tokenizer.eos_id))
