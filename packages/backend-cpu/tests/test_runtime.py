@@ -190,6 +190,11 @@ def test_device_rejects_unknown_binary_format() -> None:
   with pytest.raises(DeviceError, match="cannot run 'ptx'"):
     CPUDevice("CPU", ClangRenderer(), PTXish())
 
+def test_device_without_a_compiler_says_what_to_install() -> None:
+  from ember.plugin import DeviceError
+  with pytest.raises(DeviceError, match="no compiler registered.*install clang or gcc"):
+    CPUDevice("CPU", ClangRenderer(), None)
+
 def test_new_kernels_compile_side_by_side_off_the_main_thread(monkeypatch: pytest.MonkeyPatch) -> None:
   import threading
   from ember import Device, Tensor

@@ -127,7 +127,10 @@ class LLVMProgram(_CPUKernel):
 class CPUDevice(Compiled):
   """The CPU: host memory, and a runtime chosen by what the compiler produces (a shared object or LLVM IR)."""
   runtimes = {"elf-so": CPUProgram, "llvm-obj": LLVMProgram}
-  def __init__(self, device: str, renderer: Renderer, compiler: Compiler):
+  def __init__(self, device: str, renderer: Renderer | None, compiler: Compiler | None):
+    if compiler is None:
+      raise DeviceError(f"{device} has no compiler registered for its renderer; install clang or gcc for CPU:C, or "
+                        "llvmlite for CPU:LLVM")
     if (runtime := self.runtimes.get(compiler.binary_format)) is None:
       raise DeviceError(f"CPU cannot run {compiler.binary_format!r} binaries from {type(compiler).__name__}; "
                         f"use a compiler that produces one of {sorted(self.runtimes)}")
