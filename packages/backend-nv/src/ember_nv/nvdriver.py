@@ -431,10 +431,10 @@ class NVDriverDevice(NVHCQDevice):
                     LOCAL_MEMORY_WINDOW & 0xffffffff)
     words += method(SUBC_COMPUTE, SET_SHADER_SHARED_MEMORY_WINDOW_A, SHARED_MEMORY_WINDOW >> 32,
                     SHARED_MEMORY_WINDOW & 0xffffffff)
-    q = self.compute_queue()
+    q = NVComputeQueue()  # the queue classes this device was built with
     q.words[:0] = words
     q.signal(self.timeline_signal, self.next_timeline()).submit(self)
-    c = self.copy_queue()
+    c = NVCopyQueue()
     c.words[:0] = method(SUBC_COPY, SET_OBJECT, self.copy_class)
     c.signal(self.timeline_signal, self.next_timeline()).submit(self)
   # -- memory

@@ -31,7 +31,7 @@ from __future__ import annotations
 import ctypes
 import time
 from dataclasses import dataclass
-from typing import Callable, MutableSequence
+from typing import Callable, Protocol
 from ember.plugin import DeviceError, HCQArgs, HCQBuffer, HCQCompiled, HCQProgram, HCQSignal, HWQueue
 
 SUBC_HOST, SUBC_COMPUTE, SUBC_COPY = 0, 1, 4
@@ -78,7 +78,12 @@ def _lo_hi(x: int) -> tuple[int, int]: return x & 0xffffffff, x >> 32
 
 # ** QMDs **
 
-def set_bits(words: MutableSequence[int], hi: int, lo: int, value: int) -> None:
+class Words(Protocol):
+  """32-bit words read and written by index: a list, or a ctypes c_uint32 array over a QMD in device memory."""
+  def __getitem__(self, index: int, /) -> int: ...
+  def __setitem__(self, index: int, value: int, /) -> None: ...
+
+def set_bits(words: Words, hi: int, lo: int, value: int) -> None:
   """Write `value` into bits hi..lo (inclusive) of a bit string stored as little-endian 32-bit words."""
   width = hi - lo + 1
   if value < 0 or value >> width:
@@ -91,7 +96,7 @@ def set_bits(words: MutableSequence[int], hi: int, lo: int, value: int) -> None:
     words[w] = (words[w] & ~mask & 0xffffffff) | (((value >> (pos - lo)) << b) & mask)
     pos += n
 
-def get_bits(words: MutableSequence[int], hi: int, lo: int) -> int:
+def get_bits(words: Words, hi: int, lo: int) -> int:
   value, pos = 0, lo
   while pos <= hi:
     w, b = divmod(pos, 32)
@@ -110,10 +115,10 @@ class QMDLayout:
   size: int
   cbuf_shift: int
   fields: dict[str, tuple[int, int]]
-  def set(self, words: MutableSequence[int], field: str, value: int) -> None:
+  def set(self, words: Words, field: str, value: int) -> None:
     if field not in self.fields: raise DeviceError(f"{self.name} has no field {field}")
     set_bits(words, *self.fields[field], value)
-  def get(self, words: MutableSequence[int], field: str) -> int: return get_bits(words, *self.fields[field])
+  def get(self, words: Words, field: str) -> int: return get_bits(words, *self.fields[field])
 
 # QMD version 3.0 (Ampere AMPERE_COMPUTE_A/B 0xC6C0/0xC7C0, Ada ADA_COMPUTE_A 0xC9C0): NVC6C0_QMDV03_00_*
 QMD_V3 = QMDLayout("QMD 3.0", 3, 0, 256, 0, {
@@ -159,7 +164,7 @@ def sm_config_shared_mem(nbytes: int) -> int:
   """The SM shared-memory configuration encoding of the *_SM_CONFIG_SHARED_MEM_SIZE fields: 4 KiB units plus one."""
   return nbytes // 4096 + 1
 
-def build_qmd(layout: QMDLayout, words: MutableSequence[int], program_address: int, grid: tuple[int, int, int],
+def build_qmd(layout: QMDLayout, words: Words, program_address: int, grid: tuple[int, int, int],
               block: tuple[int, int, int], cbuf0: tuple[int, int], shared_size: int = 0, registers: int = 0,
               barriers: int = 0, max_shared: int = 0) -> None:
   """Fill a zeroed QMD for one grid launch: program, grid and block dimensions, resources, constant buffer 0 (the
@@ -308,6 +313,6 @@ class NVHCQDevice(HCQCompiled):
     at = self._cmd_ptr = self._ring_slot(self._cmd, self._cmd_ptr, nbytes, 16)
     self._cmd_ptr += nbytes
     addr = self._cmd.va_addr + at
-    (ctypes.c_uint32 * len(words)).from_address(addr)[:] = words
+    ctypes.memmove(addr, (ctypes.c_uint32 * len(words))(*words), nbytes)
     self.gpfifos[engine].push(addr, len(words))
 
