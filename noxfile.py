@@ -81,7 +81,7 @@ def tests_nn(session: nox.Session) -> None:
   # transformers (+ accelerate, which its GGUF loader needs) is the oracle of the llama/qwen2/qwen3 GGUF tests
   session.install(CORE, CPU, f"{NN}[llm]", "pytest", "numpy", TORCH, "safetensors", "gguf", "openai", "transformers",
                   "accelerate")
-  _nn_tests(session, "not slow and not model")
+  _nn_tests(session, "not slow and not model and not browser")
 
 @nox.session(venv_backend="venv")
 def slow(session: nox.Session) -> None:
@@ -147,12 +147,32 @@ def fuzz(session: nox.Session) -> None:
   session.install(CORE, CPU, NN, "pytest", "numpy", TORCH, "safetensors", "gguf", "hypothesis")
   _nn_tests(session, "fuzz")
 
+@nox.session(venv_backend="venv")
+def browser(session: nox.Session) -> None:
+  """The chat page of `ember-llm --serve` in Debian's headless chromium, driven by playwright's Python package (its
+  own browser download is never used): streaming, stop, new chat, markdown safety, a phone-width layout. Installs
+  chromium through apt where it is missing (skips, saying why, where that is impossible). Screenshots are kept in
+  $OUT/browser when OUT is set, else .nox/artifacts/browser."""
+  import shutil
+  if shutil.which("chromium") is None:
+    if shutil.which("apt-get") is None or os.geteuid() != 0:
+      session.skip("chromium is missing and cannot be installed here (needs apt-get as root): "
+                   "apt-get install -y chromium chromium-driver")
+    session.run("apt-get", "update", "-q", external=True)
+    session.run("apt-get", "install", "-y", "-q", "chromium", "chromium-driver", external=True)
+  session.install(CORE, CPU, f"{NN}[llm]", "pytest", "numpy", "playwright")
+  artifacts = os.path.join(os.environ["OUT"], "browser") if os.environ.get("OUT") else \
+    os.path.join(ROOT, ".nox", "artifacts", "browser")
+  session.run("python", "-m", "pytest", os.path.join(NN, "tests", "llm", "test_chat_page.py"), "-q", "-m", "browser",
+              *session.posargs, env={**TEST_ENV, "DEV": "CPU", "BROWSER_ARTIFACTS": artifacts})
+  session.log(f"screenshots: {artifacts}")
+
 @nox.session(name="tests", venv_backend="none")
 def tests(session: nox.Session) -> None:
   """Every package's own suite, each in its own venv (queues the per-package sessions)."""
   for name in ("tests-core", "tests-cpu", "tests-nn", "tests-nv", "tests-amd", "tests-metal",
                "conformance-cpu(renderer='C')", "conformance-cpu(renderer='LLVM')", "conformance-python",
-               "conformance-null", "multi", "fuzz"):
+               "conformance-null", "multi", "fuzz", "browser"):
     session.notify(name)
 
 def _conformance(session: nox.Session, device: str, packages: list[str]) -> None:
