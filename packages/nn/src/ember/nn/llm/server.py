@@ -61,6 +61,7 @@ from ember.errors import EmberError
 from ember.nn.llm.generate import SamplingParams, generate
 from ember.nn.llm.batch import BatchEngine, BatchSession
 from ember.nn.llm.model import Llama, LlamaSession
+from ember.nn.llm.progress import ProgressBar, warm_up
 from ember.nn.llm.tokenizer import BPETokenizer, render_chat
 
 log = logging.getLogger("ember.nn.llm.server")
@@ -296,6 +297,7 @@ class _LockedSession:
     self.logits: np.ndarray | None = None
   @property
   def pos(self) -> int: return self.session.pos
+  def reset(self) -> None: self.session.reset()
   def forward(self, tokens: list[int] | np.ndarray) -> np.ndarray:
     with self.lock: self.logits = self.session.forward(tokens)
     return self.logits
@@ -315,6 +317,13 @@ class LLMService:
     else:
       for _ in range(slots): self.slots.put(LlamaSession(model))
     self.created = int(time.time())
+
+  def warm_up(self, progress: ProgressBar) -> None:
+    """Compile and capture the model's steps in a request slot before serving, so the first request does not wait
+    for them (`progress` shows it)."""
+    session = self.slots.get()
+    try: warm_up(_LockedSession(session, self.lock), progress)
+    finally: self.slots.put(session)
 
   def parse(self, kind: str, body: Any) -> Job:
     """Validate a request body (already JSON-decoded) into a Job, or raise RequestError. Every field is checked
