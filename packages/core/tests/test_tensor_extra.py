@@ -1,11 +1,11 @@
-"""The tinygrad-compatible Tensor methods of ember.tensor_extra against torch, numpy and hashlib."""
+"""The tinygrad-compatible Tensor methods of ember.tensor_ops.extra against torch, numpy and hashlib."""
 from __future__ import annotations
 import hashlib
 import numpy as np
 import pytest
 from ember import Tensor, dtypes, function
 from ember.errors import DTypeError, ShapeError
-from ember.tensor_extra import FunctionError
+from ember.tensor_ops.extra import FunctionError
 from torch_oracle import check, torch
 
 RNG = np.random.default_rng(0)

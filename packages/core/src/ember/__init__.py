@@ -10,7 +10,7 @@ from ember.uop.ops import UOp, Variable  # noqa: E402
 from ember.device import Device  # noqa: E402
 from ember.tensor import Tensor  # noqa: E402
 from ember.engine.jit import TinyJit  # noqa: E402
-from ember.tensor_extra import function  # noqa: E402
+from ember.tensor_ops.extra import function  # noqa: E402
 
 __all__ = ["Tensor", "dtypes", "DType", "Device", "Context", "getenv", "TinyJit", "Variable", "UOp", "GlobalCounters",
            "function"]

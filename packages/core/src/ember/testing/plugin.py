@@ -27,8 +27,8 @@ def pytest_configure(config: pytest.Config) -> None:
   Device.DEFAULT = config.getoption("--ember-device")  # selects interface/renderer/arch exactly as DEV would
   SPEC.value = max(int(SPEC.value), 1)  # the IR spec checker is on for a conformance run
 
-# The test oracles: a CI session that sets EMBER_REQUIRE_ORACLES=1 installs them, so a module skipped because one of them
-# is missing means that session tests nothing it claims to (hardware skips are not affected).
+# The test oracles: a CI session that sets EMBER_REQUIRE_ORACLES=1 installs them, so a module skipped because one of
+# them is missing means that session tests nothing it claims to (hardware skips are not affected).
 ORACLES = ("torch", "numpy", "hypothesis", "safetensors", "gguf", "onnx", "onnxruntime", "openai")
 
 def _missing_oracle(report: pytest.CollectReport | pytest.TestReport) -> str | None:

@@ -1,9 +1,10 @@
 """The Tensor methods tinygrad programs use beyond the core set: functional layers, casts, random sampling, einops-style
 `rearrange`, padding/shrinking to a shape, QR/SVD/Newton-Schulz, Keccak hashing, and device helpers.
 
-`TensorExtra` is a mixin that `Tensor` inherits. Where tinygrad and torch give a name different meanings, these follow
-torch and say so (`allclose` returns a Python bool, `qr`/`svd` take torch's `some=` and `svd` returns V, not V^H);
-docs/tinygrad-compat.md lists every difference.
+`ExtraMixin` is a mixin that `Tensor` inherits; ember.tensor hands this module `Tensor` once it exists
+(`LATE_NAMES`). Where tinygrad and torch give a name different meanings, these follow torch and say so (`allclose`
+returns a Python bool, `qr`/`svd` take torch's `some=` and `svd` returns V, not V^H); docs/tinygrad-compat.md lists
+every difference.
 """
 from __future__ import annotations
 import functools
@@ -19,9 +20,7 @@ if TYPE_CHECKING:
   from ember.engine.jit import TinyJit
   from ember.tensor import Tensor
 
-def _tensor_cls() -> type[Tensor]:
-  from ember.tensor import Tensor  # tensor.py imports this module: Tensor exists by the time a method runs
-  return Tensor
+LATE_NAMES = ("Tensor",)
 
 def _shape_args(shape: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
   """`f(2, 3)`, `f((2, 3))` and `f([2, 3])` all mean the shape (2, 3)."""
@@ -44,7 +43,7 @@ KECCAK_CONFIGS = {"sha3_224": (144, 0x06), "sha3_256": (136, 0x06), "sha3_384": 
                   "shake_128": (168, 0x1F), "shake_256": (136, 0x1F)}
 _HASH_CHUNK = 1 << 20  # Tensor.hash digests 1 MiB chunks, each as 256 shake_128 leaves of 4 KiB
 
-class TensorExtra:
+class ExtraMixin:
   """Mixin holding the tinygrad-compatible Tensor methods of this module (see the module docstring)."""
   __slots__ = ()
 
@@ -212,7 +211,7 @@ class TensorExtra:
     from ember.device.base import BufferSpec
     from ember.schedule import buffer_of
     if not isinstance(ptr, int) or ptr <= 0: raise ValueError(f"from_blob needs a non-null int address, got {ptr!r}")
-    t = _tensor_cls().empty(*shape, **kwargs)
+    t = Tensor.empty(*shape, **kwargs)
     buf = buffer_of(t.uop)
     buf.options = BufferSpec(external_ptr=ptr)  # freeing the tensor then never frees, or caches, the foreign memory
     buf.allocate()
@@ -243,7 +242,6 @@ class TensorExtra:
     [0, 1, 2, 3, 4]
     """
     if not isinstance(n, int) or n < 0: raise ShapeError(f"randperm needs a non-negative int n, got {n!r}")
-    Tensor = _tensor_cls()
     if n == 0: return Tensor.empty(0, device=device, dtype=dtype, **kwargs)
     return Tensor.rand(n, device=device).argsort().cast(dtype).requires_grad_(kwargs.get("requires_grad"))
 
@@ -263,7 +261,6 @@ class TensorExtra:
     if not replacement and num_samples > n:
       raise ShapeError(f"multinomial cannot draw {num_samples} samples without replacement from {n} categories; "
                        "pass replacement=True or fewer samples")
-    Tensor = _tensor_cls()
     w = (self if self.ndim == 2 else self.unsqueeze(0)).float()
     rows = int_size(w.shape[0], "multinomial")
     if replacement or num_samples == 1:
@@ -290,7 +287,6 @@ class TensorExtra:
     >>> Tensor.random_bits(k, Tensor(np.array([0, 0], np.uint32)), 3).shape
     (3,)
     """
-    Tensor = _tensor_cls()
     for name, t in (("key", key), ("counter", counter)):
       if t.dtype is not dtypes.uint32 or t.shape != (2,):
         raise DTypeError(f"random_bits: {name} must be a uint32 tensor of shape (2,), got {t.dtype!r} {t.shape}")
@@ -337,17 +333,15 @@ class TensorExtra:
     if not dtypes.is_float(self.dtype): raise DTypeError(f"svd needs a float tensor, got {self.dtype!r}")
     m, n = int_size(self.shape[-2], "svd"), int_size(self.shape[-1], "svd")
     if m < n:
-      v, s, u = _tensor_cls().svd(self.transpose(-2, -1), some=some)
+      v, s, u = Tensor.svd(self.transpose(-2, -1), some=some)
       return u, s, v
     q, r = _householder_qr(self)
     ub, s, vb = _jacobi_svd(r[..., :n, :])
     if not compute_uv:
-      Tensor = _tensor_cls()
       batch = self.shape[:-2]
       return Tensor.zeros(*batch, m, m if not some else n), s, Tensor.zeros(*batch, n, n)
     if some: return q[..., :, :n] @ ub, s, vb
     # full U: Q times blockdiag(U_R, I); Q's last m-n columns span the complement of self's column space
-    Tensor = _tensor_cls()
     corner = [None] * (self.ndim - 2) + [(0, m - n), (0, m - n)]
     eye_m, eye_n = Tensor.eye(m, dtype=ub.dtype, device=self.device), Tensor.eye(n, dtype=ub.dtype, device=self.device)
     return q @ (ub.pad(corner) + eye_m - eye_n.pad(corner[-2:])), s, vb
@@ -405,7 +399,6 @@ def _check_matrix(t: Tensor, op: str) -> None:
   if t.ndim < 2: raise ShapeError(f"{op} needs a tensor of at least 2 dims (..., m, n), got shape {t.shape}")
 
 def _random_like(t: Tensor, op: str, kwargs: dict[str, Any]) -> Tensor:
-  Tensor = _tensor_cls()
   dt = to_dtype(kwargs.pop("dtype", None) or t.dtype)
   if dt.weak: dt = dtypes.default_float if dtypes.is_float(dt) else dt
   if not dtypes.is_float(dt) or dt.weak:
@@ -421,7 +414,6 @@ def _householder_qr(a: Tensor) -> tuple[Tensor, Tensor]:
   """Full Householder QR of (..., m, n), LAPACK's dgeqrf convention: column i's reflector I - tau v v^T (v[i] = 1)
   maps x = R[i:, i] to beta e_i with beta = -sign(x_i) ||x||; a column already zero below the diagonal is left alone
   (tau = 0), so the signs of R match LAPACK's."""
-  Tensor = _tensor_cls()
   m, n = int_size(a.shape[-2], "qr"), int_size(a.shape[-1], "qr")
   dt = a.dtype if dtypes.is_float(a.dtype) and not a.dtype.weak else dtypes.default_float
   r = a.cast(dt)
@@ -457,7 +449,6 @@ def _round_robin(n: int) -> list[list[tuple[int, int]]]:
 def _jacobi_svd(b: Tensor, max_sweeps: int = 30) -> tuple[Tensor, Tensor, Tensor]:
   """One-sided (Hestenes) Jacobi SVD of square (..., n, n): rotate column pairs of U = b (and V = I) until every pair
   is orthogonal; then S is the column norms, U's columns are normalized, and both are sorted by S descending."""
-  Tensor = _tensor_cls()
   n, dt, dev = int_size(b.shape[-1], "svd"), b.dtype, b.device
   batch = b.shape[:-2]
   u = b.contiguous().realize()
@@ -500,7 +491,6 @@ def _jacobi_svd(b: Tensor, max_sweeps: int = 30) -> tuple[Tensor, Tensor, Tensor
   return u, sv_sorted, v
 
 def _keccak(t: Tensor, cfg: str | tuple[int, int]) -> Tensor:
-  Tensor = _tensor_cls()
   if isinstance(cfg, str):
     if cfg not in KECCAK_CONFIGS:
       raise ValueError(f"unknown keccak config {cfg!r}; use one of {sorted(KECCAK_CONFIGS)}")
@@ -534,7 +524,6 @@ def _keccak(t: Tensor, cfg: str | tuple[int, int]) -> Tensor:
 def _keccak_f1600(state: Tensor) -> Tensor:
   """The 24-round Keccak-f[1600] permutation of (bs, 25) uint64 states, realized round by round (a round mixes
   lanes across the state, so fusing rounds would recompute each one per output lane)."""
-  Tensor = _tensor_cls()
   bs, dev = int_size(state.shape[0], "keccak"), state.device
   rot = Tensor(np.array(_KECCAK_ROT, np.uint64), device=dev)
   rot_back = Tensor(np.array([(64 - r) % 64 for r in _KECCAK_ROT], np.uint64), device=dev)
@@ -676,7 +665,6 @@ def function(fxn: F | None = None, **options: Any) -> Any:
   def wrap(f: F) -> F:
     @functools.wraps(f)
     def call(*args: Any, **kwargs: Any) -> Any:
-      Tensor = _tensor_cls()
       ret = f(*args, **kwargs)
       if isinstance(ret, Tensor) or (isinstance(ret, tuple) and all(isinstance(r, Tensor) for r in ret)): return ret
       raise FunctionError(f"function {getattr(f, '__qualname__', f)!r} returned {type(ret).__name__}; a function "

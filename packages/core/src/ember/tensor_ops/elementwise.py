@@ -1,0 +1,159 @@
+"""Elementwise ops: casts, arithmetic with broadcasting and weak-dtype promotion, comparisons, bitwise ops.
+
+A mixin of `ember.tensor.Tensor`. This module cannot import ember.tensor (which imports it to define Tensor);
+ember.tensor hands it `PyBool`, `Tensor`, `_binop` ... once Tensor exists (`LATE_NAMES`)."""
+from __future__ import annotations
+from typing import TYPE_CHECKING, Any
+from ember.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
+from ember.errors import DTypeError, ShapeError, DeviceError
+from ember.uop.ops import Ops, UOp, GroupOp, sint
+
+if TYPE_CHECKING:
+  from ember.tensor import (PyBool, Tensor, _binop, _cast_uop, _const_uop, _exact_floordiv, _is_contiguous_buffer,
+                            _shift, broadcast_shape)
+
+LATE_NAMES = ('PyBool', 'Tensor', '_binop', '_cast_uop', '_const_uop', '_exact_floordiv', '_is_contiguous_buffer',
+              '_shift', 'broadcast_shape')
+
+class ElementwiseMixin:
+  __slots__ = ()  # Tensor's own slots stay the only instance fields
+  # ** elementwise **
+  def _const_like(self: Tensor, x: Any) -> Tensor:
+    if self.sharding is not None: return self.sharding.const_like(x)
+    return Tensor(_const_uop(x, dtypes.from_py(x), self.device))
+  def _broadcasted(self: Tensor, y: Any, reverse: bool = False) -> tuple[Tensor, Tensor]:
+    if self.sharding is not None: return self.sharding.broadcasted(self, y, reverse)
+    if isinstance(y, Tensor): other = y
+    elif isinstance(y, (bool, int, float)): other = Tensor(_const_uop(y, dtypes.from_py(y), self.device))
+    else: other = Tensor(y, device=self.device)
+    if other.device != self.device:
+      raise DeviceError(f"operands on different devices: {self.device} and {other.device}; move one with .to()")
+    dt = least_upper_dtype(self.dtype, other.dtype)
+    a, b = self.cast(dt), other.cast(dt)
+    shp = broadcast_shape(a.shape, b.shape)
+    a, b = a._broadcast_to(shp), b._broadcast_to(shp)
+    return (b, a) if reverse else (a, b)
+  def _broadcast_to(self: Tensor, shape: tuple[sint, ...]) -> Tensor:
+    if self.shape == shape: return self
+    return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
+  def _alu(self: Tensor, op: Ops, *srcs: Tensor) -> Tensor:
+    if self.sharding is not None: return self.sharding.alu(self, op, *srcs)
+    out_dtype = dtypes.bool if op in GroupOp.Comparison else self.dtype
+    if op in GroupOp.Bitwise and any(dtypes.is_float(s.dtype) for s in (self, *srcs)):
+      got = " and ".join(repr(s.dtype) for s in (self, *srcs))
+      raise DTypeError(f"{op.name.lower()} needs int or bool operands, got {got}")
+    # comparisons and int results carry no gradient (torch: only float tensors require grad), so backward never
+    # fills a .grad for a mask
+    rg = (any(t.requires_grad for t in (self, *srcs)) and dtypes.is_float(out_dtype)) or None
+    return Tensor(UOp(op, out_dtype, tuple(t.uop for t in (self, *srcs))), requires_grad=rg)
+  def cast(self: Tensor, dtype: DType | str) -> Tensor:
+    dt = to_dtype(dtype)
+    if self.dtype is dt: return self
+    if self.sharding is not None: return self.sharding.cast(self, dt)
+    rg = self.requires_grad if dtypes.is_float(dt) else None
+    return Tensor(_cast_uop(self.uop, dt), requires_grad=rg)
+  def bitcast(self: Tensor, dtype: DType | str) -> Tensor:
+    dt = to_dtype(dtype)
+    if self.dtype.weak or dt.weak: raise DTypeError(f"bitcast needs concrete dtypes, got {self.dtype!r} -> {dt!r}")
+    if self.sharding is not None: return self if self.dtype is dt else self.sharding.bitcast(self, dt)
+    if dt.itemsize != self.dtype.itemsize:
+      if not self.shape or (self.shape[-1] * self.dtype.itemsize) % dt.itemsize != 0:
+        raise ShapeError(f"bitcast {self.dtype!r} -> {dt!r}: last dim of shape {self.shape} does not divide")
+      src = self if _is_contiguous_buffer(self.uop) else self.contiguous()
+      return Tensor(UOp(Ops.BITCAST, dt, (src.uop,)))
+    return self if self.dtype is dt else Tensor(UOp(Ops.BITCAST, dt, (self.uop,)))
+  def float(self: Tensor) -> Tensor: return self.cast(dtypes.float32)
+  def half(self: Tensor) -> Tensor: return self.cast(dtypes.float16)
+  def int(self: Tensor) -> Tensor: return self.cast(dtypes.int32)
+  def long(self: Tensor) -> Tensor: return self.cast(dtypes.int64)
+  def bool(self: Tensor) -> Tensor: return self.cast(dtypes.bool)
+  def double(self: Tensor) -> Tensor: return self.cast(dtypes.float64)
+
+  def add(self: Tensor, x: Any, reverse: PyBool = False) -> Tensor: return _binop(Ops.ADD, self, x, reverse)
+  def sub(self: Tensor, x: Any, reverse: PyBool = False) -> Tensor:
+    a, b = self._broadcasted(x, reverse)
+    if a.dtype is dtypes.bool:
+      raise DTypeError("subtraction of bool tensors is not supported; use logical_xor or cast to int")
+    return a._alu(Ops.SUB, b)
+  def mul(self: Tensor, x: Any, reverse: PyBool = False) -> Tensor: return _binop(Ops.MUL, self, x, reverse)
+  def div(self: Tensor, x: Any, reverse: PyBool = False, rounding_mode: str | None = None) -> Tensor:
+    """self / x; `rounding_mode="trunc"` rounds the quotient toward zero, `"floor"` down (Python's //: the floor of
+    the exact quotient, so 1.0 // 0.1 is 9.0). Rounded quotients keep int dtypes and have zero gradient, as in torch.
+
+    >>> Tensor([7, -7]).div(2, rounding_mode="floor").tolist()
+    [3, -4]
+    """
+    if rounding_mode not in (None, "trunc", "floor"):
+      raise ShapeError(f"div rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    a, b = self._broadcasted(x, reverse)
+    if rounding_mode is None:
+      ft = least_upper_float(a.dtype)
+      return a.cast(ft)._alu(Ops.FDIV, b.cast(ft))
+    if a.dtype is dtypes.bool: a, b = a.cast(dtypes.int32), b.cast(dtypes.int32)
+    if dtypes.is_int(a.dtype): return a._alu(Ops.IDIV, b) if rounding_mode == "trunc" else a._floordiv(b)
+    ad, bd = a.detach(), b.detach()
+    q = (ad / bd).trunc() if rounding_mode == "trunc" else _exact_floordiv(ad, bd)
+    # a piecewise-constant result: zero gradient, but a and b stay in the graph (so asking for their gradient works)
+    return (a.isnan() | b.isnan()).where(q, q)
+  def _floordiv(self: Tensor, b: Tensor) -> Tensor:
+    q = self._alu(Ops.IDIV, b)
+    # C division truncates: step down where the signs differ and there is a remainder
+    fix = (self._alu(Ops.MOD, b) != 0) & ((self < 0) != (b < 0))
+    return fix.where(q - 1, q)
+  def mod(self: Tensor, x: Any, reverse: PyBool = False) -> Tensor:
+    a, b = self._broadcasted(x, reverse)
+    if dtypes.is_int(a.dtype):
+      r = a._alu(Ops.MOD, b)
+      return ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
+    q = _exact_floordiv(a.detach(), b.detach())
+    # the value is a - q * b computed exactly (1.0 % 0.1 is 0.0999..., not 0); the gradient is that of a - q * b
+    approx = a - q * b
+    exact = (a.cast(dtypes.float64) - q.cast(dtypes.float64) * b.cast(dtypes.float64)).cast(a.dtype)
+    return approx + (exact - approx).detach()
+  def neg(self: Tensor) -> Tensor:
+    if self.dtype is dtypes.bool: return self.logical_not()
+    return self._alu(Ops.NEG)
+  def maximum(self: Tensor, x: Any) -> Tensor:
+    a, b = self._broadcasted(x)
+    return a._alu(Ops.MAX, b)
+  def minimum(self: Tensor, x: Any) -> Tensor:
+    a, b = self._broadcasted(x)
+    if a.dtype is dtypes.bool: return a & b
+    # ints through ~ (order-reversing without overflow: -x wraps at the minimum int), floats through -x (NaN propagates)
+    if dtypes.is_int(a.dtype): return ~((~a)._alu(Ops.MAX, ~b))
+    return -((-a)._alu(Ops.MAX, -b))
+  def where(self: Tensor, x: Any, y: Any) -> Tensor:
+    if self.dtype is not dtypes.bool:
+      raise DTypeError(f"where condition must be bool, got {self.dtype!r}; compare it first (e.g. t != 0)")
+    if self.sharding is not None: return self.sharding.where(self, x, y)
+    xs = x if isinstance(x, Tensor) else Tensor(_const_uop(x, dtypes.from_py(x), self.device))
+    ys = y if isinstance(y, Tensor) else Tensor(_const_uop(y, dtypes.from_py(y), self.device))
+    dt = least_upper_dtype(xs.dtype, ys.dtype)
+    shp = broadcast_shape(self.shape, xs.shape, ys.shape)
+    c, a, b = self._broadcast_to(shp), xs.cast(dt)._broadcast_to(shp), ys.cast(dt)._broadcast_to(shp)
+    rg = a.requires_grad or b.requires_grad or None
+    return Tensor(UOp(Ops.WHERE, dt, (c.uop, a.uop, b.uop)), requires_grad=rg)
+  def _cmp(self: Tensor, op: Ops, x: Any, reverse: PyBool = False) -> Tensor:
+    a, b = self._broadcasted(x, reverse)
+    return a._alu(op, b)
+  def __lt__(self: Tensor, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x)
+  def __gt__(self: Tensor, x: Any) -> Tensor: return self._cmp(Ops.CMPLT, x, reverse=True)
+  def _may_be_nan(self: Tensor, x: Any) -> PyBool:
+    return dtypes.is_float(self.dtype) or isinstance(x, float) or (isinstance(x, Tensor) and dtypes.is_float(x.dtype))
+  # `not (x > y)` is one compare, but True where either side is NaN: IEEE (and torch) say False there
+  def __le__(self: Tensor, x: Any) -> Tensor:
+    if not self._may_be_nan(x): return self._cmp(Ops.CMPLT, x, reverse=True).logical_not()
+    return self._cmp(Ops.CMPLT, x) | self._cmp(Ops.CMPEQ, x)
+  def __ge__(self: Tensor, x: Any) -> Tensor:
+    if not self._may_be_nan(x): return self._cmp(Ops.CMPLT, x).logical_not()
+    return self._cmp(Ops.CMPLT, x, reverse=True) | self._cmp(Ops.CMPEQ, x)
+  def __eq__(self: Tensor, x: Any) -> Tensor: return self._cmp(Ops.CMPEQ, x)  # type: ignore[override]
+  def __ne__(self: Tensor, x: Any) -> Tensor: return self._cmp(Ops.CMPNE, x)  # type: ignore[override]
+  def logical_not(self: Tensor) -> Tensor:
+    as_bool = self.cast(dtypes.bool)
+    return as_bool._alu(Ops.CMPNE, Tensor(_const_uop(True, dtypes.bool, self.device))._broadcast_to(self.shape))
+  def bitwise_and(self: Tensor, x: Any) -> Tensor: return _binop(Ops.AND, self, x)
+  def bitwise_or(self: Tensor, x: Any) -> Tensor: return _binop(Ops.OR, self, x)
+  def bitwise_xor(self: Tensor, x: Any) -> Tensor: return _binop(Ops.XOR, self, x)
+  def lshift(self: Tensor, x: Any) -> Tensor: return _shift(Ops.SHL, self, x)
+  def rshift(self: Tensor, x: Any) -> Tensor: return _shift(Ops.SHR, self, x)
