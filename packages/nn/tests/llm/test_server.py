@@ -422,7 +422,7 @@ def test_sampled_stop_is_the_unstopped_text_cut_at_the_stop(tiny_server):
   text = free["choices"][0]["message"]["content"]
   stop = text[len(text) // 2:len(text) // 2 + 2]
   _, stopped = request(url + "/v1/chat/completions", {**body, "stop": stop})
-  assert stopped["choices"][0] == {"index": 0, "finish_reason": "stop",
+  assert stopped["choices"][0] == {"index": 0, "finish_reason": "stop", "logprobs": None,
                                    "message": {"role": "assistant", "content": text[:text.find(stop)]}}
 
 def test_stop_not_produced_keeps_the_whole_text(tiny_server):
@@ -488,7 +488,7 @@ def fetch(url: str) -> tuple[int, Any, bytes]:
 
 @pytest.mark.parametrize("path, name, content_type", [
   ("/", "index.html", "text/html; charset=utf-8"), ("/chat.js", "chat.js", "text/javascript; charset=utf-8"),
-  ("/chat.css", "chat.css", "text/css; charset=utf-8"),
+  ("/chat.css", "chat.css", "text/css; charset=utf-8"), ("/favicon.svg", "favicon.svg", "image/svg+xml"),
 ])
 def test_page_files_are_served_with_their_types_and_a_restrictive_csp(tiny_server, path, name, content_type):
   url, *_ = tiny_server
@@ -509,9 +509,9 @@ def test_page_has_no_inline_code_or_style_and_loads_only_its_own_files(tiny_serv
   for tag, attrs in parser.tags:
     assert "style" not in attrs and not any(name.startswith("on") for name in attrs), (tag, attrs)
     for ref in (attrs.get("src"), attrs.get("href")):
-      assert ref is None or ref in ("/chat.js", "/chat.css"), ref  # no CDN, no other origin
+      assert ref is None or ref in ("/chat.js", "/chat.css", "/favicon.svg"), ref  # no CDN, no other origin
   loaded = [(tag, attrs.get("src") or attrs.get("href")) for tag, attrs in parser.tags if tag in ("script", "link")]
-  assert sorted(loaded) == [("link", "/chat.css"), ("script", "/chat.js")]
+  assert sorted(loaded) == [("link", "/chat.css"), ("link", "/favicon.svg"), ("script", "/chat.js")]
   for tag, attrs in parser.tags:
     if tag == "meta" and attrs.get("name") == "viewport": assert "width=device-width" in (attrs["content"] or "")
 
