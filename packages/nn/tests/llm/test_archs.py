@@ -94,8 +94,13 @@ def reference(path: pathlib.Path, ids: list[int], new_tokens: int) -> tuple[np.n
     for _ in range(new_tokens): seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
   return logits, seq[len(ids):]
 
-CASES = [(arch, kind) for arch in ("llama", "qwen2", "qwen3")
-         for kind in ("Q4_K", "Q5_K", "Q6_K", "Q8_0", "Q4_0", "Q4_1", "F16", "BF16")]
+ARCHS = ("llama", "qwen2", "qwen3")
+KINDS = ("Q4_K", "Q5_K", "Q6_K", "Q8_0", "Q4_0", "Q4_1", "F16", "BF16")
+# the fast run covers every weight type and every architecture once (a diagonal through the grid); the `slow`
+# session runs the whole grid
+DIAGONAL = [(ARCHS[i % len(ARCHS)], kind) for i, kind in enumerate(KINDS)]
+CASES = DIAGONAL + [pytest.param(arch, kind, marks=pytest.mark.slow) for arch in ARCHS for kind in KINDS
+                    if (arch, kind) not in DIAGONAL]
 
 @pytest.mark.parametrize("arch,kind", CASES)
 def test_architecture_and_weight_type_match_transformers(tmp_path, arch, kind):
