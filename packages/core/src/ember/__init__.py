@@ -8,12 +8,14 @@ from ember.dtype import dtypes, DType  # noqa: E402
 from ember.helpers import Context, GlobalCounters, getenv  # noqa: E402
 from ember.uop.ops import UOp, Variable  # noqa: E402
 from ember.device import Device  # noqa: E402
+from ember.device.base import Buffer  # noqa: E402
 from ember.tensor import Tensor  # noqa: E402
 from ember.engine.jit import TinyJit  # noqa: E402
 from ember.tensor_ops.extra import function  # noqa: E402
 
-__all__ = ["Tensor", "dtypes", "DType", "Device", "Context", "getenv", "TinyJit", "Variable", "UOp", "GlobalCounters",
-           "function"]
+# the public API (docs/public-api.md): these names, ember.errors, ember.dtype's __all__ and, for backends, ember.plugin
+__all__ = ["Tensor", "dtypes", "DType", "Device", "Buffer", "Context", "getenv", "TinyJit", "Variable", "UOp",
+           "GlobalCounters", "function"]
 
 def __getattr__(name: str):  # `from ember import nn` works when ember-nn is installed, without importing it eagerly
   if name == "nn":

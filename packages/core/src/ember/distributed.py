@@ -97,7 +97,7 @@ def _host(t: Tensor) -> np.ndarray:
   """t's values as a host array: a zero-copy view of its buffer where the device's allocator offers one."""
   dt = strong_dtype(t.dtype)
   if dt.fmt is None or 0 in t.shape: return np.ascontiguousarray(t.numpy())
-  buf = t._buffer()
+  buf = t.buffer()
   view = buf.as_buffer()
   if view is None: return np.ascontiguousarray(t.numpy())
   Device[buf.device].synchronize()
@@ -110,7 +110,7 @@ def _device_result(like: Tensor) -> tuple[Tensor, np.ndarray] | None:
   if dt.fmt is None or 0 in like.shape: return None
   shape = int_shape(like.shape, "an MPI collective")
   out = Tensor.empty(*shape, device=like.device, dtype=dt)
-  view = out._buffer().as_buffer()
+  view = out.buffer().as_buffer()
   if view is None: return None
   return out, np.frombuffer(view, dtype=dt.fmt, count=prod(shape)).reshape(shape)
 

@@ -262,3 +262,6 @@ def as_const(value: Any, dt: AnyDType) -> Any:
     if dt is dtypes.fp8e5m2: return _to_fp8(value, 5, 2, fn=False)
     return value
   return value
+
+# the public names (docs/public-api.md); the rest (promotion internals, const folding) may change without notice
+__all__ = ["DType", "PtrDType", "dtypes", "to_dtype", "least_upper_dtype", "strong_dtype"]

@@ -43,3 +43,6 @@ class GradientError(EmberError, RuntimeError):
 
 class ShardingError(EmberError, RuntimeError):
   """An op cannot run on a sharded tensor as laid out (it would move items between shards, or devices disagree)."""
+
+__all__ = ["EmberError", "ShapeError", "AxisError", "EmptyReductionError", "DTypeError", "DeviceError", "PluginError",
+           "CompileError", "MemoryAccessError", "JitError", "GradientError", "ShardingError"]

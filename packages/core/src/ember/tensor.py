@@ -4,13 +4,14 @@ The primitives here (creation, elementwise with broadcasting and weak-dtype prom
 matmul, autograd) are what the rest of the API composes from.
 """
 from __future__ import annotations
+import os
 import weakref
-from typing import Any, Sequence, TypeAlias
+from typing import TYPE_CHECKING, Any, Sequence, TypeAlias
 import numpy as np
 from ember.dtype import DType, dtypes, least_upper_dtype, least_upper_float, strong_dtype, to_dtype
 from ember.errors import (DTypeError, GradientError, ShapeError, DeviceError,
                           ShardingError)
-from ember.helpers import prod, SEED
+from ember.helpers import prod, SEED, TRAINING
 from ember.tensor_ops.extra import ExtraMixin
 from ember.tensor_ops.creation import CreationMixin
 from ember.tensor_ops.movement import MovementMixin
@@ -20,6 +21,8 @@ from ember.tensor_ops.activation import ActivationMixin
 from ember.tensor_ops.reduce import ReduceMixin
 from ember.tensor_ops.nn import NNMixin
 from ember.uop.ops import Ops, UOp, BufferArg, GroupOp, int_shape, int_size, next_unique, sint
+if TYPE_CHECKING:
+  from ember.device.base import Buffer
 
 # inside `class Tensor` the names int/float/bool are the cast methods; its signatures use these for the builtins
 PyInt: TypeAlias = int
@@ -126,6 +129,65 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, MathMixin, Activati
     self.grad: Tensor | None = None
     all_tensors.add(self)
 
+  @staticmethod
+  def from_buffer(buf: Buffer, shape: Sequence[PyInt] | None = None, dtype: DType | str | None = None) -> Tensor:
+    """A tensor over an existing device `Buffer`, without a copy: its elements are the buffer's, in order, so a write
+    to either shows in the other. `shape` defaults to the buffer's `(size,)` and `dtype` to its dtype; another dtype
+    reads the same bytes as that type (no conversion).
+
+    >>> from ember import Buffer
+    >>> buf = Buffer("PYTHON", 4, dtypes.int32).copyin(memoryview(np.arange(4, dtype=np.int32)))
+    >>> Tensor.from_buffer(buf, (2, 2)).tolist()
+    [[0, 1], [2, 3]]
+    """
+    from ember.device.base import Buffer
+    if not isinstance(buf, Buffer):
+      raise DTypeError(f"from_buffer takes an ember Buffer, got {type(buf).__name__}; to copy host data use Tensor(x)")
+    dt = to_dtype(dtype) if dtype is not None else buf.dtype
+    if dt.weak: raise DTypeError(f"from_buffer: a buffer cannot hold the weak dtype {dt!r}; use a concrete dtype")
+    if dt is not buf.dtype:
+      if buf.nbytes % dt.itemsize:
+        raise ShapeError(f"from_buffer: a buffer of {buf.nbytes} bytes is not a whole number of {dt!r} elements "
+                         f"({dt.itemsize} bytes each)")
+      buf = buf.view(buf.nbytes // dt.itemsize, dt, 0)
+    shp = _static_shape_arg(shape, "from_buffer") if shape is not None else (buf.size,)
+    if prod(shp) != buf.size:
+      raise ShapeError(f"from_buffer: shape {shp} does not fit a buffer of {buf.size} {dt!r} elements; give a shape "
+                       f"of {buf.size} elements")
+    from ember.schedule import attach_buffer
+    uop = _buffer_uop(_canon_device(buf.device), buf.size, dt)
+    attach_buffer(uop, buf)
+    return Tensor(_reshape(uop, shp))
+
+  @staticmethod
+  def from_file(path: str | os.PathLike[str], offset: PyInt = 0, shape: Sequence[PyInt] | None = None,
+                dtype: DType | str = dtypes.uint8, device: str | None = None) -> Tensor:
+    """A lazy tensor over the bytes of the file at `path` from byte `offset`: the file is memory-mapped (the DISK
+    device) and the range read only when the tensor is realized, as a copy onto `device` (the default device when
+    None; `"DISK"` leaves the tensor on the file, where it can only be copied or read). `shape` defaults to every
+    whole `dtype` element from `offset` to the end of the file. The weight loaders of `ember.nn` are built on it.
+
+    >>> _ = np.arange(6, dtype=np.float32).tofile("/tmp/w.bin")
+    >>> Tensor.from_file("/tmp/w.bin", offset=8, shape=(2, 2), dtype=dtypes.float32).tolist()
+    [[2.0, 3.0], [4.0, 5.0]]
+    """
+    from ember.device.disk import file_buffer
+    dt = to_dtype(dtype)
+    if dt.weak: raise DTypeError(f"from_file: a file cannot hold the weak dtype {dt!r}; use a concrete dtype")
+    if not isinstance(offset, (int, np.integer)) or isinstance(offset, PyBool) or offset < 0:
+      raise ShapeError(f"from_file: offset must be an int >= 0, got {offset!r}")
+    offset, base = int(offset), file_buffer(os.fspath(path))
+    if offset > base.nbytes:
+      raise ShapeError(f"from_file: offset {offset} is past the end of {os.fspath(path)!r}, which has {base.nbytes} "
+                       "bytes")
+    shp = _static_shape_arg(shape, "from_file") if shape is not None else ((base.nbytes - offset) // dt.itemsize,)
+    count = prod(shp)
+    if (end := offset + count * dt.itemsize) > base.nbytes:
+      raise ShapeError(f"from_file: {count} {dt!r} elements at byte {offset} need bytes {offset}..{end}, but "
+                       f"{os.fspath(path)!r} has {base.nbytes}; give a range inside the file")
+    t = Tensor.from_buffer(base.view(count, dt, offset), shp)
+    return t if device is not None and _canon_device(device) == "DISK" else t.to(device)
+
   # ** properties **
   @property
   def shape(self) -> tuple[sint, ...]: return self.uop.shape if self.sharding is None else self.sharding.shape
@@ -148,7 +210,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, MathMixin, Activati
     return int_size(self.shape[0], "len()")
   def __repr__(self) -> str:
     if self.sharding is not None: return f"<Tensor {self.shape} {self.dtype!r} {self.sharding!r}>"
-    return f"<Tensor {self.shape} {self.dtype!r} on {self.uop.device} realized={self.uop.is_realized}>"
+    return f"<Tensor {self.shape} {self.dtype!r} on {self.uop.device} realized={self.is_realized}>"
   def __getattr__(self, name: str) -> Any:
     # reached only when normal lookup fails, e.g. for the `uop` a sharded tensor does not have
     if name == "uop" and self.sharding is not None:
@@ -181,6 +243,39 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, MathMixin, Activati
     items, becomes = create_schedule([t.uop for t in todo])
     run_schedule(items)
     _apply_becomes(becomes)
+  @property
+  def is_realized(self) -> PyBool:
+    """True when the tensor's elements are those of one device buffer, in order: what `buffer()` returns without a
+    copy. A lazy result, a view of part of a buffer, a pending `assign` or a constant (`Tensor.zeros(3)`, which
+    `realize()` leaves a constant; `.contiguous().realize()` stores it) is not.
+
+    >>> t = Tensor([1.0, 2.0]) + 1
+    >>> t.is_realized, t.realize().is_realized
+    (False, True)
+    """
+    return all(_is_contiguous_buffer(t.uop) for t in _graph_tensors((self,)))
+  @staticmethod
+  def pending_readers(*tensors: Tensor) -> list[Tensor]:
+    """The live tensors, still to be computed, that read the buffers of `tensors`: what must be realized before those
+    buffers are overwritten in place. `assign` realizes its target's; an optimizer updating many parameters realizes
+    all of theirs in one schedule.
+
+    >>> w = Tensor([1.0, 2.0]).realize()
+    >>> loss = (w * 2).sum()
+    >>> len(Tensor.pending_readers(w))
+    1
+    """
+    return _pending_readers(frozenset().union(*(t.uop.buffers for t in _graph_tensors(tensors))))
+  @staticmethod
+  def is_training() -> PyBool:
+    """Training mode: True while `Tensor.training` is set or inside `Context(TRAINING=1)`. Dropout and BatchNorm
+    read it.
+
+    >>> from ember import Context
+    >>> with Context(TRAINING=1): print(Tensor.is_training())
+    True
+    """
+    return PyBool(Tensor.training) or PyBool(TRAINING.value)
   def contiguous(self) -> Tensor:
     if self.sharding is not None: return self.sharding.contiguous(self)
     if self.dtype.weak: return self
@@ -188,7 +283,14 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, MathMixin, Activati
   def contiguous_backward(self) -> Tensor:
     if self.sharding is not None: return self.sharding.contiguous_backward(self)
     return Tensor(UOp(Ops.CONTIGUOUS_BACKWARD, self.dtype, (self.uop,)))
-  def _buffer(self):
+  def buffer(self) -> Buffer:
+    """The device `Buffer` holding this tensor's elements in order, realizing the tensor first. A tensor that is one
+    whole buffer (made by `from_buffer` or `empty`, or realized from `.contiguous()`) returns that buffer itself, so
+    writes to it change the tensor; any other (a view, a weak-dtyped scalar) is copied into a new buffer first.
+
+    >>> Tensor([1, 2, 3]).buffer().numpy()
+    array([1, 2, 3], dtype=int32)
+    """
     from ember.schedule import buffer_of
     # a pending assign realizes into its own buffer: read that, not a copy of it
     if self.uop.op is Ops.ASSIGN: self.realize()
@@ -199,7 +301,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, MathMixin, Activati
   def data(self) -> memoryview:
     _check_host_read("data()")
     if self.sharding is not None: return self.sharding.data()
-    buf = self._buffer()
+    buf = self.buffer()
     shape = int_shape(self.shape, "data()")
     # typeshed's cast() takes literal formats only; _mv_fmt gives the dtype's struct character. 0-d: one item
     return memoryview(buf.numpy()).cast("B").cast(_mv_fmt(buf.dtype), shape or (1,))  # type: ignore[call-overload]
@@ -211,7 +313,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, MathMixin, Activati
     shape = int_shape(self.shape, "numpy()")
     if 0 in shape: return np.zeros(shape, dtype=_np_dtype(dt))
     if dt.fmt is None: return self.cast(dtypes.float32).numpy()
-    buf = self._buffer()
+    buf = self.buffer()
     return buf.numpy().view(_np_dtype(dt)).reshape(shape)
   def item(self) -> Any:
     if self.numel() != 1: raise ShapeError(f"item() needs a tensor with one element, got shape {self.shape}")
@@ -299,7 +401,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, MathMixin, Activati
       if _is_buffer_view(self.uop): self.realize()
       else: self.replace(self.contiguous()).realize()
     value = other.cast(self.dtype) if other.dtype is not self.dtype else other
-    _realize_readers_of(self.uop.buffers, exclude=(self, other))
+    if (pending := _pending_readers(self.uop.buffers, exclude=(self, other))): Tensor._realize_all(*pending)
     self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, value.uop))
     return self
   def replace(self, x: Tensor) -> Tensor:
@@ -510,6 +612,13 @@ def _shape_arg(shape: tuple[Any, ...]) -> tuple[sint, ...]:
     else: raise ShapeError(f"shape entries must be ints, got {type(s).__name__} in {shape}")
   return tuple(out)
 
+def _static_shape_arg(shape: Any, op: str) -> tuple[int, ...]:
+  """A shape given as ints (an int, or a sequence of them), each >= 0: the shape of a tensor over existing memory."""
+  shp = _new_shape(_shape_arg(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)), op)
+  ints = tuple(d for d in shp if isinstance(d, int))
+  if len(ints) != len(shp): raise ShapeError(f"{op}: the shape {shp} must be ints, not symbolic")
+  return ints
+
 def _new_shape(shape: tuple[sint, ...], op: str) -> tuple[sint, ...]:
   """The shape of a tensor being created: every size >= 0 (torch raises for negative ones; -1 is no wildcard here)."""
   if any(isinstance(s, int) and s < 0 for s in shape):
@@ -571,12 +680,12 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
     if t.uop in becomes: t.uop = becomes[t.uop]
     elif not _is_done(t.uop) and any(b in becomes for b in t.uop.toposort()): t.uop = t.uop.substitute(becomes)
 
-def _realize_readers_of(bufs: frozenset[UOp], exclude: tuple[Tensor, ...]) -> None:
-  """Before a buffer is overwritten, run the pending computations that still read its old value."""
+def _pending_readers(bufs: frozenset[UOp], exclude: tuple[Tensor, ...] = ()) -> list[Tensor]:
+  """The live tensors still to be computed that read any of `bufs` (before a buffer is overwritten, these must run
+  to see its old value), but those of `exclude`."""
   # identity, not `in`: Tensor.__eq__ is elementwise
   excluded = {id(t) for t in exclude}
-  pending = [t for t in list(all_tensors) if id(t) not in excluded and not _is_done(t.uop) and t.uop.buffers & bufs]
-  if pending: Tensor._realize_all(*pending)
+  return [t for t in list(all_tensors) if id(t) not in excluded and not _is_done(t.uop) and t.uop.buffers & bufs]
 
 def _rng_words(seed: int, device: str) -> Tensor:
   """The RNG state buffer's contents for `seed`: its low and high 32-bit words and no draws yet."""

@@ -7,9 +7,12 @@ bytes: it has no renderer or compiler and refuses to run kernels.
 from __future__ import annotations
 import mmap
 import os
+import stat
+import weakref
 from dataclasses import dataclass
 from typing import NoReturn
-from ember.device.base import Allocator, BufferSpec, Compiled, Compiler
+from ember.device.base import Allocator, Buffer, BufferSpec, Compiled, Compiler
+from ember.dtype import dtypes
 from ember.errors import DeviceError
 from ember.renderer import Renderer
 
@@ -72,3 +75,19 @@ class DiskDevice(Compiled):
   def _no_kernels(self, name: str, lib: bytes) -> NoReturn:
     raise DeviceError(f"DISK device {self.device!r} cannot run kernels (asked to load {name!r}); it only maps a file. "
                       "Copy the tensor to a compute device first, e.g. `t.to('CPU')`")
+
+# the whole-file base buffer of each file tensors were made over, while any of them lives: the tensors over one file
+# share one mapping. Keyed by the file's identity and size, so a file rewritten since is mapped afresh.
+_file_buffers: weakref.WeakValueDictionary[tuple[str, int, int, int], Buffer] = weakref.WeakValueDictionary()
+
+def file_buffer(path: str) -> Buffer:
+  """The uint8 base Buffer over all of the file at `path` on its DISK device (mapped when first used); tensors over
+  byte ranges of the file are views of it (`Buffer.view`). Raises `DeviceError` when the file cannot be read."""
+  path = os.path.abspath(os.path.expanduser(path))
+  try: st = os.stat(path)
+  except OSError as e: raise DeviceError(f"DISK cannot open {path!r}: {e.strerror}; check the path") from e
+  if not stat.S_ISREG(st.st_mode): raise DeviceError(f"DISK maps regular files, and {path!r} is not one")
+  key = (path, st.st_ino, st.st_size, st.st_mtime_ns)
+  if (buf := _file_buffers.get(key)) is None:
+    buf = _file_buffers[key] = Buffer(f"DISK:{path}", st.st_size, dtypes.uint8)
+  return buf

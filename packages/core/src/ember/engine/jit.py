@@ -98,7 +98,7 @@ class TinyJit(Generic[R]):
       return ret
     from ember.tensor import Tensor
     for t in inputs: t.realize()
-    in_bufs = [t._buffer() if not t.uop.is_realized else _buf(t) for t in inputs]
+    in_bufs = [t.buffer() if not t.uop.is_realized else _buf(t) for t in inputs]
     # bound Variables, as arguments or in the inputs' shapes, change sizes and positions without recapture: the
     # kernels are symbolic in them and take each call's values
     var_vals: dict[str, int] = {}
