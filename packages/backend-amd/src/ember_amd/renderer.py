@@ -8,8 +8,9 @@ kernarg segment layout that `kernarg_layout` computes and the code object metada
 """
 from __future__ import annotations
 import re
-from typing import Callable
-from ember.plugin import CompileError, CStyleLanguage, DType, LLVMRenderer, Ops, UOp, aligned_layout, dtypes
+from typing import Any, Callable
+from ember.plugin import (CompileError, CStyleLanguage, DType, LLVMRenderer, Ops, PatternMatcher, UOp, UPat,
+                          aligned_layout, dtypes)
 
 DEFAULT_ARCH = "gfx1100"
 # the archs this backend knows: wave size and LDS bytes per workgroup (RDNA3 is wave32, CDNA3/4 wave64)
@@ -86,6 +87,18 @@ static inline __device__ void __ember_wmma_{CDNA_MFMA}(float* d, {_HIP_MFMA_ARGS
 #endif"""
 """HIP's MFMA helper, like `_HIP_WMMA`: `fn(d, a0..a3, b0..b3)`, C = 0, cbsz/abid/blgp 0 (no broadcast)."""
 
+def _workitem_id(ctx: Any, x: UOp) -> str:
+  if (kind := _workitem_intrinsic.get(x.arg[0])) is None:
+    raise CompileError(f"AMDLLVMRenderer has no hardware index {x.arg!r}; expected gidxN or lidxN")
+  ret = ctx.fresh("special")
+  ctx.emit(f"{ret} = call i32 @llvm.amdgcn.{kind}.id.{'xyz'[int(x.arg[-1])]}()")
+  return ret
+
+# AMDGPU LLVM IR's rendering rules, in front of the LLVM base's
+pm_render_amdgpu = PatternMatcher([
+  (UPat(Ops.SPECIAL, name="x"), _workitem_id),
+])
+
 class AMDLLVMRenderer(LLVMRenderer):
   """AMDGPU LLVM IR: an `amdgpu_kernel` over `ptr addrspace(1)` buffers, hardware indices from the amdgcn workgroup /
   workitem id intrinsics, allocas in the private address space (mem2reg removes them at -O2)."""
@@ -101,6 +114,7 @@ class AMDLLVMRenderer(LLVMRenderer):
   buffer_type = "ptr addrspace(1)"
   fn_attrs = f'nounwind "amdgpu-flat-work-group-size"="1,{MAX_WORKGROUP}"'
   code_for_op = {op: fn for op, fn in LLVMRenderer.code_for_op.items() if op not in _transcendental}
+  string_rewrite = pm_render_amdgpu + LLVMRenderer.string_rewrite
   shuffle_dtypes = frozenset({dtypes.float32, dtypes.int32, dtypes.uint32})
   local_ptr_type = "ptr addrspace(3)"  # LDS
   barrier_ir = ('fence syncscope("workgroup") release\ncall void @llvm.amdgcn.s.barrier()\n'
@@ -130,13 +144,6 @@ class AMDLLVMRenderer(LLVMRenderer):
     src = _private_ptr_re.sub(r"ptr addrspace(5) \1", _alloca_re.sub(r"\1, addrspace(5)", src))
     return src + _code_object_version_flag  # the base declares the intrinsics (workitem ids, barrier, bpermute)
 
-  def _render_uop(self, u: UOp, ctx) -> None:
-    if u.op is not Ops.SPECIAL: return super()._render_uop(u, ctx)
-    if (kind := _workitem_intrinsic.get(u.arg[0])) is None:
-      raise CompileError(f"AMDLLVMRenderer has no hardware index {u.arg!r}; expected gidxN or lidxN")
-    ret = ctx.fresh("special")
-    ctx.emit(f"{ret} = call i32 @llvm.amdgcn.{kind}.id.{'xyz'[int(u.arg[-1])]}()")
-    ctx.names[u] = ret
 
 def _builtin(name: str) -> Callable[..., str]:
   return lambda x, dtype: f"__builtin_{name}{'' if dtype is dtypes.float64 else 'f'}({x})"
@@ -201,5 +208,4 @@ class HIPRenderer(CStyleLanguage):
     head = HIP_PRELUDE + ("typedef _Float16 half;\n" if uses_half else "")
     if any("EMBER_WAVE_SIZE" in line for line in body):
       head += f"#undef EMBER_WAVE_SIZE\n#define EMBER_WAVE_SIZE {self.wave_size}\n"
-    head += "\n".join(helpers) + ("\n" if helpers else "")
-    return head + f"{self.kernel_prefix}{name}({', '.join(params)}) {{\n" + "\n".join(body) + "\n}\n"
+    return head + super().render_kernel(name, params, body, helpers)

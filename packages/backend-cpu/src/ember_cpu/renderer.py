@@ -77,6 +77,26 @@ pm_cpu = PatternMatcher([
   (UPat(Ops.REDUCE, name="red"), _int_max_reduce),
 ])
 
+def _index_offsets(ctx: Any, x: UOp, buf: UOp, idx: UOp) -> str:
+  """`buf[x+y+c]` printed `(buf+x+y)[c]`: under -fwrapv gcc cannot prove that int `x+c` and `x+c+1` are neighbours,
+  nor that a wrapping int sum `x+y` of a loop-invariant x and a loop counter's y moves affinely with the loop, but
+  pointer offsets added one term at a time are both; its SLP and loop vectorisers then turn unrolled loads and stores
+  into vector loads and stores, and partial sums over a loop into vector accumulators."""
+  terms, const = _index_terms(idx, ctx.inlined)
+  return f"({'+'.join([ctx[buf], *(ctx[t] for t in terms)])})[{ctx.renderer.render_const(const, idx.dtype)}]"
+
+def _fma(ctx: Any, x: UOp) -> str:
+  return f"__builtin_fma{'f' if x.dtype is dtypes.float32 else ''}({','.join(ctx[s] for s in x.src)})"
+
+# C's rendering rules for the system compiler, in front of the C-style base's
+pm_render_clang = PatternMatcher([
+  (UPat(Ops.INDEX, src=(UPat.var("buf"), UPat(Ops.ADD, name="idx")), allow_any_len=True, name="x"), _index_offsets),
+  # a MULACC of kernel opts (ClangRenderer.fused_mulacc) as one fused multiply-add
+  (UPat(Ops.MULACC, dtype=(dtypes.float32, dtypes.float64), arg="fma", name="x"), _fma),
+  # EXP2 is not in code_for_op (codegen decomposes it), but a hand-built program's EXP2 still renders, as the builtin
+  (UPat(Ops.EXP2, name="x"), lambda ctx, x: ctx.alu(x, _builtin("exp2"))),
+])
+
 class ClangRenderer(CStyleLanguage):
   """C for clang or gcc: builtins instead of libm headers, `_Float16` for half, bfloat16/fp8 as raw bits."""
   device = "CPU"
@@ -96,37 +116,15 @@ class ClangRenderer(CStyleLanguage):
   buffer_suffix = " restrict"
   # no EXP2 here, so codegen decomposes it (ember.codegen.transcendental: a polynomial and exponent bits, as accurate):
   # libm's exp2f is a call per element that gcc cannot vectorise, the decomposition is plain arithmetic it does. A
-  # hand-built program's EXP2 still renders, as the builtin (`_render_alu`)
+  # hand-built program's EXP2 still renders, as the builtin (pm_render_clang)
   code_for_op = {k: v for k, v in CStyleLanguage.code_for_op.items() if k is not Ops.EXP2} | {
     Ops.LOG2: _builtin("log2"), Ops.SIN: _builtin("sin"), Ops.SQRT: _builtin("sqrt"), Ops.TRUNC: _builtin("trunc")}
+  string_rewrite = pm_render_clang + CStyleLanguage.string_rewrite
   extra_matcher = pm_cpu
   vector_reduce_ops = frozenset({Ops.MAX})  # as int maxima (pm_cpu) they vectorise unsplit: no SPLIT opt
   pack_operands = True  # a matmul's B in its register block's layout (ember.codegen.pack)
   def __init__(self, arch: str = "") -> None:
     self.arch, self.global_max = arch, (cpu_threads(),)
-  def _render_alu(self, u: UOp, ctx: Any) -> str:
-    if u.op is Ops.EXP2:
-      x, dt = self._src(u.src[0], ctx), u.dtype
-      if dt in self.math_via_float: return self.render_cast(_builtin("exp2")(self.render_cast(x, dtypes.float32),
-                                                                             dtype=dtypes.float32), u.dtype)
-      return _builtin("exp2")(x, dtype=dt)
-    if u.op is Ops.MULACC and u.arg == "fma" and u.dtype in (dtypes.float32, dtypes.float64):
-      a, b, c = (self._src(s, ctx) for s in u.src)
-      return f"__builtin_fma{'f' if u.dtype is dtypes.float32 else ''}({a},{b},{c})"
-    return super()._render_alu(u, ctx)
-  def _render_uop(self, u: UOp, ctx: Any) -> None:
-    # `buf[x+y+c]` is printed `(buf+x+y)[c]`: under -fwrapv gcc cannot prove that int `x+c` and `x+c+1` are
-    # neighbours, nor that a wrapping int sum `x+y` of a loop-invariant x and a loop counter's y moves affinely with
-    # the loop, but pointer offsets added one term at a time are both; its SLP and loop vectorisers then turn unrolled
-    # loads and stores into vector loads and stores, and partial sums over a loop into vector accumulators
-    idx = u.src[1] if u.op is Ops.INDEX else None
-    if idx is not None and idx.op is Ops.ADD:
-      terms, const = _index_terms(idx, ctx.inlined)
-      super()._render_uop(u, ctx)
-      base = "+".join([self._src(u.src[0], ctx), *(self._src(t, ctx) for t in terms)])
-      ctx.names[u] = f"({base})[{self.render_const(const, idx.dtype)}]"
-      return
-    super()._render_uop(u, ctx)
   def render(self, uops: list[UOp], name: str = "kernel") -> str:
     src = super().render(uops, name)
     return src + f'const char {name}{ARGFMT_SUFFIX}[] = "{kernel_argfmt(uops, self.has_threads)}";\n'

@@ -23,8 +23,8 @@ behave as IEEE says and MAX can propagate NaN.
 """
 from __future__ import annotations
 import re
-from typing import Callable
-from ember.plugin import CompileError, CStyleLanguage, DType, Ops, UOp, dtypes
+from typing import Any, Callable
+from ember.plugin import CompileError, CStyleLanguage, DType, Ops, PatternMatcher, UOp, UPat, dtypes
 
 METAL_HEADER = "#include <metal_stdlib>\nusing namespace metal;\n"
 
@@ -38,6 +38,34 @@ def _max(a: str, b: str, dtype: DType) -> str:
 SIMDGROUP_MATMUL = "simdgroup_f32_8x8x8"  # ember.codegen.tensorcore: float32 matmuls on simdgroup_float8x8
 PRE_APPLE7 = ("apple6", "apple5", "mac2")  # GPU families without simdgroup matrices (an arch of DEV=METAL::<arch>)
 TC_TILES = "  threadgroup float __ember_tc_a[64], __ember_tc_b[64], __ember_tc_c[64];"  # a simdgroup matmul's tiles
+
+def _simdgroup_matmul(ctx: Any, x: UOp) -> str:
+  """An 8x8x8 simdgroup matmul: each lane writes its two A and B elements to threadgroup tiles, the SIMD-group loads
+  them as simdgroup matrices, multiplies, stores D to a third tile, and each lane reads its two D elements back
+  (barriers between; the threadgroup is the one SIMD-group, lane = lid.x). `simdgroup_load`/`simdgroup_store`
+  fix the tiles' layout, so the undocumented register layout of a simdgroup matrix never matters."""
+  name, index, count = x.arg
+  if (out := ctx.wmma.get(x.src)) is None:
+    if name != SIMDGROUP_MATMUL:
+      raise CompileError(f"MetalRenderer has no code for the matrix instruction {name}; it has {SIMDGROUP_MATMUL}")
+    if TC_TILES not in ctx.lines: ctx.lines.insert(0, TC_TILES)  # once, at kernel scope (where threadgroup memory is)
+    a0, a1, b0, b1 = (ctx[s] for s in x.src)
+    out = ctx.wmma[x.src] = ctx.fresh("wmma")
+    bar = "threadgroup_barrier(mem_flags::mem_threadgroup);"
+    for line in (f"float {out}[{count}];",
+                 f"__ember_tc_a[lid.x*2] = {a0}; __ember_tc_a[lid.x*2+1] = {a1};",
+                 f"__ember_tc_b[lid.x*2] = {b0}; __ember_tc_b[lid.x*2+1] = {b1};", bar,
+                 "{ simdgroup_float8x8 tc_a, tc_b, tc_d = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);",
+                 "  simdgroup_load(tc_a, __ember_tc_a, 8); simdgroup_load(tc_b, __ember_tc_b, 8);",
+                 "  simdgroup_multiply_accumulate(tc_d, tc_a, tc_b, tc_d); simdgroup_store(tc_d, __ember_tc_c, 8); }",
+                 bar, f"{out}[0] = __ember_tc_c[lid.x*2]; {out}[1] = __ember_tc_c[lid.x*2+1];"):
+      ctx.emit(line)
+  return f"{out}[{index}]"
+
+# MSL's rendering rules, in front of the C-style base's
+pm_render_msl = PatternMatcher([
+  (UPat(Ops.WMMA, name="x"), _simdgroup_matmul),
+])
 
 # a scalar parameter as CStyleLanguage prints it: "<arg_int_prefix><type> <name>"
 _scalar_param = re.compile(r"^constant (\w+) (\w+)$")
@@ -70,35 +98,13 @@ class MetalRenderer(CStyleLanguage):
   unsupported_dtypes = frozenset({dtypes.float64})
   code_for_op = {**CStyleLanguage.code_for_op, Ops.EXP2: _metal("exp2"), Ops.LOG2: _metal("log2"),
                  Ops.SIN: _metal("precise::sin"), Ops.SQRT: _metal("sqrt"), Ops.TRUNC: _metal("trunc"), Ops.MAX: _max}
+  string_rewrite = pm_render_msl + CStyleLanguage.string_rewrite
 
   tensor_cores = (SIMDGROUP_MATMUL,)
 
   def __init__(self, arch: str = "") -> None:
     self.arch = arch
     if arch.lower() in PRE_APPLE7: self.tensor_cores = ()
-
-  def _render_wmma(self, u: UOp, ctx) -> None:  # type: ignore[no-untyped-def]
-    """An 8x8x8 simdgroup matmul: each lane writes its two A and B elements to threadgroup tiles, the SIMD-group loads
-    them as simdgroup matrices, multiplies, stores D to a third tile, and each lane reads its two D elements back
-    (barriers between; the threadgroup is the one SIMD-group, lane = lid.x). `simdgroup_load`/`simdgroup_store`
-    fix the tiles' layout, so the undocumented register layout of a simdgroup matrix never matters."""
-    name, index, count = u.arg
-    if (out := ctx.wmma.get(u.src)) is None:
-      if name != SIMDGROUP_MATMUL:
-        raise CompileError(f"MetalRenderer has no code for the matrix instruction {name}; it has {SIMDGROUP_MATMUL}")
-      if TC_TILES not in ctx.lines: ctx.lines.insert(0, TC_TILES)  # once, at kernel scope (where threadgroup memory is)
-      a0, a1, b0, b1 = (self._src(s, ctx) for s in u.src)
-      out = ctx.wmma[u.src] = ctx.fresh("wmma")
-      bar = "threadgroup_barrier(mem_flags::mem_threadgroup);"
-      for line in (f"float {out}[{count}];",
-                   f"__ember_tc_a[lid.x*2] = {a0}; __ember_tc_a[lid.x*2+1] = {a1};",
-                   f"__ember_tc_b[lid.x*2] = {b0}; __ember_tc_b[lid.x*2+1] = {b1};", bar,
-                   "{ simdgroup_float8x8 tc_a, tc_b, tc_d = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);",
-                   "  simdgroup_load(tc_a, __ember_tc_a, 8); simdgroup_load(tc_b, __ember_tc_b, 8);",
-                   "  simdgroup_multiply_accumulate(tc_d, tc_a, tc_b, tc_d); simdgroup_store(tc_d, __ember_tc_c, 8); }",
-                   bar, f"{out}[0] = __ember_tc_c[lid.x*2]; {out}[1] = __ember_tc_c[lid.x*2+1];"):
-        ctx.emit(line)
-    ctx.names[u] = f"{out}[{index}]"
 
   def render_bitcast(self, x: str, src: DType, dst: DType, ctx: object) -> str:
     return f"as_type<{self.render_dtype(dst)}>({x})"

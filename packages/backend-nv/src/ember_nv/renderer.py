@@ -8,9 +8,9 @@ DEFINE_VAR values at their own width; the runtimes and the MOCK pack them the sa
 from __future__ import annotations
 import re
 import struct
-from typing import Callable
-from ember.plugin import (CompileError, CStyleLanguage, DType, GroupOp, Ops, PtrDType, Renderer, UOp, aligned_layout,
-                          dtypes)
+from typing import Any, Callable
+from ember.plugin import (CompileError, CStyleLanguage, DType, GroupOp, Ops, PatternMatcher, PtrDType, Renderer, UOp,
+                          UPat, aligned_layout, dtypes)
 
 DEFAULT_ARCH = "sm_80"
 
@@ -62,6 +62,17 @@ _code_for_mma = {
                                        lambda x: f"__float_as_uint({x}) >> 16"),
 }
 
+def _cast_from_half(ctx: Any, x: UOp, h: UOp) -> str | None:
+  """cuda_fp16.h converts half unambiguously only to float: through float, to bool as != 0 (None: half to half)."""
+  if x.dtype is dtypes.float16: return None
+  as_float = f"__half2float({ctx[h]})"
+  return f"({as_float}!=0.0f)" if x.dtype is dtypes.bool else ctx.renderer.render_cast(as_float, x.dtype)
+
+# CUDA's rendering rules, in front of the C-style base's
+pm_render_cuda = PatternMatcher([
+  (UPat(Ops.CAST, src=(UPat(dtype=dtypes.float16, name="h"),), name="x"), _cast_from_half),
+])
+
 class CUDARenderer(CStyleLanguage):
   """CUDA C for NVRTC: `extern "C" __global__` kernels, `half` from cuda_fp16.h, bfloat16 and fp8 as raw bits
   computed in float32 (ember.renderer.emulate), math through CUDA's device functions, bit casts through intrinsics."""
@@ -89,8 +100,8 @@ class CUDARenderer(CStyleLanguage):
   tensor_cores: tuple[str, ...] = ("mma_m16n8k16_f16_f32", "mma_m16n8k16_bf16_f32")
   code_for_wmma = _code_for_mma
   code_for_op = {**CStyleLanguage.code_for_op, Ops.EXP2: _math("exp2"), Ops.LOG2: _math("log2"), Ops.SIN: _math("sin"),
-                 Ops.SQRT: _math("sqrt"), Ops.TRUNC: _math("trunc"),
-                 Ops.RECIPROCAL: lambda x, dtype: f"({'1.0' if dtype is dtypes.float64 else '1.0f'}/{x})"}
+                 Ops.SQRT: _math("sqrt"), Ops.TRUNC: _math("trunc")}
+  string_rewrite = pm_render_cuda + CStyleLanguage.string_rewrite
 
   def __init__(self, arch: str = "") -> None:
     self.arch = arch or DEFAULT_ARCH
@@ -105,17 +116,9 @@ class CUDARenderer(CStyleLanguage):
     if dt is dtypes.float16: return f"__float2half((float)({x}))"
     return f"({self.render_dtype(dt)})({x})"
 
-  def _render_cast_op(self, u: UOp, ctx) -> str:  # type: ignore[no-untyped-def]
-    src, dst = u.src[0].dtype, u.dtype
-    if src is dtypes.float16 and dst is not dtypes.float16:
-      expr = f"__half2float({self._src(u.src[0], ctx)})"
-      return f"({expr}!=0.0f)" if dst is dtypes.bool else self.render_cast(expr, dst)
-    return super()._render_cast_op(u, ctx)
-
   def render_kernel(self, name: str, params: list[str], body: list[str], helpers: list[str]) -> str:
     uses_half = any("half" in line for line in (*params, *body, *helpers))
-    head = ("#include <cuda_fp16.h>\n" if uses_half else "") + "\n".join(helpers) + ("\n" if helpers else "")
-    return head + f"{self.kernel_prefix}{name}({', '.join(params)}) {{\n" + "\n".join(body) + "\n}\n"
+    return ("#include <cuda_fp16.h>\n" if uses_half else "") + super().render_kernel(name, params, body, helpers)
 
 # ** PTX **
 

@@ -10,6 +10,7 @@ from ember.errors import CompileError
 from ember.renderer.emulate import EmulatedFloat
 from ember.renderer.cstyle import CStyleLanguage, float32_literal, var_name
 from ember.uop.ops import AxisType, Ops, UOp
+from ember.uop.rewrite import PatternMatcher, UPat
 from ember.testing.programs import end, linear, param
 
 class PlainC(CStyleLanguage):
@@ -110,3 +111,50 @@ def test_unknown_ops_and_unclosed_ranges_are_errors() -> None:
   rng = UOp.range(4, 0, AxisType.LOOP)
   with pytest.raises(CompileError, match="without its END"):
     PlainC().render(linear(rng))
+
+# ** rendering rules as data **
+
+class HexCasts(PlainC):
+  """A target whose rule prints int32 -> float32 casts its own way and leaves every other cast to the base's rule."""
+  string_rewrite = PatternMatcher([
+    (UPat(Ops.CAST, dtypes.float32, src=(UPat(dtype=dtypes.int32, name="i"),)), lambda ctx, i: f"i2f({ctx[i]})"),
+  ]) + CStyleLanguage.string_rewrite
+
+def test_a_target_rule_goes_before_the_base_rules() -> None:
+  out, ints, shorts = param(0, dtypes.float32, 8), param(1, dtypes.int32, 8), param(2, dtypes.int16, 8)
+  rng = UOp.range(8, 0, AxisType.LOOP)
+  value = ints.index(rng).load().cast(dtypes.float32) + shorts.index(rng).load().cast(dtypes.float32)
+  prog = linear(out.index(rng).store(value), end(rng))
+  src = HexCasts().render(prog)
+  assert "data0[ridx0] = (i2f(val0)+(float)(val1));" in src  # the int16 cast falls through to the base rule
+  assert "(float)(val0)" in PlainC().render(prog)
+
+def _gpu_program(op: Ops) -> list[UOp]:
+  out, zero, one = param(0, dtypes.float32, 32), UOp.const(dtypes.int32, 0), UOp.const(dtypes.float32, 1.0)
+  lidx = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, 32),), "lidx0")
+  if op is Ops.SPECIAL: return linear(out.index(lidx).store(lidx.cast(dtypes.float32)))
+  if op is Ops.BARRIER: return linear(UOp(Ops.BARRIER, dtypes.void, ()), out.index(zero).store(one))
+  temp = UOp(Ops.DEFINE_LOCAL, dtypes.float32.ptr(32), arg="temp0")
+  if op is Ops.DEFINE_LOCAL: return linear(temp.index(zero).store(one))
+  return linear(out.index(zero).store(UOp(Ops.SHUFFLE_XOR, dtypes.float32, (one,), 1)))
+
+class GPU(CStyleLanguage):
+  code_for_workitem = {"l": lambda axis: f"threadIdx.{axis}"}
+  shared_prefix, barrier = "__shared__ ", "__syncthreads();"
+  code_for_shuffle = staticmethod(lambda x, mask, dtype: f"__shfl_xor_sync(~0u, {x}, {mask})")
+
+@pytest.mark.parametrize("op, text, fix", [
+  (Ops.SPECIAL, "int lidx0 = threadIdx.x;", "code_for_workitem"), (Ops.BARRIER, "__syncthreads();", "set barrier"),
+  (Ops.DEFINE_LOCAL, "__shared__ float temp0[32];", "shared_prefix"),
+  (Ops.SHUFFLE_XOR, "float shfl0 = __shfl_xor_sync(~0u, 1.0f, 1);", "code_for_shuffle")], ids=lambda v: str(v))
+def test_gpu_ops_need_their_spelling(op: Ops, text: str, fix: str) -> None:
+  assert f"  {text}" in GPU().render(_gpu_program(op)).splitlines()
+  with pytest.raises(CompileError, match=fix):
+    CStyleLanguage().render(_gpu_program(op))
+
+def test_an_alu_op_without_code_is_an_error() -> None:
+  class NoSqrt(PlainC):
+    code_for_op = {op: fn for op, fn in CStyleLanguage.code_for_op.items() if op is not Ops.SQRT}
+  with pytest.raises(CompileError, match="no code for SQRT; codegen must rewrite it first"):
+    NoSqrt().render(linear(param(0, dtypes.float32, 1).index(UOp.const(dtypes.int32, 0)).store(
+      UOp.const(dtypes.float32, 2.0).alu(Ops.SQRT))))

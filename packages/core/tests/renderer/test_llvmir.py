@@ -6,6 +6,7 @@ from ember.dtype import dtypes
 from ember.errors import CompileError
 from ember.renderer.llvmir import LLVMRenderer, lconst
 from ember.uop.ops import AxisType, Ops, UOp
+from ember.uop.rewrite import PatternMatcher, UPat
 from ember.testing.programs import end, linear, param
 
 class PlainLLVM(LLVMRenderer):
@@ -55,3 +56,39 @@ def test_target_data_is_printed() -> None:
   src = Target().render(_kernel(dtypes.float32), "k")
   assert 'target triple = "x86_64-unknown-linux-gnu"' in src
   assert 'target datalayout = "e-m:e-i64:64-n8:16:32:64-S128"' in src
+
+# ** rendering rules as data **
+
+def _shared_program() -> list[UOp]:
+  temp, zero = UOp(Ops.DEFINE_LOCAL, dtypes.float32.ptr(32), arg="temp0"), UOp.const(dtypes.int32, 0)
+  return linear(temp.index(zero).store(UOp.const(dtypes.float32, 1.0)), UOp(Ops.BARRIER, dtypes.void, ()))
+
+def test_gpu_ops_need_their_spelling() -> None:
+  class Shared(PlainLLVM):
+    local_ptr_type = "ptr addrspace(3)"
+  with pytest.raises(CompileError, match="set local_ptr_type"):
+    PlainLLVM().render(_shared_program(), "k")
+  with pytest.raises(CompileError, match="set barrier_ir"):
+    Shared().render(_shared_program(), "k")
+  class Barrier(Shared):
+    barrier_ir = "call void @llvm.barrier()"
+  src = Barrier().render(_shared_program(), "k")
+  assert "@temp0 = internal unnamed_addr addrspace(3) global [32 x float] undef, align 16" in src
+  assert "  store float 0x3FF0000000000000, ptr addrspace(3) %idx0\n  call void @llvm.barrier()\n" in src
+
+def _thread_id(ctx, x: UOp) -> str:
+  ctx.emit(f"%{x.arg} = call i32 @llvm.tid.x()")
+  return f"%{x.arg}"
+
+def test_a_target_rule_goes_before_the_base_rules() -> None:
+  class Workitems(PlainLLVM):
+    string_rewrite = PatternMatcher([(UPat(Ops.SPECIAL, name="x"), _thread_id)]) + LLVMRenderer.string_rewrite
+  out = param(0, dtypes.int32, 32)
+  lidx = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, 32),), "lidx0")
+  prog = linear(out.index(lidx).store(lidx + 1))
+  src = Workitems().render(prog, "k")
+  assert "%lidx0 = call i32 @llvm.tid.x()" in src and "%alu0 = add i32 %lidx0, 1" in src
+  llvm = pytest.importorskip("llvmlite.binding")
+  llvm.parse_assembly(src).verify()
+  with pytest.raises(CompileError, match="cannot render SPECIAL"):
+    PlainLLVM().render(prog, "k")

@@ -6,9 +6,11 @@ It prints the linear program of `docs/linear-program.md` one uop per line. Value
 
 Op-to-text is data: `code_for_op` (an ALU op as a function of its operands' strings and dtype) and `string_rewrite`
 (`pm_render_c`, a PatternMatcher of rendering rules, one per uop kind). A subclass changes data only: `type_map`,
-`code_for_op` entries, rules of its own in front of `string_rewrite`, the prefixes, the literal spellings. bfloat16 and fp8 reach
-no C-style renderer: `render` first rewrites them (ember.renderer.emulate) into raw bits in memory, computed in float32,
-converted by integer code on LOAD, before STORE and on CAST to them (round to nearest even).
+`code_for_op` entries, rules of its own in front of `string_rewrite`, the prefixes, the literal spellings.
+
+bfloat16 and fp8 reach no C-style renderer: `render` first rewrites them (ember.renderer.emulate) into raw bits in
+memory, computed in float32, converted by integer code on LOAD, before STORE and on CAST to them (round to nearest
+even).
 """
 from __future__ import annotations
 import math
@@ -37,6 +39,11 @@ def var_name(name: str, reserved: frozenset[str] = frozenset()) -> str:
 def value_dtype(u: UOp) -> DType:
   """The dtype of a uop used as a value (a pointer dtype here is a malformed program)."""
   if isinstance(u.dtype, PtrDType): raise CompileError(f"{u.op.name} of pointer dtype {u.dtype!r} is used as a value")
+  return u.dtype
+
+def ptr_dtype(u: UOp) -> PtrDType:
+  """The dtype of a buffer or block-shared array (a value dtype here is a malformed program)."""
+  if not isinstance(u.dtype, PtrDType): raise CompileError(f"{u.op.name} of value dtype {u.dtype!r} is used as memory")
   return u.dtype
 
 def float32_literal(v: float) -> str:
@@ -84,6 +91,20 @@ class _Ctx:
     self.counters[prefix] = n + 1
     return f"{prefix}{n}"
   def emit(self, line: str) -> None: self.lines.append("  " * self.depth + line)
+  def alu(self, x: UOp, code: Callable[..., str] | None) -> str:
+    """An ALU uop as an expression of its operands, `code` (a `code_for_op` entry) printing the operation itself."""
+    if code is None: _missing(self, f"code for {x.op.name}", "codegen must rewrite it first")
+    r, srcs = self.renderer, [self[s] for s in x.src]
+    dt, out_dt = value_dtype(x.src[-1]), value_dtype(x)  # WHERE's condition is src[0]
+    if x.op in GroupOp.Unary and x.op not in (Ops.NEG, Ops.RECIPROCAL) and dt in r.math_via_float:
+      return r.render_cast(code(r.render_cast(srcs[0], dtypes.float32), dtype=dtypes.float32), out_dt)
+    if x.op is Ops.MULACC and out_dt in r.narrow_dtypes:  # round the product, as a MUL of this dtype would
+      srcs[0] = r.render_cast(r.code_for_op[Ops.MUL](srcs[0], srcs[1], dtype=dt), out_dt)
+      code, srcs = r.code_for_op[Ops.ADD], [srcs[0], srcs[2]]
+    expr = code(*srcs, dtype=dt)
+    if x in self.inlined and out_dt in r.narrow_dtypes and x.op not in GroupOp.Comparison | {Ops.WHERE, Ops.MAX}:
+      expr = r.render_cast(expr, out_dt)  # C computes a narrow type in int or float: back to its own width
+    return expr
 
 def _missing(ctx: _Ctx, what: str, fix: str) -> NoReturn:
   raise CompileError(f"{type(ctx.renderer).__name__} has no {what}; {fix}")
@@ -106,7 +127,7 @@ def _range(ctx: _Ctx, x: UOp) -> str:
 def _define_local(ctx: _Ctx, x: UOp) -> str:
   if not (prefix := ctx.renderer.shared_prefix):
     return _missing(ctx, "block-shared memory", "set shared_prefix for GPU targets")
-  return f"{prefix}{ctx.renderer.render_dtype(x.dtype.base)} {x.arg}[{x.dtype.size}];"
+  return f"{prefix}{ctx.renderer.render_dtype(ptr_dtype(x).base)} {x.arg}[{ptr_dtype(x).size}];"
 
 def _shuffle(ctx: _Ctx, x: UOp) -> str:
   if ctx.renderer.code_for_shuffle is None:
@@ -135,22 +156,6 @@ def _store(ctx: _Ctx, x: UOp) -> str:
   store = f"{ctx[x.src[0]]} = {ctx[x.src[1]]};"
   return store if (gate := ctx.gate(x.src[0])) is None else f"if ({gate}) {store}"
 
-def render_alu(ctx: _Ctx, x: UOp, code: Callable[..., str] | None) -> str:
-  """An ALU uop as an expression of its operands, `code` (a `code_for_op` entry) printing the operation itself."""
-  if code is None:
-    return _missing(ctx, f"code for {x.op.name}", "codegen must rewrite it first")
-  r, srcs = ctx.renderer, [ctx[s] for s in x.src]
-  dt, out_dt = value_dtype(x.src[-1]), value_dtype(x)  # WHERE's condition is src[0]
-  if x.op in GroupOp.Unary and x.op not in (Ops.NEG, Ops.RECIPROCAL) and dt in r.math_via_float:
-    return r.render_cast(code(r.render_cast(srcs[0], dtypes.float32), dtype=dtypes.float32), out_dt)
-  if x.op is Ops.MULACC and out_dt in r.narrow_dtypes:  # round the product, as a MUL of this dtype would
-    srcs[0] = r.render_cast(r.code_for_op[Ops.MUL](srcs[0], srcs[1], dtype=dt), out_dt)
-    code, srcs = r.code_for_op[Ops.ADD], [srcs[0], srcs[2]]
-  expr = code(*srcs, dtype=dt)
-  if x in ctx.inlined and out_dt in r.narrow_dtypes and x.op not in GroupOp.Comparison | {Ops.WHERE, Ops.MAX}:
-    expr = r.render_cast(expr, out_dt)  # C computes a narrow type in int or float: back to its own width
-  return expr
-
 def _cast(ctx: _Ctx, x: UOp) -> str:
   src, dst = value_dtype(x.src[0]), value_dtype(x)
   return ctx[x.src[0]] if src is dst else ctx.renderer.render_cast(ctx[x.src[0]], dst)
@@ -160,10 +165,15 @@ def _bitcast(ctx: _Ctx, x: UOp) -> str:
   if src.itemsize != dst.itemsize: raise CompileError(f"BITCAST needs equal itemsizes, got {src!r} -> {dst!r}")
   return ctx[x.src[0]] if src is dst else ctx.renderer.render_bitcast(ctx[x.src[0]], src, dst, ctx)
 
+def text_rules(rules: list[tuple[UPat, Callable[..., str | None]]]) -> PatternMatcher:
+  """Rendering rules as a PatternMatcher. Their callbacks return text where rewrite rules return UOps: `rewrite`
+  hands back whatever a callback returns (None: the rule does not apply), and the renderers read it as text."""
+  return PatternMatcher(cast(list[tuple[UPat, Callable[..., UOp | None]]], rules))
+
 # the C-style renderers' rendering rules: each turns one uop of the linear program into text, `ctx` a `_Ctx`. The
 # text of a value (an expression) is inlined into its user or declared under a name, the text of any other uop is its
-# statement(s) (`CStyleLanguage.render_uop`). A target puts its own rules in front: `PatternMatcher([...]) + pm_render_c`
-pm_render_c = PatternMatcher([
+# statement(s) (`CStyleLanguage.render_uop`). A target puts rules of its own in front: `PatternMatcher([...]) + base`
+pm_render_c = text_rules([
   (UPat(Ops.CONST, name="x"), lambda ctx, x: ctx.renderer.render_const(x.arg, value_dtype(x))),
   (UPat(Ops.SPECIAL, name="x"), _special),
   (UPat(Ops.RANGE, name="x"), _range),
@@ -177,7 +187,7 @@ pm_render_c = PatternMatcher([
   (UPat(Ops.INDEX, name="x"), lambda ctx, x: f"{ctx[x.src[0]]}[{ctx[x.src[1]]}]"),  # a gate is read by its LOAD/STORE
   (UPat(Ops.LOAD, name="x"), _load),
   (UPat(Ops.STORE, name="x"), _store),
-  (UPat(GroupOp.ALU, name="x"), lambda ctx, x: render_alu(ctx, x, ctx.renderer.code_for_op.get(x.op))),
+  (UPat(GroupOp.ALU, name="x"), lambda ctx, x: ctx.alu(x, ctx.renderer.code_for_op.get(x.op))),
   (UPat(Ops.CAST, name="x"), _cast),
   (UPat(Ops.BITCAST, name="x"), _bitcast),
 ])
@@ -231,7 +241,7 @@ class CStyleLanguage(Renderer):
                                                dtypes.float16})
   # operands of these ops are named, never inlined: MAX repeats them, a RANGE bound is evaluated once
   named_operands: frozenset[Ops] = frozenset({Ops.MAX, Ops.RANGE})
-  # ALU op -> its expression as a function of the operands' strings and their dtype (`render_alu` applies it)
+  # ALU op -> its expression as a function of the operands' strings and their dtype (`_Ctx.alu` applies it)
   code_for_op: dict[Ops, Callable[..., str]] = {
     Ops.NEG: lambda x, dtype: f"(!{x})" if dtype is dtypes.bool else f"(-{x})",
     Ops.EXP2: _libm("exp2"), Ops.LOG2: _libm("log2"), Ops.SIN: _libm("sin"), Ops.SQRT: _libm("sqrt"),

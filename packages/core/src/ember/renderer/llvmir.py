@@ -12,13 +12,14 @@ from __future__ import annotations
 import re
 import struct
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NoReturn, cast
 from ember.dtype import DType, PtrDType, AnyDType, dtypes
 from ember.errors import CompileError
 from ember.renderer import Renderer
-from ember.renderer.cstyle import value_dtype as _dt, var_name
+from ember.renderer.cstyle import ptr_dtype, text_rules, value_dtype as _dt, var_name
 from ember.renderer.emulate import EmulatedFloat, bits_to_float, emulate_floats, float_to_bits
 from ember.uop.ops import Ops, UOp, AxisType, GroupOp
+from ember.uop.rewrite import PatternMatcher, UPat
 
 def ltype(dt: AnyDType) -> str:
   """The LLVM type of a value of `dt` in a register."""
@@ -86,6 +87,8 @@ def _mulacc(ret: str, a: str, b: str, c: str, dtype: DType) -> str:
 
 @dataclass
 class _Ctx:
+  """Per-render state, the `ctx` of the rendering rules: the renderer, the value of every uop, the lines so far."""
+  renderer: LLVMRenderer
   names: dict[UOp, str] = field(default_factory=dict)
   counters: dict[str, int] = field(default_factory=dict)
   allocas: list[str] = field(default_factory=list)
@@ -96,17 +99,236 @@ class _Ctx:
   ptr_types: dict[UOp, str] = field(default_factory=dict)  # INDEX -> the pointer type of its address space
   loops: dict[UOp, tuple[str, str]] = field(default_factory=dict)  # RANGE -> (its value, its stop value)
   wmma: dict[tuple[UOp, ...], str] = field(default_factory=dict)  # sources of a matrix instruction -> its result
+  def __getitem__(self, u: UOp) -> str:
+    """The LLVM value of a source; an accumulator is loaded here, so each use reads its current value."""
+    if u.op in (Ops.DEFINE_ACC, Ops.ASSIGN):
+      acc = u if u.op is Ops.DEFINE_ACC else u.src[0]
+      ret = self.fresh(f"acc{acc.arg}.r")
+      self.emit(f"{ret} = load {ltype(acc.dtype)}, ptr %acc{acc.arg}")
+      return ret
+    if u in self.names: return self.names[u]
+    if u.op is Ops.CONST: return lconst(u.arg, _dt(u))
+    raise CompileError(f"{type(self.renderer).__name__}: {u.op.name} is used before it appears in the linear program")
   def fresh(self, prefix: str) -> str:
     n = self.counters.get(prefix, 0)
     self.counters[prefix] = n + 1
     return f"%{prefix}{n}"
-  def emit(self, text: str) -> None: self.lines.extend("  " + line for line in text.split("\n"))
+  def emit(self, text: str) -> str:
+    """Append instructions to the current block; returns "", the value of a uop that is only instructions."""
+    self.lines.extend("  " + line for line in text.split("\n"))
+    return ""
   def label(self, name: str) -> None:
     self.lines.append(f"{name}:")
     self.block = name
+  def gate(self, index: UOp) -> str | None:
+    """The condition of a gated INDEX (its third source), None for an ungated one."""
+    return self[index.src[2]] if len(index.src) == 3 else None
+  def convert(self, x: str, s: DType, dst: DType) -> str:
+    """A value conversion with C semantics (float->int truncates, ->bool is != 0)."""
+    if s is dst or (ltype(s) == ltype(dst) and dtypes.is_int(s) and dtypes.is_int(dst)): return x  # same bits
+    ret, ts, td = self.fresh("cast"), ltype(s), ltype(dst)
+    if dst is dtypes.bool:
+      self.emit(f"{ret} = fcmp une {ts} {x}, {lconst(0.0, s)}" if dtypes.is_float(s) else
+                f"{ret} = icmp ne {ts} {x}, 0")
+    elif dtypes.is_float(s) and dtypes.is_float(dst):
+      self.emit(f"{ret} = {'fpext' if dst.itemsize > s.itemsize else 'fptrunc'} {ts} {x} to {td}")
+    elif dtypes.is_float(s): self.emit(f"{ret} = {'fptosi' if _signed(dst) else 'fptoui'} {ts} {x} to {td}")
+    elif dtypes.is_float(dst): self.emit(f"{ret} = {'sitofp' if _signed(s) else 'uitofp'} {ts} {x} to {td}")
+    elif dst.itemsize < s.itemsize: self.emit(f"{ret} = trunc {ts} {x} to {td}")
+    else: self.emit(f"{ret} = {'sext' if _signed(s) else 'zext'} {ts} {x} to {td}")
+    return ret
+  def bitcast(self, x: str, src: DType, dst: DType) -> str:
+    if src.itemsize != dst.itemsize: raise CompileError(f"BITCAST needs equal itemsizes, got {src!r} -> {dst!r}")
+    if src is dtypes.bool: x, src = self.convert(x, src, dtypes.uint8), dtypes.uint8
+    if dst is dtypes.bool: return self.convert(self.bitcast(x, src, dtypes.uint8), dtypes.uint8, dst)
+    if ltype(src) == ltype(dst): return x
+    ret = self.fresh("cast")
+    self.emit(f"{ret} = bitcast {ltype(src)} {x} to {ltype(dst)}")
+    return ret
+
+def _missing(ctx: _Ctx, what: str, fix: str) -> NoReturn:
+  raise CompileError(f"{type(ctx.renderer).__name__} has no {what}; {fix}")
+
+def _range(ctx: _Ctx, x: UOp) -> str:
+  axis, axis_type = x.arg
+  t, ridx, dt = ltype(x.dtype), f"%ridx{axis}", _dt(x)
+  end = ctx.convert(ctx[x.src[0]], _dt(x.src[0]), dt)
+  start, stop = "0", end
+  if axis_type is AxisType.THREAD:  # this thread's chunk: [core_id*chunk, min(end, (core_id+1)*chunk))
+    if not ctx.renderer.has_threads:
+      raise CompileError(f"{type(ctx.renderer).__name__} has no threads but the kernel has a THREAD range")
+    core_id = ctx.convert(f"%{ctx.renderer.thread_args[0]}", dtypes.int32, dt)
+    num_cores = ctx.convert(f"%{ctx.renderer.thread_args[1]}", dtypes.int32, dt)
+    ctx.emit("\n".join([
+      f"{ridx}.n1 = add {t} {end}, {num_cores}", f"{ridx}.n2 = sub {t} {ridx}.n1, 1",
+      f"{ridx}.chunk = sdiv {t} {ridx}.n2, {num_cores}", f"{ridx}.start = mul {t} {core_id}, {ridx}.chunk",
+      f"{ridx}.hi = add {t} {ridx}.start, {ridx}.chunk", f"{ridx}.lt = icmp slt {t} {ridx}.hi, {end}",
+      f"{ridx}.stop = select i1 {ridx}.lt, {t} {ridx}.hi, {t} {end}"]))
+    start, stop = f"{ridx}.start", f"{ridx}.stop"
+  ctx.allocas.append(f"  {ridx}.addr = alloca {t}")
+  ctx.emit(f"store {t} {start}, ptr {ridx}.addr\nbr label %loop{axis}")
+  ctx.label(f"loop{axis}")
+  ctx.emit(f"{ridx} = load {t}, ptr {ridx}.addr\n%loop{axis}.c = icmp slt {t} {ridx}, {stop}\n"
+           f"br i1 %loop{axis}.c, label %loop{axis}.body, label %loop{axis}.exit")
+  ctx.label(f"loop{axis}.body")
+  ctx.loops[x] = (ridx, stop)
+  return ridx
+
+def _end(ctx: _Ctx, rng: UOp) -> str:
+  if rng not in ctx.loops: raise CompileError(f"{type(ctx.renderer).__name__}: END of a RANGE that is not open")
+  ridx, _ = ctx.loops.pop(rng)
+  t, axis = ltype(rng.dtype), rng.arg[0]
+  ctx.emit(f"{ridx}.next = add {t} {ridx}, 1\nstore {t} {ridx}.next, ptr {ridx}.addr\nbr label %loop{axis}")
+  ctx.label(f"loop{axis}.exit")
+  return ""
+
+def _define_acc(ctx: _Ctx, x: UOp) -> str:
+  ctx.allocas.append(f"  %acc{x.arg} = alloca {ltype(x.dtype)}")
+  return ctx.emit(f"store {ltype(x.dtype)} {ctx[x.src[0]]}, ptr %acc{x.arg}")
+
+def _assign(ctx: _Ctx, x: UOp) -> str:
+  acc = x.src[0]
+  return ctx.emit(f"store {ltype(acc.dtype)} {ctx[x.src[1]]}, ptr %acc{acc.arg}")
+
+def _define_local(ctx: _Ctx, x: UOp) -> str:
+  if not ctx.renderer.local_ptr_type:
+    _missing(ctx, "block-shared memory", "set local_ptr_type for GPU targets")
+  space, ptr = ctx.renderer.local_ptr_type.removeprefix("ptr").strip(), ptr_dtype(x)
+  ctx.globals.append(f"@{x.arg} = internal unnamed_addr {space} global [{ptr.size} x "
+                     f"{ltype(ptr.base)}] undef, align 16")
+  return f"@{x.arg}"
+
+def _shuffle(ctx: _Ctx, x: UOp) -> str:
+  if ctx.renderer.shuffle_ir is None: _missing(ctx, "SHUFFLE_XOR", "set shuffle_ir")
+  ret = ctx.fresh("shfl")
+  ctx.emit(ctx.renderer.shuffle_ir(ret, ctx[x.src[0]], x.arg, _dt(x)))
+  return ret
+
+def _wmma(ctx: _Ctx, x: UOp) -> str:
+  """The first WMMA of a set of sources builds the A and B vectors and calls the intrinsic with C = 0; each WMMA
+  extracts its element of the result."""
+  from ember.codegen.tensorcore import tensor_core
+  name, index, count = x.arg
+  if name not in ctx.renderer.wmma_intrinsics:
+    _missing(ctx, f"intrinsic for the matrix instruction {name}", "add it to wmma_intrinsics or drop it from "
+             "tensor_cores")
+  tc = tensor_core(name)
+  t_in, t_acc = ltype(tc.dtype_in), ltype(tc.dtype_acc)
+  acc_t = f"<{count} x {t_acc}>"
+  if (ret := ctx.wmma.get(x.src)) is None:
+    intrinsic, extra = ctx.renderer.wmma_intrinsics[name]
+    ret = ctx.wmma[x.src] = ctx.fresh("wmma")
+    n_a = tc.elements[0]
+    vectors = []
+    for part, srcs in (("a", x.src[:n_a]), ("b", x.src[n_a:])):
+      vec_t, prev = f"<{len(srcs)} x {t_in}>", "poison"
+      for i, s in enumerate(srcs):
+        ctx.emit(f"{ret}.{part}{i} = insertelement {vec_t} {prev}, {t_in} {ctx[s]}, i32 {i}")
+        prev = f"{ret}.{part}{i}"
+      vectors.append(f"{vec_t} {prev}")
+    ctx.emit(f"{ret} = call {acc_t} @{intrinsic}({', '.join(vectors)}, {acc_t} zeroinitializer{extra})")
+    extra_types = "".join(", " + arg.strip().split(" ")[0] for arg in extra.split(",") if arg.strip())
+    ctx.helpers.setdefault(intrinsic, f"declare {acc_t} @{intrinsic}({vectors[0].rsplit(' ', 1)[0]}, "
+                                      f"{vectors[1].rsplit(' ', 1)[0]}, {acc_t}{extra_types})")
+  ctx.emit(f"{ret}.d{index} = extractelement {acc_t} {ret}, i32 {index}")
+  return f"{ret}.d{index}"
+
+def _index(ctx: _Ctx, x: UOp) -> str:
+  buf, idx_dt = x.src[0], _dt(x.src[1])
+  idx = ctx.convert(ctx[x.src[1]], idx_dt, dtypes.int64 if _signed(idx_dt) else dtypes.uint64)
+  base = buf.dtype.base if isinstance(buf.dtype, PtrDType) else buf.dtype
+  ret, elem = ctx.fresh("idx"), mem_type(base)
+  if buf.op is Ops.DEFINE_LOCAL: elem = ltype(base)  # block-shared arrays hold register values
+  ptr_t = ctx.renderer.local_ptr_type if buf.op is Ops.DEFINE_LOCAL else ctx.renderer.buffer_type
+  ctx.emit(f"{ret} = getelementptr {elem}, {ptr_t} {ctx[buf]}, i64 {idx}")
+  ctx.ptr_types[x] = ptr_t
+  return ret
+
+def _load(ctx: _Ctx, x: UOp) -> str:
+  """A load of memory (bool is a byte); a gated load branches around it and is 0 where the gate is off."""
+  dt, buffer_type = _dt(x), ctx.renderer.buffer_type
+  ret, gate, ptr = ctx.fresh("val"), ctx.gate(x.src[0]), ctx.names[x.src[0]]
+  if x.src[0].src[0].op is Ops.DEFINE_LOCAL:  # a register value, no conversion
+    ctx.emit(f"{ret} = load {ltype(dt)}, {ctx.ptr_types[x.src[0]]} {ptr}")
+    return ret
+  def load_and_convert() -> str:
+    ctx.emit(f"{ret}.m = load {mem_type(dt)}, {buffer_type} {ptr}")
+    if dt is not dtypes.bool: return f"{ret}.m"
+    ctx.emit(f"{ret}.v = icmp ne i8 {ret}.m, 0")
+    return f"{ret}.v"
+  if gate is None: return load_and_convert()
+  before, then, join = ctx.block, f"{ret[1:]}.then", f"{ret[1:]}.join"
+  ctx.emit(f"br i1 {gate}, label %{then}, label %{join}")
+  ctx.label(then)
+  value = load_and_convert()
+  ctx.emit(f"br label %{join}")
+  ctx.label(join)
+  ctx.emit(f"{ret} = phi {ltype(dt)} [ {value}, %{then} ], [ {lconst(0, dt)}, %{before} ]")
+  return ret
+
+def _store(ctx: _Ctx, x: UOp) -> str:
+  """A store to memory (bool as a byte); a gated store branches around it."""
+  index, dt = x.src[0], _dt(x.src[1])
+  value = ctx[x.src[1]]
+  if index.src[0].op is Ops.DEFINE_LOCAL:
+    store = f"store {ltype(dt)} {value}, {ctx.ptr_types[index]} {ctx.names[index]}"
+  else:
+    if dt is dtypes.bool:
+      ret = ctx.fresh("st")
+      ctx.emit(f"{ret} = zext i1 {value} to i8")
+      value = ret
+    store = f"store {mem_type(dt)} {value}, {ctx.renderer.buffer_type} {ctx.names[index]}"
+  if (gate := ctx.gate(index)) is None: return ctx.emit(store)
+  label = ctx.fresh("store")[1:]
+  ctx.emit(f"br i1 {gate}, label %{label}.then, label %{label}.join")
+  ctx.label(f"{label}.then")
+  ctx.emit(f"{store}\nbr label %{label}.join")
+  ctx.label(f"{label}.join")
+  return ""
+
+def _alu(ctx: _Ctx, x: UOp) -> str:
+  """An ALU uop by its `code_for_op` entry; unary math of `math_via_float` dtypes runs in float32."""
+  if (code := ctx.renderer.code_for_op.get(x.op)) is None:
+    _missing(ctx, f"code for {x.op.name}", "codegen must rewrite it first")
+  srcs = [ctx[s] for s in x.src]
+  dt = _dt(x.src[-1])  # the operands' dtype (WHERE's condition is src[0])
+  if x.op in (Ops.SHL, Ops.SHR) and x.src[1].dtype is not x.src[0].dtype:  # LLVM shifts need equal operand types
+    srcs[1], dt = ctx.convert(srcs[1], _dt(x.src[1]), _dt(x.src[0])), _dt(x.src[0])
+  ret = ctx.fresh("alu")
+  if x.op in GroupOp.Unary and x.op not in (Ops.NEG, Ops.RECIPROCAL) and dt in ctx.renderer.math_via_float:
+    wide = ctx.convert(srcs[0], dt, dtypes.float32)
+    ctx.emit(code(f"{ret}.f", wide, dtype=dtypes.float32))
+    return ctx.convert(f"{ret}.f", dtypes.float32, dt)
+  ctx.emit(code(ret, *srcs, dtype=dt))
+  return ret
+
+# the LLVM renderers' rendering rules: each emits the instructions of one uop of the linear program into `ctx` (an
+# `_Ctx`) and returns its value ("" for a uop that has none). A target puts rules of its own in front:
+# `PatternMatcher([...]) + base`
+pm_render_llvm = text_rules([
+  (UPat(Ops.CONST, name="x"), lambda x: lconst(x.arg, _dt(x))),
+  (UPat(Ops.RANGE, name="x"), _range),
+  (UPat(Ops.END, name="x"), lambda ctx, x: _end(ctx, x.src[0])),
+  (UPat(Ops.DEFINE_ACC, name="x"), _define_acc),
+  (UPat(Ops.ASSIGN, name="x"), _assign),
+  (UPat(Ops.DEFINE_LOCAL, name="x"), _define_local),
+  (UPat(Ops.BARRIER), lambda ctx: ctx.emit(ctx.renderer.barrier_ir or _missing(ctx, "BARRIER", "set barrier_ir"))),
+  (UPat(Ops.SHUFFLE_XOR, name="x"), _shuffle),
+  (UPat(Ops.WMMA, name="x"), _wmma),
+  (UPat(Ops.INDEX, name="x"), _index),
+  (UPat(Ops.LOAD, name="x"), _load),
+  (UPat(Ops.STORE, name="x"), _store),
+  (UPat(GroupOp.ALU, name="x"), _alu),
+  (UPat(Ops.CAST, name="x"), lambda ctx, x: ctx.convert(ctx[x.src[0]], _dt(x.src[0]), _dt(x))),
+  (UPat(Ops.BITCAST, name="x"), lambda ctx, x: ctx.bitcast(ctx[x.src[0]], _dt(x.src[0]), _dt(x))),
+])
+
+# ops with nothing to render: buffers and variables are parameters, SINK and NOOP order the program
+_no_code = (Ops.PARAM, Ops.DEFINE_VAR, Ops.SINK, Ops.NOOP)
 
 class LLVMRenderer(Renderer):
-  """Renders a linear program as one LLVM IR function. Subclasses set the target data below."""
+  """Renders a linear program as one LLVM IR function. Subclasses set the target data below and put their own
+  rendering rules in front of `string_rewrite`."""
   triple: str = ""
   datalayout: str = ""
   calling_conv: str = ""         # e.g. "amdgpu_kernel"
@@ -122,6 +344,7 @@ class LLVMRenderer(Renderer):
   # ", i32 0"); it is called as `<nD x acc> @intrinsic(<nA x in> A, <nB x in> B, <nD x acc> zeroinitializer...)`
   wmma_intrinsics: dict[str, tuple[str, str]] = {}
   math_via_float: frozenset[DType] = frozenset({dtypes.float16})  # unary math runs in float32 for these
+  # ALU op -> its instructions as a function of the result's name, the operands' values and their dtype
   code_for_op: dict[Ops, Callable[..., str]] = {
     Ops.NEG: _neg, Ops.EXP2: _intrinsic("exp2"), Ops.LOG2: _intrinsic("log2"), Ops.SIN: _intrinsic("sin"),
     Ops.SQRT: _intrinsic("sqrt"), Ops.TRUNC: _intrinsic("trunc"),
@@ -134,10 +357,12 @@ class LLVMRenderer(Renderer):
     Ops.SHL: _arith("shl", "shl"), Ops.SHR: _arith("ashr", "ashr", "lshr"),
     Ops.WHERE: lambda ret, c, a, b, dtype: f"{ret} = select i1 {c}, {ltype(dtype)} {a}, {ltype(dtype)} {b}",
     Ops.MULACC: _mulacc}
+  # uop -> its instructions and value (pm_render_llvm)
+  string_rewrite: PatternMatcher = pm_render_llvm
 
   def render(self, uops: list[UOp], name: str = "kernel") -> str:
     uops = emulate_floats(uops, self)
-    ctx = _Ctx()
+    ctx = _Ctx(self)
     params: list[str] = []
     for u in sorted((u for u in uops if u.op is Ops.PARAM), key=lambda u: u.arg):
       ctx.names[u] = f"%data{u.arg}"
@@ -147,7 +372,7 @@ class LLVMRenderer(Renderer):
         ctx.names[u] = "%" + var_name(u.arg[0], frozenset(self.thread_args))
         params.append(f"{ltype(u.dtype)} {ctx.names[u]}")
     if self.has_threads: params += [f"i32 %{a}" for a in self.thread_args]
-    for u in uops: self._render_uop(u, ctx)
+    for u in uops: self.render_uop(u, ctx)
     if ctx.loops: raise CompileError(f"{type(self).__name__}: kernel {name} has a RANGE without its END")
     body = "\n".join(ctx.lines)
     intrinsics = re.findall(r"call (\w+) @(llvm\.[\w.]+)\(([^()]*)\)", body)
@@ -160,212 +385,12 @@ class LLVMRenderer(Renderer):
           "  ret void", "}"]
     return "\n".join([*head, *ctx.globals, *declares, *ctx.helpers.values(), *fn]) + "\n"
 
-  # ** values **
-  def _val(self, u: UOp, ctx: _Ctx) -> str:
-    """The LLVM value of a source; an accumulator is loaded here, so each use reads its current value."""
-    if u.op in (Ops.DEFINE_ACC, Ops.ASSIGN):
-      acc = u if u.op is Ops.DEFINE_ACC else u.src[0]
-      ret = ctx.fresh(f"acc{acc.arg}.r")
-      ctx.emit(f"{ret} = load {ltype(acc.dtype)}, ptr %acc{acc.arg}")
-      return ret
-    if u in ctx.names: return ctx.names[u]
-    if u.op is Ops.CONST: return lconst(u.arg, u.dtype)  # type: ignore[arg-type]
-    raise CompileError(f"{type(self).__name__}: {u.op.name} is used before it appears in the linear program")
-
-  def _render_uop(self, u: UOp, ctx: _Ctx) -> None:
-    op = u.op
-    if op in (Ops.PARAM, Ops.DEFINE_VAR, Ops.SINK, Ops.NOOP): return
-    if op is Ops.CONST: ctx.names[u] = lconst(u.arg, u.dtype)  # type: ignore[arg-type]
-    elif op is Ops.RANGE: self._render_range(u, ctx)
-    elif op is Ops.END: self._render_end(u.src[0], ctx)
-    elif op is Ops.DEFINE_ACC:
-      ctx.allocas.append(f"  %acc{u.arg} = alloca {ltype(u.dtype)}")
-      ctx.emit(f"store {ltype(u.dtype)} {self._val(u.src[0], ctx)}, ptr %acc{u.arg}")
-    elif op is Ops.ASSIGN:
-      acc = u.src[0]
-      ctx.emit(f"store {ltype(acc.dtype)} {self._val(u.src[1], ctx)}, ptr %acc{acc.arg}")
-    elif op is Ops.DEFINE_LOCAL:
-      if not self.local_ptr_type:
-        raise CompileError(f"{type(self).__name__} has no block-shared memory; set local_ptr_type for GPU targets")
-      space = self.local_ptr_type.removeprefix("ptr").strip()
-      ctx.globals.append(f"@{u.arg} = internal unnamed_addr {space} global [{u.dtype.size} x "
-                         f"{ltype(u.dtype.base)}] undef, align 16")
-      ctx.names[u] = f"@{u.arg}"
-    elif op is Ops.BARRIER:
-      if not self.barrier_ir: raise CompileError(f"{type(self).__name__} has no BARRIER; set barrier_ir")
-      ctx.emit(self.barrier_ir)
-    elif op is Ops.SHUFFLE_XOR:
-      if self.shuffle_ir is None: raise CompileError(f"{type(self).__name__} has no SHUFFLE_XOR; set shuffle_ir")
-      ret = ctx.fresh("shfl")
-      ctx.emit(self.shuffle_ir(ret, self._val(u.src[0], ctx), u.arg, _dt(u)))
-      ctx.names[u] = ret
-    elif op is Ops.WMMA: self._render_wmma(u, ctx)
-    elif op is Ops.INDEX: self._render_index(u, ctx)
-    elif op is Ops.LOAD: self._render_load(u, ctx)
-    elif op is Ops.STORE: self._render_store(u, ctx)
-    elif op in GroupOp.ALU: self._render_alu(u, ctx)
-    elif op is Ops.CAST: ctx.names[u] = self._convert(self._val(u.src[0], ctx), _dt(u.src[0]), _dt(u), ctx)
-    elif op is Ops.BITCAST: ctx.names[u] = self._bitcast(self._val(u.src[0], ctx), _dt(u.src[0]), _dt(u), ctx)
-    else: raise CompileError(f"{type(self).__name__} cannot render {op.name}: it is not an op of the linear program")
-
-  def _render_wmma(self, u: UOp, ctx: _Ctx) -> None:
-    """The first WMMA of a set of sources builds the A and B vectors and calls the intrinsic with C = 0; each WMMA
-    extracts its element of the result."""
-    from ember.codegen.tensorcore import tensor_core
-    name, index, count = u.arg
-    if name not in self.wmma_intrinsics:
-      raise CompileError(f"{type(self).__name__} has no intrinsic for the matrix instruction {name}; add it to "
-                         "wmma_intrinsics or drop it from tensor_cores")
-    tc = tensor_core(name)
-    t_in, t_acc = ltype(tc.dtype_in), ltype(tc.dtype_acc)
-    acc_t = f"<{count} x {t_acc}>"
-    if (ret := ctx.wmma.get(u.src)) is None:
-      intrinsic, extra = self.wmma_intrinsics[name]
-      ret = ctx.wmma[u.src] = ctx.fresh("wmma")
-      n_a = tc.elements[0]
-      vectors = []
-      for part, srcs in (("a", u.src[:n_a]), ("b", u.src[n_a:])):
-        vec_t, prev = f"<{len(srcs)} x {t_in}>", "poison"
-        for i, s in enumerate(srcs):
-          ctx.emit(f"{ret}.{part}{i} = insertelement {vec_t} {prev}, {t_in} {self._val(s, ctx)}, i32 {i}")
-          prev = f"{ret}.{part}{i}"
-        vectors.append(f"{vec_t} {prev}")
-      ctx.emit(f"{ret} = call {acc_t} @{intrinsic}({', '.join(vectors)}, {acc_t} zeroinitializer{extra})")
-      extra_types = "".join(", " + arg.strip().split(" ")[0] for arg in extra.split(",") if arg.strip())
-      ctx.helpers.setdefault(intrinsic, f"declare {acc_t} @{intrinsic}({vectors[0].rsplit(' ', 1)[0]}, "
-                                        f"{vectors[1].rsplit(' ', 1)[0]}, {acc_t}{extra_types})")
-    ctx.names[u] = f"{ret}.d{index}"
-    ctx.emit(f"{ctx.names[u]} = extractelement {acc_t} {ret}, i32 {index}")
-
-  def _render_range(self, u: UOp, ctx: _Ctx) -> None:
-    axis, axis_type = u.arg
-    t, ridx, dt = ltype(u.dtype), f"%ridx{axis}", _dt(u)
-    end = self._convert(self._val(u.src[0], ctx), _dt(u.src[0]), dt, ctx)
-    start, stop = "0", end
-    if axis_type is AxisType.THREAD:  # this thread's chunk: [core_id*chunk, min(end, (core_id+1)*chunk))
-      if not self.has_threads:
-        raise CompileError(f"{type(self).__name__} has no threads but the kernel has a THREAD range")
-      core_id = self._convert(f"%{self.thread_args[0]}", dtypes.int32, dt, ctx)
-      num_cores = self._convert(f"%{self.thread_args[1]}", dtypes.int32, dt, ctx)
-      ctx.emit("\n".join([
-        f"{ridx}.n1 = add {t} {end}, {num_cores}", f"{ridx}.n2 = sub {t} {ridx}.n1, 1",
-        f"{ridx}.chunk = sdiv {t} {ridx}.n2, {num_cores}", f"{ridx}.start = mul {t} {core_id}, {ridx}.chunk",
-        f"{ridx}.hi = add {t} {ridx}.start, {ridx}.chunk", f"{ridx}.lt = icmp slt {t} {ridx}.hi, {end}",
-        f"{ridx}.stop = select i1 {ridx}.lt, {t} {ridx}.hi, {t} {end}"]))
-      start, stop = f"{ridx}.start", f"{ridx}.stop"
-    ctx.allocas.append(f"  {ridx}.addr = alloca {t}")
-    ctx.emit(f"store {t} {start}, ptr {ridx}.addr\nbr label %loop{axis}")
-    ctx.label(f"loop{axis}")
-    ctx.emit(f"{ridx} = load {t}, ptr {ridx}.addr\n%loop{axis}.c = icmp slt {t} {ridx}, {stop}\n"
-             f"br i1 %loop{axis}.c, label %loop{axis}.body, label %loop{axis}.exit")
-    ctx.label(f"loop{axis}.body")
-    ctx.names[u] = ridx
-    ctx.loops[u] = (ridx, stop)
-
-  def _render_end(self, rng: UOp, ctx: _Ctx) -> None:
-    if rng not in ctx.loops: raise CompileError(f"{type(self).__name__}: END of a RANGE that is not open")
-    ridx, _ = ctx.loops.pop(rng)
-    t, axis = ltype(rng.dtype), rng.arg[0]
-    ctx.emit(f"{ridx}.next = add {t} {ridx}, 1\nstore {t} {ridx}.next, ptr {ridx}.addr\nbr label %loop{axis}")
-    ctx.label(f"loop{axis}.exit")
-
-  def _render_index(self, u: UOp, ctx: _Ctx) -> None:
-    buf, idx_dt = u.src[0], _dt(u.src[1])
-    idx = self._convert(self._val(u.src[1], ctx), idx_dt, dtypes.int64 if _signed(idx_dt) else dtypes.uint64, ctx)
-    ret, elem = ctx.fresh("idx"), mem_type(buf.dtype.base if isinstance(buf.dtype, PtrDType) else buf.dtype)
-    if buf.op is Ops.DEFINE_LOCAL: elem = ltype(buf.dtype.base)  # block-shared arrays hold register values
-    ptr_t = self.local_ptr_type if buf.op is Ops.DEFINE_LOCAL else self.buffer_type
-    ctx.emit(f"{ret} = getelementptr {elem}, {ptr_t} {self._val(buf, ctx)}, i64 {idx}")
-    ctx.names[u], ctx.ptr_types[u] = ret, ptr_t
-
-  def _gate(self, index: UOp, ctx: _Ctx) -> str | None:
-    return self._val(index.src[2], ctx) if len(index.src) == 3 else None
-
-  def _render_load(self, u: UOp, ctx: _Ctx) -> None:
-    dt = _dt(u)
-    ret, gate, ptr = ctx.fresh("val"), self._gate(u.src[0], ctx), ctx.names[u.src[0]]
-    if u.src[0].src[0].op is Ops.DEFINE_LOCAL:  # a register value, no conversion
-      ctx.emit(f"{ret} = load {ltype(dt)}, {ctx.ptr_types[u.src[0]]} {ptr}")
-      ctx.names[u] = ret
-      return
-    def load_and_convert() -> str:
-      ctx.emit(f"{ret}.m = load {mem_type(dt)}, {self.buffer_type} {ptr}")
-      if dt is dtypes.bool:
-        ctx.emit(f"{ret}.v = icmp ne i8 {ret}.m, 0")
-        return f"{ret}.v"
-      return f"{ret}.m"
-    if gate is None:
-      ctx.names[u] = load_and_convert()
-      return
-    before, then, join = ctx.block, f"{ret[1:]}.then", f"{ret[1:]}.join"
-    ctx.emit(f"br i1 {gate}, label %{then}, label %{join}")
-    ctx.label(then)
-    value, then_end = load_and_convert(), then
-    ctx.emit(f"br label %{join}")
-    ctx.label(join)
-    zero = lconst(0, dt)
-    ctx.emit(f"{ret} = phi {ltype(dt)} [ {value}, %{then_end} ], [ {zero}, %{before} ]")
-    ctx.names[u] = ret
-
-  def _render_store(self, u: UOp, ctx: _Ctx) -> None:
-    index, dt = u.src[0], _dt(u.src[1])
-    value = self._val(u.src[1], ctx)
-    if index.src[0].op is Ops.DEFINE_LOCAL:
-      store = f"store {ltype(dt)} {value}, {ctx.ptr_types[index]} {ctx.names[index]}"
-    else:
-      if dt is dtypes.bool:
-        ret = ctx.fresh("st")
-        ctx.emit(f"{ret} = zext i1 {value} to i8")
-        value = ret
-      store = f"store {mem_type(dt)} {value}, {self.buffer_type} {ctx.names[index]}"
-    if (gate := self._gate(index, ctx)) is None:
-      ctx.emit(store)
-      return
-    label = ctx.fresh("store")[1:]
-    ctx.emit(f"br i1 {gate}, label %{label}.then, label %{label}.join")
-    ctx.label(f"{label}.then")
-    ctx.emit(f"{store}\nbr label %{label}.join")
-    ctx.label(f"{label}.join")
-
-  def _render_alu(self, u: UOp, ctx: _Ctx) -> None:
-    if (fn := self.code_for_op.get(u.op)) is None:
-      raise CompileError(f"{type(self).__name__} has no code for {u.op.name}; codegen must rewrite it first")
-    srcs = [self._val(s, ctx) for s in u.src]
-    dt = _dt(u.src[-1])  # the operands' dtype (WHERE's condition is src[0])
-    if u.op in (Ops.SHL, Ops.SHR) and u.src[1].dtype is not u.src[0].dtype:  # LLVM shifts need equal operand types
-      srcs[1], dt = self._convert(srcs[1], _dt(u.src[1]), _dt(u.src[0]), ctx), _dt(u.src[0])
-    ret = ctx.fresh("alu")
-    if u.op in GroupOp.Unary and u.op not in (Ops.NEG, Ops.RECIPROCAL) and dt in self.math_via_float:
-      wide = self._convert(srcs[0], dt, dtypes.float32, ctx)
-      ctx.emit(fn(f"{ret}.f", wide, dtype=dtypes.float32))
-      ctx.names[u] = self._convert(f"{ret}.f", dtypes.float32, dt, ctx)
-      return
-    ctx.emit(fn(ret, *srcs, dtype=dt))
-    ctx.names[u] = ret
-
-  # ** conversions **
-  def _convert(self, x: str, s: DType, dst: DType, ctx: _Ctx) -> str:
-    """A value conversion with C semantics (float->int truncates, ->bool is != 0)."""
-    if s is dst or (ltype(s) == ltype(dst) and dtypes.is_int(s) and dtypes.is_int(dst)): return x  # same bits
-    ret, ts, td = ctx.fresh("cast"), ltype(s), ltype(dst)
-    if dst is dtypes.bool:
-      ctx.emit(f"{ret} = fcmp une {ts} {x}, {lconst(0.0, s)}" if dtypes.is_float(s) else f"{ret} = icmp ne {ts} {x}, 0")
-    elif dtypes.is_float(s) and dtypes.is_float(dst):
-      ctx.emit(f"{ret} = {'fpext' if dst.itemsize > s.itemsize else 'fptrunc'} {ts} {x} to {td}")
-    elif dtypes.is_float(s): ctx.emit(f"{ret} = {'fptosi' if _signed(dst) else 'fptoui'} {ts} {x} to {td}")
-    elif dtypes.is_float(dst): ctx.emit(f"{ret} = {'sitofp' if _signed(s) else 'uitofp'} {ts} {x} to {td}")
-    elif dst.itemsize < s.itemsize: ctx.emit(f"{ret} = trunc {ts} {x} to {td}")
-    else: ctx.emit(f"{ret} = {'sext' if _signed(s) else 'zext'} {ts} {x} to {td}")
-    return ret
-
-  def _bitcast(self, x: str, src: DType, dst: DType, ctx: _Ctx) -> str:
-    if src.itemsize != dst.itemsize: raise CompileError(f"BITCAST needs equal itemsizes, got {src!r} -> {dst!r}")
-    if src is dtypes.bool: x, src = self._convert(x, src, dtypes.uint8, ctx), dtypes.uint8
-    if dst is dtypes.bool: return self._convert(self._bitcast(x, src, dtypes.uint8, ctx), dtypes.uint8, dst, ctx)
-    if ltype(src) == ltype(dst): return x
-    ret = ctx.fresh("cast")
-    ctx.emit(f"{ret} = bitcast {ltype(src)} {x} to {ltype(dst)}")
-    return ret
+  def render_uop(self, u: UOp, ctx: _Ctx) -> None:
+    """Render one uop by `string_rewrite`: its instructions go to `ctx`, its value is what the rule returns."""
+    if u.op in _no_code: return
+    if (value := cast(str | None, self.string_rewrite.rewrite(u, ctx))) is None:
+      raise CompileError(f"{type(self).__name__} cannot render {u.op.name}: it is not an op of the linear program")
+    if value: ctx.names[u] = value
 
 # ** the runtime of an in-process JIT **
 # Where a CPU has no instruction for a half conversion (double -> half without AVX512-FP16; every half conversion
@@ -380,11 +405,12 @@ JIT_RUNTIME_SYMBOLS = ("__extendhfsf2", "__truncsfhf2", "__truncdfhf2")
 def _conversion_ir(name: str, arg: DType, ret: DType, convert: Callable[[UOp], UOp]) -> str:
   """An internal LLVM function of one argument: `convert`'s UOps on it, printed by the LLVM renderer's ALU code."""
   x = UOp(Ops.DEFINE_VAR, arg, arg=("x", 0, 0))
-  out, ctx, renderer = convert(x), _Ctx(names={x: "%x"}), LLVMRenderer()
+  renderer = LLVMRenderer()
+  out, ctx = convert(x), _Ctx(renderer, names={x: "%x"})
   for u in out.toposort():
-    if u is not x: renderer._render_uop(u, ctx)
+    if u is not x: renderer.render_uop(u, ctx)
   return (f"define internal {ltype(ret)} @{name}({ltype(arg)} %x) nounwind {{\n" + "\n".join(ctx.lines) +
-          f"\n  ret {ltype(ret)} {renderer._val(out, ctx)}\n}}")
+          f"\n  ret {ltype(ret)} {ctx[out]}\n}}")
 
 def jit_runtime_ir() -> str:
   """An LLVM module that defines every function of JIT_RUNTIME_SYMBOLS without calling any other."""
