@@ -1,5 +1,6 @@
 """Loops, reductions, gates, variables and threads of hand-built linear programs, on both CPU renderers."""
 from __future__ import annotations
+import re
 import numpy as np
 import pytest
 from ember.plugin import AxisType, Ops, UOp, dtypes
@@ -124,3 +125,18 @@ def test_wait_returns_seconds_and_argument_count_is_checked(kind: str) -> None:
   assert list(alloc._as_buffer(buf).cast("i")) == [0, 2, 4, 6]
   with pytest.raises(DeviceError, match="takes 1 buffers"):
     prg(buf, buf)
+
+def test_c_prints_indices_as_pointer_offsets_and_fused_mulacc() -> None:
+  # ClangRenderer's own rendering rules (pm_render_clang) go before the C-style base's: `buf[x+y+c]` as `(buf+x+y)[c]`,
+  # the form gcc's vectorisers need, and kernel opts' MULACC "fma" as one fused multiply-add
+  n = 8
+  out, inp = param(0, dtypes.float32, n * n), param(1, dtypes.float32, n * n + 1)
+  r0, r1 = UOp.range(n, 0, AxisType.LOOP), UOp.range(n, 1, AxisType.LOOP)
+  i = r0 * n + r1
+  a, b = inp.index(i).load(), inp.index(i + 1).load()
+  prog = linear(out.index(i).store(UOp(Ops.MULACC, dtypes.float32, (a, b, a), "fma")), end(r1), end(r0))
+  src = device("C").renderer.render(prog, "k")
+  assert re.search(r"\(data1\+[^\]]+\)\[1\]", src) and "__builtin_fmaf(" in src, src
+  x = np.random.default_rng(0).integers(-64, 64, n * n + 1).astype(np.float32)  # exact products and sums
+  got = run("C", prog, [np.zeros(n * n, np.float32), x])[0]
+  np.testing.assert_array_equal(got, x[:-1] * x[1:] + x[:-1])
