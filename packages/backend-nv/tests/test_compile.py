@@ -120,3 +120,16 @@ def test_ptxas_errors_quote_source() -> None:
   with pytest.raises(CompileError, match=r"(?s)ptxas rejected.*not_an_instruction"):
     PTXCompiler("sm_80").compile(".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k()\n{\n"
                                  "\tnot_an_instruction;\n}\n")
+
+def test_cuda_half_converts_through_float() -> None:
+  # cuda_fp16.h converts half unambiguously only to and from float: CUDA's rendering rule (pm_render_cuda) goes before
+  # the C-style base's `(float)(x)`, which NVRTC also accepts (so only the text tells them apart)
+  n = 4
+  half, floats, bools = (UOp(Ops.PARAM, dt.ptr(n), arg=i) for i, dt in enumerate([dtypes.float16, dtypes.float32,
+                                                                                   dtypes.bool]))
+  rng = UOp.range(n, 0, AxisType.LOOP)
+  x = half.index(rng).load()
+  prog = _linear(floats.index(rng).store(x.cast(dtypes.float32)), bools.index(rng).store(x.cast(dtypes.bool)),
+                 UOp(Ops.END, src=(rng,)))
+  src = CUDARenderer("sm_80").render(prog, "k")
+  assert "data1[ridx0] = (float)(__half2float(val0));" in src and "data2[ridx0] = (__half2float(val0)!=0.0f);" in src
