@@ -85,8 +85,9 @@ def tests_nn(session: nox.Session) -> None:
 
 @nox.session(venv_backend="venv")
 def slow(session: nox.Session) -> None:
-  """Full training runs: Fashion-MNIST for 2 epochs (needs the Debian package dataset-fashion-mnist, else skips)."""
-  session.install(CORE, CPU, NN, "pytest", "numpy", TORCH)
+  """Full training runs (Fashion-MNIST for 2 epochs: needs the Debian package dataset-fashion-mnist, else skips) and
+  the whole llama/qwen2/qwen3 x weight-type grid against transformers (tests-nn runs a diagonal of it)."""
+  session.install(CORE, CPU, f"{NN}[llm]", "pytest", "numpy", TORCH, "gguf", "transformers", "accelerate")
   _nn_tests(session, "slow")
 
 @nox.session(venv_backend="venv")
