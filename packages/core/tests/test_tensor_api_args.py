@@ -7,12 +7,11 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 from ember import Tensor, dtypes
-from ember.errors import EmberError
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-from torch_oracle import check  # noqa: E402
+from torch_oracle import check, check_raises_like_torch  # noqa: E402
 
 rng = np.random.default_rng(17)
 def rand(*shape: int) -> np.ndarray: return rng.standard_normal(shape).astype(np.float32)
@@ -553,24 +552,9 @@ BAD: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
                              is_causal=True)),
 }
 
-def _raised(fn: Callable[[], Any]) -> BaseException | None:
-  try:
-    with warnings.catch_warnings():
-      warnings.simplefilter("ignore")
-      fn()
-  except Exception as e:  # noqa: BLE001 -- the exception is what the test compares
-    return e
-  return None
-
 @pytest.mark.parametrize("name", list(BAD))
 def test_bad_call_raises_like_torch(name: str) -> None:
-  ours, ref = BAD[name]
-  want = _raised(ref)
-  assert want is not None, f"torch accepts {name}: the case is not a bad call"
-  got = _raised(ours)
-  assert got is not None, f"ember accepted {name}; torch raises {type(want).__name__}: {want}"
-  assert isinstance(got, EmberError), f"{name}: ember raised a foreign {type(got).__name__}: {got}"
-  assert isinstance(got, type(want)), f"{name}: ember's {type(got).__name__} is not a {type(want).__name__}"
+  check_raises_like_torch(name, *BAD[name])
 
 # ** max_unpool2d edge shapes **
 

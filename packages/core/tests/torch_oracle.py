@@ -2,6 +2,7 @@
 gradients of every float input (torch 2.13 CPU; tests importing this skip without it)."""
 from __future__ import annotations
 from typing import Any, Callable
+import warnings
 import numpy as np
 import pytest
 from ember import Tensor
@@ -30,3 +31,22 @@ def check(ours: Callable[..., Any], ref: Callable[..., Any], *arrays: np.ndarray
     if not f: continue
     assert t.grad is not None and t.grad.dtype == t.dtype
     np.testing.assert_allclose(t.grad.numpy(), r.grad.numpy(), atol=grad_tol, rtol=grad_tol)
+
+def _raised(fn: Callable[[], Any]) -> BaseException | None:
+  try:
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      fn()
+  except Exception as e:  # noqa: BLE001 -- the exception is what the test compares
+    return e
+  return None
+
+def check_raises_like_torch(name: str, ours: Callable[[], Any], ref: Callable[[], Any]) -> None:
+  """`ours` (ember) must raise an EmberError that is an instance of the builtin class `ref` (torch) raises."""
+  from ember.errors import EmberError
+  want = _raised(ref)
+  assert want is not None, f"torch accepts {name}: the case is not a bad call"
+  got = _raised(ours)
+  assert got is not None, f"ember accepted {name}; torch raises {type(want).__name__}: {want}"
+  assert isinstance(got, EmberError), f"{name}: ember raised a foreign {type(got).__name__}: {got}"
+  assert isinstance(got, type(want)), f"{name}: ember's {type(got).__name__} is not a {type(want).__name__}"
