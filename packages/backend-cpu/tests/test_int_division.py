@@ -11,6 +11,7 @@ import pytest
 from ember import Tensor, dtypes
 from ember.device import Device
 from ember.dtype import DType
+from ember.testing import division_operands, trunc_div
 from ember.testing.hostshim import selected_device
 
 INTS = [dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64,
@@ -25,20 +26,6 @@ def cpu(request: pytest.FixtureRequest) -> Iterator[str]:
   finally:
     Device._opened.clear()
     Device._opened.update(opened)
-
-def operands(dt: DType) -> tuple[np.ndarray, np.ndarray]:
-  """Every pair of interesting dividends and divisors: MIN, MAX, 0, +-1, +-7 over 0, +-1, +-3, MIN, MAX."""
-  npdt = np.dtype(dt.fmt)
-  info = np.iinfo(npdt)
-  a = sorted(v for v in {info.min, info.max, 0, 1, 7, -1, -7} if info.min <= v <= info.max)
-  b = sorted(v for v in {0, 1, 3, -1, -3, info.min, info.max} if info.min <= v <= info.max)
-  grid_a, grid_b = np.meshgrid(np.array(a, npdt), np.array(b, npdt), indexing="ij")
-  return grid_a.ravel(), grid_b.ravel()
-
-def trunc_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-  """C division (toward zero) with the rule's values where C traps."""
-  safe = np.where(b == 0, 1, b).astype(a.dtype)
-  return np.where(b == 0, 0, (a - np.fmod(a, safe)) // safe).astype(a.dtype)
 
 OPS: dict[str, tuple[Callable[[Any, Any], Any], Callable[[np.ndarray, np.ndarray], np.ndarray]]] = {
   "floordiv": (lambda a, b: a // b, lambda a, b: a // b),
@@ -60,7 +47,7 @@ def test_division_by_zero_does_not_kill_the_process() -> None:
 
 @pytest.mark.parametrize("dt", INTS, ids=lambda d: d.name)
 def test_int_division_rule(cpu: str, dt: DType) -> None:
-  a, b = operands(dt)
+  a, b = division_operands(dt)
   ta, tb = Tensor(a, device="CPU"), Tensor(b, device="CPU")
   scalars = [0, 3, -1] if dt.kind == "i" else [0, 3]
   with np.errstate(all="ignore"):

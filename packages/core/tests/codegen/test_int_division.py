@@ -11,24 +11,11 @@ from ember.device.python import PythonRenderer
 from ember.dtype import DType
 from ember.uop.ops import AxisType, Ops, UOp
 from ember.uop.rewrite import PatternMatcher
+from ember.testing import division_operands, trunc_div
 from ember.testing.programs import param
 
 INTS = [dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64,
         dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64]
-
-def operands(dt: DType) -> tuple[np.ndarray, np.ndarray]:
-  """Every pair of interesting dividends and divisors: MIN, MAX, 0, +-1, +-7 over 0, +-1, +-3, MIN, MAX."""
-  npdt = np.dtype(dt.fmt)
-  info = np.iinfo(npdt)
-  a = sorted(v for v in {info.min, info.max, 0, 1, 7, -1, -7} if info.min <= v <= info.max)
-  b = sorted(v for v in {0, 1, 3, -1, -3, info.min, info.max} if info.min <= v <= info.max)
-  grid_a, grid_b = np.meshgrid(np.array(a, npdt), np.array(b, npdt), indexing="ij")
-  return grid_a.ravel(), grid_b.ravel()
-
-def trunc_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-  """C division (toward zero) with the rule's values where C traps."""
-  safe = np.where(b == 0, 1, b).astype(a.dtype)
-  with np.errstate(all="ignore"): return np.where(b == 0, 0, (a - np.fmod(a, safe)) // safe).astype(a.dtype)
 
 OPS: dict[str, tuple[Callable[[Any, Any], Any], Callable[[np.ndarray, np.ndarray], np.ndarray]]] = {
   "floordiv": (lambda a, b: a // b, lambda a, b: a // b),
@@ -38,7 +25,7 @@ OPS: dict[str, tuple[Callable[[Any, Any], Any], Callable[[np.ndarray, np.ndarray
 }
 
 def check_rule(device: str, dt: DType) -> None:
-  a, b = operands(dt)
+  a, b = division_operands(dt)
   ta, tb = Tensor(a, device=device), Tensor(b, device=device)
   scalars = [0, 3, -1] if dt.kind == "i" else [0, 3]
   for name, (ours, theirs) in OPS.items():

@@ -148,6 +148,21 @@ def _long_reduce(device: str, dt: DType) -> Tensor:
 KERNEL_CORPUS: dict[str, Builder] = {"elementwise": _elementwise, "reduce": _reduce, "movement": _movement,
                                      "gated_pad": _gated_pad, "matmul": _matmul, "long_reduce": _long_reduce}
 
+def division_operands(dt: DType) -> tuple[np.ndarray, np.ndarray]:
+  """Every pair of the dividends MIN, MAX, 0, +-1, +-7 with the divisors 0, +-1, +-3, MIN, MAX of int dtype `dt` (the
+  ones it holds): where integer division traps in C, and around it."""
+  npdt = np.dtype(dt.fmt)
+  info = np.iinfo(npdt)
+  a = sorted(v for v in {info.min, info.max, 0, 1, 7, -1, -7} if info.min <= v <= info.max)
+  b = sorted(v for v in {0, 1, 3, -1, -3, info.min, info.max} if info.min <= v <= info.max)
+  grid_a, grid_b = np.meshgrid(np.array(a, npdt), np.array(b, npdt), indexing="ij")
+  return grid_a.ravel(), grid_b.ravel()
+
+def trunc_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+  """C division (toward zero) with ember's values where C traps: x / 0 is 0, MIN / -1 wraps to MIN."""
+  safe = np.where(b == 0, 1, b).astype(a.dtype)
+  with np.errstate(all="ignore"): return np.where(b == 0, 0, (a - np.fmod(a, safe)) // safe).astype(a.dtype)
+
 def kernel_items(t: Tensor) -> list[Any]:
   return [it for it in t.schedule() if it.kind == "kernel"]
 
