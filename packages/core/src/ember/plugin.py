@@ -67,7 +67,7 @@ from ember.errors import (AxisError, CompileError, DeviceError, DTypeError, Embe
                           MemoryAccessError, PluginError, ShapeError)
 from ember.helpers import NUM_CPU_THREADS, Target, getenv
 from ember.renderer import Estimates, ProgramSpec, Renderer
-from ember.renderer.cstyle import CStyleLanguage
+from ember.renderer.cstyle import CStyleLanguage, ptr_dtype, text_rules, value_dtype
 from ember.renderer.llvmir import JIT_RUNTIME_SYMBOLS, LLVMRenderer, jit_runtime_ir
 from ember.uop.ops import AxisType, GroupOp, Ops, UOp
 from ember.uop.rewrite import PatternMatcher, UPat, graph_rewrite
@@ -143,7 +143,8 @@ __all__ = [
   "PROJECT_NAME", "PLUGIN_API_VERSION", "hookimpl", "hookspec", "PluginWarning", "BackendInfo", "ProbeResult",
   "DeviceFactory", "RendererFactory", "CompilerFactory", "DeviceRegistry", "RendererRegistry", "CompilerRegistry",
   "QueueRegistry", "DeviceEntry", "RendererEntry", "CompilerEntry", "QueueEntry", "EmberHookSpec", "device_target",
-  "Renderer", "ProgramSpec", "Estimates", "CStyleLanguage", "LLVMRenderer", "JIT_RUNTIME_SYMBOLS",
+  "Renderer", "ProgramSpec", "Estimates", "CStyleLanguage", "text_rules", "value_dtype", "ptr_dtype", "LLVMRenderer",
+  "JIT_RUNTIME_SYMBOLS",
   "jit_runtime_ir", "Allocator", "LRUAllocator", "BufferSpec",
   "Buffer", "Compiler", "Compiled", "Program", "from_mv", "mv_address", "UOp", "Ops", "GroupOp", "AxisType", "UPat",
   "PatternMatcher", "graph_rewrite", "DType", "PtrDType", "dtypes", "EmberError", "ShapeError", "AxisError",
