@@ -8,7 +8,8 @@ pass each value at its own width.
 from __future__ import annotations
 import os
 from typing import Any, Callable
-from ember.plugin import CStyleLanguage, LLVMRenderer, DType, Ops, UOp, UPat, PatternMatcher, dtypes, NUM_CPU_THREADS
+from ember.plugin import (CStyleLanguage, LLVMRenderer, DType, Ops, UOp, UPat, PatternMatcher, dtypes, NUM_CPU_THREADS,
+                          text_rules, value_dtype)
 
 ARGFMT_SUFFIX = "_argfmt"
 
@@ -60,17 +61,18 @@ def _flip(bits: UOp) -> UOp:
   return bits ^ (bits.alu(Ops.SHR, bits.const_like(width - 1)) & bits.const_like((1 << (width - 1)) - 1))
 
 def _int_max_reduce(red: UOp) -> UOp | None:
-  if red.arg is not Ops.MAX or (idt := _KEY_INT.get(red.dtype)) is None: return None
+  dt = value_dtype(red)
+  if red.arg is not Ops.MAX or (idt := _KEY_INT.get(dt)) is None: return None
   width = idt.itemsize * 8
   magnitude = (1 << (width - 1)) - 1
-  exp, man = dtypes.finfo(red.dtype)
+  exp, man = dtypes.finfo(dt)
   inf_bits = ((1 << exp) - 1) << man
   bits = red.src[0].bitcast(idt)
   keys = UOp(Ops.REDUCE, idt, (_flip(bits), *red.src[1:]), Ops.MAX)
   mags = UOp(Ops.REDUCE, idt, (bits & magnitude, *red.src[1:]), Ops.MAX)
   # an empty reduction leaves keys at the int minimum: clamp it to -inf's key (-inf is the sign bit and inf's bits)
   top = keys.maximum(UOp.const(idt, (inf_bits - (1 << (width - 1))) ^ magnitude))
-  return UOp.const(idt, inf_bits).lt(mags).where(mags.bitcast(red.dtype), _flip(top).bitcast(red.dtype))
+  return UOp.const(idt, inf_bits).lt(mags).where(mags.bitcast(dt), _flip(top).bitcast(dt))
 
 # codegen's rewrite for the CPU renderers: float MAX reductions as int maxima
 pm_cpu = PatternMatcher([
@@ -89,7 +91,7 @@ def _fma(ctx: Any, x: UOp) -> str:
   return f"__builtin_fma{'f' if x.dtype is dtypes.float32 else ''}({','.join(ctx[s] for s in x.src)})"
 
 # C's rendering rules for the system compiler, in front of the C-style base's
-pm_render_clang = PatternMatcher([
+pm_render_clang = text_rules([
   (UPat(Ops.INDEX, src=(UPat.var("buf"), UPat(Ops.ADD, name="idx")), allow_any_len=True, name="x"), _index_offsets),
   # a MULACC of kernel opts (ClangRenderer.fused_mulacc) as one fused multiply-add
   (UPat(Ops.MULACC, dtype=(dtypes.float32, dtypes.float64), arg="fma", name="x"), _fma),
