@@ -9,8 +9,8 @@ kernarg segment layout that `kernarg_layout` computes and the code object metada
 from __future__ import annotations
 import re
 from typing import Any, Callable
-from ember.plugin import (CompileError, CStyleLanguage, DType, LLVMRenderer, Ops, PatternMatcher, UOp, UPat,
-                          aligned_layout, dtypes)
+from ember.plugin import (CompileError, CStyleLanguage, DType, LLVMRenderer, Ops, UOp, UPat, aligned_layout, dtypes,
+                          text_rules)
 
 DEFAULT_ARCH = "gfx1100"
 # the archs this backend knows: wave size and LDS bytes per workgroup (RDNA3 is wave32, CDNA3/4 wave64)
@@ -95,7 +95,7 @@ def _workitem_id(ctx: Any, x: UOp) -> str:
   return ret
 
 # AMDGPU LLVM IR's rendering rules, in front of the LLVM base's
-pm_render_amdgpu = PatternMatcher([
+pm_render_amdgpu = text_rules([
   (UPat(Ops.SPECIAL, name="x"), _workitem_id),
 ])
 
@@ -128,7 +128,7 @@ class AMDLLVMRenderer(LLVMRenderer):
     self.warp_size = self.wave_size
     self.tensor_cores = _tensor_cores(self.arch)
 
-  def shuffle_ir(self, ret: str, x: str, mask: int, dtype: DType) -> str:  # type: ignore[override]
+  def shuffle_ir(self, ret: str, x: str, mask: int, dtype: DType) -> str:
     """ds_bpermute reads lane `addr / 4` of the wave: the lane (workitem id within its wave) xor `mask`."""
     t = "float" if dtype is dtypes.float32 else "i32"  # the shuffle_dtypes
     bits = [f"{ret}.b = bitcast {t} {x} to i32"] if t != "i32" else []
@@ -196,7 +196,7 @@ class HIPRenderer(CStyleLanguage):
     self.warp_size = self.wave_size
     self.tensor_cores = _tensor_cores(self.arch)
 
-  def code_for_shuffle(self, x: str, mask: int, dtype: DType) -> str:  # type: ignore[override]
+  def code_for_shuffle(self, x: str, mask: int, dtype: DType) -> str:
     """ds_bpermute reads lane `addr / 4` of the wave: the lane (workitem id within its wave) xor `mask`."""
     t = self.render_dtype(dtype)
     lane = "(__builtin_amdgcn_workitem_id_x() & (EMBER_WAVE_SIZE - 1))"
