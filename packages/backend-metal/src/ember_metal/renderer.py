@@ -24,7 +24,7 @@ behave as IEEE says and MAX can propagate NaN.
 from __future__ import annotations
 import re
 from typing import Any, Callable
-from ember.plugin import CompileError, CStyleLanguage, DType, Ops, PatternMatcher, UOp, UPat, dtypes
+from ember.plugin import CompileError, CStyleLanguage, DType, Ops, UOp, UPat, dtypes, text_rules
 
 METAL_HEADER = "#include <metal_stdlib>\nusing namespace metal;\n"
 
@@ -63,7 +63,7 @@ def _simdgroup_matmul(ctx: Any, x: UOp) -> str:
   return f"{out}[{index}]"
 
 # MSL's rendering rules, in front of the C-style base's
-pm_render_msl = PatternMatcher([
+pm_render_msl = text_rules([
   (UPat(Ops.WMMA, name="x"), _simdgroup_matmul),
 ])
 
@@ -100,7 +100,7 @@ class MetalRenderer(CStyleLanguage):
                  Ops.SIN: _metal("precise::sin"), Ops.SQRT: _metal("sqrt"), Ops.TRUNC: _metal("trunc"), Ops.MAX: _max}
   string_rewrite = pm_render_msl + CStyleLanguage.string_rewrite
 
-  tensor_cores = (SIMDGROUP_MATMUL,)
+  tensor_cores: tuple[str, ...] = (SIMDGROUP_MATMUL,)
 
   def __init__(self, arch: str = "") -> None:
     self.arch = arch
