@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 import struct
 from typing import Any, Callable
-from ember.plugin import (CompileError, CStyleLanguage, DType, GroupOp, Ops, PatternMatcher, PtrDType, Renderer, UOp,
-                          UPat, aligned_layout, dtypes)
+from ember.plugin import (CompileError, CStyleLanguage, DType, GroupOp, Ops, PtrDType, Renderer, UOp, UPat,
+                          aligned_layout, dtypes, ptr_dtype, text_rules, value_dtype)
 
 DEFAULT_ARCH = "sm_80"
 
@@ -69,7 +69,7 @@ def _cast_from_half(ctx: Any, x: UOp, h: UOp) -> str | None:
   return f"({as_float}!=0.0f)" if x.dtype is dtypes.bool else ctx.renderer.render_cast(as_float, x.dtype)
 
 # CUDA's rendering rules, in front of the C-style base's
-pm_render_cuda = PatternMatcher([
+pm_render_cuda = text_rules([
   (UPat(Ops.CAST, src=(UPat(dtype=dtypes.float16, name="h"),), name="x"), _cast_from_half),
 ])
 
@@ -107,7 +107,7 @@ class CUDARenderer(CStyleLanguage):
     self.arch = arch or DEFAULT_ARCH
     if parse_arch(self.arch) < 80: self.tensor_cores = ()  # m16n8k16 for f16/bf16 into f32 needs sm_80
 
-  def render_bitcast(self, x: str, src: DType, dst: DType, ctx) -> str:  # type: ignore[no-untyped-def]
+  def render_bitcast(self, x: str, src: DType, dst: DType, ctx: Any) -> str:
     if (fn := _bitcast_intrinsics.get((src, dst))) is not None: return f"{fn}({x})"
     return super().render_bitcast(x, src, dst, ctx)
 
@@ -200,7 +200,7 @@ class _PTXBuilder:
   def src(self, u: UOp) -> str:
     if u in self.regs: return self.regs[u]
     if u.op is Ops.CONST:  # materialise every constant in a register: PTX immediates are not valid everywhere
-      dt = u.dtype
+      dt = value_dtype(u)
       r = self.reg(dt)
       if dt is dtypes.bool: self.emit(f"setp.ne.s32 {r}, {self.const(u.arg, dtypes.int32)}, 0;")
       elif dt is dtypes.float16: self.emit(f"mov.b16 {r}, {self.const(u.arg, dt)};")
@@ -214,7 +214,7 @@ class _PTXBuilder:
     for u in sorted((u for u in self.uops if u.op is Ops.PARAM), key=lambda u: u.arg):
       params.append(f".param .u64 data{u.arg}")
     for i, u in enumerate(u for u in self.uops if u.op is Ops.DEFINE_VAR):
-      params.append(f".param .{_ptx_type[u.dtype]} var{i}")
+      params.append(f".param .{_ptx_type[value_dtype(u)]} var{i}")
     var_index = 0
     for u in self.uops:
       if u.op is Ops.PARAM:
@@ -223,8 +223,8 @@ class _PTXBuilder:
         self.emit(f"cvta.to.global.u64 {r}, {r};")
         self.regs[u] = r
       elif u.op is Ops.DEFINE_VAR:
-        r = self.reg(u.dtype)
-        self.emit(f"ld.param.{_ptx_type[u.dtype]} {r}, [var{var_index}];")
+        r = self.reg(value_dtype(u))
+        self.emit(f"ld.param.{_ptx_type[value_dtype(u)]} {r}, [var{var_index}];")
         var_index += 1
         self.regs[u] = r
       else: self.render_uop(u)
@@ -244,41 +244,41 @@ class _PTXBuilder:
       self.emit(f"mov.u32 {r}, {reg_name};")
       self.regs[u] = r
     elif op is Ops.RANGE:
-      r = self.reg(u.dtype)
-      self.emit(f"mov.{_reg_type(u.dtype)} {r}, 0;")
+      r = self.reg(value_dtype(u))
+      self.emit(f"mov.{_reg_type(value_dtype(u))} {r}, 0;")
       end = self.src(u.src[0])
       label = f"LOOP_{self.labels}"
       self.labels += 1
       self.regs[u] = r
       p = self.reg("pred")
       # a loop of zero trips jumps straight past its body
-      self.emit(f"setp.ge.{_reg_type(u.dtype)} {p}, {r}, {end};")
+      self.emit(f"setp.ge.{_reg_type(value_dtype(u))} {p}, {r}, {end};")
       self.emit(f"@{p} bra {label}_END;")
       self.lines.append(f"{label}:")
       self.loops.append((u, label))
     elif op is Ops.END:
       rng, label = self.loops.pop()
-      r, t = self.regs[rng], _reg_type(rng.dtype)
+      r, t = self.regs[rng], _reg_type(value_dtype(rng))
       p = self.reg("pred")
       self.emit(f"add.{t} {r}, {r}, 1;")
       self.emit(f"setp.lt.{t} {p}, {r}, {self.src(rng.src[0])};")
       self.emit(f"@{p} bra {label};")
       self.lines.append(f"{label}_END:")
     elif op is Ops.DEFINE_ACC:
-      r = self.reg(u.dtype)
-      self.move(r, self.src(u.src[0]), u.dtype)
+      r = self.reg(value_dtype(u))
+      self.move(r, self.src(u.src[0]), value_dtype(u))
       self.regs[u] = r
     elif op is Ops.ASSIGN:
-      self.move(self.regs[u.src[0]], self.src(u.src[1]), u.dtype)
+      self.move(self.regs[u.src[0]], self.src(u.src[1]), value_dtype(u))
       self.regs[u] = self.regs[u.src[0]]
     elif op is Ops.DEFINE_LOCAL:
-      self.lines.append(f"\t.shared .align 16 .b8 {u.arg}[{u.dtype.size * u.dtype.base.itemsize}];")
+      self.lines.append(f"\t.shared .align 16 .b8 {u.arg}[{ptr_dtype(u).size * ptr_dtype(u).base.itemsize}];")
       r = self.reg("b64")
       self.emit(f"mov.u64 {r}, {u.arg};")
       self.regs[u] = r
     elif op is Ops.BARRIER: self.emit("bar.sync 0;")
     elif op is Ops.SHUFFLE_XOR:
-      r = self.reg(u.dtype)
+      r = self.reg(value_dtype(u))
       self.emit(f"shfl.sync.bfly.b32 {r}, {self.src(u.src[0])}, {u.arg}, 0x1f, 0xffffffff;")
       self.regs[u] = r
     elif op is Ops.WMMA: self.render_wmma(u)
@@ -286,10 +286,10 @@ class _PTXBuilder:
     elif op is Ops.LOAD: self.render_load(u)
     elif op is Ops.STORE: self.render_store(u)
     elif op in GroupOp.ALU: self.regs[u] = self.render_alu(u)
-    elif op is Ops.CAST: self.regs[u] = self.render_cast(u.src[0].dtype, u.dtype, self.src(u.src[0]))
+    elif op is Ops.CAST: self.regs[u] = self.render_cast(value_dtype(u.src[0]), value_dtype(u), self.src(u.src[0]))
     elif op is Ops.BITCAST:
-      r = self.reg(u.dtype)
-      self.emit(f"mov.{_bits(u.dtype)} {r}, {self.src(u.src[0])};")
+      r = self.reg(value_dtype(u))
+      self.emit(f"mov.{_bits(value_dtype(u))} {r}, {self.src(u.src[0])};")
       self.regs[u] = r
     else: raise CompileError(f"PTXRenderer cannot render {op.name}: it is not an op of the linear program")
 
@@ -319,14 +319,14 @@ class _PTXBuilder:
     buf, idx = u.src[0], u.src[1]
     base = buf.dtype.base if isinstance(buf.dtype, PtrDType) else buf.dtype
     wide, addr = self.reg("b64"), self.reg("b64")
-    self.emit(f"cvt.s64.{_reg_type(idx.dtype)} {wide}, {self.src(idx)};" if idx.dtype.itemsize < 8 else
+    self.emit(f"cvt.s64.{_reg_type(value_dtype(idx))} {wide}, {self.src(idx)};" if value_dtype(idx).itemsize < 8 else
               f"mov.b64 {wide}, {self.src(idx)};")
     self.emit(f"mad.lo.s64 {addr}, {wide}, {base.itemsize}, {self.src(buf)};")
     self.regs[u] = addr
     self.gates[u] = self.src(u.src[2]) if len(u.src) == 3 else None
 
   def render_load(self, u: UOp) -> None:
-    idx, dt = u.src[0], u.dtype
+    idx, dt = u.src[0], value_dtype(u)
     gate = self.gates.get(idx)
     r = self.reg(dt)
     target = self.reg(dtypes.int16) if dt is dtypes.bool else r
@@ -343,7 +343,7 @@ class _PTXBuilder:
 
   def render_store(self, u: UOp) -> None:
     idx, value = u.src[0], u.src[1]
-    dt, gate = value.dtype, self.gates.get(idx)
+    dt, gate = value_dtype(value), self.gates.get(idx)
     val = self.src(value)
     if dt is dtypes.bool:  # a predicate is stored as a byte 0/1
       wide = self.reg(dtypes.int16)
@@ -354,9 +354,9 @@ class _PTXBuilder:
     self.emit(f"{'@' + gate + ' ' if gate else ''}st.{space}.{mem_t} [{self.regs[idx]}], {val};")
 
   def render_alu(self, u: UOp) -> str:
-    op, out = u.op, u.dtype
+    op, out = u.op, value_dtype(u)
     srcs = [self.src(s) for s in u.src]
-    dt = u.src[-1].dtype
+    dt = value_dtype(u.src[-1])
     t = _reg_type(dt)
     is_float = dtypes.is_float(dt)
     r = self.reg(out)
@@ -406,9 +406,9 @@ class _PTXBuilder:
 
   def shift_amount(self, u: UOp, reg: str) -> str:
     """PTX shifts take a 32-bit amount."""
-    if u.dtype.itemsize == 4: return reg
+    if value_dtype(u).itemsize == 4: return reg
     r = self.reg(dtypes.uint32)
-    self.emit(f"cvt.u32.{_reg_type(u.dtype)} {r}, {reg};")
+    self.emit(f"cvt.u32.{_reg_type(value_dtype(u))} {r}, {reg};")
     return r
 
   def bool_alu(self, op: Ops, srcs: list[str], r: str) -> str:
