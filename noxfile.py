@@ -201,13 +201,15 @@ def lint(session: nox.Session) -> None:
   session.run("ruff", "check", "packages", "noxfile.py", *session.posargs)
 
 MYPY = "mypy==2.4.1"  # the version the tree is clean under: a newer mypy's new checks come in their own commit
-TYPECHECKED = [os.path.join("packages", name, "src") for name in ("core", "nn")]
+TYPECHECKED = [os.path.join("packages", name, "src")
+               for name in ("core", "nn", "backend-cpu", "backend-nv", "backend-amd", "backend-metal")]
 
 @nox.session(venv_backend="venv")
 def typecheck(session: nox.Session) -> None:
-  """mypy over core's and ember-nn's sources (settings in pyproject.toml), with the third-party packages they import
-  whose types it reads: numpy, pluggy, pytest (ember.testing) and jinja2 (ember-llm's chat templates)."""
-  session.install(MYPY, "numpy", "pluggy", "pytest", "jinja2")
+  """mypy over every package's sources (settings in pyproject.toml), with the third-party packages they import:
+  numpy, pluggy, pytest (ember.testing), jinja2 (ember-llm's chat templates) and llvmlite (CPU and AMD backends; it
+  has no types, so mypy treats it as Any)."""
+  session.install(MYPY, "numpy", "pluggy", "pytest", "jinja2", "llvmlite")
   session.run("mypy", *TYPECHECKED, *session.posargs)
 
 # The wheel smoke test runs in a venv holding only the built wheels and their dependencies.
