@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 from ember.dtype import dtypes
 from ember.errors import EmberError, ShapeError
-from ember.tensor import Tensor
+from ember import Tensor
 from ember.nn.layers import Embedding, LayerNorm, Linear
 from ember.nn.state import load_state_dict, safe_load
 

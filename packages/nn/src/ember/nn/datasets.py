@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import numpy as np
 from ember.dtype import dtypes
 from ember.errors import EmberError
-from ember.tensor import Tensor
+from ember import Tensor
 
 class DatasetError(EmberError, FileNotFoundError):
   """A data set is not installed, or a data file is truncated, corrupt or not what it claims to be."""

@@ -11,10 +11,9 @@ Everything here builds lazy Tensor graphs, so gradients come from the core autog
 from __future__ import annotations
 import math
 from typing import Sequence, cast
+from ember import Tensor
 from ember.dtype import DType, dtypes
 from ember.errors import ShapeError
-from ember.helpers import TRAINING, prod
-from ember.tensor import Tensor, _is_done
 
 def static_shape(t: Tensor, what: str = "ember.nn") -> tuple[int, ...]:
   """The tensor's shape as ints; layers need concrete sizes."""
@@ -22,17 +21,13 @@ def static_shape(t: Tensor, what: str = "ember.nn") -> tuple[int, ...]:
   if len(dims) != len(t.shape): raise ShapeError(f"{what} needs a concrete shape, got symbolic shape {t.shape}")
   return dims
 
-def is_training() -> bool:
-  """Training mode: `Tensor.training = True` or `Context(TRAINING=1)` (BatchNorm batch statistics, Dropout)."""
-  return bool(Tensor.training) or bool(TRAINING)
-
 # ** in-place update **
 
 def assign(target: Tensor, value: Tensor) -> Tensor:
   """`target.assign(value)` (lazy: the write happens when `target` is realized), for targets that may still hold an
   earlier pending assign (a BatchNorm statistic updated by two forward passes before a step): that one is realized
   first, so the write goes to the same buffer instead of a copy of it."""
-  if not _is_done(target.uop): target.realize()
+  if not target.is_realized: target.realize()
   return target.assign(value)
 
 # ** initialisation (as PyTorch does it) **
@@ -52,7 +47,7 @@ def normal(*shape: int, mean: float = 0.0, std: float = 1.0, dtype: DType | None
 def kaiming_uniform(*shape: int, a: float = math.sqrt(5), fan_in: int | None = None, dtype: DType | None = None,
                     device: str | None = None) -> Tensor:
   """torch.nn.init.kaiming_uniform_ with leaky-relu slope `a`: U(-b, b), b = sqrt(6 / ((1 + a^2) fan_in))."""
-  fan = fan_in if fan_in is not None else prod(shape[1:])
+  fan = fan_in if fan_in is not None else math.prod(shape[1:])
   bound = math.sqrt(6.0 / ((1 + a * a) * fan))
   return uniform(*shape, low=-bound, high=bound, dtype=dtype, device=device)
 

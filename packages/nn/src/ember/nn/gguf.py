@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 import numpy as np
 from ember.dtype import dtypes
-from ember.tensor import Tensor
-from ember.nn.weightfile import FileBytes, WeightFormatError, check_disjoint, check_shape
+from ember import Tensor
+from ember.nn.weightfile import WeightFormatError, check_disjoint, check_shape
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -416,7 +416,6 @@ class GGUFFile:
                         "truncated")
       self.tensors[name] = info
     check_disjoint(GGUFError, self.path, [(i.name, i.offset, i.offset + i.nbytes) for i in self.tensors.values()])
-    self._bytes: FileBytes | None = None
 
   def _alignment(self, at: int) -> int:
     if "general.alignment" not in self.metadata: return DEFAULT_ALIGNMENT
@@ -434,8 +433,7 @@ class GGUFFile:
   def raw_tensor(self, name: str, device: str | None = None) -> Tensor:
     """The bytes of tensor `name` as a lazy uint8 Tensor, read from the file to `device` when realized."""
     info = self._info(name)
-    if self._bytes is None: self._bytes = FileBytes(self.path)
-    return self._bytes.tensor(info.offset, info.nbytes, dtypes.uint8, device)
+    return Tensor.from_file(self.path, info.offset, (info.nbytes,), dtypes.uint8, device)
 
   def load(self, name: str, device: str | None = None) -> Tensor:
     """Tensor `name` as a lazy float32 Tensor of its shape, dequantised on `device` when realized."""

@@ -6,9 +6,9 @@ State-dict keys match PyTorch's (`weight`, `bias`, `running_mean`, `running_var`
 from __future__ import annotations
 import math
 from typing import Any, Callable, Sequence
+from ember import Tensor
 from ember.dtype import dtypes
 from ember.errors import DTypeError, ShapeError
-from ember.tensor import Tensor
 from ember.nn import functional as F
 from ember.nn.functional import static_shape
 
@@ -130,11 +130,11 @@ class BatchNorm:
                        f"got shape {x.shape}")
     axes = (0,) + tuple(range(2, x.ndim))
     view = (1, self.num_features) + (1,) * (x.ndim - 2)
-    if F.is_training() or not self.track_running_stats:
+    if Tensor.is_training() or not self.track_running_stats:
       mean = x.mean(axes, keepdim=True)
       centered = x - mean
       var = centered.square().mean(axes, keepdim=True)
-      if F.is_training() and self.track_running_stats:
+      if Tensor.is_training() and self.track_running_stats:
         count = math.prod(static_shape(x, "BatchNorm")[a] for a in axes)
         if count < 2:
           raise ShapeError(f"BatchNorm in training mode needs more than one value per channel, got shape {x.shape}")
@@ -209,7 +209,7 @@ class Dropout:
   def __init__(self, p: float = 0.5):
     if not 0 <= p <= 1: raise ValueError(f"Dropout probability must be in [0, 1], got {p}")
     self.p = p
-  def __call__(self, x: Tensor) -> Tensor: return F.dropout(x, self.p, training=F.is_training())
+  def __call__(self, x: Tensor) -> Tensor: return F.dropout(x, self.p, training=Tensor.is_training())
 
 class LSTMCell:
   """One LSTM step (torch.nn.LSTMCell): (x, (h, c)) -> (h', c'), gates ordered input, forget, cell, output."""

@@ -13,10 +13,9 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from typing import Callable, Sequence
+from ember import Tensor, TinyJit
 from ember.dtype import dtypes
-from ember.engine.jit import TinyJit
 from ember.errors import EmberError
-from ember.tensor import Tensor, _is_done, all_tensors
 from ember.nn.functional import assign, filled, static_shape
 
 class OptimizerError(EmberError, ValueError):
@@ -75,9 +74,8 @@ def _unique(ts: list[Tensor]) -> list[Tensor]: return list({id(t): t for t in ts
 def _realize_pending_readers(params: list[Tensor]) -> None:
   """Run, in one schedule, everything still lazy that reads the parameters (their gradients, the loss ...): otherwise
   each parameter's assign would realize them separately before overwriting its buffer."""
-  bufs = frozenset().union(*(p.uop.buffers for p in params))
-  pending = [t for t in list(all_tensors) if not _is_done(t.uop) and t.uop.buffers & bufs]
-  pending += [p.grad for p in params if p.grad is not None and not _is_done(p.grad.uop)]
+  pending = Tensor.pending_readers(*params)
+  pending += [p.grad for p in params if p.grad is not None and not p.grad.is_realized]
   if pending: Tensor.realize(*_unique(pending))
 
 class SGD(Optimizer):

@@ -29,9 +29,9 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Callable
 import numpy as np
+from ember import Tensor
 from ember.dtype import DType, dtypes
-from ember.tensor import Tensor
-from ember.nn.weightfile import INT64_MAX, FileBytes, WeightFormatError, check_disjoint, check_shape
+from ember.nn.weightfile import INT64_MAX, WeightFormatError, check_disjoint, check_shape
 
 class CheckpointError(WeightFormatError):
   """A PyTorch checkpoint is truncated, corrupt, or in a layout this reader does not handle."""
@@ -337,7 +337,6 @@ def torch_load(path: str | os.PathLike[str], device: str | None = None) -> Any:
     members, prefix = _check_archive(fpath, archive, raw, size)
     storages: dict[str, Storage] = {}
     ranges: list[tuple[str, int, int]] = []
-    fb = FileBytes(fpath)
 
     def load_storage(stype: StorageType, key: str, numel: int) -> Storage:
       if key in storages: return storages[key]
@@ -355,7 +354,7 @@ def torch_load(path: str | os.PathLike[str], device: str | None = None) -> Any:
           raise CheckpointError(f"{fpath}: storage {member!r} spans bytes {start}..{start + need}, past the end of "
                                 f"its member or of the file at offset {size}; the file is truncated")
         ranges.append((member, start, start + need))
-        flat = fb.tensor(start, numel, stype.dtype, device)
+        flat = Tensor.from_file(fpath, start, (numel,), stype.dtype, device)
       else:
         data = _read_member(archive, info, fpath, size)[:need]
         flat = Tensor(np.frombuffer(data, dtype=np.uint8).copy(), device=device).bitcast(stype.dtype)

@@ -14,13 +14,11 @@ import math
 import os
 import struct
 from typing import Any
+from ember import Tensor
 from ember.dtype import DType, dtypes, strong_dtype
 from ember.errors import EmberError
-from ember.schedule import buffer_of
-from ember.tensor import Tensor
-from ember.uop.ops import Ops
 from ember.nn.functional import static_shape
-from ember.nn.weightfile import FileBytes, WeightFormatError, check_disjoint, check_shape
+from ember.nn.weightfile import WeightFormatError, check_disjoint, check_shape
 
 class StateDictError(EmberError, ValueError):
   """A state dict does not fit the model: missing, unexpected, mis-shaped or mis-typed keys."""
@@ -96,14 +94,9 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
   for k in shared:
     target, value = model_sd[k], state_dict[k]
     value = value.to(target.device).cast(target.dtype)
-    target.replace(value if _is_buffer(value) else value.contiguous())
+    target.replace(value if value.is_realized else value.contiguous())
     loaded.append(target)
   if realize and loaded: Tensor.realize(*loaded)
-
-def _is_buffer(t: Tensor) -> bool:
-  u = t.uop
-  while u.op is Ops.RESHAPE: u = u.src[0]
-  return u.op is Ops.BUFFER
 
 # ** safetensors **
 
@@ -216,13 +209,8 @@ def safe_load(path: str, device: str | None = None) -> dict[str, Tensor]:
   >>> weights["fc.weight"].numpy()  # doctest: +SKIP
   """
   header, data_start, _ = safe_load_metadata(path)
-  fb = FileBytes(path)
-  out: dict[str, Tensor] = {}
-  for name, info in header.items():
-    dt = SAFETENSORS_DTYPES[info["dtype"]]
-    begin, end = info["data_offsets"]
-    out[name] = fb.tensor(data_start + begin, (end - begin) // dt.itemsize, dt, device).reshape(tuple(info["shape"]))
-  return out
+  return {name: Tensor.from_file(path, data_start + info["data_offsets"][0], tuple(info["shape"]),
+                                 SAFETENSORS_DTYPES[info["dtype"]], device) for name, info in header.items()}
 
 def safe_save(tensors: dict[str, Tensor], path: str, metadata: dict[str, str] | None = None) -> None:
   """Write `tensors` to a safetensors file (names sorted, the header padded with spaces to 8 bytes as the reference
@@ -254,9 +242,7 @@ def safe_save(tensors: dict[str, Tensor], path: str, metadata: dict[str, str] | 
 def _raw_bytes(t: Tensor) -> bytes:
   """The tensor's elements as stored (bf16 and fp8 as their raw bits), row-major."""
   if math.prod(static_shape(t, "safe_save")) == 0: return b""
-  src = t if _is_buffer(t) else t.contiguous()
-  src.realize()
-  return buffer_of(src.uop).numpy().tobytes()
+  return t.buffer().numpy().tobytes()
 
 __all__ = ["StateDictError", "SafetensorsError", "get_state_dict", "get_parameters", "load_state_dict",
            "safe_load_metadata", "safe_load", "safe_save", "SAFETENSORS_DTYPES"]

@@ -11,7 +11,7 @@ import sys
 import time
 from typing import Callable, TextIO
 import numpy as np
-from ember.tensor import Tensor
+from ember import Tensor
 from ember.nn import Linear, Sequential
 from ember.nn.datasets import batches, fashion_mnist
 from ember.nn.functional import cross_entropy

@@ -39,7 +39,6 @@ from ember import Tensor, TinyJit, UOp, Variable
 from ember.errors import EmberError
 from ember.nn.gguf import BLOCK_LAYOUT, GGMLType, GGUFFile, dequantize, tensor_nbytes
 from ember.nn.llm.quant import BLOCK, HALF, KEPT, HalfWeight, QuantWeight
-from ember.schedule import buffer_of
 
 SUPPORTED_ARCHS = ("llama", "mistral", "qwen2", "qwen3")
 NEOX_ROPE_ARCHS = ("qwen2", "qwen3")  # rotate-half RoPE: llama.cpp's converter leaves their q/k rows as they are
@@ -207,7 +206,7 @@ class KVCache:
       else:
         width = _layer_shape(layer)[2]
         at = (slot * self.max_context + pos) * width * layer.dtype.itemsize
-        buffer_of(layer.uop).view(T * width, layer.dtype, at).copyin(np.ascontiguousarray(new, np.float32).data)
+        layer.buffer().view(T * width, layer.dtype, at).copyin(np.ascontiguousarray(new, np.float32).data)
 
 def _layer_shape(t: Tensor) -> tuple[int, ...]:
   """A cache layer's (slots, max_context, 2·kv_dim): a buffer of fixed size, so never symbolic."""
@@ -216,7 +215,7 @@ def _layer_shape(t: Tensor) -> tuple[int, ...]:
   return shape
 
 def _host_rows(t: Tensor) -> np.ndarray | None:
-  mv = buffer_of(t.uop).as_buffer()
+  mv = t.buffer().as_buffer()
   return None if mv is None else np.frombuffer(mv, np.float32).reshape(_layer_shape(t))
 
 @dataclass
