@@ -21,8 +21,9 @@ PUBLIC_MODULES = ("errors", "dtype", "plugin", "nn")
 
 def public_names() -> dict[str, frozenset[str]]:
   """Public module -> the names a package outside core may import from it."""
-  return {"ember": frozenset(ember.__all__) | frozenset(PUBLIC_MODULES), "ember.errors": frozenset(ember.errors.__all__),
-          "ember.dtype": frozenset(ember.dtype.__all__), "ember.plugin": frozenset(ember.plugin.__all__)}
+  return {"ember": frozenset(ember.__all__) | frozenset(PUBLIC_MODULES),
+          "ember.errors": frozenset(ember.errors.__all__), "ember.dtype": frozenset(ember.dtype.__all__),
+          "ember.plugin": frozenset(ember.plugin.__all__)}
 
 def _core(module: str) -> bool: return module == "ember" or module.startswith("ember.")
 def _own(module: str) -> bool: return module == "ember.nn" or module.startswith("ember.nn.")
