@@ -95,6 +95,16 @@ def test_safetensors_written_by_reference_read_lazily(tmp_path: Path):
   again = st.load_file(out)
   for k, ref in tensors.items(): assert torch.equal(again[k].view(torch.uint8), ref.view(torch.uint8)), k
 
+def test_safe_load_on_disk_keeps_every_tensor_on_one_mapping(tmp_path: Path):
+  arrays = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.arange(-2, 3, dtype=np.int16),
+            "empty": np.zeros((0, 4), np.float32)}
+  path = str(tmp_path / "w.safetensors")
+  safe_save({k: Tensor(v) for k, v in arrays.items()}, path)
+  loaded = safe_load(path, device="disk")
+  assert {t.device for t in loaded.values()} == {f"DISK:{path}"}
+  assert len({id(t.buffer().base) for t in loaded.values()}) == 1  # views of one mapping of the file, none copied
+  for k, v in arrays.items(): np.testing.assert_array_equal(loaded[k].numpy(), v, err_msg=k)
+
 def test_model_checkpoint_through_safetensors(tmp_path: Path):
   a, b = Net(), Net()
   path = str(tmp_path / "net.safetensors")
