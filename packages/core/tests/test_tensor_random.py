@@ -63,13 +63,14 @@ def test_manual_seed_restarts_captured_draws():
 
 def test_each_device_has_its_own_stream_and_seed_resets_all():
   Tensor.manual_seed(4)
-  cpu = [Tensor.rand(5, device="CPU").numpy() for _ in range(2)]
+  # a second device of core's own (this suite runs without the CPU backend in tests-core)
+  cpu = [Tensor.rand(5, device="PYTHON:1").numpy() for _ in range(2)]
   py = [Tensor.rand(5, device="PYTHON").numpy() for _ in range(2)]
   assert not np.array_equal(cpu[0], cpu[1]) and not np.array_equal(py[0], py[1])
   np.testing.assert_array_equal(cpu[0], py[0])  # same seed, same draw number: the same stream on each device
   Tensor.manual_seed(4)
   np.testing.assert_array_equal(Tensor.rand(5, device="PYTHON").numpy(), py[0])
-  np.testing.assert_array_equal(Tensor.rand(5, device="CPU").numpy(), cpu[0])
+  np.testing.assert_array_equal(Tensor.rand(5, device="PYTHON:1").numpy(), cpu[0])
 
 def test_seeds_above_32_bits_give_different_streams():
   Tensor.manual_seed(1)
@@ -84,7 +85,7 @@ def test_eager_draws_keep_one_state_buffer_per_device():
   for _ in range(20): Tensor.rand(4).numpy()
   gc.collect()
   assert len(tensor_module.all_tensors) == before
-  assert set(tensor_module._rng_states) <= {"CPU", "PYTHON"}
+  assert set(tensor_module._rng_states) <= {"CPU", "PYTHON", "PYTHON:1"}
   assert all(t.shape == (3,) and t.dtype is dtypes.uint32 for t in tensor_module._rng_states.values())
 
 def test_distributions():

@@ -58,7 +58,12 @@ def recording(kernels: list[tuple[Any, int, str]]) -> Iterator[None]:
   finally: engine.run_schedule = run_schedule
 
 def seed(value: int) -> None:
+  """Seed `value` from fresh RNG state: a state buffer an earlier workload (or test) left behind would change how the
+  first draws schedule, so every workload's kernels would depend on what ran before it in the process."""
   from ember import Tensor
+  from ember import tensor as tensor_module
+  states = getattr(tensor_module, "_rng_states", None)  # per-device RNG state buffers (after b3dcab1)
+  if isinstance(states, dict): states.clear()
   Tensor.manual_seed(value)
 
 def registry() -> Any:
