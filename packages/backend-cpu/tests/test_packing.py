@@ -120,6 +120,23 @@ def test_conv2d_runs_as_a_packed_implicit_gemm() -> None:
   win = sliding_window_view(np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3), axis=(2, 3))
   np.testing.assert_allclose(out.numpy(), np.einsum("nchwij,ocij->nohw", win, w), rtol=1e-4, atol=1e-4)
 
+def test_small_strided_operands_are_packed() -> None:
+  # beautiful_mnist's first conv: an 800-element weight in (Cout, ky, kx, Cin) order, its output channels 25 apart.
+  # Unpacked, no block of output channels existed and the kernel blocked the image's columns instead (2 GFLOP/s
+  # against 90 packed); a small B contiguous in its columns already stays as it is
+  rng = np.random.default_rng(8)
+  x, w = rng.standard_normal((4, 1, 28, 28)).astype(np.float32), rng.standard_normal((32, 1, 5, 5)).astype(np.float32)
+  out = Tensor(x).conv2d(Tensor(w))
+  plans = [plan_packing(it.ast, device("C").renderer) for it in out.schedule() if it.kind == "kernel"]
+  assert [p is not None and p.size for p in plans] == [False, 32 * 25, False]
+  from numpy.lib.stride_tricks import sliding_window_view
+  win = sliding_window_view(x, (5, 5), axis=(2, 3))
+  np.testing.assert_allclose(out.numpy(), np.einsum("nchwij,ocij->nohw", win, w), rtol=1e-4, atol=1e-4)
+  assert 64 * 64 < PACK_MIN_ELEMENTS
+  small_t = _plan(Tensor(_rand(64, 64)) @ Tensor(_rand(64, 64)).T)
+  assert small_t is not None and small_t.size == 64 * 64  # W.T: its columns are a row of W apart
+  assert _plan(Tensor(_rand(64, 64)) @ Tensor(_rand(64, 64))) is None
+
 def test_long_full_reductions_match_numpy() -> None:
   rng = np.random.default_rng(12)
   x = rng.standard_normal(1 << 21).astype(np.float32)

@@ -93,7 +93,9 @@ def plan_packing(ast: UOp, renderer: Renderer) -> PackPlan | None:
   ks = [r for r in red.src[1:] if r in brngs]
   ends = [_const_end(r) for r in batch] + [_const_end(col) // span] + [_const_end(r) for r in ks] + [span]
   size = prod(ends)
-  if size < PACK_MIN_ELEMENTS: return None
+  # a small B stays as it is where its block's columns are contiguous already; strided ones (a conv's weight in its
+  # (Cout, *kernel, Cin) order, W.T) give the unpacked kernel no column block at all
+  if size < PACK_MIN_ELEMENTS and _lane_stride(idx, col, span) == 1: return None
   assert isinstance(param.dtype, PtrDType)
   dtype = param.dtype.base
   # the pack kernel: one output range per packed dim, in layout order (its stores run contiguously)
