@@ -173,7 +173,7 @@ def tests(session: nox.Session) -> None:
   """Every package's own suite, each in its own venv (queues the per-package sessions)."""
   for name in ("tests-core", "tests-cpu", "tests-nn", "tests-nv", "tests-amd", "tests-metal",
                "conformance-cpu(renderer='C')", "conformance-cpu(renderer='LLVM')", "conformance-python",
-               "conformance-null", "multi", "fuzz", "browser", "typecheck"):
+               "conformance-null", "multi", "fuzz", "browser", "lint", "typecheck"):
     session.notify(name)
 
 def _conformance(session: nox.Session, device: str, packages: list[str]) -> None:
@@ -197,7 +197,7 @@ def conformance_python(session: nox.Session) -> None:
 
 @nox.session(venv_backend="venv")
 def lint(session: nox.Session) -> None:
-  session.install("ruff")
+  session.install("ruff==0.17.6")  # the version the tree is clean under, as for mypy below
   session.run("ruff", "check", "packages", "noxfile.py", *session.posargs)
 
 MYPY = "mypy==2.4.1"  # the version the tree is clean under: a newer mypy's new checks come in their own commit
