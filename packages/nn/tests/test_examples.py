@@ -1,5 +1,6 @@
-"""The examples/ scripts end to end: the Fashion-MNIST CNN must reach the issue's 90% (slow), and embed.py must print
-an embedding (marked `model`: it loads all-MiniLM-L6-v2)."""
+"""The examples/ scripts end to end: the Fashion-MNIST CNN must reach the issue's 90% (slow), tinygrad's
+beautiful_mnist port runs its short mode, and embed.py must print an embedding (marked `model`: it loads
+all-MiniLM-L6-v2)."""
 from __future__ import annotations
 import importlib.util
 import sys
@@ -33,6 +34,14 @@ def test_train_fashion_mnist_reaches_90_percent(tmp_path: Path, capsys):
   out = capsys.readouterr().out
   assert "reloaded model test accuracy" in out and (tmp_path / "m.safetensors").is_file()
   assert result["accuracy"] >= 0.90
+
+@pytest.mark.skipif(not _fashion_mnist_installed(),
+                    reason="Fashion-MNIST is absent (apt-get install -y dataset-fashion-mnist)")
+def test_beautiful_mnist_short_run(monkeypatch: pytest.MonkeyPatch):
+  # CI's short mode: 2 jitted train steps (capture, then a replay), the jitted test pass twice, on 200 test images
+  for k, v in {"STEPS": "2", "BS": "16", "TEST_EVERY": "1", "TEST_SIZE": "200"}.items(): monkeypatch.setenv(k, v)
+  acc = _example("beautiful_mnist").main()
+  assert 0.0 <= acc <= 100.0
 
 @pytest.mark.model
 def test_embed_example_prints_embeddings(capsys):
