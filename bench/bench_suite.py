@@ -55,6 +55,8 @@ class Workload:
   stateful: bool = False  # the ember function updates state (a train step): checked by its own test, not here
   tinygrad: Callable[..., Any] | None = None  # tinygrad Tensors -> Tensor, JIT'd; None: the ember function (same API)
   extra: dict[str, Any] = field(default_factory=dict)
+  rounds: int = 0  # timed rounds; 0: the suite's --rounds (a large batch takes seconds a call)
+  numpy_timed: bool = True  # False: numpy is the oracle only (a large batch's im2col in numpy takes minutes)
 
 # ** the workloads **
 
@@ -111,6 +113,74 @@ def _conv2d() -> Workload:
                   lambda x, w: x.conv2d(w, padding=1), _np_conv,
                   lambda x, w: torch.nn.functional.conv2d(x, w, padding=1), flops=2.0 * 16 * 64 * 56 * 56 * 64 * 9,
                   rtol=1e-3, atol=1e-3)
+
+# ** a real model's layers at batch 1, 64 and a large batch: the cost of a kernel must grow with the batch alone **
+
+def _np_conv_padded(x: np.ndarray, w: np.ndarray, pad: int = 0, chunk: int = 64) -> np.ndarray:
+  """NCHW conv2d, stride 1, in chunks of images (one einsum over a whole large batch copies its windows: 13 GB)."""
+  from numpy.lib.stride_tricks import sliding_window_view
+  k = w.shape[-1]
+  out = []
+  for i in range(0, len(x), chunk):
+    xp = np.pad(x[i:i + chunk], ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    win = sliding_window_view(xp, (k, k), axis=(2, 3))  # (n, C, H, W, k, k)
+    out.append(np.einsum("nchwij,ocij->nohw", win, w, optimize=True))
+  return np.concatenate(out)
+
+# tinygrad's beautiful_mnist: (in channels, out channels, kernel, input size) of its four convolutions
+MNIST_CONVS = ((1, 32, 5, 28), (32, 32, 5, 24), (32, 64, 3, 10), (64, 64, 3, 8))
+MODEL_BATCHES = {"mnist": (1, 64, 10000), "resnet": (1, 64, 256)}
+
+def _mnist_conv(i: int, batch: int) -> Workload:
+  cin, cout, k, size = MNIST_CONVS[i]
+  out = size - k + 1
+  big = batch >= 1000
+  return Workload(f"mnist_conv{i + 1}_b{batch}", f"beautiful_mnist conv{i + 1} {cin}->{cout} {k}x{k} on {size}x{size}, "
+                  f"batch {batch}",
+                  lambda r: {"x": r.standard_normal((batch, cin, size, size), dtype=np.float32),
+                             "w": (r.standard_normal((cout, cin, k, k), dtype=np.float32) / k / cin ** 0.5),
+                             "b": r.standard_normal(cout, dtype=np.float32)},
+                  lambda x, w, b: x.conv2d(w, b).relu(),
+                  lambda x, w, b: np.maximum(_np_conv_padded(x, w) + b.reshape(1, -1, 1, 1), 0),
+                  lambda x, w, b: torch.relu(torch.nn.functional.conv2d(x, w, b)),
+                  flops=2.0 * batch * cout * out * out * cin * k * k, rtol=1e-3, atol=1e-3,
+                  rounds=3 if big else 0, numpy_timed=not big)
+
+def _bn_np(x: np.ndarray, mean: np.ndarray, var: np.ndarray, gamma: np.ndarray, beta: np.ndarray) -> np.ndarray:
+  c = (1, -1, 1, 1)
+  return (x - mean.reshape(c)) / np.sqrt(var.reshape(c) + 1e-5) * gamma.reshape(c) + beta.reshape(c)
+
+def _resnet_params(r: np.random.Generator, batch: int) -> dict[str, np.ndarray]:
+  c = 64
+  ps = {"x": r.standard_normal((batch, c, 56, 56), dtype=np.float32)}
+  for j in "12":
+    ps[f"w{j}"] = (r.standard_normal((c, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32)
+    ps[f"m{j}"], ps[f"g{j}"], ps[f"b{j}"] = (r.standard_normal(c).astype(np.float32) * 0.1 for _ in range(3))
+    ps[f"v{j}"] = r.uniform(0.5, 1.5, c).astype(np.float32)
+  return ps
+
+def _resnet_numpy(x, w1, m1, g1, b1, v1, w2, m2, g2, b2, v2):
+  h = np.maximum(_bn_np(_np_conv_padded(x, w1, 1), m1, v1, g1, b1), 0)
+  return np.maximum(_bn_np(_np_conv_padded(h, w2, 1), m2, v2, g2, b2) + x, 0)
+
+def _resnet_ember(x, w1, m1, g1, b1, v1, w2, m2, g2, b2, v2):
+  def bn(h, m, v, g, b):  # eval mode: the running statistics
+    c = (1, -1, 1, 1)
+    return (h - m.reshape(c)) * (g / (v + 1e-5).sqrt()).reshape(c) + b.reshape(c)
+  h = bn(x.conv2d(w1, padding=1), m1, v1, g1, b1).relu()
+  return (bn(h.conv2d(w2, padding=1), m2, v2, g2, b2) + x).relu()
+
+def _resnet_torch(x, w1, m1, g1, b1, v1, w2, m2, g2, b2, v2):
+  F = torch.nn.functional
+  h = torch.relu(F.batch_norm(F.conv2d(x, w1, padding=1), m1, v1, g1, b1, training=False))
+  return torch.relu(F.batch_norm(F.conv2d(h, w2, padding=1), m2, v2, g2, b2, training=False) + x)
+
+def _resnet_block(batch: int) -> Workload:
+  big = batch >= 256
+  return Workload(f"resnet_block_b{batch}", f"ResNet basic block 64ch 56x56 (conv-bn-relu-conv-bn+x), batch {batch}",
+                  lambda r: _resnet_params(r, batch), _resnet_ember, _resnet_numpy, _resnet_torch,
+                  flops=2 * 2.0 * batch * 64 * 56 * 56 * 64 * 9, rtol=2e-3, atol=2e-3, rounds=3 if big else 0,
+                  numpy_timed=not big)
 
 # MLP 784-512-512-10, batch 256: forward, cross-entropy, backward, SGD update (lr 0.01)
 MLP_SIZES = (784, 512, 512, 10)
@@ -212,6 +282,9 @@ WORKLOADS: dict[str, Callable[[], Workload]] = {
   "matvec_576x1536": lambda: _matvec(576, 1536), "matvec_1536x576": lambda: _matvec(1536, 576),
   "matvec_576x49152": lambda: _matvec(576, 49152), "conv2d": _conv2d, "mlp_train": _mlp,
   "transformer": _transformer}
+WORKLOADS.update({f"mnist_conv{i + 1}_b{b}": functools.partial(_mnist_conv, i, b)
+                  for i in range(len(MNIST_CONVS)) for b in MODEL_BATCHES["mnist"]})
+WORKLOADS.update({f"resnet_block_b{b}": functools.partial(_resnet_block, b) for b in MODEL_BATCHES["resnet"]})
 
 # ** timing **
 
@@ -303,7 +376,8 @@ def bench_workload(wl: Workload, rounds: int, seed: int = 0) -> dict[str, Any]:
     result["first_call"] = _first_call(wl, data)
     jit = TinyJit(wl.ember)
     ets = [Tensor(v).realize() for v in data.values()]
-    runners = {"ember": lambda: jit(*ets).realize(), "numpy": lambda: wl.numpy(*data.values())}
+    runners = {"ember": lambda: jit(*ets).realize()}
+    if wl.numpy_timed: runners["numpy"] = lambda: wl.numpy(*data.values())
     if torch is not None and wl.torch is not None:
       tts = [torch.tensor(v) for v in data.values()]
       runners["torch"] = lambda: wl.torch(*tts)
@@ -320,7 +394,7 @@ def bench_workload(wl: Workload, rounds: int, seed: int = 0) -> dict[str, Any]:
       got, want = wl.ember(*ets).numpy(), wl.numpy(*data.values())
       np.testing.assert_allclose(got, want, rtol=wl.rtol, atol=wl.atol, err_msg=f"ember {wl.name} differs from numpy")
   times: dict[str, list[float]] = {k: [] for k in runners}
-  for rnd in range(rounds + 1):  # round 0 warms up (JIT capture, caches)
+  for rnd in range((wl.rounds or rounds) + 1):  # round 0 warms up (JIT capture, caches)
     for k, fn in runners.items():
       time.sleep(SETTLE_S)  # the previous framework's workers stop spinning (see SETTLE_S)
       fn()  # untimed: the timed call follows a call of its own framework
@@ -398,7 +472,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     res = bench_workload(WORKLOADS[n](), args.rounds)
     results.append(res)
     med, ratio = res["median_ms"], res["ratio"]
-    extra = f"  {res['ember_gflops']:.1f} GFLOP/s (numpy {res['numpy_gflops']:.1f})" if "ember_gflops" in res else ""
+    extra = f"  {res['ember_gflops']:.1f} GFLOP/s" if "ember_gflops" in res else ""
+    if "numpy_gflops" in res: extra += f" (numpy {res['numpy_gflops']:.1f})"
     if "gbs" in res: extra += "  GB/s " + " ".join(f"{k} {v:.1f}" for k, v in res["gbs"].items())
     fc = res.get("first_call")
     fcs = f"  first call cold {fc['cold_ms']:.0f} ms warm {fc['warm_ms']:.0f} ms" if fc else ""
