@@ -79,8 +79,8 @@ def _nn_tests(session: nox.Session, markers: str) -> None:
 def tests_nn(session: nox.Session) -> None:
   """ember-nn on the CPU backend, checked against torch (fast tests; `slow` and `models` run the big ones)."""
   # transformers (+ accelerate, which its GGUF loader needs) is the oracle of the llama/qwen2/qwen3 GGUF tests
-  session.install(CORE, CPU, f"{NN}[llm]", "pytest", "numpy", TORCH, "safetensors", "gguf", "openai", "transformers",
-                  "accelerate")
+  session.install(CORE, CPU, f"{NN}[llm]", "pytest", "numpy", TORCH, "safetensors", "gguf", "openai", "hypothesis",
+                  "transformers", "accelerate")
   _nn_tests(session, "not slow and not model and not browser")
 
 @nox.session(venv_backend="venv")
@@ -143,8 +143,8 @@ def fuzz(session: nox.Session) -> None:
   """Seeded fuzzing (the `fuzz` marker over packages/nn/tests): malformed safetensors, GGUF and .pth files, each
   refused with the reader's typed error or loaded as the reference reader loads it (3,000 cases by default; the
   summary line counts cases, typed errors and loads), and malformed requests to the LLM server. EMBER_FUZZ_CASES and
-  EMBER_FUZZ_SEED vary the weight-file run; packages/nn/tests/fuzz/test_loader_hypothesis.py says how to run the
-  longer hypothesis search, which is not part of this session."""
+  EMBER_FUZZ_SEED vary the weight-file run; a short derandomized hypothesis search of the readers runs too
+  (packages/nn/tests/fuzz/test_loader_hypothesis.py says how to run a long one)."""
   session.install(CORE, CPU, NN, "pytest", "numpy", TORCH, "safetensors", "gguf", "hypothesis")
   _nn_tests(session, "fuzz")
 
