@@ -7,6 +7,7 @@ from ember.plugin import AxisType, DType, Ops, UOp, dtypes
 from ember_cpu.compiler import ClangCompiler, LLVMCompiler, _is_x86
 from ember_cpu.device import CPUDevice
 from ember_cpu.renderer import ClangRenderer, CPULLVMRenderer
+from ember.testing import format_values
 from ember.testing.programs import end, linear, param
 
 RENDERERS = ("C", "LLVM")
@@ -69,12 +70,8 @@ def _table(dt: DType) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """(value of every code, sorted candidate magnitudes, their codes); IEEE formats' inf is a candidate at 2^(emax+1)."""
   exp, man = dtypes.finfo(dt)
   bias, codes = 2 ** (exp - 1) - 1, np.arange(1 << (exp + man + 1), dtype=np.int64)
-  e, m, neg = (codes >> man) & ((1 << exp) - 1), codes & ((1 << man) - 1), codes >> (exp + man)
-  vals = np.where(e == 0, m * 2.0 ** (1 - bias - man), (1 + m / 2.0 ** man) * 2.0 ** (e - bias))
-  top = e == (1 << exp) - 1
-  if dt is dtypes.fp8e4m3: vals = np.where(top & (m == (1 << man) - 1), np.nan, vals)
-  else: vals = np.where(top, np.where(m == 0, np.inf, np.nan), vals)
-  vals = np.where(neg == 1, -vals, vals)
+  neg = codes >> (exp + man)
+  vals = format_values(dt)
   positive = (neg == 0) & np.isfinite(vals)
   mags, mag_codes = vals[positive], codes[positive]
   if dt is not dtypes.fp8e4m3:

@@ -7,22 +7,14 @@ from ember.renderer.emulate import EMULATED_FLOATS, emulate_floats
 from ember.device.python import PythonCompiler, PythonProgram, PythonRenderer
 from ember.dtype import DType, PtrDType, dtypes
 from ember.renderer.cstyle import CStyleLanguage
+from ember.testing import format_values
 from ember.testing.programs import end, linear, param
 from ember.uop.ops import AxisType, UOp
 
 FORMATS = [dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2]
 STORAGE = {dtypes.bfloat16: np.uint16, dtypes.fp8e4m3: np.uint8, dtypes.fp8e5m2: np.uint8}
 
-def values(dt: DType) -> np.ndarray:
-  """The value of every code of `dt` (float64), from the format's definition: e4m3fn has no inf, all ones is NaN."""
-  exp, man = dtypes.finfo(dt)
-  bias, codes = 2 ** (exp - 1) - 1, np.arange(1 << (exp + man + 1), dtype=np.int64)
-  e, m, neg = (codes >> man) & ((1 << exp) - 1), codes & ((1 << man) - 1), codes >> (exp + man)
-  vals = np.where(e == 0, m * 2.0 ** (1 - bias - man), (1 + m / 2.0 ** man) * 2.0 ** (e - bias))
-  top = e == (1 << exp) - 1
-  if dt is dtypes.fp8e4m3: vals = np.where(top & (m == (1 << man) - 1), np.nan, vals)
-  else: vals = np.where(top, np.where(m == 0, np.inf, np.nan), vals)
-  return np.where(neg == 1, -vals, vals)
+def values(dt: DType) -> np.ndarray: return format_values(dt)
 
 def nearest(x: np.ndarray, dt: DType) -> np.ndarray:
   """Round to nearest, ties to the even code; e4m3fn saturates to its max, the others overflow to inf."""

@@ -148,6 +148,19 @@ def _long_reduce(device: str, dt: DType) -> Tensor:
 KERNEL_CORPUS: dict[str, Builder] = {"elementwise": _elementwise, "reduce": _reduce, "movement": _movement,
                                      "gated_pad": _gated_pad, "matmul": _matmul, "long_reduce": _long_reduce}
 
+def format_values(dt: DType) -> np.ndarray:
+  """The value of every code of the small float format `dt` (bfloat16, fp8e4m3, fp8e5m2, float16), as float64, from
+  the format's definition (numpy has no such dtypes): e4m3fn has no inf, its all-ones code is NaN."""
+  from ember.dtype import dtypes
+  exp, man = dtypes.finfo(dt)
+  bias, codes = 2 ** (exp - 1) - 1, np.arange(1 << (exp + man + 1), dtype=np.int64)
+  e, m, neg = (codes >> man) & ((1 << exp) - 1), codes & ((1 << man) - 1), codes >> (exp + man)
+  vals = np.where(e == 0, m * 2.0 ** (1 - bias - man), (1 + m / 2.0 ** man) * 2.0 ** (e - bias))
+  top = e == (1 << exp) - 1
+  if dt is dtypes.fp8e4m3: vals = np.where(top & (m == (1 << man) - 1), np.nan, vals)
+  else: vals = np.where(top, np.where(m == 0, np.inf, np.nan), vals)
+  return np.where(neg == 1, -vals, vals)
+
 def division_operands(dt: DType) -> tuple[np.ndarray, np.ndarray]:
   """Every pair of the dividends MIN, MAX, 0, +-1, +-7 with the divisors 0, +-1, +-3, MIN, MAX of int dtype `dt` (the
   ones it holds): where integer division traps in C, and around it."""
