@@ -8,6 +8,7 @@
 from __future__ import annotations
 import glob
 import os
+import shutil
 import tempfile
 import nox
 
@@ -23,6 +24,15 @@ nox.options.default_venv_backend = "venv"
 
 def _has_tests(folder: str) -> bool:
   return bool(glob.glob(os.path.join(folder, "**", "test_*.py"), recursive=True))
+
+def _apt_install(session: nox.Session, *packages: str) -> None:
+  """Install Debian packages a session needs (a browser, MPI, a data set) where they are missing: with apt-get as root,
+  else the session is skipped saying what to install."""
+  if shutil.which("apt-get") is None or os.geteuid() != 0:
+    session.skip(f"{', '.join(packages)} missing and cannot be installed here (needs apt-get as root): "
+                 f"apt-get install -y {' '.join(packages)}")
+  session.run("apt-get", "update", "-q", external=True)
+  session.run("apt-get", "install", "-y", "-q", *packages, external=True)
 
 def _run_tests(session: nox.Session, tests: str) -> None:
   if not _has_tests(tests): session.error(f"no test files (test_*.py) under {tests}")
@@ -81,6 +91,8 @@ def tests_nn(session: nox.Session) -> None:
   # transformers (+ accelerate, which its GGUF loader needs) is the oracle of the llama/qwen2/qwen3 GGUF tests
   session.install(CORE, CPU, f"{NN}[llm]", "pytest", "numpy", TORCH, "safetensors", "gguf", "openai", "hypothesis",
                   "transformers", "accelerate")
+  if not os.path.isdir("/usr/share/datasets/fashion-mnist"):  # beautiful_mnist's short run trains on it
+    _apt_install(session, "dataset-fashion-mnist")
   _nn_tests(session, "not slow and not model and not browser")
 
 @nox.session(venv_backend="venv")
@@ -113,7 +125,6 @@ def replay(session: nox.Session) -> None:
   ember.replay's corpus with REF's code (default origin/main if it exists, else HEAD; checked out in a temporary git
   worktree) and with the working tree's, and compares them: the session fails when any kernel's code differs. Both
   captures run the working tree's driver against each tree's sources (PYTHONPATH, every backend of that tree)."""
-  import shutil
   import subprocess
   def git(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True, check=False)
@@ -154,13 +165,7 @@ def browser(session: nox.Session) -> None:
   own browser download is never used): streaming, stop, new chat, markdown safety, a phone-width layout. Installs
   chromium through apt where it is missing (skips, saying why, where that is impossible). Screenshots are kept in
   $OUT/browser when OUT is set, else .nox/artifacts/browser."""
-  import shutil
-  if shutil.which("chromium") is None:
-    if shutil.which("apt-get") is None or os.geteuid() != 0:
-      session.skip("chromium is missing and cannot be installed here (needs apt-get as root): "
-                   "apt-get install -y chromium chromium-driver")
-    session.run("apt-get", "update", "-q", external=True)
-    session.run("apt-get", "install", "-y", "-q", "chromium", "chromium-driver", external=True)
+  if shutil.which("chromium") is None: _apt_install(session, "chromium", "chromium-driver")
   session.install(CORE, CPU, f"{NN}[llm]", "pytest", "numpy", "playwright")
   artifacts = os.path.join(os.environ["OUT"], "browser") if os.environ.get("OUT") else \
     os.path.join(ROOT, ".nox", "artifacts", "browser")
@@ -254,13 +259,7 @@ def wheels(session: nox.Session) -> None:
 def multi(session: nox.Session) -> None:
   """Sharded tensors on PYTHON/NULL/CPU devices, and ember.distributed under mpirun with 2 and 4 ranks on localhost.
   Installs OpenMPI through apt where mpirun is missing (skips, saying why, where that is impossible), then mpi4py."""
-  import shutil
-  if shutil.which("mpirun") is None:
-    if shutil.which("apt-get") is None or os.geteuid() != 0:
-      session.skip("mpirun is missing and cannot be installed here (needs apt-get as root): "
-                   "apt-get install -y openmpi-bin libopenmpi-dev")
-    session.run("apt-get", "update", "-q", external=True)
-    session.run("apt-get", "install", "-y", "-q", "openmpi-bin", "libopenmpi-dev", external=True)
+  if shutil.which("mpirun") is None: _apt_install(session, "openmpi-bin", "libopenmpi-dev")
   session.install(CORE, CPU, "pytest", "numpy", "mpi4py")
   tests = [os.path.join(CORE, "tests", name) for name in ("test_multi.py", "test_distributed.py")]
   session.run("python", "-m", "pytest", *tests, "-q", *session.posargs,
