@@ -92,9 +92,10 @@ def _nn_tests(session: nox.Session, markers: str) -> None:
 @nox.session(name="tests-nn", venv_backend="venv")
 def tests_nn(session: nox.Session) -> None:
   """ember-nn on the CPU backend, checked against torch (fast tests; `slow` and `models` run the big ones)."""
-  # transformers (+ accelerate, which its GGUF loader needs) is the oracle of the llama/qwen2/qwen3 GGUF tests
+  # transformers (+ accelerate, which its GGUF loader needs) is the oracle of the llama/qwen2/qwen3 GGUF tests, regex
+  # (\p{L}, \p{N}) the oracle of the hand-written pre-tokenizers
   session.install(CORE, CPU, f"{NN}[llm]", "pytest", "numpy", TORCH, "safetensors", "gguf", "openai", "hypothesis",
-                  "transformers", "accelerate")
+                  "transformers", "accelerate", "regex")
   if not os.path.isdir("/usr/share/datasets/fashion-mnist"):  # beautiful_mnist's short run trains on it
     _apt_install(session, "dataset-fashion-mnist", required=False)
   _nn_tests(session, "not slow and not model and not browser")

@@ -1,13 +1,20 @@
 """GPT-2 style byte-level BPE built from GGUF metadata (`tokenizer.ggml.model == "gpt2"`), with special tokens.
 
 Encoding: special tokens (control and user-defined entries of the vocabulary) are cut out first; the text between
-them is pre-tokenized (SmolLM/StarCoder: every digit alone, then the GPT-2 pattern), each piece's UTF-8 bytes are
-mapped to printable characters (GPT-2's byte-to-unicode table) and merged by BPE rank. Decoding maps the characters
-back to bytes and decodes UTF-8 with errors="replace", so any token sequence decodes without raising.
+them is pre-tokenized (GPT-2; SmolLM/StarCoder: every digit alone, then the GPT-2 pattern; Llama 3; Qwen2), each
+piece's UTF-8 bytes are mapped to printable characters (GPT-2's byte-to-unicode table) and merged by BPE rank.
+Decoding maps the characters back to bytes and decodes UTF-8 with errors="replace", so any token sequence decodes
+without raising.
 
-The pre-tokenizer is hand-written: the GPT-2 pattern needs `\\p{L}` and `\\p{N}`, which `re` lacks, so the splitter
-walks the string with explicit unicode-category checks. It implements, in order of preference at each position,
-`'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+`.
+The pre-tokenizers are hand-written: their patterns need `\\p{L}` and `\\p{N}`, which `re` lacks, so the splitters
+walk the string with explicit unicode-category checks (`\\s` is Unicode White_Space, as in the `regex` module and
+Oniguruma, which excludes the separators U+001C..U+001F that `str.isspace` accepts). Each implements its pattern's
+alternatives in order of preference at each position:
+
+- GPT-2: `'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+`
+- Llama 3: `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|`
+  `\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+`
+- Qwen2: the Llama 3 pattern with `\\p{N}` (one number character) instead of `\\p{N}{1,3}`
 """
 from __future__ import annotations
 import codecs
@@ -24,6 +31,10 @@ TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TO
 DIGIT_SPLITTING_PRE = frozenset({"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva"})
 GPT2_PRE = frozenset({"gpt2", "default", "gpt-2", "phi-2", "jina-es", "jina-de", "jina-v2-es", "jina-v2-de", "olmo",
                       "poro-chat"})
+# pre-tokenizers with the Llama 3 pattern (numbers in runs of up to 3), and with the Qwen2 one (numbers one by one)
+LLAMA3_PRE = frozenset({"llama-bpe", "llama3", "llama-v3"})
+QWEN2_PRE = frozenset({"qwen2", "deepseek-r1-qwen"})
+SUPPORTED_PRE = DIGIT_SPLITTING_PRE | GPT2_PRE | LLAMA3_PRE | QWEN2_PRE
 END_OF_TURN_NAMES = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "<end_of_turn>")
 CONTRACTIONS = ("'s", "'t", "'re", "'ve", "'m", "'ll", "'d")
 
@@ -47,8 +58,10 @@ def unicode_to_bytes() -> dict[str, int]: return {c: b for b, c in bytes_to_unic
 def _is_letter(ch: str) -> bool: return unicodedata.category(ch)[0] == "L"
 @functools.cache
 def _is_number(ch: str) -> bool: return unicodedata.category(ch)[0] == "N"
-def _is_space(ch: str) -> bool: return ch.isspace()
-def _is_other(ch: str) -> bool: return not (ch.isspace() or _is_letter(ch) or _is_number(ch))
+# \s is Unicode White_Space, which excludes the information separators U+001C..U+001F that str.isspace accepts
+def _is_space(ch: str) -> bool: return ch.isspace() and not "\x1c" <= ch <= "\x1f"
+def _is_other(ch: str) -> bool: return not (_is_space(ch) or _is_letter(ch) or _is_number(ch))
+def _is_newline(ch: str) -> bool: return ch in "\r\n"
 
 def _run(text: str, i: int, pred: Any) -> int:
   """The end of the run of characters satisfying `pred` that starts at i."""
@@ -71,7 +84,7 @@ def split_gpt2(text: str) -> list[str]:
     # an optional single leading space glues onto a letter, number or punctuation run
     start, j = i, i + 1 if ch == " " and i + 1 < n else i
     head = text[j]
-    if j == i and ch.isspace():
+    if j == i and _is_space(ch):
       end = _run(text, i, _is_space)
       # \s+(?!\S): keep the last whitespace for the next token when a non-space follows, unless it is the only one
       if end < n and end - i > 1: end -= 1
@@ -89,6 +102,45 @@ def split_gpt2(text: str) -> list[str]:
       if end < n and end - i > 1: end -= 1
       out.append(text[i:end])
       i = end
+  return out
+
+def _contraction_at(text: str, i: int) -> str | None:
+  """The contraction ('s, 't, 're, 've, 'm, 'll, 'd in any case, by simple case folding: "'ſ" is one too) at i."""
+  for c in CONTRACTIONS:
+    piece = text[i:i + len(c)]
+    if len(piece) == len(c) and piece[0] == "'" and all(a.casefold() == b for a, b in zip(piece[1:], c[1:])):
+      return piece
+  return None
+
+def _whitespace_end(text: str, i: int) -> int:
+  """The end of the whitespace token at i (a whitespace character): `\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+`."""
+  end = _run(text, i, _is_space)
+  # \s*[\r\n]+: up to and including the run's last line break
+  last_newline = next((k for k in range(end - 1, i - 1, -1) if _is_newline(text[k])), None)
+  if last_newline is not None: return last_newline + 1
+  # \s+(?!\S): keep the last whitespace for the next token when a non-space follows, unless it is the only one
+  return end - 1 if end < len(text) and end - i > 1 else end
+
+def split_llama3(text: str, max_digits: int = 3) -> list[str]:
+  """Split `text` as the Llama 3 pre-tokenizer pattern does (numbers in runs of up to `max_digits`); with
+  `max_digits=1`, as Qwen2's does (see the module docstring)."""
+  if max_digits < 1: raise TokenizerError(f"max_digits must be at least 1, got {max_digits}")
+  out: list[str] = []
+  i, n = 0, len(text)
+  while i < n:
+    ch = text[i]
+    if ch == "'" and (hit := _contraction_at(text, i)) is not None: end = i + len(hit)
+    # [^\r\n\p{L}\p{N}]?\p{L}+: one character that is not a line break, letter or number may lead a letter run
+    elif _is_letter(ch): end = _run(text, i, _is_letter)
+    elif i + 1 < n and _is_letter(text[i + 1]) and not (_is_newline(ch) or _is_number(ch)):
+      end = _run(text, i + 1, _is_letter)
+    elif _is_number(ch): end = min(_run(text, i, _is_number), i + max_digits)
+    # ` ?[^\s\p{L}\p{N}]+[\r\n]*`: punctuation, symbols and emoji, optionally after one space, with trailing breaks
+    elif _is_other(ch) or (ch == " " and i + 1 < n and _is_other(text[i + 1])):
+      end = _run(text, _run(text, i + 1, _is_other), _is_newline)
+    else: end = _whitespace_end(text, i)
+    out.append(text[i:end])
+    i = end
   return out
 
 def split_digits(text: str) -> list[str]:
@@ -113,9 +165,9 @@ class BPETokenizer:
   def __init__(self, tokens: list[str], merges: list[str], token_types: list[int] | None = None, pre: str = "gpt2",
                bos_id: int | None = None, eos_id: int | None = None, add_bos: bool = False,
                eot_ids: Iterable[int] = ()):
-    if pre not in DIGIT_SPLITTING_PRE and pre not in GPT2_PRE:
-      raise TokenizerError(f"pre-tokenizer {pre!r} is not supported; supported: "
-        f"{sorted(DIGIT_SPLITTING_PRE | GPT2_PRE)}")
+    if pre not in SUPPORTED_PRE:
+      raise TokenizerError(f"pre-tokenizer (tokenizer.ggml.pre) {pre!r} is not supported; supported: "
+        f"{sorted(SUPPORTED_PRE)}")
     self.tokens = list(tokens)
     self.token_types = list(token_types) if token_types is not None else [TOKEN_NORMAL] * len(self.tokens)
     if len(self.token_types) != len(self.tokens):
@@ -186,6 +238,8 @@ class BPETokenizer:
 
   def _pretokenize(self, text: str) -> list[str]:
     if self.pre in DIGIT_SPLITTING_PRE: return [w for part in split_digits(text) for w in split_gpt2(part)]
+    if self.pre in LLAMA3_PRE: return split_llama3(text)
+    if self.pre in QWEN2_PRE: return split_llama3(text, max_digits=1)
     return split_gpt2(text)
 
   def _bpe_word(self, word: str) -> tuple[int, ...]:
