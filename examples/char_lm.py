@@ -54,7 +54,7 @@ class CharLM:
     self.ln_f, self.head = nn.LayerNorm(dim), nn.Linear(dim, vocab, bias=False)
 
   def __call__(self, idx: Tensor) -> Tensor:
-    x = self.tok(idx) + self.pos(Tensor.arange(idx.shape[1]).reshape(1, -1))
+    x = self.tok(idx) + self.pos.weight[:idx.shape[1]]
     x = self.ln_f(x.sequential(self.blocks))
     return self.head(x)
 
