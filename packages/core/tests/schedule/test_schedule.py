@@ -7,6 +7,7 @@ from ember import Tensor, Variable, Device
 from ember.schedule import CallKind, ScheduleItem, memory_plan
 from ember.device.base import Buffer
 from ember.dtype import dtypes
+from ember.uop.ops import Ops
 
 rng = np.random.default_rng(3)
 def rand(*shape) -> np.ndarray: return rng.standard_normal(shape).astype(np.float32)
@@ -36,11 +37,19 @@ def test_softmax_last_axis_is_at_most_three_kernels():
   ref = np.exp(x - x.max(-1, keepdims=True))
   np.testing.assert_allclose(out.numpy(), ref / ref.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
 
-def test_matmul_relu_is_one_kernel():
-  a, b = rand(4, 6), rand(6, 3)
-  out = (Tensor(a) @ Tensor(b)).relu()
-  assert len(kernels(out)) == 1
-  np.testing.assert_allclose(out.numpy(), np.maximum(a @ b, 0), rtol=1e-5, atol=1e-6)
+def test_matmul_epilogue_fuses_unless_it_selects():
+  """An arithmetic epilogue (bias, scale) fuses into the matmul's kernel; one that compares or selects (relu, its
+  backward mask, max) gets its own elementwise kernel so the matmul keeps codegen's register-blocked path."""
+  a, b, c = rand(4, 6), rand(6, 3), rand(3)
+  fused = Tensor(a) @ Tensor(b) * 2 + Tensor(c)
+  assert len(kernels(fused)) == 1
+  np.testing.assert_allclose(fused.numpy(), a @ b * 2 + c, rtol=1e-5, atol=1e-6)
+  for out, ref in (((Tensor(a) @ Tensor(b)).relu(), np.maximum(a @ b, 0)),
+                   ((Tensor(a) @ Tensor(b)).maximum(0.5), np.maximum(a @ b, 0.5)),
+                   ((Tensor(a) @ Tensor(b)) * (Tensor(c) > 0), (a @ b) * (c > 0))):
+    ks = kernels(out)
+    assert len(ks) == 2 and not any(u.op in (Ops.WHERE, Ops.MAX, Ops.CMPLT) for u in ks[0].ast.toposort())
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5, atol=1e-6)
 
 def test_movement_ops_do_not_copy():
   x = rand(3, 4)
