@@ -198,7 +198,6 @@ def _wait_exit_code(pid: int) -> int:
   return os.waitstatus_to_exitcode(status)
 
 def _probe_answer(name: str, output: str, exit_code: int, timed_out: bool) -> ProbeResult:
-  from ember.plugin import ProbeResult
   calling: dict[str, Any] = {}
   for line in output.splitlines():
     try: msg = json.loads(line)
@@ -442,9 +441,8 @@ class BackendRegistry:
     The first probe of a device (per ``DEV`` selection) runs in a child process, so a probe that crashes it (a native
     library calling abort(), a segfault) or hangs makes the device unavailable, naming the backend, instead of killing
     this interpreter. The answer is kept for the rest of this process."""
-    from ember.plugin import device_target
     self.load()
-    key = (name, device_target(name))
+    key = (name, Device.get_target(name))
     with self._lock:
       if (result := self._probes.get(key)) is None: result = self._probes[key] = self._probe_isolated(name)
     return result

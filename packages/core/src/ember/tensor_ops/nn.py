@@ -370,15 +370,15 @@ class NNMixin:
     if x.dtype is self.dtype: return x
     # int input (torch: uint8) keeps its dtype: the interpolated values rounded half up, within the dtype's range
     return (x + 0.5).floor().clip(dtypes.min(self.dtype), dtypes.max(self.dtype)).cast(self.dtype)
-  def dropout(self: Tensor, p: PyFloat = 0.5) -> Tensor:
-    """Zero each element with probability `p` and scale the rest by 1/(1-p), only in training mode
-    (`Tensor.is_training()`: `Tensor.training` or `Context(TRAINING=1)`).
+  def dropout(self: Tensor, p: PyFloat = 0.5, training: PyBool | None = None) -> Tensor:
+    """Zero each element with probability `p` and scale the rest by 1/(1-p), only in training mode: `training`, or
+    when it is None the global mode (`Tensor.is_training()`: `Tensor.training` or `Context(TRAINING=1)`).
 
     >>> Tensor.ones(3).dropout(0.5).tolist()  # not training: unchanged
     [1.0, 1.0, 1.0]
     """
     if not 0 <= p <= 1: raise ValueError(f"dropout probability must be in [0, 1], got {p}")
-    if not Tensor.is_training() or p == 0: return self
+    if not (Tensor.is_training() if training is None else training) or p == 0: return self
     if p == 1: return self * 0
     keep = Tensor.rand(*self.shape, device=self.device) >= p
     return keep.where(self, 0) * (1 / (1 - p))

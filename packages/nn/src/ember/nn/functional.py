@@ -78,12 +78,7 @@ def cross_entropy(x: Tensor, target: Tensor, weight: Tensor | None = None, ignor
 def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
   """torch.nn.functional.dropout: applied when `training` is true (torch's default), whatever the global mode;
   `nn.Dropout` passes the global training mode."""
-  if not 0 <= p <= 1: raise ValueError(f"dropout probability must be in [0, 1], got {p}")
-  if not training: return x
-  saved = Tensor.training
-  Tensor.training = True
-  try: return x.dropout(p)
-  finally: Tensor.training = saved
+  return x.dropout(p, training=training)
 
 # ** normalisation **
 
