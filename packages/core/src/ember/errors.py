@@ -44,5 +44,12 @@ class GradientError(EmberError, RuntimeError):
 class ShardingError(EmberError, RuntimeError):
   """An op cannot run on a sharded tensor as laid out (it would move items between shards, or devices disagree)."""
 
+class VizError(EmberError, ValueError):
+  """VIZ was given something it cannot show: a file that is not a saved VIZ trace, an unknown kernel or pass."""
+
+class ProfileError(EmberError, ValueError, RuntimeError):
+  """`ember.profile` used the wrong way: a trace path whose folder does not exist, a profile entered twice."""
+
 __all__ = ["EmberError", "ShapeError", "AxisError", "EmptyReductionError", "DTypeError", "DeviceError", "PluginError",
-           "CompileError", "MemoryAccessError", "JitError", "GradientError", "ShardingError"]
+           "CompileError", "MemoryAccessError", "JitError", "GradientError", "ShardingError", "VizError",
+           "ProfileError"]

@@ -18,6 +18,7 @@ import functools
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
+from ember import profiler
 from ember.dtype import DType, dtypes
 from ember.errors import CompileError, DeviceError
 from ember.helpers import LRU, content_hash, diskcache_get, diskcache_put, CACHELEVEL
@@ -117,9 +118,14 @@ class Buffer:
       if offset_fn is None: raise DeviceError(f"{type(self.allocator).__name__} does not support buffer views")
       self._buf = offset_fn(self._base._buf, self.nbytes, self.offset)
     else:
-      self._buf = opaque if opaque is not None else self.allocator.alloc(self.nbytes, self.options)
+      self._buf = opaque if opaque is not None else self._alloc()
       MemoryStats._add(self.nbytes)
     return self
+  def _alloc(self) -> Any:
+    allocator = self.allocator  # opens the device on first use: not part of the allocation's time
+    if not profiler.enabled: return allocator.alloc(self.nbytes, self.options)
+    with profiler.span("alloc", f"alloc {self.nbytes} B", self.device, "memory", bytes=self.nbytes):
+      return allocator.alloc(self.nbytes, self.options)
   def __del__(self) -> None:
     if not hasattr(self, "_buf") or self._base is not None: return
     MemoryStats.used -= self.nbytes
@@ -136,7 +142,10 @@ class Buffer:
     mv = mv.cast("B") if mv.nbytes else mv
     if mv.nbytes != self.nbytes: raise DeviceError(f"copyin of {mv.nbytes} bytes into a buffer of {self.nbytes} bytes")
     self.ensure_allocated()
-    if mv.nbytes: self.allocator._copyin(self._buf, mv)
+    if mv.nbytes and profiler.enabled:
+      with profiler.span("copy", f"copyin {mv.nbytes} B", self.device, "copy", bytes=mv.nbytes):
+        self.allocator._copyin(self._buf, mv)
+    elif mv.nbytes: self.allocator._copyin(self._buf, mv)
     return self
   def copyout(self, mv: memoryview) -> memoryview:
     mv = mv.cast("B") if mv.nbytes else mv
@@ -145,7 +154,10 @@ class Buffer:
     if mv.nbytes:
       from ember.device.registry import Device
       Device[self.device].synchronize()
-      self.allocator._copyout(mv, self._buf)
+      if not profiler.enabled: self.allocator._copyout(mv, self._buf)
+      else:
+        with profiler.span("copy", f"copyout {mv.nbytes} B", self.device, "copy", bytes=mv.nbytes):
+          self.allocator._copyout(mv, self._buf)
     return mv
   def view(self, size: int, dtype: DType, offset: int) -> Buffer:
     return Buffer(self.device, size, dtype, base=self.base, offset=self.offset + offset)
@@ -204,6 +216,13 @@ class Compiled:
     """Wait until every queued command on this device has finished (synchronous devices have nothing to wait for)."""
   def finalize(self) -> None:
     """Called at interpreter exit: release device resources."""
+  def launch_timestamps_ns(self) -> tuple[int, int] | None:
+    """The device timer (ns) at the start and the end of the last kernel launched with `wait=True`, for devices that
+    time kernels with their own clock (the profiler then uses these over host times); None: the device has none."""
+    return None
+  def timer_ns(self) -> int:
+    """The device timer now in ns, where `launch_timestamps_ns` is not None: the profiler aligns it with the host."""
+    raise DeviceError(f"{self.device} has no device timer; its kernels are timed on the host")
   def __repr__(self) -> str: return f"<{type(self).__name__} {self.device} renderer={type(self.renderer).__name__}>"
 
 def from_mv(mv: memoryview, to_type: Any = ctypes.c_char) -> Any:

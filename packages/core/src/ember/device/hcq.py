@@ -188,6 +188,15 @@ class HCQCompiled(Compiled):
     self.timeline_value += 1
     return self.timeline_value - 1
   def synchronize(self) -> None: self.timeline_signal.wait(self.timeline_value - 1)
+  def launch_timestamps_ns(self) -> tuple[int, int]:
+    """The timestamps `HCQProgram.__call__(wait=True)` had the queue write around its kernel."""
+    return self.timer_signals[0].value, self.timer_signals[1].value
+  def timer_ns(self) -> int:
+    """The GPU timer now: a submission that only writes a timestamp, waited for."""
+    self.compute_queue().wait(self.timeline_signal, self.timeline_value - 1).timestamp(self.timer_signals[0]) \
+        .signal(self.timeline_signal, self.next_timeline()).submit(self)
+    self.synchronize()
+    return self.timer_signals[0].value
   def kernargs_alloc(self, size: int) -> HCQBuffer:
     """A 256-byte aligned slot of the kernarg ring; wrapping around first waits for every launch in flight."""
     size = -(-size // 256) * 256

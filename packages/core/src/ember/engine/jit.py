@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import sys
 from typing import Any, Callable, Generic, TypeVar
+from ember import profiler
 from ember.device.base import Buffer
 from ember.errors import JitError
 from ember.engine import realize as engine
@@ -125,20 +126,29 @@ class TinyJit(Generic[R]):
     if info != self.expected:
       raise JitError(f"TinyJit inputs changed: expected {self.expected}, got {info}; "
                      "shapes, dtypes and devices must stay the same")
+    # each kernel timed on its own (DEBUG=2, a profile): launched one by one, not as the device's graph
+    timed = profiler.enabled or DEBUG.value >= 2
     # a graph replays the capture in one device call; one that `takes_var_vals` also takes new Variable values
-    if self.graph is not None and (not var_vals or getattr(self.graph, "takes_var_vals", False)):
+    if self.graph is not None and not timed and (not var_vals or getattr(self.graph, "takes_var_vals", False)):
       if var_vals: self.graph(in_bufs, var_vals)
       else: self.graph(in_bufs)
       engine.GlobalCounters.kernel_count += len(self.captured)
       self.cnt += 1
       return self.ret
+    start = profiler.now_us() if profiler.enabled else 0.0
     swap = {id(old): new for old, new in zip(self.in_bufs, in_bufs)}
     for runner, bufs, vv in self.captured:
       real = [swap.get(id(b), b) for b in bufs]
       if runner is None: engine._copy(real[0], real[1])
+      elif timed: engine.replay_timed(runner, real, {**vv, **var_vals})
       else:
         runner(real, {**vv, **var_vals})
         engine.GlobalCounters.kernel_count += 1
+    if profiler.enabled:
+      from ember.device import Device
+      device = next((runner.device for runner, _, _ in self.captured if runner is not None), Device.DEFAULT)
+      profiler.record("jit", f"TinyJit {getattr(self.fxn, '__qualname__', repr(self.fxn))}", device, "jit", start,
+                      profiler.now_us() - start, calls=len(self.captured))
     self.cnt += 1
     return self.ret
 

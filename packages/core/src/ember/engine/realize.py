@@ -5,6 +5,7 @@ import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
+from ember import profiler
 from ember.device.base import Buffer
 from ember.errors import CompileError
 from ember.helpers import BEAM, DEBUG, NOOPT, NUM_CPU_THREADS, GlobalCounters, colored
@@ -37,17 +38,29 @@ def _build(device: str, dev: Any, spec: ProgramSpec, compiled: Callable[[], byte
   disk cache)."""
   if dev.compiler is None:
     raise CompileError(f"device {device} has no compiler; run kernel {spec.name} on a compute device")
-  try: lib = compiled() if compiled is not None else dev.compiler.compile_cached(spec.src)
+  try:
+    if (given := spec.aux.get("binary")) is not None: lib = given  # a kernel written as source may come compiled
+    elif compiled is not None: lib = compiled()
+    elif profiler.enabled: lib = profiler.timed("compile", spec.name, device, "compile", dev.compiler.compile_cached,
+                                                spec.src)
+    else: lib = dev.compiler.compile_cached(spec.src)
   except CompileError as e: raise CompileError(f"compiling kernel {spec.name} for {device}: {e}") from e
   return CompiledRunner(spec, lib, dev.runtime(spec.name, lib), device)
 
+def _codegen(device: str, dev: Any, ast: UOp) -> ProgramSpec:
+  from ember.codegen import get_program
+  if not profiler.enabled: return get_program(ast, dev.renderer, device)
+  start = profiler.now_us()
+  spec = get_program(ast, dev.renderer, device)
+  profiler.record("codegen", spec.name, device, "codegen", start, profiler.now_us() - start)
+  return spec
+
 def get_runner(device: str, ast: UOp) -> CompiledRunner:
   from ember.device import Device
-  from ember.codegen import get_program
   dev = Device[device]
   key = _key(device, dev.renderer, ast)
   if (r := _runner_cache.get(key)) is None:
-    r = _runner_cache[key] = _build(device, dev, get_program(ast, dev.renderer, device))
+    r = _runner_cache[key] = _build(device, dev, _codegen(device, dev, ast))
   return r
 
 def compile_ahead(items: list[ScheduleItem]) -> None:
@@ -57,18 +70,20 @@ def compile_ahead(items: list[ScheduleItem]) -> None:
   cores). get_runner then finds them all."""
   from concurrent.futures import ThreadPoolExecutor
   from ember.device import Device
-  from ember.codegen import get_program
   specs: dict[Key, tuple[str, Any, ProgramSpec]] = {}
   for it in items:
     if it.kind is CallKind.COPY or (ast := it.program) is None: continue
     dev = Device[it.device]
     if dev.compiler is None or not dev.compiler.parallel_compile: continue
     if (k := _key(it.device, dev.renderer, ast)) not in _runner_cache and k not in specs:
-      specs[k] = (it.device, dev, get_program(ast, dev.renderer, it.device))
+      specs[k] = (it.device, dev, _codegen(it.device, dev, ast))
   futures: dict[Key, Any] = {}
   if len(specs) > 1:
-    with ThreadPoolExecutor(max_workers=min(len(specs), os.cpu_count() or 1)) as pool:
-      futures = {k: pool.submit(dev.compiler.compile_cached, spec.src) for k, (_, dev, spec) in specs.items()}
+    with ThreadPoolExecutor(max_workers=min(len(specs), os.cpu_count() or 1), thread_name_prefix="compile") as pool:
+      if profiler.enabled:  # each compile an event on its worker thread's track
+        futures = {k: pool.submit(profiler.timed, "compile", spec.name, device, "compile", dev.compiler.compile_cached,
+                                  spec.src) for k, (device, dev, spec) in specs.items()}
+      else: futures = {k: pool.submit(dev.compiler.compile_cached, spec.src) for k, (_, dev, spec) in specs.items()}
   for k, (device, dev, spec) in specs.items():
     _runner_cache[k] = _build(device, dev, spec, futures[k].result if k in futures else None)
 
@@ -76,6 +91,11 @@ def compile_ahead(items: list[ScheduleItem]) -> None:
 capture_hooks: list[Callable[[CompiledRunner | None, list[Buffer], dict[str, int]], None]] = []
 
 def _copy(dst: Buffer, src: Buffer) -> None:
+  if not profiler.enabled: return _copy_buffers(dst, src)
+  with profiler.span("copy", f"copy {src.device} -> {dst.device}", dst.device, "copy", bytes=src.nbytes):
+    _copy_buffers(dst, src)
+
+def _copy_buffers(dst: Buffer, src: Buffer) -> None:
   dst.ensure_allocated()
   if (mv := src.as_buffer()) is not None:
     from ember.device import Device
@@ -100,22 +120,41 @@ def run_schedule(items: list[ScheduleItem], var_vals: dict[str, int] | None = No
     # simplification may drop a buffer the value never needs (x*0, x//0): the kernel gets the buffers it declares
     call_bufs = [it.bufs[i] for i in runner.spec.globals]
     vv = {**it.var_vals, **(var_vals or {})}
-    et = runner(call_bufs, vv, wait=DEBUG.value >= 2)
+    et = launch_profiled(runner, call_bufs, vv) if profiler.enabled else runner(call_bufs, vv, wait=DEBUG.value >= 2)
     for hook in capture_hooks: hook(runner, call_bufs, vv)
     update_stats(runner, et)
   if DEBUG.value >= 1 and items:
     ms = (time.perf_counter() - st) * 1e3
     sys.stderr.write(f"realize: {len(items)} calls, {GlobalCounters.global_ops/1e9:.3f} GFLOP total, {ms:.2f} ms\n")
 
+def launch_profiled(runner: CompiledRunner, bufs: list[Buffer], var_vals: dict[str, int], jit: bool = False) -> float:
+  """Launch and wait for one kernel, recorded by the open profiles; returns its seconds."""
+  start = profiler.now_us()
+  et = runner(bufs, var_vals, wait=True)
+  profiler.kernel(runner, start, et, jit)
+  return et or 0.0
+
+def replay_timed(runner: CompiledRunner, bufs: list[Buffer], var_vals: dict[str, int]) -> None:
+  """One kernel of a TinyJit replay launched on its own and timed: counted, printed at DEBUG=2, profiled."""
+  et = launch_profiled(runner, bufs, var_vals, jit=True) if profiler.enabled else runner(bufs, var_vals, wait=True)
+  GlobalCounters.kernel_count += 1
+  if et is not None: GlobalCounters.time_sum_s += et
+  if DEBUG.value >= 2: _debug_kernel(runner, et)
+
 def update_stats(runner: CompiledRunner, et: float | None) -> None:
   GlobalCounters.kernel_count += 1
   GlobalCounters.global_ops += runner.spec.estimates.ops
   GlobalCounters.global_mem += runner.spec.estimates.mem
   if et is not None: GlobalCounters.time_sum_s += et
-  if DEBUG.value >= 2:
-    t = et or 0.0
-    gflops = runner.spec.estimates.ops / t / 1e9 if t > 0 else 0.0
-    gbs = runner.spec.estimates.mem / t / 1e9 if t > 0 else 0.0
-    name = colored(f"{runner.spec.name:30s}", "cyan")
-    sys.stderr.write(f"*** {runner.device:8s} {GlobalCounters.kernel_count:4d} {name} "
-                     f"tm {t*1e6:9.2f}us {gflops:8.2f} GFLOP/s {gbs:8.2f} GB/s\n")
+  if DEBUG.value >= 2: _debug_kernel(runner, et)
+
+def _debug_kernel(runner: CompiledRunner, et: float | None) -> None:
+  """DEBUG=2's line for a kernel (and its row in the table written at exit)."""
+  t = et or 0.0
+  ops, mem = runner.spec.estimates.ops, runner.spec.estimates.mem
+  gflops = ops / t / 1e9 if t > 0 else 0.0
+  gbs = mem / t / 1e9 if t > 0 else 0.0
+  name = colored(f"{runner.spec.name:30s}", "cyan")
+  sys.stderr.write(f"*** {runner.device:8s} {GlobalCounters.kernel_count:4d} {name} "
+                   f"tm {t*1e6:9.2f}us {gflops:8.2f} GFLOP/s {gbs:8.2f} GB/s\n")
+  profiler.debug_kernel(runner.spec.name, runner.device, t, ops, mem)
