@@ -102,7 +102,9 @@ def test_each_interface_is_probed_as_dev_would_select_it(fake_site) -> None:
   device = _by_name(report)["toy"]["devices"][0]
   probes = {i["name"]: i for i in device["interface_probes"]}
   assert probes["MOCK"]["ok"] and probes["MOCK"]["dev"] == "DEV=MOCK+TOY"
+  assert probes["MOCK"]["reason"].startswith("opened with renderer ")  # opened as DEV=MOCK+TOY would open it
   assert not probes["PCI"]["ok"] and "no PCI card for interface 'PCI'" in probes["PCI"]["reason"]
   rc, text = _doctor(fake_site)
-  assert any("interface MOCK" in line and line.endswith("ok") for line in text.splitlines())
+  assert any("interface MOCK" in line and line.endswith("ok (opened with renderer ToyRenderer, compiler ToyCompiler)")
+             for line in text.splitlines()), text
   assert any("interface PCI" in line and "unavailable: no PCI card" in line for line in text.splitlines())

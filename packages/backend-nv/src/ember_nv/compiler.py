@@ -22,7 +22,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from ember.plugin import CompileError, Compiler, HostShimCompiler, ShimDialect
+from ember.plugin import CompileError, Compiler, HostShimCompiler, Renderer, ShimDialect
 from ember_nv.renderer import DEFAULT_ARCH, parse_arch
 
 def _numbered(src: str) -> str: return "\n".join(f"{i + 1:4d} {line}" for i, line in enumerate(src.splitlines()))
@@ -193,14 +193,14 @@ static inline void ember_mma_m16n8k16(float* d, const float* a, const float* b) 
   for (unsigned i = 0; i < 8; i++)
     ember_mma_a[warp][group + ((i >> 1) & 1) * 8][tig * 2 + (i & 1) + (i >> 2) * 8] = a[i];
   for (unsigned i = 0; i < 4; i++) ember_mma_b[warp][tig * 2 + (i & 1) + (i >> 1) * 8][group] = b[i];
-  ember_sync();
+  ember_rendezvous();
   for (unsigned i = 0; i < 4; i++) {
     unsigned row = group + (i >> 1) * 8, col = tig * 2 + (i & 1);
     float sum = 0.0f;
     for (unsigned k = 0; k < 16; k++) sum += ember_mma_a[warp][row][k] * ember_mma_b[warp][k][col];
     d[i] = sum;
   }
-  ember_sync();
+  ember_rendezvous();
 }
 """ + _mma_wrapper("mma_m16n8k16_f16_f32", "_Float16") + _mma_wrapper("mma_m16n8k16_bf16_f32", "float")
 
@@ -254,3 +254,8 @@ class NVShimBundleCompiler(NVShimCompiler):
     super().__init__(cxx)
     self.cachekey = f"{self.cachekey}_bundle"
   def compile(self, src: str) -> bytes: return self.build(src)
+
+def cuda_compiler(renderer: Renderer, interface: str) -> Compiler:
+  """The compiler for CUDARenderer output on the NV device: the host shim on MOCK+NV (it runs the kernels on the host
+  and needs no NVRTC), NVRTC on the hardware interface."""
+  return NVShimCompiler() if interface.startswith("MOCK") else NVRTCCompiler(renderer.arch)

@@ -13,6 +13,7 @@ import re
 from typing import Any, Callable
 from ember.plugin import (BufferSpec, Compiled, CompileError, Compiler, DeviceError, HCQCompiled, LRUAllocator,
                           ProbeResult, Renderer)
+from ember_nv.compiler import NVShimCompiler
 from ember_nv.mock import NVMockDevice
 from ember_nv.renderer import CUDARenderer
 
@@ -224,5 +225,8 @@ def open_nv_device(device: str, interface: str, renderer: Renderer | None, compi
     if not isinstance(renderer, CUDARenderer):
       raise CompileError(f"MOCK+NV runs CUDA C through the host shim; {type(renderer).__name__} output cannot run on "
                          "it; use DEV=MOCK+NV or DEV=MOCK+NV:CUDA")
-    return NVMockDevice(device, renderer)
+    if not isinstance(compiler, NVShimCompiler):
+      raise CompileError(f"MOCK+NV runs kernels built by the host shim (NVShimCompiler), not {compiler!r}; the NV "
+                         "plugin's compiler registration must follow the interface")
+    return NVMockDevice(device, renderer, compiler)
   return nv_interface(interface)(device, renderer, compiler)

@@ -158,13 +158,14 @@ class NVMockAllocator(HCQAllocator):
 class NVMockDevice(NVHCQDevice):
   """DEV=MOCK+NV: the NV queues, allocator, programs and graph, executed by `MockNVGPU` through real GPFIFO rings,
   QMDs and doorbells. Kernels are the CUDA C of `CUDARenderer` built for the host through the shim
-  (`NVShimCompiler`); NVRTC is not needed. The QMD version follows the renderer's arch (sm_90: 4.0, else 3.0)."""
+  (`NVShimCompiler`, the compiler the registry builds for the MOCK interface); NVRTC is not needed. The QMD version
+  follows the renderer's arch (sm_90: 4.0, else 3.0)."""
   RING_ENTRIES = 1024
-  def __init__(self, device: str, renderer: Renderer) -> None:
+  def __init__(self, device: str, renderer: Renderer, compiler: NVShimCompiler) -> None:
     self.gpu = MockNVGPU()
     self.qmd_layout = qmd_layout_for_arch(getattr(renderer, "arch", "sm_80"))
     signals = host_pages(4096)
-    super().__init__(device, NVMockAllocator(self), renderer, NVShimCompiler(),
+    super().__init__(device, NVMockAllocator(self), renderer, compiler,
                      lambda name, lib: NVMockProgram(self, name, lib), NVComputeQueue, NVCopyQueue, signals)
     control = host_pages(2 * (self.RING_ENTRIES * 8 + 4096))
     fifos = {}

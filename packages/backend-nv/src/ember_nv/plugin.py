@@ -1,8 +1,9 @@
 """ember's NV backend: wiring only. Every heavy module (ctypes over libcuda/libnvrtc) is imported inside the hooks."""
 from __future__ import annotations
 from typing import Callable
-from ember.plugin import (PLUGIN_API_VERSION, BackendInfo, Compiled, Compiler, CompilerRegistry, DeviceRegistry,
-                          ProbeResult, QueueRegistry, Renderer, RendererRegistry, device_target, hookimpl)
+from ember.plugin import (PLUGIN_API_VERSION, BackendInfo, Compiled, CompileError, Compiler, CompilerRegistry,
+                          DeviceRegistry, ProbeResult, QueueRegistry, Renderer, RendererRegistry, device_target,
+                          hookimpl)
 
 @hookimpl
 def ember_backend_info() -> BackendInfo:
@@ -32,15 +33,27 @@ def _ptx_renderer(arch: str) -> Renderer:
   from ember_nv.renderer import PTXRenderer
   return PTXRenderer(arch)
 
+def _nv_ptx_renderer(arch: str) -> Renderer:
+  if device_target("NV").interface.startswith("MOCK"):
+    raise CompileError("MOCK+NV runs CUDA C through the host shim; PTX needs the GPU; use DEV=MOCK+NV or "
+                       "DEV=MOCK+NV:CUDA")
+  return _ptx_renderer(arch)
+
 @hookimpl
 def ember_register_renderers(registry: RendererRegistry) -> None:
   for device in ("CUDA", "NV"):
     registry.add(device, "CUDA", _cuda_renderer, priority=10)
-    registry.add(device, "PTX", _ptx_renderer, priority=5)
+  registry.add("CUDA", "PTX", _ptx_renderer, priority=5)
+  registry.add("NV", "PTX", _nv_ptx_renderer, priority=5)
 
 def _nvrtc(renderer: Renderer) -> Compiler:
   from ember_nv.compiler import NVRTCCompiler
   return NVRTCCompiler(renderer.arch)
+
+def _nv_cuda_compiler(renderer: Renderer) -> Compiler:
+  """NV's CUDA C compiler follows the interface DEV selects: the MOCK builds for the host, so it needs no NVRTC."""
+  from ember_nv.compiler import cuda_compiler
+  return cuda_compiler(renderer, device_target("NV").interface)
 
 def _ptxas(renderer: Renderer) -> Compiler:
   from ember_nv.compiler import PTXCompiler
@@ -48,9 +61,9 @@ def _ptxas(renderer: Renderer) -> Compiler:
 
 @hookimpl
 def ember_register_compilers(registry: CompilerRegistry) -> None:
-  for device in ("CUDA", "NV"):
-    registry.add(device, "CUDA", _nvrtc)
-    registry.add(device, "PTX", _ptxas)
+  registry.add("CUDA", "CUDA", _nvrtc)
+  registry.add("NV", "CUDA", _nv_cuda_compiler)
+  for device in ("CUDA", "NV"): registry.add(device, "PTX", _ptxas)
 
 def _nv_interface(interface: str) -> Callable[[], Callable[..., Compiled]]:
   def make() -> Callable[..., Compiled]:

@@ -24,6 +24,17 @@ def _registry() -> Any:
 
 def _failure(e: BaseException) -> dict[str, Any]: return {"ok": False, "reason": f"{type(e).__name__}: {e}"}
 
+def _open_device(name: str, reason: str) -> dict[str, Any]:
+  """Open device ``name`` as the current DEV selection would: the renderer, compiler and device object a program gets,
+  so an interface whose compiler cannot load (say, one that needs a library the interface does not use) is reported
+  here, not at the first kernel. ``reason`` (the probe's) is kept, with what was opened."""
+  from ember.device.registry import Device
+  try: dev = Device._open_canonical(Device.canonicalize(name))
+  except Exception as e: return _failure(e)  # noqa: BLE001  the failure is the report
+  used = f"renderer {type(dev.renderer).__name__}, compiler {type(dev.compiler).__name__}"
+  dev.finalize()
+  return {"ok": True, "reason": f"{reason}; opened with {used}" if reason else f"opened with {used}"}
+
 def probe_backend(name: str) -> dict[str, Any]:
   """Probe every device of backend ``name`` and try to build each of its renderers and compilers (run in a child)."""
   from ember.device.registry import Device
@@ -52,7 +63,8 @@ def probe_backend(name: str) -> dict[str, Any]:
       Device.DEFAULT = f"{iface}+{entry.name}"
       try:
         iprobe = registry.probe_here(entry.name)
-        interfaces[iface] = {"ok": iprobe.ok, "reason": iprobe.reason}
+        interfaces[iface] = _open_device(entry.name, iprobe.reason) if iprobe.ok else \
+          {"ok": False, "reason": iprobe.reason}
       finally: Device._dev, Device._default = saved
     devices[entry.name] = {"ok": probe.ok, "reason": probe.reason, "renderers": renderers, "interfaces": interfaces}
   return {"backend": name, "status": rec.status, "reason": rec.reason, "devices": devices}
@@ -138,7 +150,7 @@ def format_report(report: dict[str, Any]) -> str:
       lines.append(f"  {d['name']:<8} priority {d['priority']:>4}  interfaces: {ifaces}  {state}")
       if d["conflict"]: lines.append(f"    CONFLICT: {d['conflict']}")
       for i in d["interface_probes"]:
-        istate = "ok" if i["ok"] else f"unavailable: {i['reason']}"
+        istate = (f"ok ({i['reason']})" if i["reason"] else "ok") if i["ok"] else f"unavailable: {i['reason']}"
         lines.append(f"    interface {i['name']:<8} {i['dev']:<20} {istate}")
       for r in d["renderers"]:
         rstate = "ok" if r["ok"] else f"unavailable: {r['reason']}"
