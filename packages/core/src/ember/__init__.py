@@ -12,6 +12,10 @@ from ember.device.base import Buffer  # noqa: E402
 from ember.tensor import Tensor  # noqa: E402
 from ember.engine.jit import TinyJit  # noqa: E402
 from ember.tensor_ops.extra import function  # noqa: E402
+from ember.helpers import TRACK_MATCH_STATS, VIZ  # noqa: E402
+if VIZ.value not in ("", "0") or TRACK_MATCH_STATS.value:  # record every graph_rewrite, report at exit (ember.viz)
+  from ember.viz import install_from_env
+  install_from_env()
 
 # the public API (docs/public-api.md): these names, ember.errors, ember.dtype's __all__ and, for backends, ember.plugin
 __all__ = ["Tensor", "dtypes", "DType", "Device", "Buffer", "Context", "getenv", "TinyJit", "Variable", "UOp",

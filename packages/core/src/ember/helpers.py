@@ -84,6 +84,11 @@ TRANSCENDENTAL = ContextVar("TRANSCENDENTAL", 1)
 DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "float32")
 DEFAULT_INT = ContextVar("DEFAULT_INT", "int32")
 SEED = ContextVar("SEED", 0)
+# VIZ=1 serves the rewrite/kernel web UI at exit (VIZ_PORT, default 8000), VIZ=file.json saves the trace instead;
+# TRACK_MATCH_STATS=1 prints per-rule match counts and times at exit (2: every rule tried). Read at `import ember`.
+VIZ = ContextVar("VIZ", "")
+VIZ_PORT = ContextVar("VIZ_PORT", -1)
+TRACK_MATCH_STATS = ContextVar("TRACK_MATCH_STATS", 0)
 CACHEDB = ContextVar("CACHEDB",
                      os.path.join(os.getenv("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "ember", "cache.db"))
 

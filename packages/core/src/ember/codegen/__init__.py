@@ -7,6 +7,7 @@ from ember.helpers import BEAM, NUM_CPU_THREADS, SPEC, DEBUG, NOOPT, prod
 from ember.renderer import Renderer, ProgramSpec, Estimates
 from ember.uop.ops import Ops, UOp, AxisType, GroupOp
 from ember.uop.rewrite import graph_rewrite, PatternMatcher, UPat
+from ember.uop import rewrite as uop_rewrite
 from ember.uop.symbolic import symbolic
 from ember.uop.spec import type_verify
 from ember.codegen.linearize import linearize
@@ -124,6 +125,7 @@ def full_rewrite(ast: UOp, renderer: Renderer,
   work = prod(r.src[0].arg if r.src[0].op is Ops.CONST else 1 for r in sink.toposort() if r.op is Ops.RANGE)
   if opts is None: opts = [] if NOOPT.value else hand_coded_opts(sink, renderer)  # register blocking, partial sums
   sink = apply_opts_list(sink, opts)
+  if (tracer := uop_rewrite.TRACER) is not None: tracer.note_opts(opts)  # VIZ shows them
   sink, gsize = apply_opts(sink, renderer, work, opt_threads(opts))  # split the outermost loop over CPU threads
   lsize = None
   if renderer.has_local:
@@ -161,6 +163,7 @@ def get_program(ast: UOp, renderer: Renderer, device: str = "", opts: list[Opt] 
   if opts is None and BEAM.value >= 1 and device and not NOOPT.value:
     from ember.codegen.search import beam_search
     opts = beam_search(ast, renderer, device, BEAM.value)
+  if (tracer := uop_rewrite.TRACER) is not None: tracer.begin_kernel(ast, device)  # VIZ files the rewrites below here
   uops, gsize, lsize = full_rewrite(ast, renderer, opts)
   name = kernel_name(ast)
   try: src = renderer.render(uops, name)
@@ -171,8 +174,10 @@ def get_program(ast: UOp, renderer: Renderer, device: str = "", opts: list[Opt] 
   ins = sorted({u.src[0].src[0].arg for u in uops if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.PARAM})
   if DEBUG.value >= 4: _debug_print(src)
   variables = [u for u in uops if u.op is Ops.DEFINE_VAR]
-  return ProgramSpec(name, src, device, uops, [p.arg for p in params], variables, outs, ins,
+  spec = ProgramSpec(name, src, device, uops, [p.arg for p in params], variables, outs, ins,
                      gsize, lsize, estimate(uops))
+  if tracer is not None: tracer.end_kernel(spec)
+  return spec
 
 def _debug_print(src: str) -> None:
   import sys

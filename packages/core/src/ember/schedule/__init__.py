@@ -26,6 +26,7 @@ from ember.dtype import dtypes, strong_dtype
 from ember.errors import DeviceError
 from ember.helpers import prod
 from ember.uop.ops import Ops, UOp, BufferArg, GroupOp, next_unique
+from ember.uop import rewrite as uop_rewrite
 from ember.schedule.kernel import lower_kernel, strides_for
 if TYPE_CHECKING: from ember.codegen.pack import PackPlan
 
@@ -271,6 +272,8 @@ def pack_operands(items: list[ScheduleItem]) -> list[ScheduleItem]:
 
 def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
   """The calls that compute `targets`, and what each realized target becomes (a buffer view)."""
+  if (tracer := uop_rewrite.TRACER) is not None and targets:  # VIZ shows the graph this schedule cuts into kernels
+    tracer.record_graph("tensor graph", targets[0].sink(*targets[1:]))
   calls, becomes, bitcast_views = lower_schedule(targets)
   items, pinned = bind_buffers(calls, bitcast_views)
   items = pack_operands(items)

@@ -7,13 +7,21 @@ named captures as keyword arguments (plus `ctx` if it declares it) and returns a
 from __future__ import annotations
 import inspect
 import itertools
-from typing import Any, Callable, Iterable, cast
+import sys
+import time
+from typing import Any, Callable, Iterable, Protocol, cast
 from ember.dtype import AnyDType, PtrDType
 from ember.errors import EmberError
 from ember.uop.ops import Ops, UOp, GroupOp
 
+def _definition_site() -> tuple[str, int]:
+  """file and line of the code that built a UPat (the line of its rule in a table), outside this module's sugar."""
+  frame = sys._getframe(2)
+  while frame.f_code.co_filename == __file__ and frame.f_back is not None: frame = frame.f_back
+  return frame.f_code.co_filename, frame.f_lineno
+
 class UPat:
-  __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "match_arg", "early_reject", "_any")
+  __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "match_arg", "early_reject", "_any", "location")
   def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: AnyDType | Iterable[AnyDType] | None = None,
                src: UPat | tuple[UPat, ...] | list[UPat] | None = None, arg: Any = None, name: str | None = None,
                allow_any_len: bool = False, match_arg: bool | None = None):
@@ -26,6 +34,7 @@ class UPat:
     self.arg, self.name, self.allow_any_len = arg, name, allow_any_len
     self.match_arg = (arg is not None) if match_arg is None else match_arg
     self._any: tuple[UPat, ...] | None = None
+    self.location = _definition_site()  # VIZ and TRACK_MATCH_STATS name a rule by where it is written
     # early reject: ops that must appear among the sources
     srcs = src if isinstance(src, (tuple, list)) else ()
     self.early_reject = frozenset(p.op.__iter__().__next__() for p in srcs if p.op is not None and len(p.op) == 1)
@@ -117,6 +126,7 @@ def _arg_eq(pat_arg: Any, arg: Any) -> bool:
   return pat_arg == arg
 
 RewriteFn = Callable[..., UOp | None]
+TryHook = Callable[["UPat", RewriteFn, UOp, UOp | None, float], None]
 
 class PatternMatcher:
   """A table of rewrite rules, indexed by the root op so a node is only tried against rules that can match it."""
@@ -138,17 +148,51 @@ class PatternMatcher:
         ret = fn(ctx=ctx, **match) if wants_ctx else fn(**match)
         if ret is not None and ret is not uop: return ret
     return None
+  def traced_rewrite(self, uop: UOp, ctx: Any, on_try: TryHook) -> UOp | None:
+    """`rewrite`, reporting every rule it tries to `on_try(pattern, callback, node, replacement or None, seconds)`:
+    the VIZ / TRACK_MATCH_STATS recorder (ember.viz.record) rewrites through this; `rewrite` stays free of it."""
+    src_ops = {s.op for s in uop.src}
+    for pat, fn, wants_ctx, reject in itertools.chain(self.pdict.get(uop.op, ()), self.any_op):
+      if not reject <= src_ops: continue
+      start = time.perf_counter()
+      ret = None
+      for match in pat.match(uop, {}):
+        ret = fn(ctx=ctx, **match) if wants_ctx else fn(**match)
+        if ret is not None and ret is not uop: break
+        ret = None
+      on_try(pat, fn, uop, ret, time.perf_counter() - start)
+      if ret is not None: return ret
+    return None
 
 class RewriteLoopError(EmberError, RuntimeError):
   """A rewrite table never reached a fixed point (two rules undo each other): a bug in the rules."""
+
+class RewriteTracer(Protocol):
+  """What VIZ and TRACK_MATCH_STATS install as `TRACER` (ember.viz.record.Recorder): every graph_rewrite goes through
+  it, and codegen and the scheduler tell it which kernel the rewrites belong to (`ember.codegen.get_program`)."""
+  def graph_rewrite(self, sink: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str | None) -> UOp: ...
+  def record_graph(self, name: str, sink: UOp) -> None: ...
+  def begin_kernel(self, ast: UOp, device: str) -> None: ...
+  def note_opts(self, opts: list[Any]) -> None: ...
+  def end_kernel(self, spec: Any) -> None: ...
+
+# set by ember.viz when VIZ or TRACK_MATCH_STATS is on; while None, graph_rewrite costs one branch more than its walk
+TRACER: RewriteTracer | None = None
 
 def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: bool = False,
                   name: str | None = None) -> UOp:
   """Rewrite the graph under `sink` with `pm` to a fixed point.
 
   Top-down (default): every node is rebuilt from its rewritten sources, then `pm` is applied until it returns None,
-  rewriting each result in full. `bottom_up=True` applies `pm` to a node before descending into its sources.
+  rewriting each result in full. `bottom_up=True` applies `pm` to a node before descending into its sources. `name`
+  labels the pass in VIZ and in errors.
   """
+  if TRACER is not None: return TRACER.graph_rewrite(sink, pm, ctx, bottom_up, name)
+  return rewrite_walk(sink, pm.rewrite, ctx, bottom_up, name)
+
+def rewrite_walk(sink: UOp, rewrite: Callable[[UOp, Any], UOp | None], ctx: Any, bottom_up: bool,
+                 name: str | None) -> UOp:
+  """graph_rewrite's walk, applying `rewrite(node, ctx)` (a PatternMatcher's `rewrite`, or a traced one)."""
   replace: dict[UOp, UOp] = {}
   in_progress: set[UOp] = set()
   # stack entries: (original, stage, working node)
@@ -162,7 +206,7 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
       if orig in replace: continue
       if bottom_up:
         for _ in range(1000):
-          nxt = pm.rewrite(node, ctx)
+          nxt = rewrite(node, ctx)
           if nxt is None: break
           node = nxt
         else: raise RewriteLoopError(f"graph_rewrite {name or ''}: a rule keeps rewriting {node.op}")
@@ -174,7 +218,7 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
       new_src = tuple(replace.get(s, s) for s in node.src)
       unchanged = all(a is b for a, b in zip(new_src, node.src))
       rebuilt = node if unchanged else UOp(node.op, node.dtype, new_src, node.arg, node.tag)
-      nxt = None if bottom_up and rebuilt is node else pm.rewrite(rebuilt, ctx)
+      nxt = None if bottom_up and rebuilt is node else rewrite(rebuilt, ctx)
       if nxt is None:
         replace[orig] = rebuilt
         in_progress.discard(orig)
