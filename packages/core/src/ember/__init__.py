@@ -12,6 +12,7 @@ from ember.device.base import Buffer  # noqa: E402
 from ember.tensor import Tensor  # noqa: E402
 from ember.engine.jit import TinyJit  # noqa: E402
 from ember.tensor_ops.extra import function  # noqa: E402
+from ember.profiler import profile  # noqa: E402
 from ember.helpers import TRACK_MATCH_STATS, VIZ  # noqa: E402
 if VIZ.value not in ("", "0") or TRACK_MATCH_STATS.value:  # record every graph_rewrite, report at exit (ember.viz)
   from ember.viz import install_from_env
@@ -19,7 +20,7 @@ if VIZ.value not in ("", "0") or TRACK_MATCH_STATS.value:  # record every graph_
 
 # the public API (docs/public-api.md): these names, ember.errors, ember.dtype's __all__ and, for backends, ember.plugin
 __all__ = ["Tensor", "dtypes", "DType", "Device", "Buffer", "Context", "getenv", "TinyJit", "Variable", "UOp",
-           "GlobalCounters", "function"]
+           "GlobalCounters", "function", "profile"]
 
 def __getattr__(name: str):  # `from ember import nn` works when ember-nn is installed, without importing it eagerly
   if name == "nn":

@@ -8,8 +8,9 @@ Run it against a device with the pytest plugin this package registers (entry poi
 Tiers (one test module each): registration and probe (``test_registration``), allocator round trips
 (``test_allocator``), render + compile of a kernel corpus (``test_compile``), numerics against the PYTHON reference
 device over every dtype the renderer supports (``test_numerics``), HCQ queues (``test_queues``), multi-device and CPU
-threads (``test_multidevice``). A tier whose capability the device does not declare skips with the reason; it never
-fails for it. This module imports only numpy at import time (and ember lazily), because it ships in the core wheel.
+threads (``test_multidevice``), kernel times in profiles (``test_profile``). A tier whose capability the device does
+not declare skips with the reason; it never fails for it. This module imports only numpy at import time (and ember
+lazily), because it ships in the core wheel.
 """
 from __future__ import annotations
 from dataclasses import dataclass
