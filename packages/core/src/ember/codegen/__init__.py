@@ -5,7 +5,7 @@ from ember.dtype import DType, PtrDType, dtypes
 from ember.errors import CompileError
 from ember.helpers import BEAM, NUM_CPU_THREADS, SPEC, DEBUG, NOOPT, prod
 from ember.renderer import Renderer, ProgramSpec, Estimates
-from ember.uop.ops import Ops, UOp, AxisType, GroupOp
+from ember.uop.ops import Ops, UOp, AxisType, GroupOp, pretty_print
 from ember.uop.rewrite import graph_rewrite, PatternMatcher, UPat
 from ember.uop import rewrite as uop_rewrite
 from ember.uop.symbolic import symbolic
@@ -121,6 +121,7 @@ def simplify_kernel(ast: UOp) -> UOp:
 def full_rewrite(ast: UOp, renderer: Renderer,
                  opts: list[Opt] | None = None) -> tuple[list[UOp], list[int] | None, list[int] | None]:
   """The pipeline from kernel AST to linear program; each pass runs where it does for the reason on its line."""
+  if DEBUG.value >= 5: _debug_print(f"kernel {kernel_name(ast)}, AST:\n{pretty_print(ast, max_nodes=1 << 30)}")
   sink = simplify_kernel(ast)
   work = prod(r.src[0].arg if r.src[0].op is Ops.CONST else 1 for r in sink.toposort() if r.op is Ops.RANGE)
   if opts is None: opts = [] if NOOPT.value else hand_coded_opts(sink, renderer)  # register blocking, partial sums
@@ -146,8 +147,11 @@ def full_rewrite(ast: UOp, renderer: Renderer,
   sink = graph_rewrite(sink, pm_safe_division, name="guard integer division")
   if renderer.extra_matcher is not None: sink = graph_rewrite(sink, renderer.extra_matcher, name="renderer rewrites")
   if SPEC.value: type_verify(sink, "kernel AST")
+  if DEBUG.value >= 3: _debug_print(f"kernel {kernel_name(ast)}: opts {opts}, global {gsize}, local {lsize}")
+  if DEBUG.value >= 5: _debug_print(f"kernel {kernel_name(ast)}, lowered:\n{pretty_print(sink, max_nodes=1 << 30)}")
   uops = linearize(sink)
   if opts and getattr(renderer, "fused_mulacc", False): uops = fuse_mulacc(uops)  # acc += a*b as one fma
+  if DEBUG.value >= 6: _debug_print(f"kernel {kernel_name(ast)}, linear program:\n{format_program(uops)}")
   if SPEC.value: type_verify(uops, "linear program")
   return uops, gsize, lsize
 
@@ -182,3 +186,9 @@ def get_program(ast: UOp, renderer: Renderer, device: str = "", opts: list[Opt] 
 def _debug_print(src: str) -> None:
   import sys
   sys.stderr.write(src + "\n")
+
+def format_program(uops: list[UOp]) -> str:
+  """A linear program one uop a line (DEBUG=6): its index, op, dtype, the indices of its sources and its arg."""
+  index = {u: i for i, u in enumerate(uops)}
+  return "\n".join(f"{i:4d} {u.op.name:12s} {u.dtype!r:28s} {str([index[s] for s in u.src]):16s} {u.arg!r}"
+                   for i, u in enumerate(uops))
