@@ -77,6 +77,19 @@ def _permute_grad(g, node: UOp):
 
 LN2 = math.log(2)
 
+def _custom_kernel_grad(g, node: UOp):
+  """A custom kernel's backward is its `grad_fxn(grad of the first output, kernel)`: one gradient per input."""
+  from ember.errors import GradientError
+  info = node.arg
+  if info.grad_fxn is None:
+    raise GradientError(f"custom kernel {info.ast.arg.name if info.ast.op is Ops.SINK else 'program'} has no "
+                        "gradient; pass grad_fxn= to Tensor.custom_kernel")
+  grads = tuple(info.grad_fxn(g.uop, node))
+  if len(grads) != len(node.src):
+    raise GradientError(f"grad_fxn returned {len(grads)} gradients for a custom kernel of {len(node.src)} inputs; "
+                        "return one per input (None where none flows)")
+  return tuple(None if x is None else _t(x) if isinstance(x, UOp) else x for x in grads)
+
 grad_rules: dict[Ops, Callable] = {
   Ops.CAST: lambda g, n: (g.cast(n.src[0].dtype),) if dtypes.is_float(n.src[0].dtype) else (None,),
   Ops.NEG: lambda g, n: (-g,),
@@ -102,6 +115,9 @@ grad_rules: dict[Ops, Callable] = {
   Ops.CONTIGUOUS: lambda g, n: (g,),
   Ops.CONTIGUOUS_BACKWARD: lambda g, n: (g.contiguous(),),
   Ops.COPY: lambda g, n: (g.to(n.src[0].device), None),
+  # a custom kernel's output (its input buffer after it ran): the gradient goes to the kernel
+  Ops.AFTER: lambda g, n: (None, g),
+  Ops.CUSTOM_KERNEL: _custom_kernel_grad,
 }
 
 # piecewise-constant or non-differentiable ops: no gradient flows through them (it is zero, not an error)

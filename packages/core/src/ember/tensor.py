@@ -20,6 +20,7 @@ from ember.tensor_ops.math import MathMixin
 from ember.tensor_ops.activation import ActivationMixin
 from ember.tensor_ops.reduce import ReduceMixin
 from ember.tensor_ops.nn import NNMixin
+from ember.tensor_ops.custom import CustomMixin
 from ember.uop.ops import Ops, UOp, BufferArg, GroupOp, int_shape, int_size, next_unique, sint
 if TYPE_CHECKING:
   from ember.device.base import Buffer
@@ -75,7 +76,7 @@ SPLIT_REDUCE_MIN = 1 << 20
 SUM_CHUNK, SUM_CHUNK_MIN = 1 << 12, 1 << 16
 
 class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, MathMixin, ActivationMixin, ReduceMixin, NNMixin,
-             ExtraMixin):
+             ExtraMixin, CustomMixin):
   """A lazy, multi-dimensional array with autograd.
 
   >>> Tensor([[1.0, 2.0], [3.0, 4.0]]).sum(axis=1).numpy()
@@ -697,8 +698,8 @@ _rng_states: dict[str, Tensor] = {}  # device -> its RNG state (seed low, seed h
 def _hand_names_to_op_families() -> None:
   """The op-family modules (ember/tensor_ops/) build Tensors and call this module's helpers, but cannot import this
   module while it imports them; each lists what it needs in LATE_NAMES and gets it here, once Tensor exists."""
-  from ember.tensor_ops import activation, creation, elementwise, extra, math, movement, nn, reduce
-  for family in (creation, movement, elementwise, math, activation, reduce, nn, extra):
+  from ember.tensor_ops import activation, creation, custom, elementwise, extra, math, movement, nn, reduce
+  for family in (creation, movement, elementwise, math, activation, reduce, nn, extra, custom):
     for name in family.LATE_NAMES: setattr(family, name, globals()[name])
 
 _hand_names_to_op_families()

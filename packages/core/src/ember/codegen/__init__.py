@@ -5,7 +5,7 @@ from ember.dtype import DType, PtrDType, dtypes
 from ember.errors import CompileError
 from ember.helpers import BEAM, NUM_CPU_THREADS, SPEC, DEBUG, NOOPT, prod
 from ember.renderer import Renderer, ProgramSpec, Estimates
-from ember.uop.ops import Ops, UOp, AxisType, GroupOp, pretty_print
+from ember.uop.ops import Ops, UOp, AxisType, GroupOp, KernelInfo, pretty_print
 from ember.uop.rewrite import graph_rewrite, PatternMatcher, UPat
 from ember.uop import rewrite as uop_rewrite
 from ember.uop.symbolic import symbolic
@@ -164,6 +164,9 @@ def kernel_name(ast: UOp) -> str:
 def get_program(ast: UOp, renderer: Renderer, device: str = "", opts: list[Opt] | None = None) -> ProgramSpec:
   """Codegen one kernel for `renderer`: the rendered source plus everything needed to launch it. `opts` overrides the
   kernel opts; BEAM=N searches them on `device`."""
+  if ast.op is Ops.PROGRAM or (isinstance(ast.arg, KernelInfo) and ast.arg.name is not None):
+    from ember.codegen.handwritten import handwritten_program
+    return handwritten_program(ast, renderer, device)  # a kernel a user wrote (Tensor.custom_kernel): loops as written
   if opts is None and BEAM.value >= 1 and device and not NOOPT.value:
     from ember.codegen.search import beam_search
     opts = beam_search(ast, renderer, device, BEAM.value)

@@ -234,7 +234,8 @@ def decode_program(src: str) -> list[UOp]:
       rec, _ = decoder.raw_decode(line)
       if any(not 0 <= s < len(uops) for s in rec["src"]): raise IndexError(f"sources {rec['src']} not all earlier")
       srcs = tuple(uops[s] for s in rec["src"])
-      uops.append(UOp(Ops[rec["op"]], _decode_dtype(rec["dtype"]), srcs, _decode_arg(rec["arg"])))
+      tag = _decode_arg(rec["tag"]) if "tag" in rec else None
+      uops.append(UOp(Ops[rec["op"]], _decode_dtype(rec["dtype"]), srcs, _decode_arg(rec["arg"]), tag))
     except (ValueError, KeyError, IndexError, TypeError) as e:
       raise CompileError(f"PYTHON program line {lineno} is malformed ({type(e).__name__}: {e}): {line[:120]!r}") from e
   return uops
@@ -267,6 +268,7 @@ class PythonRenderer(Renderer):
         raise CompileError(f"PythonRenderer: uop {i} ({u.op}) of {name!r} uses a source not earlier in the list")
       srcs = [position[s] for s in u.src]
       record = {"op": u.op.name, "dtype": _encode_dtype(u.dtype), "src": srcs, "arg": _encode_arg(u.arg)}
+      if u.tag is not None: record["tag"] = _encode_arg(u.tag)  # a value computed again (hand-written kernels)
       if u.op is Ops.END: depth -= 1
       lines.append(f"{json.dumps(record)}  # {'  ' * max(depth, 0)}{_comment(u, [f'v{s}' for s in srcs], i)}")
       if u.op is Ops.RANGE: depth += 1

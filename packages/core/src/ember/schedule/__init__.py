@@ -129,6 +129,9 @@ def find_realize(targets: list[UOp]) -> tuple[list[UOp], dict[UOp, list[UOp]]]:
   realize: set[UOp] = {t for t in targets if not _is_buffer_like(t) and Ops.CONST not in (t.op, t.base.op)}
   for n in topo:
     if n.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN): realize.add(n)
+    if n.op is Ops.CUSTOM_KERNEL:  # a hand-written kernel runs over whole buffers (views are computed into one first)
+      realize.update({n, *(s for s in n.src if not _is_buffer_like(s))})
+    if n.op is Ops.AFTER: realize.add(n)  # a custom kernel's output: its input's buffer, read after the kernel ran
     if n.op is Ops.COPY and contiguous_range(n.src[0]) is None and not _is_buffer_like(n.src[0]): realize.add(n.src[0])
     if n.op is Ops.BITCAST and n.src[0].dtype.itemsize != n.dtype.itemsize:
       realize.add(n)
@@ -200,6 +203,12 @@ def lower_schedule(targets: list[UOp]) -> tuple[list[LoweredCall], dict[UOp, UOp
       calls.append(LoweredCall(CallKind.COPY, str(node.device), [out, sbuf], offset=offset, size=size))
       realized[node] = out
       continue
+    if node.op is Ops.CUSTOM_KERNEL:
+      calls.append(_custom_call(node, realized))
+      continue
+    if node.op is Ops.AFTER:
+      realized[node] = realized.get(node.src[0], node.src[0].base)
+      continue
     if node.op is Ops.BITCAST and node.src[0].dtype.itemsize != node.dtype.itemsize:
       out = _new_buffer_uop(node)
       bitcast_views += [out, realized.get(node.src[0], node.src[0])]
@@ -223,6 +232,16 @@ def lower_schedule(targets: list[UOp]) -> tuple[list[LoweredCall], dict[UOp, UOp
   for n, r in realized.items():
     if n.op is Ops.ASSIGN and n not in becomes: becomes[n] = r
   return calls, becomes, bitcast_views
+
+def _custom_call(node: UOp, realized: dict[UOp, UOp]) -> LoweredCall:
+  """A custom kernel over its inputs' buffers, plus the scratch buffers its target needs (ember.codegen.handwritten)."""
+  from ember.device import Device
+  from ember.codegen.handwritten import scratch_buffers
+  info = node.arg
+  sink = info.ast if info.ast.op is Ops.SINK else info.ast.src[0]
+  scratch = [UOp(Ops.BUFFER, sc.dtype, (), BufferArg(next_unique(), info.device, sc.size))
+             for sc in scratch_buffers(sink, Device[info.device].renderer)]
+  return LoweredCall(CallKind.KERNEL, info.device, [realized.get(s, s.base) for s in node.src] + scratch, info.ast)
 
 def bind_buffers(calls: list[LoweredCall], bitcast_views: list[UOp]) -> tuple[list[ScheduleItem], set[int]]:
   """Each BUFFER UOp gets its device Buffer; a copy of a slice reads a view of its source, a size-changing bitcast's
@@ -261,7 +280,8 @@ def pack_operands(items: list[ScheduleItem]) -> list[ScheduleItem]:
   kernel over the packed copy; the scratch buffer is an ordinary buffer the memory planner places."""
   out: list[ScheduleItem] = []
   for it in items:
-    plan = _pack_plan(it.device, it.ast, len(it.bufs)) if it.kind is CallKind.KERNEL and it.ast is not None else None
+    packable = it.kind is CallKind.KERNEL and it.ast is not None and it.ast.op is Ops.SINK and it.ast.arg.name is None
+    plan = _pack_plan(it.device, it.ast, len(it.bufs)) if packable else None
     if plan is None:
       out.append(it)
       continue

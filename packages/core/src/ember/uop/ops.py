@@ -45,6 +45,11 @@ class Ops(Enum):
   DEFINE_LOCAL = auto(); BARRIER = auto(); SHUFFLE_XOR = auto()  # noqa: E702
   # a warp-level matrix instruction (tensor cores): one output element of this lane, see ember.codegen.tensorcore
   WMMA = auto()
+  # hand-written kernels (ember.codegen.handwritten): statements grouped, ordered after others, ranges ended; a
+  # per-thread register array; a kernel a user wrote as source (PROGRAM of SOURCE and BINARY)
+  GROUP = auto(); AFTER = auto(); DEFINE_REG = auto(); PROGRAM = auto(); SOURCE = auto(); BINARY = auto()  # noqa: E702
+  # tensor level: a custom kernel run over its inputs' buffers (Tensor.custom_kernel)
+  CUSTOM_KERNEL = auto()
   def __repr__(self) -> str: return f"Ops.{self.name}"
 
 class GroupOp:
@@ -61,9 +66,18 @@ class GroupOp:
   Transcendental = {Ops.EXP2, Ops.LOG2, Ops.SIN}
 
 class AxisType(Enum):
-  """What a RANGE means to the hardware. THREAD ranges are split over CPU cores; REDUCE ranges accumulate."""
+  """What a RANGE means to the hardware. THREAD ranges are split over CPU cores; REDUCE ranges accumulate. In a
+  hand-written kernel GLOBAL ranges are blocks and LOCAL ranges threads of a block on GPUs (loops elsewhere), UPCAST
+  ranges are unrolled and LOOP/REDUCE ranges are serial loops."""
   GLOBAL = auto(); THREAD = auto(); LOOP = auto(); REDUCE = auto(); UPCAST = auto(); UNROLL = auto()  # noqa: E702
+  LOCAL = auto()
   def __repr__(self) -> str: return f"AxisType.{self.name}"
+
+class AddrSpace(Enum):
+  """Where a hand-written kernel's placeholder buffer lives: GLOBAL device memory (a kernel argument), LOCAL memory
+  shared by the threads of a block, REG registers of one thread."""
+  GLOBAL = auto(); LOCAL = auto(); REG = auto()  # noqa: E702
+  def __repr__(self) -> str: return f"AddrSpace.{self.name}"
 
 @dataclass(frozen=True)
 class BufferArg:
@@ -81,12 +95,16 @@ def _arg_key(arg: Any) -> Any:
   return arg
 
 class KernelInfo:
-  """The SINK's arg: how many leading ranges are the kernel's output (global) ranges."""
-  __slots__ = ("n_global",)
-  def __init__(self, n_global: int): self.n_global = n_global
-  def __eq__(self, other: Any) -> bool: return isinstance(other, KernelInfo) and other.n_global == self.n_global
-  def __hash__(self) -> int: return hash(("KernelInfo", self.n_global))
-  def __repr__(self) -> str: return f"KernelInfo(n_global={self.n_global})"
+  """The SINK's arg: how many leading ranges are the kernel's output (global) ranges. A hand-written kernel
+  (`Tensor.custom_kernel`) has a `name` instead: its SINK holds statements (STORE, END, GROUP, BARRIER) that codegen
+  linearizes as written (ember.codegen.handwritten)."""
+  __slots__ = ("n_global", "name")
+  def __init__(self, n_global: int = 0, name: str | None = None): self.n_global, self.name = n_global, name
+  def __eq__(self, other: Any) -> bool:
+    return isinstance(other, KernelInfo) and (other.n_global, other.name) == (self.n_global, self.name)
+  def __hash__(self) -> int: return hash(("KernelInfo", self.n_global, self.name))
+  def __repr__(self) -> str:
+    return f"KernelInfo(name={self.name!r})" if self.name is not None else f"KernelInfo(n_global={self.n_global})"
 
 class UOpMetaClass(type):
   ucache: weakref.WeakValueDictionary[tuple, UOp] = weakref.WeakValueDictionary()
@@ -208,49 +226,188 @@ class UOp(metaclass=UOpMetaClass):
     if op in GroupOp.Comparison: out_dtype = dtypes.bool
     elif op is Ops.WHERE: out_dtype = srcs[0].dtype
     return UOp(op, out_dtype, (self, *srcs))
-  def ufix(self, x: Any) -> UOp: return x if isinstance(x, UOp) else self.const_like(x)
+  def ufix(self, x: Any) -> UOp:
+    if isinstance(x, UOp): return x
+    base = self.dtype.base if isinstance(self.dtype, PtrDType) else self.dtype
+    # a Python float next to an int value promotes it (r * 0.5 is a float), as Tensor does
+    if isinstance(x, float) and not dtypes.is_float(base): return UOp.const(dtypes.default_float, x)
+    return self.const_like(x)
   def _bin(self, op: Ops, x: Any, reverse: bool = False) -> UOp:
-    other = self.ufix(x)
-    if other.dtype is not self.dtype:
-      dt = least_upper_dtype(self.dtype, other.dtype)
-      a, b = self.cast(dt), other.cast(dt)
+    me = _value(self)
+    other = _value(me.ufix(x))
+    if other.dtype is not me.dtype:
+      dt = least_upper_dtype(me.dtype, other.dtype)
+      a, b = me.cast(dt), other.cast(dt)
       return b.alu(op, a) if reverse else a.alu(op, b)
-    return other.alu(op, self) if reverse else self.alu(op, other)
+    return other.alu(op, me) if reverse else me.alu(op, other)
   def __add__(self, x: Any) -> UOp: return self._bin(Ops.ADD, x)
   def __radd__(self, x: Any) -> UOp: return self._bin(Ops.ADD, x, True)
   def __mul__(self, x: Any) -> UOp: return self._bin(Ops.MUL, x)
   def __rmul__(self, x: Any) -> UOp: return self._bin(Ops.MUL, x, True)
-  def __sub__(self, x: Any) -> UOp: return self + (-self.ufix(x))
-  def __rsub__(self, x: Any) -> UOp: return self.ufix(x) + (-self)
-  def __neg__(self) -> UOp: return self * -1 if dtypes.is_int(self.dtype) else self.alu(Ops.NEG)
+  def __sub__(self, x: Any) -> UOp: return self + (-_value(self.ufix(x)))
+  def __rsub__(self, x: Any) -> UOp: return _value(self.ufix(x)) + (-self)
+  def __neg__(self) -> UOp:
+    me = _value(self)
+    return me * -1 if dtypes.is_int(me.dtype) else me.alu(Ops.NEG)
   def __floordiv__(self, x: Any) -> UOp: return self._bin(Ops.IDIV, x)
+  def __rfloordiv__(self, x: Any) -> UOp: return self._bin(Ops.IDIV, x, True)
   def __mod__(self, x: Any) -> UOp: return self._bin(Ops.MOD, x)
+  def __rmod__(self, x: Any) -> UOp: return self._bin(Ops.MOD, x, True)
   def __truediv__(self, x: Any) -> UOp: return self._bin(Ops.FDIV, x)
+  def __rtruediv__(self, x: Any) -> UOp: return self._bin(Ops.FDIV, x, True)
   def __and__(self, x: Any) -> UOp: return self._bin(Ops.AND, x)
+  def __rand__(self, x: Any) -> UOp: return self._bin(Ops.AND, x, True)
   def __or__(self, x: Any) -> UOp: return self._bin(Ops.OR, x)
+  def __ror__(self, x: Any) -> UOp: return self._bin(Ops.OR, x, True)
   def __xor__(self, x: Any) -> UOp: return self._bin(Ops.XOR, x)
+  def __rxor__(self, x: Any) -> UOp: return self._bin(Ops.XOR, x, True)
+  def __lshift__(self, x: Any) -> UOp: return _shift(Ops.SHL, _value(self), _value(self.ufix(x)))
+  def __rshift__(self, x: Any) -> UOp: return _shift(Ops.SHR, _value(self), _value(self.ufix(x)))
+  def __rlshift__(self, x: Any) -> UOp: return _shift(Ops.SHL, _value(self.ufix(x)), _value(self))
+  def __rrshift__(self, x: Any) -> UOp: return _shift(Ops.SHR, _value(self.ufix(x)), _value(self))
+  # comparisons build CMPLT nodes (UOps stay hashable by identity: == is `is`, compare values with .eq/.ne)
+  def __lt__(self, x: Any) -> UOp: return self.lt(x)
+  def __gt__(self, x: Any) -> UOp: return self.gt(x)
+  def __le__(self, x: Any) -> UOp: return self.gt(x).logical_not()
+  def __ge__(self, x: Any) -> UOp: return self.ge(x)
   def lt(self, x: Any) -> UOp: return self._bin(Ops.CMPLT, x)
   def ge(self, x: Any) -> UOp: return self.lt(x).logical_not()
-  def gt(self, x: Any) -> UOp: return self.ufix(x)._bin(Ops.CMPLT, self)
+  def gt(self, x: Any) -> UOp: return _value(self.ufix(x))._bin(Ops.CMPLT, self)
   def ne(self, x: Any) -> UOp: return self._bin(Ops.CMPNE, x)
   def eq(self, x: Any) -> UOp: return self._bin(Ops.CMPEQ, x)
   def maximum(self, x: Any) -> UOp: return self._bin(Ops.MAX, x)
-  def minimum(self, x: Any) -> UOp: return -((-self).maximum(-self.ufix(x)))
+  def minimum(self, x: Any) -> UOp: return -((-_value(self)).maximum(-_value(self.ufix(x))))
   def logical_not(self) -> UOp: return self.ne(True)
   def where(self, x: Any, y: Any) -> UOp:
-    a, b = (x if isinstance(x, UOp) else None), (y if isinstance(y, UOp) else None)
+    a, b = (_value(x) if isinstance(x, UOp) else None), (_value(y) if isinstance(y, UOp) else None)
     ref = a if a is not None else b
     if ref is None: raise TypeError("UOp.where needs at least one UOp branch")
-    return UOp(Ops.WHERE, ref.dtype, (self, ref.ufix(x), ref.ufix(y)))
-  def cast(self, dtype: AnyDType) -> UOp: return self if self.dtype is dtype else UOp(Ops.CAST, dtype, (self,))
-  def bitcast(self, dtype: DType) -> UOp: return UOp(Ops.BITCAST, dtype, (self,))
+    return UOp(Ops.WHERE, ref.dtype, (_value(self), ref.ufix(x if a is None else a), ref.ufix(y if b is None else b)))
+  def cast(self, dtype: AnyDType) -> UOp:
+    if isinstance(dtype, PtrDType): dtype = dtype.base  # a buffer's dtype, read as its elements'
+    me = _value(self)
+    return me if me.dtype is dtype else UOp(Ops.CAST, dtype, (me,))
+  def bitcast(self, dtype: DType) -> UOp: return UOp(Ops.BITCAST, dtype, (_value(self),))
+
+  # ** math (floats; an int value is converted to the default float first) **
+  def _float(self) -> UOp:
+    me = _value(self)
+    return me if dtypes.is_float(me.dtype) else me.cast(dtypes.default_float)
+  def _unary(self, op: Ops) -> UOp:
+    me = self._float()
+    return UOp(op, me.dtype, (me,))
+  def exp2(self) -> UOp: return self._unary(Ops.EXP2)
+  def log2(self) -> UOp: return self._unary(Ops.LOG2)
+  def sin(self) -> UOp: return self._unary(Ops.SIN)
+  def sqrt(self) -> UOp: return self._unary(Ops.SQRT)
+  def reciprocal(self) -> UOp: return self._unary(Ops.RECIPROCAL)
+  def trunc(self) -> UOp: return self._unary(Ops.TRUNC)
+  def exp(self) -> UOp: return (self._float() * (1 / math.log(2))).exp2()
+  def log(self) -> UOp: return self.log2() * math.log(2)
+  def abs(self) -> UOp:
+    me = _value(self)
+    return me.lt(0).where(-me, me)
+  def relu(self) -> UOp: return self.maximum(0)
+
+  # ** movement of placeholder buffers (and tensor-level graphs) **
+  def reshape(self, *shape: sint) -> UOp:
+    new = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+    from ember.helpers import prod
+    if isinstance(prod(new), int) and isinstance(self.size, int) and prod(new) != self.size:
+      raise ShapeError(f"cannot reshape {self.shape} ({self.size} elements) to {new} ({prod(new)} elements)")
+    return self if new == self.shape else UOp(Ops.RESHAPE, self.dtype, (self,), new)
+  def permute(self, *order: int) -> UOp:
+    perm = tuple(order[0]) if len(order) == 1 and isinstance(order[0], (tuple, list)) else tuple(order)
+    if sorted(perm) != list(range(len(self.shape))):
+      raise ShapeError(f"permute {perm} is not an order of the {len(self.shape)} dims of shape {self.shape}")
+    return UOp(Ops.PERMUTE, self.dtype, (self,), perm)
+  @property
+  def T(self) -> UOp: return self.permute(*range(len(self.shape) - 2), len(self.shape) - 1, len(self.shape) - 2)
+  def shrink(self, arg: tuple[tuple[sint, sint], ...]) -> UOp: return UOp(Ops.SHRINK, self.dtype, (self,), tuple(arg))
+  def flip(self, *axes: int) -> UOp:
+    return UOp(Ops.FLIP, self.dtype, (self,), tuple(i in axes for i in range(len(self.shape))))
+  def __getitem__(self, idx: Any) -> UOp:
+    """`buf[i, j]`: the address of one element of a placeholder buffer (or a view of one: reshape, permute, shrink,
+    flip), indexed by UOps or ints. Used as a value it is loaded; `.store(v)` writes it."""
+    if self.op is Ops.AFTER:  # the buffer once `deps` ran: the element's address keeps that order
+      inner = self.src[0][idx]
+      return inner.replace(src=(UOp(Ops.AFTER, inner.src[0].dtype, (inner.src[0], *self.src[1:])), *inner.src[1:]))
+    idxs = idx if isinstance(idx, tuple) else (idx,)
+    if len(idxs) != len(self.shape) or any(not isinstance(i, (int, UOp)) or isinstance(i, bool) for i in idxs):
+      raise ShapeError(f"index a buffer of shape {self.shape} with {len(self.shape)} ints or UOps (one per dim), "
+                       f"got {idx!r}")
+    from ember.schedule.kernel import index_through, flat_index
+    as_uops = tuple(i if isinstance(i, UOp) else UOp.const(dtypes.int32, i) for i in idxs)
+    base, at, valid = index_through(self, as_uops)
+    if base.op not in _PLACEHOLDERS:
+      raise ShapeError(f"only placeholder buffers (UOp.placeholder, a custom kernel's arguments) can be indexed, "
+                       f"not {base.op}")
+    return base.index(flat_index(at, base.shape), valid)
+
+  # ** kernel builders **
   def sink(self, *srcs: UOp, arg: Any = None) -> UOp: return UOp(Ops.SINK, dtypes.void, (self, *srcs), arg)
-  def index(self, idx: UOp, valid: UOp | None = None) -> UOp:
-    return UOp(Ops.INDEX, self.dtype, (self, idx) if valid is None else (self, idx, valid))
+  def index(self, idx: UOp | int, valid: UOp | None = None) -> UOp:
+    at = idx if isinstance(idx, UOp) else UOp.const(dtypes.int32, idx)
+    return UOp(Ops.INDEX, self.dtype, (self, at) if valid is None else (self, at, valid))
   def load(self, dtype: DType | None = None) -> UOp:
     base = self.dtype.base if isinstance(self.dtype, PtrDType) else self.dtype
     return UOp(Ops.LOAD, dtype or base, (self,))
-  def store(self, value: UOp) -> UOp: return UOp(Ops.STORE, dtypes.void, (self, value))
+  def store(self, value: Any) -> UOp: return UOp(Ops.STORE, dtypes.void, (self, _value(self.ufix(value))))
+  def end(self, *ranges: UOp) -> UOp:
+    """This statement inside loops `ranges` (closed here, innermost first)."""
+    if not ranges or any(r.op is not Ops.RANGE for r in ranges):
+      raise ShapeError(f"end() takes the RANGEs the statement runs in, got {[getattr(r, 'op', r) for r in ranges]}")
+    return UOp(Ops.END, dtypes.void, (self, *ranges))
+  def after(self, *deps: UOp) -> UOp:
+    """This buffer (or value) once the statements `deps` have run: orders reads after writes."""
+    return UOp(Ops.AFTER, self.dtype, (self, *deps))
+  @staticmethod
+  def group(*stmts: UOp) -> UOp:
+    """Statements that run in this order, as one statement."""
+    return UOp(Ops.GROUP, dtypes.void, tuple(stmts))
+  @staticmethod
+  def barrier(*deps: UOp) -> UOp:
+    """Every thread of a block waits here until all have run `deps` (stores to LOCAL memory)."""
+    return UOp(Ops.BARRIER, dtypes.void, tuple(deps))
+  def reduce(self, *ranges: UOp, arg: Ops = Ops.ADD) -> UOp:
+    """This value accumulated with `arg` (ADD, MUL, MAX) over the loops `ranges`."""
+    if arg not in (Ops.ADD, Ops.MUL, Ops.MAX): raise ValueError(f"reduce op must be ADD, MUL or MAX, not {arg}")
+    if not ranges or any(r.op is not Ops.RANGE for r in ranges):
+      raise ShapeError("reduce() takes the RANGEs to reduce over")
+    me = _value(self)
+    return UOp(Ops.REDUCE, me.dtype, (me, *ranges), arg)
+  def sum(self, *axes: Any) -> UOp:
+    """A kernel value summed over ranges (`x.sum(r)`), or a tensor-level graph summed over axes (`x.sum(0, 1)`)."""
+    return self._reduce(Ops.ADD, axes)
+  def max(self, *axes: Any) -> UOp: return self._reduce(Ops.MAX, axes)
+  def prod(self, *axes: Any) -> UOp: return self._reduce(Ops.MUL, axes)
+  def _reduce(self, op: Ops, axes: tuple[Any, ...]) -> UOp:
+    if axes and all(isinstance(a, UOp) for a in axes): return self.reduce(*axes, arg=op)
+    if any(not isinstance(a, int) for a in axes): raise ShapeError(f"reduce over ranges or int axes, not {axes}")
+    dims = tuple(a % len(self.shape) for a in axes) if axes else tuple(range(len(self.shape)))
+    return UOp(Ops.REDUCE_AXIS, self.dtype, (self,), (op, dims))
+  @staticmethod
+  def special(end: int, name: str) -> UOp:
+    """A hardware index of GPU kernels: `gidx0`..`gidx2` (block), `lidx0`..`lidx2` (thread in the block), < end."""
+    if not (len(name) == 5 and name[:4] in ("gidx", "lidx") and name[4] in "012"):
+      raise ValueError(f"special index name must be gidx0..2 or lidx0..2, got {name!r}")
+    return UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, end),), name)
+  @staticmethod
+  def placeholder(shape: tuple[int, ...] | int, dtype: AnyDType, slot: int,
+                  addrspace: AddrSpace = AddrSpace.GLOBAL) -> UOp:
+    """A buffer of a hand-written kernel, of `shape`: GLOBAL is kernel argument `slot`, LOCAL memory shared by the
+    threads of a block, REG registers of one thread (index REG buffers with UPCAST ranges or constants)."""
+    shp = (shape,) if isinstance(shape, int) else tuple(shape)
+    if isinstance(dtype, PtrDType): dtype = dtype.base  # another buffer's dtype
+    from ember.helpers import prod
+    size = prod(shp)
+    if not all(isinstance(s, int) and s > 0 for s in shp):
+      raise ShapeError(f"placeholder shape must be ints > 0, got {shp}")
+    if dtype.weak or dtype is dtypes.void: raise DTypeError(f"a placeholder holds a concrete dtype, not {dtype!r}")
+    if addrspace is AddrSpace.GLOBAL: buf = UOp(Ops.PARAM, dtype.ptr(size), (), slot)
+    elif addrspace is AddrSpace.LOCAL: buf = UOp(Ops.DEFINE_LOCAL, dtype.ptr(size), (), f"temp{slot}")
+    else: buf = UOp(Ops.DEFINE_REG, dtype.ptr(size), (), slot)
+    return buf.reshape(shp) if len(shp) != 1 else buf
   @staticmethod
   def range(end: sint, axis_id: int, axis_type: AxisType = AxisType.LOOP, dtype: AnyDType = dtypes.int32) -> UOp:
     """A loop counter 0..end-1 of `dtype` (int64 in kernels whose index range exceeds int32)."""
@@ -266,11 +423,33 @@ class UOp(metaclass=UOpMetaClass):
   def render(self) -> str:
     """A short infix string of a symbolic expression, e.g. `((a*-1)<4)`."""
     return render_expr(self)
+  def pyrender(self) -> str:
+    """Python source that rebuilds this graph, for bug reports and tests: run it with `exec` and its `ret` is this
+    very UOp (hash-consing gives back the same object).
+
+    >>> ns = {}
+    >>> exec((Variable("n", 1, 8) * 2).pyrender(), ns)
+    >>> ns["ret"].render()
+    '(n*2)'
+    """
+    return pyrender(self)
   def variables(self) -> list[UOp]:
     return sorted({u for u in self.toposort() if u.op is Ops.DEFINE_VAR}, key=lambda v: v.arg)
 
 Variable = UOp.variable
 sint = int | UOp  # a shape dimension: an int or a symbolic UOp
+
+_PLACEHOLDERS = (Ops.PARAM, Ops.DEFINE_LOCAL, Ops.DEFINE_REG)
+
+def _value(u: UOp) -> UOp:
+  """`u` read as a value: the address of an element of a kernel buffer (INDEX) is loaded."""
+  return u.load() if u.op is Ops.INDEX else u
+
+def _shift(op: Ops, x: UOp, y: UOp) -> UOp:
+  """x << y, x >> y: ints only; the result has x's dtype (the amount is cast to it)."""
+  if not (dtypes.is_int(x.dtype) and dtypes.is_int(y.dtype)):
+    raise DTypeError(f"shift needs int operands, got {x.dtype!r} and {y.dtype!r}")
+  return UOp(op, x.dtype, (x, y.cast(x.dtype)))
 
 def int_size(size: sint, what: str) -> int:
   """`size` where `what` needs it concrete; a ShapeError naming `what` where it is symbolic (holds a Variable)."""
@@ -288,6 +467,9 @@ def int_shape(shape: tuple[sint, ...], what: str) -> tuple[int, ...]:
 def _shape(u: UOp) -> tuple[sint, ...]:
   op = u.op
   if op is Ops.BUFFER: return (u.arg.size,)
+  if op in _PLACEHOLDERS and isinstance(u.dtype, PtrDType): return (u.dtype.size,)
+  if op is Ops.AFTER: return u.src[0].shape
+  if op in (Ops.INDEX, Ops.LOAD, Ops.STORE, Ops.END, Ops.GROUP, Ops.BARRIER, Ops.SPECIAL, Ops.SINK): return ()
   if op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.DEVICE): return ()
   if op is Ops.RANGE and u.src[0].op is Ops.DEVICE: return (u.arg,)  # tensor-level iota (arange)
   if op is Ops.RESHAPE or op is Ops.EXPAND: return tuple(u.arg)
@@ -449,6 +631,29 @@ def render_expr(u: UOp) -> str:
   if u.op is Ops.WHERE: return f"({render_expr(u.src[0])}?{render_expr(u.src[1])}:{render_expr(u.src[2])})"
   if u.op is Ops.CAST: return f"({u.dtype.name})({render_expr(u.src[0])})"
   return f"{u.op.name}({', '.join(render_expr(s) for s in u.src)})"
+
+_PYRENDER_HEADER = ("import math\nfrom ember.dtype import dtypes\n"
+                    "from ember.uop.ops import UOp, Ops, AxisType, AddrSpace, KernelInfo, BufferArg\n")
+
+def _py_arg(x: Any) -> str:
+  """A Python expression for a UOp's arg (floats that repr cannot spell are math constants)."""
+  if isinstance(x, float) and not math.isfinite(x):
+    return "math.nan" if math.isnan(x) else ("math.inf" if x > 0 else "-math.inf")
+  if isinstance(x, tuple): return "(" + "".join(f"{_py_arg(a)}, " for a in x).removesuffix(" ") + ")"
+  if isinstance(x, KernelInfo): return f"KernelInfo({x.n_global}, {x.name!r})"
+  return repr(x)
+
+def pyrender(u: UOp) -> str:
+  """See `UOp.pyrender`: one `uN = UOp(...)` line per node, sources first, then `ret = ...`."""
+  names: dict[UOp, str] = {}
+  lines = [_PYRENDER_HEADER]
+  for i, n in enumerate(u.toposort()):
+    names[n] = f"u{i}"
+    srcs = "".join(f"{names[s]}, " for s in n.src).removesuffix(" ")
+    tag = f", tag={_py_arg(n.tag)}" if n.tag is not None else ""
+    lines.append(f"{names[n]} = UOp({n.op!r}, {n.dtype!r}, ({srcs}), {_py_arg(n.arg)}{tag})")
+  lines.append(f"ret = {names[u]}")
+  return "\n".join(lines) + "\n"
 
 def pretty_print(u: UOp, max_nodes: int = 40) -> str:
   nodes = list(u.toposort())
