@@ -43,6 +43,7 @@ class MockAMDGPU:
     self.sh_regs: dict[int, int] = {}
     self.kernels: dict[str, HostKernel] = {}
     self.executed = {"compute": 0, "sdma": 0}  # packets executed per ring
+    self.launches: list[int] | None = None  # a test sets a list: the code address of every dispatch is appended
   def doorbell(self, ring: str, wptr: int) -> None:
     self.rings[ring].wptr = wptr
     self.run_pending()
@@ -90,6 +91,7 @@ class MockAMDGPU:
   def dispatch(self, grid: tuple[int, int, int]) -> None:
     regs = self.sh_regs
     code = (regs[q.COMPUTE_PGM_LO] | regs[q.COMPUTE_PGM_LO + 1] << 32) << 8
+    if self.launches is not None: self.launches.append(code)
     image = ctypes.string_at(code, elf_image_size(code, "MOCK+AMD: the program address (COMPUTE_PGM_LO/HI)"))
     key = hashlib.sha256(image).hexdigest()
     if (kernel := self.kernels.get(key)) is None: kernel = self.kernels[key] = HostKernel(image)

@@ -63,6 +63,7 @@ class MockNVGPU:
     self.channels: dict[int, _Channel] = {}
     self.executed_methods = 0
     self.doorbells: list[int] = []
+    self.launches: list[int] | None = None  # a test sets a list: the program address of every launch is appended
   def add_channel(self, fifo: GPFifo) -> None: self.channels[fifo.token] = _Channel(fifo, regs={})
   def doorbell(self, token: int) -> None:
     if token not in self.channels: raise DeviceError(f"MOCK+NV: doorbell rung with unknown work submit token {token}")
@@ -118,6 +119,7 @@ class MockNVGPU:
     """Run the grid a QMD describes: the program is the host-shim ELF at its program address (its size read from the
     ELF header), constant buffer 0 is the parameter block."""
     q = read_qmd(qmd_addr)
+    if self.launches is not None: self.launches.append(q.program_address)
     code = ctypes.string_at(q.program_address, elf_image_size(q.program_address, "MOCK+NV: the QMD's program address"))
     key = hashlib.sha256(code).hexdigest()
     if (kernel := self.kernels.get(key)) is None: kernel = self.kernels[key] = HostKernel(code)
@@ -175,6 +177,7 @@ class NVMockDevice(NVHCQDevice):
       self.gpu.add_channel(fifos[engine])
     self._rings(host_pages(4 << 20, low=True), host_pages(QMD_V4.size * 4096, low=True), fifos)
   def _progress(self) -> None: self.gpu.run_pending()
+  def _command_memory(self, size: int) -> HCQBuffer: return host_pages(-(-size // 4096) * 4096, low=True)
   def _host_alloc(self, size: int) -> HCQBuffer:
     """Page-aligned host memory (QMD 4.0 needs constant buffers 64-byte aligned)."""
     return host_pages(-(-max(size, 1) // 4096) * 4096)

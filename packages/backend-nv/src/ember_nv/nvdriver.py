@@ -298,8 +298,9 @@ class NVCubinProgram(NVLaunchable):
     super().__init__(device, name, [(base + off, width) for off, width in layout], -(-size // 16) * 16)
     self.cbuf0_size = self.args_size
     self.driver_words = struct.pack("<QQQ", SHARED_MEMORY_WINDOW, LOCAL_MEMORY_WINDOW, 0xfffdc0)
-  def fill_kernargs(self, bufs: tuple[HCQBuffer, ...], vals: tuple[int, ...] = ()) -> Any:
-    args = super().fill_kernargs(bufs, vals)
+  def fill_kernargs(self, bufs: tuple[HCQBuffer, ...], vals: tuple[int, ...] = (),
+                    kernargs: HCQBuffer | None = None) -> Any:
+    args = super().fill_kernargs(bufs, vals, kernargs)
     ctypes.memmove(args.buf.va_addr, self.driver_words, len(self.driver_words))
     return args
 

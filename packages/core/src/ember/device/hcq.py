@@ -8,7 +8,8 @@ Generic for NV (GPFIFO + pushbuffer methods), AMD (PM4 + SDMA) and anything alik
 * `HCQSignal`: a 64-bit word in memory the GPU writes (signal release) and waits on (acquire); each device has a
   timeline signal whose value counts completed submissions.
 * `HCQAllocator`, `HCQProgram` (with `fill_kernargs`, the kernel-argument writer), `HCQCompiled` and `HCQGraph`
-  (a captured JIT batched into one prebuilt queue, replayed with only its kernel arguments rewritten).
+  (a captured JIT batched into one prebuilt queue, replayed with only its kernel arguments rewritten); `HCQJitGraph`
+  is every HCQ device's `Compiled.graph`, so a TinyJit replay is one submission (`HCQCompiled.submissions` counts).
 """
 from __future__ import annotations
 import ctypes
@@ -49,6 +50,9 @@ class HWQueue(ABC):
   """One queue of hardware commands. Each method enqueues exactly one command and returns `self`."""
   def __init__(self) -> None:
     self.commands: list[tuple[str, tuple[Any, ...]]] = []  # what was enqueued, for graphs and debugging
+    # set before enqueuing when the queue is submitted again and again (a graph): whatever a command keeps in device
+    # memory beside the queue's own words (an NV launch's QMD) is then allocated for good, not from a reused ring
+    self.persistent = False
   def _record(self, name: str, *args: Any) -> HWQueue:
     self.commands.append((name, args))
     return self
@@ -87,8 +91,10 @@ class HWQueue(ABC):
     self._patch_value(max(i for i, (name, _) in enumerate(self.commands) if name == "signal"), value)
     return self
   def submit(self, device: HCQCompiled) -> HWQueue:
-    """Hand the enqueued commands to the hardware; they run asynchronously. A queue can be submitted again."""
+    """Hand the enqueued commands to the hardware; they run asynchronously. A queue can be submitted again. Counted
+    in `device.submissions`."""
     self._submit(device)
+    device.submissions += 1
     return self
   @abstractmethod
   def _wait(self, signal: HCQSignal, value: int) -> None: ...
@@ -124,11 +130,13 @@ class HCQProgram:
   kernarg memory; `__call__` launches once on the device's compute queue and signals the timeline."""
   def __init__(self, device: HCQCompiled, name: str, layout: list[tuple[int, int]], args_size: int) -> None:
     self.device, self.name, self.layout, self.args_size = device, name, layout, args_size
-  def fill_kernargs(self, bufs: tuple[HCQBuffer, ...], vals: tuple[int, ...] = ()) -> HCQArgs:
+  def fill_kernargs(self, bufs: tuple[HCQBuffer, ...], vals: tuple[int, ...] = (),
+                    kernargs: HCQBuffer | None = None) -> HCQArgs:
+    """The argument block in `kernargs` (a graph's own memory), else in a slot of the device's kernarg ring."""
     if len(bufs) + len(vals) != len(self.layout):
       raise DeviceError(f"kernel {self.name} takes {len(self.layout)} arguments, got {len(bufs)} buffers and "
                         f"{len(vals)} values")
-    args = HCQArgs(self.device.kernargs_alloc(self.args_size), self.layout)
+    args = HCQArgs(kernargs if kernargs is not None else self.device.kernargs_alloc(self.args_size), self.layout)
     for i, value in enumerate([b.va_addr for b in bufs] + list(vals)): args.update(i, value)
     return args
   def __call__(self, *bufs: HCQBuffer, global_size: tuple[int, ...] = (1, 1, 1),
@@ -174,8 +182,10 @@ class HCQCompiled(Compiled):
   def __init__(self, device: str, allocator: HCQAllocator, renderer: Any, compiler: Compiler | None,
                runtime: Callable[[str, bytes], Any], compute_queue: Callable[[], HWQueue],
                copy_queue: Callable[[], HWQueue], signal_memory: HCQBuffer, kernargs_size: int = 16 << 20) -> None:
-    super().__init__(device, allocator, renderer, compiler, runtime)
+    super().__init__(device, allocator, renderer, compiler, runtime,
+                     lambda captured, input_buffers: HCQJitGraph(self, captured, input_buffers))
     self.compute_queue, self.copy_queue = compute_queue, copy_queue
+    self.submissions = 0  # queue submissions so far (every HWQueue.submit to this device)
     signals = [HCQSignal(signal_memory.va_addr + 16 * i, self._progress) for i in range(3)]
     self.timeline_signal, self.timer_signals = signals[0], signals[1:]
     self.timeline_signal.value = 0
@@ -218,30 +228,88 @@ class HCQCompiled(Compiled):
     return HCQBuffer(ctypes.addressof(mem), size, mem)
 
 class HCQGraph:
-  """A JIT capture batched into one prebuilt compute queue: every kernel's arguments are written once; a replay
-  rewrites only the arguments whose buffers changed and resubmits the same packets."""
+  """Kernel launches batched into one prebuilt compute queue. Every kernel's arguments live in the graph's own kernarg
+  memory and are written once; a replay rewrites only the arguments that changed (`update`) and submits the same
+  packets once (`submit`). The queue writes the GPU timer before the first kernel and after each one
+  (`kernel_times_ns`), so the kernels of the single submission can still be timed one by one."""
   def __init__(self, device: HCQCompiled, calls: list[tuple[HCQProgram, list[HCQBuffer], tuple[int, ...],
                                                              tuple[int, ...], tuple[int, ...]]]) -> None:
     self.device = device
-    self.args: list[HCQArgs] = []
     self.bufs = [list(bufs) for _, bufs, _, _, _ in calls]
+    sizes = [-(-prg.args_size // 256) * 256 for prg, _, _, _, _ in calls]
+    self.kernargs = device._host_alloc(max(sum(sizes), 256))
+    # one 16-byte slot per timestamp, the first left free: a timestamp may also write the 8 bytes below its slot
+    stamps = device._host_alloc(16 * (len(calls) + 2))
+    self.timestamps = [HCQSignal(stamps.va_addr + 16 * (i + 1), device._progress) for i in range(len(calls) + 1)]
+    for t in self.timestamps: t.value = 0
     self.queue = device.compute_queue()
-    self.wait_index = len(self.queue.commands)
-    self.queue.wait(device.timeline_signal, 0)
-    for prg, bufs, vals, grid, block in calls:
-      args = prg.fill_kernargs(tuple(bufs), vals)
+    self.queue.persistent = True
+    self.queue.wait(device.timeline_signal, 0).timestamp(self.timestamps[0])
+    self.args: list[HCQArgs] = []
+    offset = 0
+    for (prg, bufs, vals, grid, block), size, stamp in zip(calls, sizes, self.timestamps[1:]):
+      args = prg.fill_kernargs(tuple(bufs), vals, self.kernargs.offset(offset, size))
+      offset += size
       self.args.append(args)
-      self.queue.exec(prg, args, _dim3(grid), _dim3(block)).memory_barrier()
+      self.queue.exec(prg, args, _dim3(grid), _dim3(block)).memory_barrier().timestamp(stamp)
     self.queue.signal(device.timeline_signal, 0)
+    self.last_value = 0  # the timeline value the latest replay signals
   def __call__(self, replace: dict[int, HCQBuffer]) -> None:
     """Replay with buffers swapped: `replace` maps id() of a captured buffer to its replacement."""
-    for args, bufs in zip(self.args, self.bufs):
+    self.wait_idle()
+    for k, bufs in enumerate(self.bufs):
       for i, b in enumerate(bufs):
-        if id(b) in replace: args.update(i, replace[id(b)].va_addr)
+        if id(b) in replace: self.update(k, i, replace[id(b)].va_addr)
+    self.submit()
+  def wait_idle(self) -> None:
+    """Block until the latest replay has finished: its arguments are read by the GPU until then."""
+    self.device.timeline_signal.wait(self.last_value)
+  def update(self, call: int, index: int, value: int) -> None:
+    """Rewrite argument `index` of kernel `call` (a buffer address or a variable's value) in place; call `wait_idle`
+    first."""
+    self.args[call].update(index, value)
+  def submit(self) -> None:
+    """One submission of the whole queue, ordered after everything submitted before it."""
     dev = self.device
     self.queue.patch_wait(dev.timeline_value - 1)
-    self.queue.patch_signal(dev.next_timeline())
+    self.last_value = dev.next_timeline()
+    self.queue.patch_signal(self.last_value)
     self.queue.submit(dev)
+  def kernel_times_ns(self) -> list[tuple[int, int]]:
+    """(start, end) of each kernel of the latest completed replay on the GPU timer; a kernel starts when the one
+    before it has finished (each launch is followed by a memory barrier)."""
+    t = [s.value for s in self.timestamps]
+    return list(zip(t[:-1], t[1:]))
+
+class HCQJitGraph:
+  """TinyJit's graph runner on an HCQ device (`Compiled.graph`): the capture as one `HCQGraph`. A replay writes the new
+  input buffers' addresses and the bound Variables' values into the kernel arguments that hold them, in place, and
+  submits the graph's queue once (`device.submissions` grows by one per replay)."""
+  takes_var_vals = True
+  def __init__(self, device: HCQCompiled, captured: list[tuple[Any, list[Any], dict[str, int]]],
+               input_buffers: list[Any]) -> None:
+    position = {id(b): i for i, b in enumerate(input_buffers)}
+    self.input_args: list[list[tuple[int, int]]] = [[] for _ in input_buffers]  # (kernel, argument) per input
+    self.var_args: dict[str, list[tuple[int, int]]] = {}
+    calls: list[tuple[HCQProgram, list[HCQBuffer], tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = []
+    for k, (runner, bufs, var_vals) in enumerate(captured):
+      spec = runner.spec
+      for j, b in enumerate(bufs):
+        if (i := position.get(id(b))) is not None: self.input_args[i].append((k, j))
+      for j, v in enumerate(spec.vars): self.var_args.setdefault(v.arg[0], []).append((k, len(bufs) + j))
+      calls.append((runner.prg, [b.ensure_allocated()._buf for b in bufs], tuple(var_vals[v.arg[0]] for v in spec.vars),
+                    tuple(spec.global_size or (1, 1, 1)), tuple(spec.local_size or (1, 1, 1))))
+    self.graph = HCQGraph(device, calls)
+  def __call__(self, input_buffers: list[Any], var_vals: dict[str, int] | None = None) -> None:
+    graph = self.graph
+    graph.wait_idle()
+    for at, b in zip(self.input_args, input_buffers):
+      if at:
+        addr = b.ensure_allocated()._buf.va_addr
+        for k, j in at: graph.update(k, j, addr)
+    for name, value in (var_vals or {}).items():
+      for k, j in self.var_args.get(name, ()): graph.update(k, j, value)
+    graph.submit()
 
 __all__ = ["HCQBuffer", "HCQSignal", "HWQueue", "HCQArgs", "HCQProgram", "HCQAllocator", "HCQCompiled", "HCQGraph",
-           "BufferSpec"]
+           "HCQJitGraph", "BufferSpec"]
