@@ -82,3 +82,63 @@ def test_a_device_without_a_compiler_is_a_compile_error(tmp_path) -> None:
   device = f"DISK:{tmp_path / 'weights.bin'}"
   with pytest.raises(CompileError, match="has no compiler"):
     _compile(ast, Device[Device.DEFAULT].renderer, device, [])
+
+def _symbolic_ast() -> tuple[UOp, np.ndarray]:
+  from ember import Variable
+  data = np.arange(40, dtype=np.float32).reshape(10, 4)
+  return _kernel(Tensor(data).realize()[:Variable("pos", 1, 10).bind(3)].sum(0)), data
+
+def test_symbolic_kernels_are_searched_at_a_representative_value() -> None:
+  from ember.codegen.search import representative_values
+  from ember.uop.ops import Ops
+  ast, _ = _symbolic_ast()
+  assert any(u.op is Ops.DEFINE_VAR for u in ast.toposort())
+  assert representative_values(ast) == {"pos": 5}  # the middle of 1..10
+  renderer, dev = Device[Device.DEFAULT].renderer, Device.DEFAULT
+  with Context(IGNORE_BEAM_CACHE=1):
+    best = beam_search(ast, renderer, dev, 2, budget_s=20)
+  # searched (its winner cached), not handed back as the default untimed
+  assert [Opt(*o) for o in diskcache_get(CACHE_TABLE, cache_key(ast, renderer, dev))] == best
+
+def test_beam_on_a_symbolic_kernel_matches_numpy_at_every_value() -> None:
+  from ember import Variable
+  data = np.random.default_rng(3).standard_normal((10, 4)).astype(np.float32)
+  cache = Tensor(data).realize()
+  with Context(BEAM=1, IGNORE_BEAM_CACHE=1):
+    for n in (1, 4, 10):
+      engine._runner_cache.clear()
+      got = cache[:Variable("pos", 1, 10).bind(n)].sum(0).numpy()
+      np.testing.assert_allclose(got, data[:n].sum(0), rtol=1e-5, atol=1e-5)
+
+def test_ignore_beam_cache_searches_again_and_stores_the_new_winner() -> None:
+  ast, _, _ = _matmul_ast(4)
+  renderer, dev = Device[Device.DEFAULT].renderer, Device.DEFAULT
+  key = cache_key(ast, renderer, dev)
+  planted = [["SPLIT", 0, 3]]  # well formed, but never a candidate (splits are 4..64)
+  diskcache_put(CACHE_TABLE, key, planted)
+  assert beam_search(ast, renderer, dev, 2, budget_s=0) == [Opt("SPLIT", 0, 3)]
+  with Context(IGNORE_BEAM_CACHE=1):
+    best = beam_search(ast, renderer, dev, 2, budget_s=20)
+  assert best != [Opt("SPLIT", 0, 3)] and diskcache_get(CACHE_TABLE, key) == [[o.op, o.axis, o.amt] for o in best]
+
+def test_jitbeam_searches_the_captured_kernels_only(monkeypatch) -> None:
+  from ember import TinyJit
+  from ember.codegen import search
+  searched: list[UOp] = []
+  real = search.beam_search
+  def recording(ast: UOp, *args, **kwargs):
+    searched.append(ast)
+    return real(ast, *args, **kwargs)
+  monkeypatch.setattr(search, "beam_search", recording)
+  rng = np.random.default_rng(6)
+  w = Tensor(rng.standard_normal((6, 5)).astype(np.float32)).realize()
+  @TinyJit
+  def f(x: Tensor) -> Tensor: return ((x @ w).relu() + 1).realize()
+  with Context(JITBEAM=1, BEAM=0):
+    engine._runner_cache.clear()
+    for i in range(4):
+      xn = rng.standard_normal((3, 6)).astype(np.float32)
+      out = f(Tensor(xn).realize())
+      if i == 0: assert searched == []  # the first call runs normally, under BEAM=0
+      np.testing.assert_allclose(out.numpy(), np.maximum(xn @ w.numpy(), 0) + 1, rtol=1e-5, atol=1e-5)
+  assert searched and len(searched) == len([r for r, _, _ in f.captured if r is not None])  # once each, at capture

@@ -7,6 +7,12 @@ differs, fails to compile, or does not apply is dropped. The winner is cached on
 kernel's AST key, the device, the renderer and the settings that change code, so a later run skips the search.
 `BEAM_BUDGET` (seconds, default 60) bounds the time spent on one kernel; the hand-coded opts are always a candidate,
 so the search never picks something slower than the default it measured.
+
+A kernel symbolic in Variables (a decode step's position) is searched at a representative value of each, the middle
+of its range (`representative_values`); its buffers are allocated for the largest values, as a real launch's are.
+`IGNORE_BEAM_CACHE=1` searches again even where the disk cache has a winner (and stores the new one).
+`JITBEAM=N` searches with BEAM=N the kernels TinyJit captures (engine.jit), whatever BEAM is elsewhere: a model's
+replayed step is searched and the one-off kernels around it are not.
 """
 from __future__ import annotations
 import os
@@ -23,6 +29,8 @@ from ember.codegen.opt import Opt, KernelOptError, hand_coded_opts, matmul_axes,
 
 CACHE_TABLE = "beam_opts"
 BEAM_BUDGET = ContextVar("BEAM_BUDGET", 60)  # seconds of search per kernel
+IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0)
+JITBEAM = ContextVar("JITBEAM", 0)
 
 def candidate_opts(ast: UOp, renderer: Renderer) -> list[tuple[Opt, ...]]:
   """Stage-one candidates: none, the hand-coded opts, and for a matmul-like kernel every rows x column-vectors block
@@ -87,12 +95,16 @@ def _compile(ast: UOp, renderer: Renderer, device: str, opts: tuple[Opt, ...] | 
   lib = dev.compiler.compile_cached(spec.src)
   return CompiledRunner(spec, lib, dev.runtime(spec.name, lib), device)
 
-def _time(runner: Any, bufs: list[Any], reps: int) -> float:
+def representative_values(ast: UOp) -> dict[str, int]:
+  """The value each Variable of `ast` is searched at: the middle of its range."""
+  return {u.arg[0]: (u.arg[1] + u.arg[2]) // 2 for u in ast.toposort() if u.op is Ops.DEFINE_VAR}
+
+def _time(runner: Any, bufs: list[Any], var_vals: dict[str, int], reps: int) -> float:
   from ember.device import Device
   times = []
   for _ in range(reps):
     st = time.perf_counter()
-    runner(bufs, {}, wait=True)
+    runner(bufs, var_vals, wait=True)
     Device[runner.device].synchronize()
     times.append(time.perf_counter() - st)
   return statistics.median(times)
@@ -105,25 +117,25 @@ def cache_key(ast: UOp, renderer: Renderer, device: str) -> str:
 def beam_search(ast: UOp, renderer: Renderer, device: str, amt: int, budget_s: float | None = None) -> list[Opt]:
   """The fastest opt list for `ast` on `device` among the candidates, checked against the unoptimised kernel."""
   key = cache_key(ast, renderer, device)
-  if (hit := _opts_from_cache(diskcache_get(CACHE_TABLE, key))) is not None: return hit
+  if not IGNORE_BEAM_CACHE.value and (hit := _opts_from_cache(diskcache_get(CACHE_TABLE, key))) is not None: return hit
   default = hand_coded_opts(ast, renderer)
-  if any(n.op is Ops.DEFINE_VAR for n in ast.toposort()): return default  # symbolic kernels: no fixed sizes to time
+  var_vals = representative_values(ast)
   budget = float(BEAM_BUDGET.value) if budget_s is None else budget_s
   start = time.perf_counter()
   base = _compile(ast, renderer, device, [])
   bufs = _buffers(base.spec, device, seed=0)
-  base(bufs, {}, wait=True)
+  base(bufs, var_vals, wait=True)
   want = _outputs(bufs, base.spec)
   reps = 3
 
   def measure(opts: tuple[Opt, ...]) -> float | None:
     try: runner = _compile(ast, renderer, device, opts)
     except (KernelOptError, CompileError): return None
-    runner(bufs, {}, wait=True)
+    runner(bufs, var_vals, wait=True)
     for got, exp in zip(_outputs(bufs, runner.spec), want):
       if not np.allclose(got.astype(np.float64), exp.astype(np.float64), rtol=1e-3, atol=1e-3, equal_nan=True):
         return None
-    return _time(runner, bufs, reps)
+    return _time(runner, bufs, var_vals, reps)
 
   timed: list[tuple[float, tuple[Opt, ...]]] = []
   for cand in candidate_opts(ast, renderer):

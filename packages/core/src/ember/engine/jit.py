@@ -12,7 +12,9 @@ wherever the capture used the old ones, and may return before the GPU finishes (
 Replay cannot see Python values: reading tensor data to the host while capturing (`item()`, `numpy()`, `tolist()`,
 `data()`, `bool(t)`) raises `JitError`, since the value read would be baked into every replay. Inputs whose shapes
 hold bound Variables replay with each call's values. `prune=True` runs the kernels that depend on neither the inputs
-nor state the replay itself changes once, at capture, and drops them from the replay.
+nor state the replay itself changes once, at capture, and drops them from the replay. `JITBEAM=N` compiles the
+captured kernels under BEAM=N (a search per new kernel, see ember.codegen.search): the kernels replays run are searched
+and the rest of the program is not.
 """
 from __future__ import annotations
 import functools
@@ -22,7 +24,7 @@ from ember import profiler
 from ember.device.base import Buffer
 from ember.errors import JitError
 from ember.engine import realize as engine
-from ember.helpers import DEBUG, JIT
+from ember.helpers import BEAM, DEBUG, JIT, Context
 from ember.uop.ops import Ops, UOp
 
 R = TypeVar("R")
@@ -111,10 +113,12 @@ class TinyJit(Generic[R]):
       hook = lambda runner, bufs, vv: captured.append((runner, list(bufs), dict(vv)))  # noqa: E731
       engine.capture_hooks.append(hook)
       _capturing.append(getattr(self.fxn, "__qualname__", repr(self.fxn)))
+      from ember.codegen.search import JITBEAM
       try:
-        ret = self.fxn(*args, **kwargs)
-        outs = _flatten_returns(ret)
-        Tensor.realize(*outs) if outs else None
+        with Context(BEAM=JITBEAM.value or BEAM.value):  # JITBEAM=N: BEAM=N for the kernels replays will run
+          ret = self.fxn(*args, **kwargs)
+          outs = _flatten_returns(ret)
+          Tensor.realize(*outs) if outs else None
       finally:
         engine.capture_hooks.remove(hook)
         _capturing.pop()
