@@ -155,6 +155,13 @@ def test_fancy_getitem_matches_numpy(index: Any) -> None:
     check(lambda t: t[index], lambda t: t[index], X)
   with pytest.raises(AxisError): Tensor(X)[0, [9]]
 
+def test_zero_d_tensor_index_of_a_vector_is_a_scalar() -> None:
+  # the index leaves no dims at all: a 0-d result, as numpy (it raised TypeError from reshape())
+  v = np.array([3.0, 1.0, 4.0], np.float32)
+  got = Tensor(v)[Tensor(np.array(2, np.int32))]
+  assert got.shape == () and got.item() == v[np.array(2)]
+  np.testing.assert_array_equal(Tensor(X)[Tensor(np.array(-1, np.int32)), 1].numpy(), X[np.array(-1), 1])
+
 SETITEMS: list[Any] = [
   ((1, slice(1, 3)), 5.0), ((Ellipsis, 0), np.arange(4, dtype=np.float32)),
   ((slice(None, None, 2), 1, slice(None, None, -2)), -1.0), (([0, 2], [3, 1]), np.ones(5, np.float32)),

@@ -112,8 +112,9 @@ def _gather_dims(x: Tensor, tensor_dims: list[tuple[int, Tensor]], squeeze: list
     else: ret = oh.where(ret, 0).sum(len(ishape), dtype=ret.dtype)
   # ret: (*ishape, *other_shape); other dims carry the squeezed int-indexed dims too
   keep_other = [k for k in others if k not in squeeze]
-  ret = ret.reshape(*ishape, *[x.shape[k] for k in others])
-  ret = ret.reshape(*ishape, *[x.shape[k] for k in keep_other]) if squeeze else ret
+  # tuples, not *args: a 0-d index into a 1-d tensor leaves no dims at all
+  ret = ret.reshape((*ishape, *[x.shape[k] for k in others]))
+  ret = ret.reshape((*ishape, *[x.shape[k] for k in keep_other])) if squeeze else ret
   adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
   if adjacent and dims[0] > 0:
     before = len([k for k in keep_other if k < dims[0]])
