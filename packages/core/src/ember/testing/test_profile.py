@@ -24,7 +24,7 @@ def test_kernel_events_carry_the_devices_times(ember_device, ember_capabilities)
     pytest.skip(f"{ember_device} cannot compile kernels")
   if not ember_capabilities.holds_data: pytest.skip(f"{ember_device} holds no data, so it runs no kernels")
   dev = Device[ember_device]
-  a, b = sample((64,), dtypes.float32, seed=7), sample((64,), dtypes.float32, seed=8)
+  a, b = (sample((64,), dtypes.float32, seed=seed).astype(np.float32) for seed in (7, 8))
   x, y = Tensor(a, device=ember_device).realize(), Tensor(b, device=ember_device).realize()
   err = io.StringIO()
   start_us = profiler.now_us()
@@ -34,9 +34,9 @@ def test_kernel_events_carry_the_devices_times(ember_device, ember_capabilities)
     stamps = dev.launch_timestamps_ns()  # of the last kernel
   end_us = profiler.now_us()
   np.testing.assert_allclose(result, (a * b + 1).sum(), rtol=1e-5)
-  trace = {"traceEvents": p.trace_events(), "displayTimeUnit": "ms"}
-  assert_valid_trace(trace)
-  kernels = [e for e in trace["traceEvents"] if e.get("cat") == "kernel"]
+  events = p.trace_events()
+  assert_valid_trace({"traceEvents": events, "displayTimeUnit": "ms"})
+  kernels = [e for e in events if e.get("cat") == "kernel"]
   debug = [(m[2], float(m[3])) for ln in err.getvalue().splitlines() if (m := _DEBUG_LINE.match(ansistrip(ln)))]
   assert len(kernels) >= 2 and [(e["name"], pytest.approx(e["dur"], abs=0.006)) for e in kernels] == debug
   for e in kernels:  # device times moved onto the host clock land inside the profiled block

@@ -35,7 +35,7 @@ def trace_problems(trace: Any) -> list[str]:
   events = trace.get("traceEvents")
   if not isinstance(events, list): return problems + ["traceEvents is missing or not a list"]
   try: roundtrip = json.loads(json.dumps(trace, allow_nan=False))
-  except (TypeError, ValueError) as e: return problems + [f"the trace is not plain JSON: {e}"]
+  except (TypeError, ValueError) as exc: return problems + [f"the trace is not plain JSON: {exc}"]
   if roundtrip != trace: problems.append("the trace changes through a JSON round trip (tuples or non-string keys)")
   process_names: dict[int, str] = {}
   thread_names: dict[tuple[int, int], str] = {}
