@@ -117,7 +117,7 @@ function setStep(step, fit) {
 }
 
 // ** the graph: a layered layout (longest path layers, barycentre ordering with virtual nodes on long edges) **
-const NODE_H = 44, LAYER_GAP = 46, NODE_GAP = 14, CHAR_W = 6.7;
+const NODE_H = 44, LAYER_GAP = 46, NODE_GAP = 14, CHAR_W = 6.7, MIN_SCALE = 0.75;
 
 function reachable(nodes, sink) {
   const seen = new Set(), stack = [sink];
@@ -139,6 +139,10 @@ function layout(nodes, ids) {
   const layer = new Map();
   const order = [...ids].sort((a, b) => a - b);  // table order: sources before users
   for (const id of order) layer.set(id, Math.max(-1, ...nodes[id].src.map((s) => layer.get(s))) + 1);
+  // a leaf (constant, buffer, variable) sits just above its first user, not in the top row with long edges down
+  const firstUse = new Map();
+  for (const id of order) for (const s of nodes[id].src) firstUse.set(s, Math.min(firstUse.get(s) ?? Infinity, layer.get(id)));
+  for (const id of order) if (nodes[id].src.length === 0 && firstUse.has(id)) layer.set(id, firstUse.get(id) - 1);
   // virtual nodes carry long edges through the layers between, so the ordering keeps them straight
   const nLayers = Math.max(...layer.values()) + 1;
   const layers = Array.from({ length: nLayers }, () => []);
@@ -234,16 +238,30 @@ function drawGraph(fit) {
     nodeLayer.append(g);
   }
   svg.append(edgeLayer, nodeLayer);
-  if (fit || !svg.hasAttribute("viewBox")) {
-    const pad = 20, box = svg.getBoundingClientRect();
-    const aspect = box.width && box.height ? box.width / box.height : 4 / 3;
-    view.w = Math.max(width + 2 * pad, (height + 2 * pad) * aspect);
-    view.h = view.w / aspect;
-    view.x = (width - view.w) / 2;
-    view.y = -pad;
+  // a graph that fits at a legible scale is fitted at every step; a bigger one is shown at that scale around where
+  // the rule fired (else the sink), and stepping moves the view only when the rewritten node leaves it
+  const box = svg.getBoundingClientRect(), pad = 20;
+  const aspect = box.width && box.height ? box.width / box.height : 4 / 3;
+  const fitW = Math.max(width + 2 * pad, (height + 2 * pad) * aspect);
+  const focus = xy.get(step.rule !== null && ids.has(step.replacement) ? step.replacement : step.sink);
+  const outside = focus.x < view.x || focus.x > view.x + view.w || focus.y < view.y || focus.y > view.y + view.h;
+  if (!box.width || box.width / fitW >= MIN_SCALE) {
+    Object.assign(view, { w: fitW, h: fitW / aspect, x: (width - fitW) / 2, y: -pad });
+  } else if (fit || outside) {
+    if (fit) Object.assign(view, { w: box.width / MIN_SCALE, h: box.width / MIN_SCALE / aspect });
+    Object.assign(view, { x: focus.x - view.w / 2, y: focus.y - view.h / 2 });
   }
   applyView();
   if (state.selected >= 0 && ids.has(state.selected)) focusNode(state.selected);
+}
+
+function fitAll() {  // the whole graph in view, however small its text gets
+  const pad = 20, svg = $("graph"), box = svg.getBoundingClientRect(), g = svg.getBBox();
+  view.w = Math.max(g.width + 2 * pad, (g.height + 2 * pad) * box.width / box.height);
+  view.h = view.w * box.height / box.width;
+  view.x = g.x + g.width / 2 - view.w / 2;
+  view.y = g.y - pad;
+  applyView();
 }
 
 function focusNode(id) {
@@ -389,7 +407,7 @@ async function main() {
   $("filter").addEventListener("input", renderKernels);
   $("prev").addEventListener("click", () => setStep(state.step - 1));
   $("next").addEventListener("click", () => setStep(state.step + 1));
-  $("fit").addEventListener("click", () => drawGraph(true));
+  $("fit").addEventListener("click", fitAll);
   document.querySelectorAll("#tabs button").forEach((b) => b.addEventListener("click", () => showTab(b.dataset.tab)));
   $("timeline-wrap").addEventListener("wheel", (e) => {
     e.preventDefault();
