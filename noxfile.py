@@ -182,12 +182,25 @@ def browser(session: nox.Session) -> None:
               *session.posargs, env={**TEST_ENV, "DEV": "CPU", "BROWSER_ARTIFACTS": artifacts})
   session.log(f"screenshots: {artifacts}")
 
+@nox.session(venv_backend="venv")
+def viz(session: nox.Session) -> None:
+  """VIZ's page (`VIZ=1`) in Debian's headless chromium, driven by playwright as in `browser`: a Linear + SGD step's
+  kernels, stepping through their rewrites (rule names, node counts, source), the rule table and the profiler
+  timeline. Screenshots are kept in $OUT/viz when OUT is set, else .nox/artifacts/viz."""
+  if shutil.which("chromium") is None: _apt_install(session, "chromium", "chromium-driver")
+  session.install(CORE, CPU, "pytest", "numpy", "playwright")
+  artifacts = os.path.join(os.environ["OUT"], "viz") if os.environ.get("OUT") else \
+    os.path.join(ROOT, ".nox", "artifacts", "viz")
+  session.run("python", "-m", "pytest", os.path.join(CORE, "tests", "browser"), "-q", "-m", "browser",
+              *session.posargs, env={**TEST_ENV, "DEV": "CPU", "BROWSER_ARTIFACTS": artifacts})
+  session.log(f"screenshots: {artifacts}")
+
 @nox.session(name="tests", venv_backend="none")
 def tests(session: nox.Session) -> None:
   """Every package's own suite, each in its own venv (queues the per-package sessions)."""
   for name in ("tests-core", "tests-cpu", "tests-nn", "tests-nv", "tests-amd", "tests-metal",
                "conformance-cpu(renderer='C')", "conformance-cpu(renderer='LLVM')", "conformance-python",
-               "conformance-null", "multi", "fuzz", "browser", "lint", "typecheck"):
+               "conformance-null", "multi", "fuzz", "browser", "viz", "lint", "typecheck"):
     session.notify(name)
 
 def _conformance(session: nox.Session, device: str, packages: list[str]) -> None:
