@@ -265,3 +265,15 @@ def test_debug_2_program_prints_the_kernel_table_at_exit(tmp_path):
   assert [row.split()[0] for row in table[1:1 + len(names)]] == \
          sorted(names, key=lambda n: -sum(us for _, k, us in debug if k == n))
   assert table[-1].startswith(f"{len(names)} kernels, {len(debug)} launches")
+
+def test_stale_device_timestamps_fall_back_to_host_time(monkeypatch):
+  # a device with a timer whose last stamps are not this launch's (another runtime ran the kernel): host time, the
+  # Program's own seconds as the duration
+  from ember.device import Device
+  x = Tensor(np.ones(12, np.float32)).realize()
+  dev = Device[x.device]
+  monkeypatch.setattr(type(dev), "launch_timestamps_ns", lambda self: (1_000, 2_000_000_000))
+  with ember.profile() as p: (x * 7).realize()
+  kernels = [e for e in p.events if e.kind == "kernel"]
+  assert kernels and all(e.args["timer"] == "host" and "device_start_ns" not in e.args for e in kernels)
+  assert all(e.dur_us < 2e6 for e in kernels)

@@ -98,7 +98,10 @@ def kernel(runner: Any, host_start_us: float, seconds: float | None, jit: bool =
                           "global_size": list(spec.global_size or []), "local_size": list(spec.local_size or []),
                           "jit": jit, "timer": "host"}
   start_us = host_start_us
-  if (stamps := dev.launch_timestamps_ns()) is not None:
+  # the device's stamps are this launch's when they give the time its Program returned (a launch that bypassed the
+  # timestamped queue, e.g. another runtime on the device, leaves older stamps there: it is timed on the host)
+  stamps = dev.launch_timestamps_ns()
+  if stamps is not None and seconds is not None and abs((stamps[1] - stamps[0]) / 1e9 - seconds) < 1e-9:
     args.update(timer="device", device_start_ns=stamps[0], device_end_ns=stamps[1])
     start_us = _device_start_us(runner.device, dev, stamps[0])
   if dur_us > 0:
