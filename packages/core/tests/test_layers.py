@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, ...]] = [
   ("ember.device",),
   ("ember.schedule",),
   ("ember.engine",),
-  ("ember.gradient", "ember.tensor_index", "ember.tensor", "ember.tensor_ops"),
+  ("ember.gradient", "ember.tensor_index", "ember.tensor", "ember.tensor_ops", "ember.function"),
   ("ember.multi", "ember.distributed"),
   ("ember.plugin",),
   ("ember.testing", "ember.replay", "ember.__main__", "ember"),

@@ -11,7 +11,7 @@ from ember.device import Device  # noqa: E402
 from ember.device.base import Buffer  # noqa: E402
 from ember.tensor import Tensor  # noqa: E402
 from ember.engine.jit import TinyJit  # noqa: E402
-from ember.tensor_ops.extra import function  # noqa: E402
+from ember.function import function  # noqa: E402
 from ember.profiler import profile  # noqa: E402
 from ember.helpers import TRACK_MATCH_STATS, VIZ  # noqa: E402
 if VIZ.value not in ("", "0") or TRACK_MATCH_STATS.value:  # record every graph_rewrite, report at exit (ember.viz)

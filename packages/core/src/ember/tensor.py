@@ -293,8 +293,8 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, MathMixin, Activati
     array([1, 2, 3], dtype=int32)
     """
     from ember.schedule import buffer_of
-    # a pending assign realizes into its own buffer: read that, not a copy of it
-    if self.uop.op is Ops.ASSIGN: self.realize()
+    # a pending assign (or a custom kernel's output) realizes into its own buffer: read that, not a copy of it
+    if self.uop.op in (Ops.ASSIGN, Ops.AFTER): self.realize()
     t = self.cast(strong_dtype(self.dtype)) if self.dtype.weak else self
     t = t if _is_contiguous_buffer(t.uop) else t.contiguous()
     t.realize()

@@ -433,9 +433,26 @@ def _check(ast: UOp) -> None:
     if n.op is Ops.INDEX and n.src[0].op in GroupOp.Movement:
       raise CompileError("index a placeholder's view with buf[i, j], not .index(): .index() takes a flat index")
 
+def prebuilt_program(ast: UOp, device: str = "") -> ProgramSpec:
+  """A kernel written as source: PROGRAM(SINK over its buffer placeholders, SOURCE[, BINARY]). The device's compiler
+  compiles the SOURCE unless a BINARY (its output) comes with it; it runs once (a grid of one), over the buffers by
+  slot."""
+  sink = ast.src[0]
+  source = next((s.arg for s in ast.src[1:] if s.op is Ops.SOURCE), None)
+  binary = next((s.arg for s in ast.src[1:] if s.op is Ops.BINARY), None)
+  if not isinstance(source, str):
+    raise CompileError(f"a PROGRAM needs a SOURCE with the kernel's text, got sources {[s.op for s in ast.src[1:]]}")
+  if binary is not None and not isinstance(binary, bytes):
+    raise CompileError(f"a PROGRAM's BINARY holds bytes (the compiler's output), not {type(binary).__name__}")
+  params = sorted({n for n in sink.toposort() if n.op is Ops.PARAM}, key=lambda p: p.arg)
+  slots = [p.arg for p in params]
+  return ProgramSpec(sink.arg.name, source, device, params, slots, [], slots, slots, [1, 1, 1], None,
+                     aux={"binary": binary} if binary is not None else {})
+
 def handwritten_program(ast: UOp, renderer: Renderer, device: str = "") -> ProgramSpec:
   """Codegen a hand-written kernel for `renderer`: the passes of `full_rewrite` that apply to it, around its own
   linearizer (see the module docstring)."""
+  if ast.op is Ops.PROGRAM: return prebuilt_program(ast, device)
   _check(ast)
   sink = graph_rewrite(ast, symbolic, name="simplify hand-written kernel")
   sink = unroll_upcasts(sink)  # UPCAST ranges: one copy per value, REG indices become constants

@@ -72,7 +72,10 @@ class CustomMixin:
       raise DTypeError(f"custom_kernel: an input of weak dtype {weak.dtype!r} has no buffer; cast it to a concrete "
                        "dtype first")
     bufs = [t if _is_contiguous_buffer(t.uop) else t.contiguous() for t in tensors]
-    placeholders = [UOp.placeholder(tuple(t.shape), t.dtype, i) for i, t in enumerate(bufs)]
+    # an input given twice (custom_kernel(x, x, ...)) is one kernel argument: buffers of a kernel never overlap
+    slot: dict[UOp, int] = {}
+    for i, t in enumerate(bufs): slot.setdefault(t.uop.base, i)
+    placeholders = [UOp.placeholder(tuple(t.shape), t.dtype, slot[t.uop.base]) for t in bufs]
     ast = _named(fxn(*placeholders), fxn)
     device = str(next(iter(devices)))
     kernel = UOp(Ops.CUSTOM_KERNEL, dtypes.void, tuple(t.uop for t in bufs), CustomKernel(ast, device, grad_fxn))

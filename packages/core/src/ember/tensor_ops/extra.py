@@ -10,10 +10,10 @@ from __future__ import annotations
 import functools
 import math
 import re
-from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 from ember.dtype import DType, dtypes, to_dtype
-from ember.errors import DTypeError, EmberError, ShapeError
+from ember.errors import DTypeError, ShapeError
 from ember.helpers import prod
 from ember.uop.ops import int_size
 if TYPE_CHECKING:
@@ -637,37 +637,3 @@ def _rearrange(t: Tensor, formula: str, sizes: dict[str, int]) -> Tensor:
     if grouped: out.append(prod(axis_size[a] for a in expand(g)))
     else: out.extend(axis_size[a] for a in expand(g))
   return x.reshape(tuple(out))
-
-# ** ember.function **
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-class FunctionError(EmberError, TypeError):
-  """A function decorated with `ember.function` returned something other than a Tensor or a tuple of Tensors."""
-
-def function(fxn: F | None = None, **options: Any) -> Any:
-  """tinygrad's `@function`: mark a function of Tensors whose result is a Tensor or a tuple of Tensors. Ember traces
-  the body into the lazy graph on each call (its kernels are cached by AST, so repeated calls compile nothing new;
-  wrap the caller in TinyJit to replay without tracing). Both `@function` and `@function(precompile=True, ...)` work;
-  the precompile options are accepted as hints. A custom `grad_fxn` is not supported and raises.
-
-  >>> @function
-  ... def double(x): return x * 2
-  >>> double(Tensor([1, 2])).tolist()
-  [2, 4]
-  """
-  known = {"precompile", "precompile_backward", "allow_implicit", "grad_fxn"}
-  if unknown := sorted(set(options) - known):
-    raise TypeError(f"function() got unknown options {unknown}; it takes {sorted(known)}")
-  if options.get("grad_fxn") is not None:
-    raise FunctionError("function(grad_fxn=...) is not supported: ember differentiates the traced body itself; "
-                        "drop grad_fxn, or write the custom gradient with Tensor ops in the body")
-  def wrap(f: F) -> F:
-    @functools.wraps(f)
-    def call(*args: Any, **kwargs: Any) -> Any:
-      ret = f(*args, **kwargs)
-      if isinstance(ret, Tensor) or (isinstance(ret, tuple) and all(isinstance(r, Tensor) for r in ret)): return ret
-      raise FunctionError(f"function {getattr(f, '__qualname__', f)!r} returned {type(ret).__name__}; a function "
-                          "must return a Tensor or a tuple of Tensors")
-    return call  # type: ignore[return-value]
-  return wrap if fxn is None else wrap(fxn)

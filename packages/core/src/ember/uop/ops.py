@@ -281,7 +281,9 @@ class UOp(metaclass=UOpMetaClass):
   def where(self, x: Any, y: Any) -> UOp:
     a, b = (_value(x) if isinstance(x, UOp) else None), (_value(y) if isinstance(y, UOp) else None)
     ref = a if a is not None else b
-    if ref is None: raise TypeError("UOp.where needs at least one UOp branch")
+    if ref is None:  # two Python values: a constant of the dtype they promote to (an int is the default int)
+      from ember.dtype import strong_dtype
+      ref = UOp.const(strong_dtype(least_upper_dtype(dtypes.from_py(x), dtypes.from_py(y))), x)
     return UOp(Ops.WHERE, ref.dtype, (_value(self), ref.ufix(x if a is None else a), ref.ufix(y if b is None else b)))
   def cast(self, dtype: AnyDType) -> UOp:
     if isinstance(dtype, PtrDType): dtype = dtype.base  # a buffer's dtype, read as its elements'

@@ -1,0 +1,166 @@
+"""Tensor.custom_kernel on the default device and on PYTHON: behaviours 29 and 31 of the seeds, the examples/ kernels
+(softmax, tiled matmul with LOCAL and REG buffers, attention, custom gradients) against numpy and torch, and errors."""
+from __future__ import annotations
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+import numpy as np
+import pytest
+import ember
+from ember import Device, GlobalCounters, Tensor, UOp, dtypes
+from ember.errors import CompileError, DTypeError, GradientError, ShapeError
+from ember.uop.ops import AddrSpace, AxisType
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+DEVICES = sorted({Device.DEFAULT, "PYTHON"})
+
+def example(name: str) -> ModuleType:
+  path = EXAMPLES / f"{name}.py"
+  if not path.is_file(): pytest.skip(f"{path} is absent (examples/ lives at the repository root)")
+  spec = importlib.util.spec_from_file_location(f"ember_example_{name}", path)
+  assert spec is not None and spec.loader is not None
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module
+  spec.loader.exec_module(module)
+  return module
+
+def add_one_kernel(out: UOp, x: UOp) -> UOp:
+  i = UOp.range(x.shape[0], 0, AxisType.GLOBAL)
+  return out[i].store(x[i] + 1).end(i).sink()
+
+def rand(*shape: int, seed: int = 0) -> np.ndarray:
+  return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+# ** the seeds' behaviours **
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_duplicate_arguments_are_one_buffer(device):  # behaviour 29
+  x = Tensor.arange(4, device=device).realize()
+  assert Tensor.custom_kernel(x, x, fxn=add_one_kernel)[0].tolist() == [1, 2, 3, 4]
+
+# view of the input -> the most kernels the seeds allow (its copy into a buffer, the custom kernel)
+MOPS = {"reshape": (lambda x: x.reshape(16, 2), 2), "permute": (lambda x: x.reshape(4, 8).T, 3),
+        "double_permute": (lambda x: x.reshape(4, 8).T.T, 3), "shrink": (lambda x: x[:4], 2),
+        "pad": (lambda x: x[:4].pad(((0, 4),)), 2), "flip": (lambda x: x.flip(0), 2),
+        "offset_shrink": (lambda x: x[4:8], 2), "2d_shrink": (lambda x: x.reshape(4, 8)[:, 2:6], 3),
+        "expand": (lambda x: x.reshape(16, 2)[:, :1].expand(16, 2), 3)}
+
+def _add_one_nd(out: UOp, x: UOp) -> UOp:
+  rngs = [UOp.range(s, i, AxisType.GLOBAL) for i, s in enumerate(x.shape)]
+  return out[*rngs].store(x[*rngs] + 1).end(*reversed(rngs)).sink()
+
+@pytest.mark.parametrize("name", list(MOPS))
+def test_view_inputs_run_within_the_kernel_budget(name):  # behaviour 31
+  mop, budget = MOPS[name]
+  x = mop(Tensor.arange(32).clone().realize())
+  y = Tensor.custom_kernel(Tensor.empty(*x.shape, dtype=x.dtype), x, fxn=_add_one_nd)[0]
+  GlobalCounters.reset()
+  y.realize()
+  assert GlobalCounters.kernel_count <= budget
+  assert y.tolist() == (x + 1).tolist()
+  # the same inside @function(precompile=True): the view is of the function's argument
+  x0 = Tensor.arange(32).clone().realize()
+  @ember.function(precompile=True)
+  def run(a: Tensor) -> Tensor:
+    xv = mop(a)
+    return Tensor.custom_kernel(Tensor.empty(*xv.shape, dtype=xv.dtype, device=a.device), xv, fxn=_add_one_nd)[0]
+  GlobalCounters.reset()
+  out = run(x0).realize()
+  assert GlobalCounters.kernel_count <= budget
+  assert out.tolist() == (mop(x0) + 1).tolist()
+
+# ** the examples, against numpy and torch **
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_softmax_in_one_kernel(device):
+  x_np = rand(5, 48)
+  x = Tensor(x_np, device=device)
+  out = example("custom_softmax").custom_softmax(x)
+  GlobalCounters.reset()
+  got = out.numpy()
+  assert GlobalCounters.kernel_count == 1
+  e = np.exp(x_np - x_np.max(1, keepdims=True))
+  np.testing.assert_allclose(got, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_tiled_matmul_with_local_and_reg_buffers(device):
+  mod = example("custom_matmul_tiled")
+  a, b = rand(32, 16), rand(16, 16, seed=1)
+  got = mod.matmul_tiled(Tensor(a, device=device), Tensor(b, device=device)).numpy()
+  np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-5)
+  with pytest.raises(ValueError, match="M % 16 == N % 16"): mod.matmul_tiled(Tensor(rand(8, 8)), Tensor(rand(8, 8)))
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_matches_torch(device, causal):
+  torch = pytest.importorskip("torch")
+  q, k, v = rand(2, 3, 9, 8), rand(2, 3, 9, 8, seed=1), rand(2, 3, 9, 8, seed=2)
+  got = example("custom_attention").custom_attention(*(Tensor(t, device=device) for t in (q, k, v)), causal).numpy()
+  ref = torch.nn.functional.scaled_dot_product_attention(*map(torch.from_numpy, (q, k, v)), is_causal=causal)
+  np.testing.assert_allclose(got, ref.numpy(), rtol=1e-5, atol=1e-6)
+
+def test_custom_gradients_match_torch():
+  torch = pytest.importorskip("torch")
+  mod = example("custom_gradient")
+  x_np, wg_np, wu_np = rand(4, 8), rand(8, 6, seed=1), rand(8, 6, seed=2)
+  x = Tensor(x_np, requires_grad=True)
+  y = mod.silu(x)
+  (y * y).sum().backward()
+  xt = torch.tensor(x_np, requires_grad=True)
+  yt = torch.nn.functional.silu(xt)
+  (yt * yt).sum().backward()
+  np.testing.assert_allclose(y.numpy(), yt.detach().numpy(), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-5, atol=1e-6)
+  # straight-through rounding: round forward, identity backward
+  x = Tensor(x_np * 3, requires_grad=True)
+  r = mod.ste_round(x)
+  (r * Tensor(x_np)).sum().backward()
+  xt = torch.tensor(x_np * 3, requires_grad=True)
+  rt = xt + (torch.round(xt) - xt).detach()
+  (rt * torch.from_numpy(x_np)).sum().backward()
+  np.testing.assert_array_equal(r.numpy(), np.where(x_np * 3 < 0, -np.floor(-x_np * 3 + 0.5), np.floor(x_np * 3 + 0.5)))
+  np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy())
+  # the @function built from both: values and the gradients of every input
+  ts = [Tensor(a, requires_grad=True) for a in (x_np, wg_np, wu_np)]
+  tt = [torch.tensor(a, requires_grad=True) for a in (x_np, wg_np, wu_np)]
+  out = mod.swiglu(*ts)
+  up = tt[0] @ tt[2]
+  ref = torch.nn.functional.silu(tt[0] @ tt[1]) * (up + (torch.round(up) - up).detach())
+  out.sum().backward()
+  ref.sum().backward()
+  np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-5)
+  for t, r in zip(ts, tt): np.testing.assert_allclose(t.grad.numpy(), r.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+def test_custom_kernel_output_feeds_later_ops_and_reads_after_the_kernel():
+  x = Tensor(rand(6))
+  y = Tensor.custom_kernel(Tensor.empty(6), x, fxn=add_one_kernel)[0]
+  np.testing.assert_allclose((y * 2).sum().numpy(), ((x.numpy() + 1) * 2).sum(), rtol=1e-5)
+
+# ** errors **
+
+def test_errors_name_what_is_wrong():
+  x = Tensor(rand(4))
+  with pytest.raises(DTypeError, match="must return a kernel SINK"): Tensor.custom_kernel(x, fxn=lambda a: a)
+  with pytest.raises(DTypeError, match="weak"): Tensor.custom_kernel(Tensor(2.0), fxn=add_one_kernel)
+  with pytest.raises(ShapeError, match="at least one tensor"): Tensor.custom_kernel(fxn=add_one_kernel)
+  def bad_store(out: UOp, a: UOp) -> UOp:
+    i = UOp.range(4, 0, AxisType.GLOBAL)
+    return out[i].store(a[i].cast(dtypes.int32)).end(i).sink()
+  with pytest.raises(DTypeError, match="cast it first"):
+    Tensor.custom_kernel(Tensor.empty(4), x, fxn=bad_store)[0].realize()
+  def dynamic_reg(out: UOp, a: UOp) -> UOp:
+    i, j = UOp.range(4, 0, AxisType.GLOBAL), UOp.range(4, 1, AxisType.LOOP)
+    reg = UOp.placeholder((4,), dtypes.float32, 5, AddrSpace.REG)
+    return out[i].store(reg.after(reg[j].store(a[j]).end(j))[i]).end(i).sink()
+  if Device[Device.DEFAULT].renderer.has_local:
+    with pytest.raises(CompileError, match="not constant"):
+      Tensor.custom_kernel(Tensor.empty(4), x, fxn=dynamic_reg)[0].realize()
+  with pytest.raises(GradientError, match="grad_fxn"):
+    xg = Tensor(rand(4), requires_grad=True)
+    Tensor.custom_kernel(Tensor.empty(4), xg, fxn=add_one_kernel)[0].sum().backward()
+  def crossed(out: UOp, a: UOp) -> UOp:  # j opens inside i (the store reads it) but no END inside i closes it
+    i, j = UOp.range(4, 0, AxisType.LOOP), UOp.range(4, 1, AxisType.LOOP)
+    return out[i].store(a[j] + a[i]).end(i).sink()
+  with pytest.raises(CompileError, match="still open"):
+    Tensor.custom_kernel(Tensor.empty(4), x, fxn=crossed)[0].realize()

@@ -1,0 +1,99 @@
+"""@ember.function: traced once per signature (a counter in the body), scheduled once with precompile=True, traced again
+for a new shape; values and gradients against torch; composition inside other functions, TinyJit and errors."""
+from __future__ import annotations
+import numpy as np
+import pytest
+import ember
+from ember import Tensor, TinyJit
+from ember import schedule as scheduler
+from ember.function import FunctionError
+
+def rand(*shape: int, seed: int = 0) -> np.ndarray:
+  return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+@pytest.fixture
+def schedules(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+  """How many times the scheduler ran (create_schedule calls), from the fixture on."""
+  count = [0]
+  original = scheduler.create_schedule
+  def counted(*args, **kwargs):
+    count[0] += 1
+    return original(*args, **kwargs)
+  monkeypatch.setattr(scheduler, "create_schedule", counted)
+  return count
+
+def test_100_calls_trace_once_and_schedule_once(schedules):
+  traces = []
+  @ember.function(precompile=True)
+  def mlp(x: Tensor, w: Tensor) -> Tensor:
+    traces.append(1)
+    return (x @ w).relu().sum(1) + 1
+  w_np = rand(16, 8)
+  w = Tensor(w_np).realize()
+  xs_np = [rand(4, 16, seed=s) for s in range(3)]
+  xs = [Tensor(x).realize() for x in xs_np]
+  schedules[0] = 0
+  outs = [mlp(xs[i % 3], w) for i in range(100)]
+  assert len(traces) == 1 and schedules[0] == 1
+  for i, out in enumerate(outs):  # each call has its own output buffer
+    np.testing.assert_allclose(out.numpy(), np.maximum(xs_np[i % 3] @ w_np, 0).sum(1) + 1, rtol=1e-5, atol=1e-5)
+  mlp(Tensor(rand(5, 16)), w).realize()  # a new shape: a new trace
+  assert len(traces) == 2
+  mlp(Tensor(rand(5, 16)).cast("float16"), w.cast("float16")).realize()  # a new dtype too
+  assert len(traces) == 3
+
+def test_lazy_function_traces_once_and_composes():
+  traces = []
+  @ember.function
+  def affine(x: Tensor, scale: float) -> Tensor:
+    traces.append(1)
+    return x * scale + 1
+  x_np = rand(3, 4)
+  for _ in range(10): out = affine(Tensor(x_np), 2.0)
+  np.testing.assert_allclose((out.sum(0) * 3).numpy(), ((x_np * 2 + 1).sum(0) * 3), rtol=1e-5)
+  assert len(traces) == 1
+  affine(Tensor(x_np), 3.0)  # another value of a non-Tensor argument: another signature
+  assert len(traces) == 2
+
+def test_gradients_flow_through_a_function_to_arguments_and_captured_weights():
+  torch = pytest.importorskip("torch")
+  x_np, w_np, b_np = rand(5, 6), rand(6, 3, seed=1), rand(3, seed=2)
+  b = Tensor(b_np, requires_grad=True)  # read from outside the function: its gradient flows too
+  @ember.function(precompile=True, precompile_backward=True)
+  def layer(x: Tensor, w: Tensor) -> Tensor: return ((x @ w) + b).gelu()
+  x, w = Tensor(x_np, requires_grad=True), Tensor(w_np, requires_grad=True)
+  for _ in range(2):
+    x.grad = w.grad = b.grad = None
+    (layer(x, w) * layer(x, w)).sum().backward()
+  xt, wt, bt = (torch.tensor(a, requires_grad=True) for a in (x_np, w_np, b_np))
+  yt = torch.nn.functional.gelu(xt @ wt + bt)
+  (yt * yt).sum().backward()
+  for ours, ref in ((x, xt), (w, wt), (b, bt)):
+    np.testing.assert_allclose(ours.grad.numpy(), ref.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+def test_functions_compose_inside_functions_and_tinyjit():
+  inner_traces = []
+  @ember.function(precompile=True)
+  def inner(x: Tensor) -> Tensor:
+    inner_traces.append(1)
+    return x.exp2() - 1
+  @ember.function(precompile=True)
+  def outer(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]: return inner(x) * y, inner(y)
+  @TinyJit
+  def step(x: Tensor, y: Tensor) -> Tensor:
+    a, b = outer(x, y)
+    return (a + b).realize()
+  x_np, y_np = rand(8), rand(8, seed=1)
+  for _ in range(4):
+    got = step(Tensor(x_np).realize(), Tensor(y_np).realize()).numpy()
+    np.testing.assert_allclose(got, (np.exp2(x_np) - 1) * y_np + np.exp2(y_np) - 1, rtol=1e-5, atol=1e-6)
+  assert len(inner_traces) == 1  # one signature, traced once inside outer's trace
+
+def test_function_errors():
+  with pytest.raises(FunctionError, match="must return a Tensor"): ember.function(lambda x: 1)(Tensor([1]))
+  with pytest.raises(FunctionError, match="hashable"): ember.function(lambda x, d: x)(Tensor([1]), {})
+  w = Tensor([2.0])
+  @ember.function(allow_implicit=False)
+  def uses_w(x: Tensor) -> Tensor: return x * w
+  with pytest.raises(FunctionError, match="not its arguments"): uses_w(Tensor([1.0]))
+  assert isinstance(FunctionError("x"), TypeError)
