@@ -1,6 +1,8 @@
-"""The prepared GPU check (packages/backend-nv/gpu_check.py) runs its own logic on MOCK+NV: the device report, an fp16
-matmul under TinyJit checked against numpy, and the report files it writes for the README."""
+"""The prepared GPU run (packages/backend-nv/gpu_check.py) end to end on MOCK+NV: the doctor, the kit and the Tensor API
+tests side by side, the GPU bench checked against numpy, the report; a device that fails and a step that hangs cost
+only their own steps."""
 from __future__ import annotations
+import importlib.util
 import json
 import os
 import subprocess
@@ -8,13 +10,53 @@ import sys
 
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gpu_check.py")
 
-def test_gpu_check_runs_on_the_mock(tmp_path) -> None:
-  proc = subprocess.run([sys.executable, SCRIPT, "--devices", "MOCK+NV", "--matmul", "48", "--only", "devices",
-                         "matmul", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
-  assert proc.returncode == 0, proc.stdout + proc.stderr
-  results = json.loads((tmp_path / "gpu_report.json").read_text())
-  assert [r["step"] for r in results] == ["devices", "matmul_MOCK_NV"] and all(r["rc"] == 0 for r in results)
-  matmul = results[1]["matmul"]
-  assert matmul["n"] == 48 and matmul["max_rel_err"] < 1e-3 and matmul["median_ms"] > 0
-  report = (tmp_path / "gpu_report.md").read_text()
-  assert "fp16 matmul 48 on MOCK_NV" in report and (tmp_path / "devices.log").read_text().strip()
+def _gpu_check(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+  proc = subprocess.run([sys.executable, SCRIPT, "--out", str(tmp_path), *args], capture_output=True, text=True,
+                        timeout=900)
+  return proc, json.loads((tmp_path / "gpu_report.json").read_text())
+
+def test_gpu_check_runs_every_step_on_the_mock_whatever_fails(tmp_path) -> None:
+  proc, report = _gpu_check(tmp_path, "--devices", "MOCK+NV", "NOPE", "--only", "devices", "kit", "api", "bench",
+                            "--sizes", "32", "--bench-scale", "tiny", "--select", "matmul")
+  steps = {r["step"]: r for r in report["steps"]}
+  assert sorted(steps) == ["api_MOCK_NV", "api_NOPE", "bench_MOCK_NV", "bench_NOPE", "devices", "kit_MOCK_NV",
+                           "kit_NOPE"]
+  for name in ("devices", "kit_MOCK_NV", "api_MOCK_NV", "bench_MOCK_NV"):
+    assert steps[name]["rc"] == 0, (name, (tmp_path / f"{name}.log").read_text()[-3000:])
+  assert " passed" in steps["kit_MOCK_NV"]["last"] and " passed" in steps["api_MOCK_NV"]["last"]
+  for name in ("kit_NOPE", "api_NOPE", "bench_NOPE"): assert steps[name]["rc"] not in (0, 124), steps[name]
+  assert proc.returncode == 1  # a step failed
+  rows = {r["name"]: r for r in report["bench"]["MOCK+NV"]}
+  assert sorted(rows) == ["conv2d", "matmul_bf16_32", "matmul_fp16_32", "matmul_fp32_32", "softmax",
+                          "transformer_block"]
+  for r in rows.values():  # every workload ran on the MOCK and matched numpy; torch has no CUDA device here
+    assert r["ok"] and r["ember_ms"] > 0 and r["max_rel_err"] <= 2e-2 and r["torch_why"], r
+  md = (tmp_path / "gpu_report.md").read_text()
+  assert "| matmul_fp16_32 |" in md and "fp16 matmul at >= 70% of torch's cuBLAS figure" in md
+  assert "unknown device 'NOPE'" in (tmp_path / "kit_NOPE.log").read_text()
+
+def test_a_step_past_its_limit_is_killed_and_reported(tmp_path) -> None:
+  proc, report = _gpu_check(tmp_path, "--devices", "MOCK+NV", "--only", "kit", "--limit-scale", "0.004")
+  (step,) = report["steps"]
+  assert proc.returncode == 1 and step["rc"] == 124 and step["last"] == "timed out after 1 s", step
+  assert "| kit_MOCK_NV | 124 |" in (tmp_path / "gpu_report.md").read_text()
+
+def _module():
+  spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+  assert spec is not None and spec.loader is not None
+  module = importlib.util.module_from_spec(spec)
+  sys.modules["gpu_check"] = module  # its dataclasses look their module up while the class is built
+  spec.loader.exec_module(module)
+  return module
+
+def test_report_states_the_goals_from_the_figures(tmp_path) -> None:
+  gc = _module()
+  (tmp_path / "llm_NV.log").write_text("ctx 128: prefill 12.0 ms, decode 640.5 tokens/s\n")
+  bench = {"NV": [{"name": "matmul_fp16_8192", "ok": True, "ember_tflops": 500.0, "torch_tflops": 650.0},
+                  {"name": "matmul_fp16_4096", "ok": True, "ember_tflops": 100.0, "torch_tflops": 600.0}],
+           "CUDA": [{"name": "matmul_fp16_8192", "ok": True, "ember_tflops": 300.0, "torch_tflops": 650.0}]}
+  steps = [{"step": "llm_NV", "device": "NV", "rc": 0, "seconds": 1.0, "last": "done"}]
+  text = "\n".join(gc.report(steps, bench, str(tmp_path)))
+  assert "- NV: matmul_fp16_8192: ember 500.0 TFLOP/s = 77% of torch's 650.0 (met; goal >= 70%)" in text
+  assert "- CUDA: matmul_fp16_8192: ember 300.0 TFLOP/s = 46% of torch's 650.0 (NOT met; goal >= 70%)" in text
+  assert "- NV: LLM decode (ember-llm --benchmark): ctx 128: prefill 12.0 ms, decode 640.5 tokens/s" in text
