@@ -99,7 +99,7 @@ def _to_specials(ast: UOp) -> tuple[UOp, list[int], list[int]]:
     sizes[kind][dim] = int(s.src[0].arg)
   ast = graph_rewrite(ast, pm_drop_hardware_ends, name="drop ends of hardware ranges")
   ast = ast.substitute({r: s for r, s in mapping.items() if r.op is Ops.RANGE})
-  return ast, sizes["gidx"] or [1], sizes["lidx"] or [1]
+  return ast, (sizes["gidx"] + [1, 1, 1])[:3], (sizes["lidx"] + [1, 1, 1])[:3]
 
 def _drop_hardware_ends(n: UOp) -> UOp | None:
   keep = tuple(r for r in n.src[1:] if r.arg[1] not in _THREADS)

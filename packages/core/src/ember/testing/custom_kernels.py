@@ -1,0 +1,90 @@
+"""Checks of hand-written kernels (`Tensor.custom_kernel`) that every backend's tests run on its devices: the kernels
+of the repository's examples/ (one-kernel softmax, tiled matmul with LOCAL and REG buffers, flash-style attention,
+kernels with their own backward) and duplicate arguments, against numpy.
+
+The examples live at the repository root, not in a package: a test passes the folder (found from its own file) and
+skips when it is absent.
+"""
+from __future__ import annotations
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+import numpy as np
+from ember.dtype import dtypes
+from ember.tensor import Tensor
+from ember.uop.ops import AxisType, UOp
+
+EXAMPLES = ("custom_softmax", "custom_matmul_tiled", "custom_attention", "custom_gradient")
+
+def load_example(examples_dir: Path, name: str) -> ModuleType:
+  """The module examples/<name>.py (loaded once per process)."""
+  key = f"ember_example_{name}"
+  if key in sys.modules: return sys.modules[key]
+  spec = importlib.util.spec_from_file_location(key, examples_dir / f"{name}.py")
+  assert spec is not None and spec.loader is not None, f"no example {name} in {examples_dir}"
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[key] = module
+  spec.loader.exec_module(module)
+  return module
+
+def _rand(*shape: int, seed: int = 0) -> np.ndarray:
+  return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+  e = np.exp(x - x.max(-1, keepdims=True))
+  return e / e.sum(-1, keepdims=True)
+
+def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:
+  s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+  if causal: s = np.where(np.triu(np.ones(s.shape[-2:], bool), 1), -np.inf, s)
+  return _softmax(s) @ v
+
+def add_one_kernel(out: UOp, x: UOp) -> UOp:
+  i = UOp.range(x.shape[0], 0, AxisType.GLOBAL)
+  return out[i].store(x[i] + 1).end(i).sink()
+
+def check_custom_kernels(device: str, examples_dir: Path) -> None:
+  """Every example kernel on `device` matches numpy (values, and gradients where the kernel has a backward)."""
+  x = Tensor.arange(4, device=device).realize()
+  assert Tensor.custom_kernel(x, x, fxn=add_one_kernel)[0].tolist() == [1, 2, 3, 4]
+  x_np = _rand(6, 48)
+  got = load_example(examples_dir, "custom_softmax").custom_softmax(Tensor(x_np, device=device)).numpy()
+  np.testing.assert_allclose(got, _softmax(x_np), rtol=1e-5, atol=1e-7)
+  a, b = _rand(32, 16, seed=1), _rand(16, 32, seed=2)
+  matmul = load_example(examples_dir, "custom_matmul_tiled").matmul_tiled
+  np.testing.assert_allclose(matmul(Tensor(a, device=device), Tensor(b, device=device)).numpy(), a @ b, rtol=1e-5,
+                             atol=1e-5)
+  q, k, v = (_rand(2, 7, 8, seed=s) for s in (3, 4, 5))
+  attention = load_example(examples_dir, "custom_attention").custom_attention
+  for causal in (False, True):
+    got = attention(*(Tensor(t, device=device) for t in (q, k, v)), causal).numpy()
+    np.testing.assert_allclose(got, _attention(q, k, v, causal), rtol=1e-5, atol=1e-6)
+  grads = load_example(examples_dir, "custom_gradient")
+  xt = Tensor(x_np[:2, :8], device=device, requires_grad=True)
+  y = grads.silu(xt)
+  y.sum().backward()
+  sig = 1 / (1 + np.exp(-x_np[:2, :8]))
+  np.testing.assert_allclose(y.numpy(), x_np[:2, :8] * sig, rtol=1e-5, atol=1e-6)
+  assert xt.grad is not None
+  np.testing.assert_allclose(xt.grad.numpy(), sig * (1 + x_np[:2, :8] * (1 - sig)), rtol=1e-5, atol=1e-6)
+
+def example_kernels(examples_dir: Path) -> list[tuple[str, Callable[..., UOp], list[np.ndarray], Any]]:
+  """(name, kernel builder, its buffers' initial contents by slot, the expected output of slot 0): the example kernels
+  as a renderer-only harness (a host shim) runs them."""
+  sm = load_example(examples_dir, "custom_softmax")
+  mm = load_example(examples_dir, "custom_matmul_tiled")
+  at = load_example(examples_dir, "custom_attention")
+  x = _rand(6, 48)
+  a, b = _rand(32, 16, seed=1), _rand(16, 32, seed=2)
+  q, k, v = (_rand(3, 7, 8, seed=s) for s in (3, 4, 5))
+  zeros = lambda *shape: np.zeros(shape, np.float32)  # noqa: E731
+  return [("softmax", sm.softmax_kernel, [zeros(6, 48), x], _softmax(x)),
+          ("matmul_tiled", mm.matmul_tiled_kernel, [zeros(32, 32), a, b], a @ b),
+          ("attention", at.attention_kernel, [zeros(3, 7, 8), q, k, v], _attention(q, k, v, False)),
+          ("add_one", add_one_kernel, [zeros(5), np.arange(5, dtype=np.float32)], np.arange(5) + 1.0)]
+
+def placeholders(arrays: list[np.ndarray]) -> list[UOp]:
+  """GLOBAL placeholders for float32 arrays, by slot."""
+  return [UOp.placeholder(arr.shape, dtypes.float32, i) for i, arr in enumerate(arrays)]
