@@ -86,6 +86,19 @@ def _softmax() -> Workload:
                   lambda r: {"x": r.standard_normal((4096, 1024), dtype=np.float32)},
                   lambda x: x.softmax(-1), _np_softmax, lambda x: torch.softmax(x, -1), rtol=1e-4, atol=1e-6)
 
+def _custom_softmax() -> Workload:
+  """The one-kernel softmax of examples/custom_softmax.py (a hand-written kernel) on the softmax row's (4096, 1024)."""
+  import importlib.util
+  from pathlib import Path
+  path = Path(__file__).resolve().parents[1] / "examples" / "custom_softmax.py"
+  spec = importlib.util.spec_from_file_location("custom_softmax", path)
+  assert spec is not None and spec.loader is not None
+  example = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(example)
+  return Workload("softmax_custom", "softmax over (4096, 1024), one custom kernel (examples/custom_softmax.py)",
+                  lambda r: {"x": r.standard_normal((4096, 1024), dtype=np.float32)}, example.custom_softmax,
+                  _np_softmax, lambda x: torch.softmax(x, -1), rtol=1e-4, atol=1e-6, skip=("tinygrad",))
+
 def _matmul(n: int) -> Workload:
   return Workload(f"matmul_{n}", f"matmul {n} fp32",
                   lambda r: {k: r.standard_normal((n, n), dtype=np.float32) for k in "ab"},
@@ -277,7 +290,7 @@ def _transformer() -> Workload:
                   _tf_torch, flops=fl, rtol=2e-3, atol=2e-3, tinygrad=_tf_tinygrad)
 
 WORKLOADS: dict[str, Callable[[], Workload]] = {
-  "elementwise": _elementwise, "sum": _sum, "rowmax": _rowmax, "softmax": _softmax,
+  "elementwise": _elementwise, "sum": _sum, "rowmax": _rowmax, "softmax": _softmax, "softmax_custom": _custom_softmax,
   "matmul_1024": lambda: _matmul(1024), "matmul_2048": lambda: _matmul(2048),
   "matvec_576x1536": lambda: _matvec(576, 1536), "matvec_1536x576": lambda: _matvec(1536, 576),
   "matvec_576x49152": lambda: _matvec(576, 49152), "conv2d": _conv2d, "mlp_train": _mlp,
