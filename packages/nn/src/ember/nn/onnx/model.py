@@ -6,13 +6,15 @@ op table at load time, so an unsupported op fails before anything runs. Calling 
 lazy Tensors: nothing is computed until an output is realized, so a whole model fuses and can run under TinyJit.
 """
 from __future__ import annotations
+import functools
+import inspect
 import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 import numpy as np
 from ember import Device, Tensor, dtypes
 from ember.dtype import DType
-from ember.errors import DTypeError, ShapeError
+from ember.errors import DTypeError, EmberError, ShapeError
 from ember.nn.onnx.errors import OnnxError, UnsupportedOpError, where
 from ember.nn.onnx.registry import NodeContext, OpImpl, canonical_domain, lookup, versions
 from ember.nn.onnx import ops as _ops  # noqa: F401  (fills the op table)
@@ -176,19 +178,27 @@ class Graph:
     if node.impl.ctx:
       kwargs["ctx"] = NodeContext(node.name, node.op_type, node.outputs, scope, run_subgraph, self.model.device,
                                   self.model.opsets)
-    try: out = node.impl.fn(*args, **kwargs)
+    try: _signature(node.impl.fn).bind(*args, **kwargs)
     except TypeError as e:
-      if "unexpected keyword argument" in str(e) and node.impl.fn.__name__ in str(e):
+      if "unexpected keyword argument" in str(e):
         bad = str(e).split("argument")[-1].strip()
         raise UnsupportedOpError(f"{node.where}: attribute {bad} is not supported") from e
-      raise OnnxError(f"{node.where} failed: {e}") from e
-    except NotImplementedError as e:
-      if isinstance(e, UnsupportedOpError) and str(e).startswith("node "): raise
-      raise UnsupportedOpError(f"{node.where}: {e}") from e
+      raise OnnxError(f"{node.where} got inputs {node.inputs} and attributes {sorted(node.attrs)}: {e}") from e
+    try: out = node.impl.fn(*args, **kwargs)
+    except EmberError as e:  # the same error type, the node named first
+      if str(e).startswith("node "): raise
+      raise type(e)(f"{node.where}: {e}") from e
+    except NotImplementedError as e: raise UnsupportedOpError(f"{node.where}: {e}") from e
+    except Exception as e:
+      e.add_note(f"while running ONNX {node.where}")
+      raise
     results = list(out) if isinstance(out, (tuple, list)) and not _is_sequence_op(node) else [out]
     if len(node.outputs) > len(results):
       raise OnnxError(f"{node.where} has {len(node.outputs)} outputs but its implementation gave {len(results)}")
     return results
+
+@functools.lru_cache(maxsize=None)
+def _signature(fn: Any) -> inspect.Signature: return inspect.signature(fn)
 
 SEQUENCE_OPS = {"SequenceConstruct", "SequenceEmpty", "SequenceInsert", "SequenceErase", "SplitToSequence", "Optional",
                 "OptionalGetElement", "Identity", "SequenceMap"}
