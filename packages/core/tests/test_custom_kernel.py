@@ -137,6 +137,15 @@ def test_custom_kernel_output_feeds_later_ops_and_reads_after_the_kernel():
   y = Tensor.custom_kernel(Tensor.empty(6), x, fxn=add_one_kernel)[0]
   np.testing.assert_allclose((y * 2).sum().numpy(), ((x.numpy() + 1) * 2).sum(), rtol=1e-5)
 
+def test_readme_custom_kernel_example_runs(capsys):
+  readme = EXAMPLES.parent / "README.md"
+  if not readme.is_file(): pytest.skip("README.md is not beside this checkout")
+  import re
+  blocks = [b for b in re.findall(r"```python\n(.*?)```", readme.read_text(), flags=re.S) if "custom_kernel" in b]
+  assert len(blocks) == 1
+  exec(blocks[0], {})
+  assert capsys.readouterr().out.strip() == str([v + 1 for v in (1.0, 2.0, 3.0)])
+
 # ** errors **
 
 def test_errors_name_what_is_wrong():
