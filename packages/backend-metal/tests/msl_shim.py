@@ -4,8 +4,10 @@ launcher loops over the grid (threadgroups, then the threads of each), and ctype
 Threads run one after another, which is exact for kernels without threadgroup memory, barriers or SIMD shuffles. A
 kernel with any of those (group reductions) runs each thread of a threadgroup on its own host thread: `threadgroup`
 arrays are function statics, `threadgroup_barrier` is a C++20 barrier over the threadgroup's threads, and
-`simd_shuffle_xor` exchanges through a slot per thread (shim/metal_stdlib); every thread walks the threadgroups in the
-same order with a barrier after each.
+`simd_shuffle_xor` exchanges through a slot per thread: core's host shim workgroup emulation
+(`ember.device.hostshim.SHIM_SYNC`), so threadgroup arrays are checked the same way (a race, a read of an element the
+threadgroup never wrote or an index out of bounds raises `SharedMemoryError`). Every thread walks the threadgroups in
+the same order with a barrier after each.
 Many kernels go into one translation unit, each in its own namespace, so a whole corpus costs one g++ run.
 """
 from __future__ import annotations
@@ -16,6 +18,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 import numpy as np
+from ember.device.hostshim import SHIM_SYNC, check_shared, raise_shared_memory_error
 from ember.plugin import Ops, ProgramSpec, PtrDType
 from ember_metal.renderer import MetalRenderer
 
@@ -42,11 +45,14 @@ def _launcher(spec: ProgramSpec, renderer: MetalRenderer, index: int) -> str:
           f"uint nlx, uint nly, uint nlz) {{\n" + "\n".join(lines) + "\n")
   if any(marker in spec.src for marker in SYNC_MARKERS):  # a host thread per Metal thread, a barrier per threadgroup
     return head + ("  uint n = nlx * nly * nlz;\n  std::barrier<> bar(n);\n  ember_barrier = &bar;\n"
+                   "  unsigned long long gen0 = ember_launch_gens((unsigned long long)ngx * ngy * ngz);\n"
                    "  ember_workers workers;\n"
                    "  for (uint t = 0; t < n; t++) workers.emplace_back([&, t]() {\n"
                    "    uint lx = t % nlx, ly = (t / nlx) % nly, lz = t / (nlx * nly);\n    ember_tid = t;\n"
                    "    for (uint gz = 0; gz < ngz; gz++) for (uint gy = 0; gy < ngy; gy++)\n"
-                   f"    for (uint gx = 0; gx < ngx; gx++) {{ {call} ember_sync(); }}\n"
+                   "    for (uint gx = 0; gx < ngx; gx++) {\n"
+                   "      ember_begin_workgroup(gen0 + ((unsigned long long)gz * ngy + gy) * ngx + gx);\n"
+                   f"      {call} ember_sync();\n    }}\n"
                    "  });\n  for (auto& w : workers) w.join();\n  ember_barrier = nullptr;\n}\n")
   return (f'extern "C" void ember_launch_{index}(void** bufs, const long long* vals, uint ngx, uint ngy, uint ngz, '
           f"uint nlx, uint nly, uint nlz) {{\n" + "\n".join(lines) + "\n"
@@ -55,9 +61,9 @@ def _launcher(spec: ProgramSpec, renderer: MetalRenderer, index: int) -> str:
           f"      {call}\n}}\n")
 
 def translation_unit(specs: list[ProgramSpec], renderer: MetalRenderer) -> str:
-  parts = ["#include <metal_stdlib>"]
-  for i, spec in enumerate(specs):
-    parts.append(f"namespace k{i} {{\n{spec.src}}}\n{_launcher(spec, renderer, i)}")
+  parts = [SHIM_SYNC, "#include <metal_stdlib>"]  # core's workgroup emulation first
+  for i, spec in enumerate(specs):  # every threadgroup array checked for races, unwritten reads and bounds
+    parts.append(f"namespace k{i} {{\n{check_shared(spec.src, 'threadgroup')}}}\n{_launcher(spec, renderer, i)}")
   return "\n".join(parts)
 
 class ShimCompileError(AssertionError):
@@ -77,6 +83,9 @@ class ShimLibrary:
     cvals = (ctypes.c_longlong * max(len(vals), 1))(*vals)
     grid, local = spec.global_size or [1, 1, 1], spec.local_size or [1, 1, 1]
     fn(ptrs, cvals, *grid, *local)
+    take_error = self.lib.ember_take_error
+    take_error.argtypes, take_error.restype = [ctypes.c_char_p, ctypes.c_int], ctypes.c_int
+    raise_shared_memory_error(take_error)
 
 def build(specs: list[ProgramSpec], renderer: MetalRenderer, workdir: str) -> ShimLibrary:
   cxx = find_cxx()

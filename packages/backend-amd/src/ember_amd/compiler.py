@@ -143,7 +143,7 @@ static inline void __ember_wmma_wmma_f32_16x16x16_f16_w32(float* d, """ + \
   const _Float16 ab[32] = {""" + ", ".join([f"a{i}" for i in range(16)] + [f"b{i}" for i in range(16)]) + r"""};
   unsigned lane = ember_tid % 32, base = ember_tid - lane;
   for (unsigned i = 0; i < 32; i++) ember_wmma_frag[ember_tid][i] = (float)ab[i];
-  ember_sync();
+  ember_rendezvous();
   bool copies = true;
   for (unsigned l = 16; l < 32; l++)
     for (unsigned i = 0; i < 32; i++)
@@ -154,7 +154,7 @@ static inline void __ember_wmma_wmma_f32_16x16x16_f16_w32(float* d, """ + \
     for (unsigned k = 0; k < 16; k++) sum += ember_wmma_frag[base + row][k] * ember_wmma_frag[base + col][16 + k];
     d[v] = copies ? sum : NAN;
   }
-  ember_sync();
+  ember_rendezvous();
 }
 """
 
@@ -169,7 +169,7 @@ static inline void __ember_wmma_mfma_f32_16x16x16_f16(float* d, """ + \
   const _Float16 ab[8] = {a0, a1, a2, a3, b0, b1, b2, b3};
   unsigned lane = ember_tid % 64, base = ember_tid - lane;
   for (unsigned i = 0; i < 8; i++) ember_mfma_frag[ember_tid][i] = (float)ab[i];
-  ember_sync();
+  ember_rendezvous();
   for (unsigned i = 0; i < 4; i++) {
     unsigned row = 4 * (lane / 16) + i, col = lane % 16;
     float sum = 0.0f;
@@ -177,7 +177,7 @@ static inline void __ember_wmma_mfma_f32_16x16x16_f16(float* d, """ + \
       sum += ember_mfma_frag[base + row + 16 * (k / 4)][k % 4] * ember_mfma_frag[base + col + 16 * (k / 4)][4 + k % 4];
     d[i] = sum;
   }
-  ember_sync();
+  ember_rendezvous();
 }
 """
 

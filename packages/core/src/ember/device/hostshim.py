@@ -7,8 +7,15 @@ argument from a parameter block and calls the kernel once per (block, thread) of
 Kernels without block-level sync run their threads one after another. A kernel that uses shared memory, barriers or
 warp shuffles (`ShimDialect.sync_markers` in its source) runs each thread of a block on its own host thread: shared
 arrays are function statics (one per kernel, reused block after block), `ember_sync()` is a C++20 barrier over the
-block's threads, and a shuffle writes its value to an exchange slot, syncs, reads the partner's slot and syncs again.
-Every thread walks the blocks in the same order with a barrier after each, so blocks never overlap.
+block's threads, and a shuffle writes its value to an exchange slot, meets the others, reads the partner's slot and
+meets them again. Every thread walks the blocks in the same order with a barrier after each, so blocks never overlap.
+
+Shared memory is emulated faithfully, not just made to work: host threads racing through a kernel with a missing
+barrier may well happen to produce the right numbers, so every shared array is checked (`check_shared`, `SHIM_SYNC`).
+Each access is compared with the element's earlier accesses in the same workgroup between the same two barriers; two
+threads there, one of them writing, is a race, and the launch raises `SharedMemoryError` naming the array, element and
+threads. So do reads of elements no thread of the workgroup wrote (stale data of an earlier block) and indices outside
+the array. The emulation's own meeting points (shuffles, matrix instructions) do not count as barriers.
 
 The parameter block is the one the GPU ABIs (CUDA `__global__` parameters, the HSA kernarg segment) use for these
 kernels: arguments in order, each aligned to its own size (`aligned_layout`). Everything that differs between
@@ -23,10 +30,133 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 from ember.helpers import content_hash
 from ember.device.base import Compiler
 from ember.errors import CompileError, DeviceError
+
+SHIM_SYNC = r"""
+#include <barrier>
+#include <mutex>
+#include <stdio.h>
+#include <thread>
+#include <vector>
+static std::barrier<>* ember_barrier = nullptr;
+static thread_local unsigned ember_tid = 0;
+alignas(16) static unsigned char ember_exchange[1024 * 8];
+// what the shared-memory checks compare: the workgroup (of which launch) a host thread runs, and the barriers it has
+// passed in that workgroup
+static thread_local unsigned long long ember_gen = 0;
+static thread_local unsigned ember_phase = 0;
+static unsigned long long ember_next_gen = 1;
+static std::mutex ember_check_lock;
+static char ember_error[1024];
+static char ember_unwritten[1024];  // a read of an element nobody wrote yet: an error unless it turns out to be a race
+// a launch takes one workgroup id per block from here (the launcher calls it before it starts the threads)
+static inline unsigned long long ember_launch_gens(unsigned long long blocks) {
+  unsigned long long first = ember_next_gen;
+  ember_next_gen += blocks;
+  return first;
+}
+static inline void ember_begin_workgroup(unsigned long long gen) { ember_gen = gen; ember_phase = 0; }
+// every thread of the workgroup meets here: the emulation's own exchanges (shuffles, matrix instructions), no barrier
+// of the kernel's (the hardware gives those no memory ordering for shared memory)
+static inline void ember_rendezvous() { if (ember_barrier) ember_barrier->arrive_and_wait(); }
+template <typename T> static inline T ember_exchange_with(T v, unsigned partner) {
+  T* slots = (T*)ember_exchange;
+  slots[ember_tid] = v;
+  ember_rendezvous();
+  T r = slots[partner];
+  ember_rendezvous();
+  return r;
+}
+template <typename T> static inline T ember_shuffle_xor(T v, unsigned mask) {
+  return ember_exchange_with(v, ember_tid ^ mask);
+}
+// Shared memory with its accesses checked. Each element remembers who last wrote it and who read it, in which
+// workgroup and between which two barriers (phase). Two threads touching an element between the same two barriers,
+// one of them writing, is a race (its result depends on the order the GPU runs the threads in); reading an element
+// no thread of this workgroup wrote reads garbage; an index outside the array is out of bounds. The first such
+// access is recorded for the host (ember_take_error) and the kernel goes on with the value in memory.
+struct ember_cell { unsigned long long wgen, rgen; unsigned wphase, rphase; int writer, reader; };
+enum { EMBER_NOBODY = -1, EMBER_SEVERAL = -2 };
+template <typename... A> static inline void ember_report(const char* fmt, A... args) {
+  if (!ember_error[0]) snprintf(ember_error, sizeof(ember_error), fmt, args...);
+}
+static inline bool ember_in_bounds(const char* name, long i, long n) {
+  if (i >= 0 && i < n) return true;
+  std::lock_guard<std::mutex> hold(ember_check_lock);
+  ember_report("shared memory %s[%ld] is out of bounds (thread %d; the array has %ld elements)", name, i,
+               (int)ember_tid, n);
+  return false;
+}
+static inline void ember_check_write(ember_cell& c, const char* name, long i) {
+  std::lock_guard<std::mutex> hold(ember_check_lock);
+  int t = (int)ember_tid;
+  bool wrote = c.wgen == ember_gen && c.wphase == ember_phase, read = c.rgen == ember_gen && c.rphase == ember_phase;
+  if (wrote && c.writer != t)
+    ember_report("shared memory race: %s[%ld] is written by threads %d and %d between the same two barriers", name, i,
+                 c.writer, t);
+  else if (read && c.reader == EMBER_SEVERAL)
+    ember_report("shared memory race: %s[%ld] is read by several threads and written by thread %d between the same two "
+                 "barriers; a barrier is missing between the reads and the write", name, i, t);
+  else if (read && c.reader != t)
+    ember_report("shared memory race: %s[%ld] is read by thread %d and written by thread %d between the same two "
+                 "barriers; a barrier is missing between the read and the write", name, i, c.reader, t);
+  c.wgen = ember_gen; c.wphase = ember_phase; c.writer = t;
+}
+static inline void ember_check_read(ember_cell& c, const char* name, long i) {
+  std::lock_guard<std::mutex> hold(ember_check_lock);
+  int t = (int)ember_tid;
+  if (c.wgen != ember_gen && !ember_unwritten[0])  // a write by another thread before the barrier makes it a race
+    snprintf(ember_unwritten, sizeof(ember_unwritten), "shared memory %s[%ld] is read by thread %d but no thread of "
+             "its workgroup wrote it", name, i, t);
+  else if (c.wgen == ember_gen && c.wphase == ember_phase && c.writer != t)
+    ember_report("shared memory race: %s[%ld] is written by thread %d and read by thread %d between the same two "
+                 "barriers; a barrier is missing between the write and the read", name, i, c.writer, t);
+  bool read = c.rgen == ember_gen && c.rphase == ember_phase;
+  if (!read) { c.rgen = ember_gen; c.rphase = ember_phase; c.reader = t; }
+  else if (c.reader != t) c.reader = EMBER_SEVERAL;
+}
+// the kernel's workgroup barrier: shared memory accesses before it and after it are ordered. A read of an element
+// that no thread wrote before the barrier is reported here (a race with a write in the same phase was reported first)
+static inline void ember_sync() {
+  ember_rendezvous();
+  ember_phase++;
+  std::lock_guard<std::mutex> hold(ember_check_lock);
+  if (ember_unwritten[0] && !ember_error[0]) snprintf(ember_error, sizeof(ember_error), "%s", ember_unwritten);
+  ember_unwritten[0] = 0;
+}
+template <typename T> struct ember_shared_ref {
+  T* p;
+  ember_cell* c;
+  const char* name;
+  long i;
+  operator T() const { ember_check_read(*c, name, i); return *p; }
+  ember_shared_ref& operator=(T v) { ember_check_write(*c, name, i); *p = v; return *this; }
+  ember_shared_ref& operator=(const ember_shared_ref& o) { return *this = (T)o; }
+};
+// the first error of the last launch, for the host (HostKernel.run), cleared for the next launch
+extern "C" int ember_take_error(char* out, int size) {
+  int n = snprintf(out, size, "%s", ember_error);
+  ember_error[0] = ember_unwritten[0] = 0;
+  return n;
+}
+template <typename T, long N> struct ember_shared {
+  const char* name;
+  T data[N];
+  ember_cell cells[N];
+  T spill;
+  ember_cell spill_cell;
+  ember_shared_ref<T> operator[](long i) {
+    if (!ember_in_bounds(name, i, N)) return {&spill, &spill_cell, name, i};
+    return {&data[i], &cells[i], name, i};
+  }
+};
+"""
+"""The workgroup emulation of threaded launches (one host thread per GPU thread): the barrier (`ember_sync`), the
+register exchanges (`ember_exchange_with`, `ember_shuffle_xor`) and checked shared memory (`ember_shared`, what
+`ShimDialect.check_shared` turns each shared array into). Other shims (the Metal test shim) include it too."""
 
 SHIM_PRELUDE = r"""
 #include <math.h>
@@ -36,36 +166,33 @@ SHIM_PRELUDE = r"""
 #define __device__
 #define __shared__ static
 #ifdef EMBER_THREADED
-#include <barrier>
-#include <thread>
-#include <vector>
-static std::barrier<>* ember_barrier = nullptr;
-static thread_local unsigned ember_tid = 0;
-alignas(16) static unsigned char ember_exchange[1024 * 8];
-static inline void ember_sync() { if (ember_barrier) ember_barrier->arrive_and_wait(); }
-template <typename T> static inline T ember_exchange_with(T v, unsigned partner) {
-  T* slots = (T*)ember_exchange;
-  slots[ember_tid] = v;
-  ember_sync();
-  T r = slots[partner];
-  ember_sync();
-  return r;
-}
+""" + SHIM_SYNC + r"""
 #else
 // a build whose kernels have no sync markers runs their threads one after another and never syncs or exchanges:
 // reaching these is a shim bug, so it traps instead of returning a wrong value
 static const unsigned ember_tid = 0;
 static inline void ember_sync() { __builtin_trap(); }
+static inline void ember_rendezvous() { __builtin_trap(); }
 template <typename T> static inline T ember_exchange_with(T v, unsigned) { __builtin_trap(); return v; }
+template <typename T> static inline T ember_shuffle_xor(T v, unsigned) { __builtin_trap(); return v; }
+extern "C" int ember_take_error(char* out, int size) { if (size > 0) out[0] = 0; return 0; }
 #endif
-template <typename T> static inline T ember_shuffle_xor(T v, unsigned mask) {
-  return ember_exchange_with(v, ember_tid ^ mask);
-}
 """
 """Force-included ahead of every dialect header: libm, memcpy, fixed-width ints, the GPU qualifiers defined away,
-shared arrays as statics, and the block sync (`ember_sync`) and register exchanges (`ember_exchange_with`,
-`ember_shuffle_xor`) of threaded launches. The C++ thread headers are heavy, so they are included only in builds
-compiled with EMBER_THREADED (sources that contain a sync marker)."""
+shared arrays as statics, and in builds compiled with EMBER_THREADED (sources that contain a sync marker; the C++
+thread headers are heavy) the workgroup emulation `SHIM_SYNC`. `ember_take_error` hands the host the first shared
+memory error of the last launch."""
+
+def check_shared(src: str, qualifier: str = "__shared__") -> str:
+  """`src` with every shared array declaration `<qualifier> T name[N];` turned into a checked one (`ember_shared`,
+  see `SHIM_SYNC`): the launch then reports races, reads of unwritten elements and out-of-bounds indices."""
+  decl = re.compile(re.escape(qualifier) + r" ([\w ]+?) (\w+)\[(\d+)\];")
+  return decl.sub(lambda m: f'{qualifier} ember_shared<{m[1]}, {m[3]}> {m[2]}{{"{m[2]}"}};', src)
+
+class SharedMemoryError(DeviceError):
+  """A kernel run by the host shim raced on shared memory (two threads between the same barriers, one writing), read
+  shared memory its workgroup never wrote, or indexed a shared array out of bounds: on a GPU its result would depend
+  on thread timing or garbage. The message names the array, the element and the threads."""
 
 def aligned_layout(sizes: Iterable[int]) -> tuple[list[tuple[int, int]], int]:
   """(offset, size) of each argument, every one aligned to its own size, and the block's total size."""
@@ -133,12 +260,15 @@ class ShimDialect:
     call = f"{name}({', '.join(f'a{i}' for i in range(len(types)))});"
     if self.threaded(src):  # a host thread per GPU thread, a barrier per block
       lines += ["  unsigned n = lx * ly * lz;", "  std::barrier<> bar(n);", "  ember_barrier = &bar;",
+                "  unsigned long long gen0 = ember_launch_gens((unsigned long long)gx * gy * gz);",
                 "  std::vector<std::thread> workers;",
                 "  for (unsigned t = 0; t < n; t++) workers.emplace_back([&, t]() {",
                 "    unsigned tx = t % lx, ty = (t / lx) % ly, tz = t / (lx * ly);", "    ember_tid = t;",
                 *([f"    {self.prologue}"] if self.prologue else []),
                 "    for (unsigned bz = 0; bz < gz; bz++) for (unsigned by = 0; by < gy; by++)",
-                "    for (unsigned bx = 0; bx < gx; bx++) {", f"      {self.set_ids} {call}", "      ember_sync();",
+                "    for (unsigned bx = 0; bx < gx; bx++) {",
+                "      ember_begin_workgroup(gen0 + ((unsigned long long)bz * gy + by) * gx + bx);",
+                f"      {self.set_ids} {call}", "      ember_sync();",
                 "    }", "  });", "  for (auto& w : workers) w.join();", "  ember_barrier = nullptr;", "}"]
       return "\n".join(lines) + "\n"
     if self.prologue: lines.append(f"  {self.prologue}")
@@ -183,13 +313,15 @@ class HostShimCompiler(Compiler):
     return signature_layout(self.dialect.signature(src)[1])
 
   def build(self, full: str) -> bytes:
-    """A complete C++ translation unit (kernels and launchers) -> the bytes of a shared object."""
+    """A complete C++ translation unit (kernels and launchers) -> the bytes of a shared object; threaded builds check
+    their shared memory (`check_shared`)."""
     tag = self.dialect.backend.lower()
     with tempfile.TemporaryDirectory(prefix=f"ember_{tag}shim_") as tmp:
       for fname, text in (("ember_shim.h", SHIM_PRELUDE + self.dialect.header), *self.dialect.include_files):
         with open(os.path.join(tmp, fname), "w") as f: f.write(text)
       out = os.path.join(tmp, "kernel.so")
       threaded = ["-DEMBER_THREADED"] if self.dialect.threaded(full) else []
+      if threaded: full = check_shared(full)  # every shared array checked (races, unwritten reads, bounds)
       cmd = [self.cxx, "-x", "c++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", *threaded,
              "-ffp-contract=off", "-fwrapv",
              "-include", os.path.join(tmp, "ember_shim.h"), "-I", tmp, "-", "-o", out]
@@ -224,8 +356,24 @@ class HostKernel:
     except AttributeError as e: raise DeviceError(f"the host shim build has no launcher {symbol}: {e}") from e
     self.fxn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 6
     self.fxn.restype = None
+    self.take_error = getattr(self.lib, "ember_take_error", None)  # builds of other shims may lack it
+    if self.take_error is not None:
+      self.take_error.argtypes, self.take_error.restype = [ctypes.c_char_p, ctypes.c_int], ctypes.c_int
   def run(self, params: bytes | int, grid: tuple[int, int, int], block: tuple[int, int, int]) -> None:
+    """Run the grid; a SharedMemoryError if the launch raced on shared memory (see `SHIM_SYNC`)."""
     self.fxn(params, *grid, *block)
+    raise_shared_memory_error(self.take_error)
 
-__all__ = ["SHIM_PRELUDE", "aligned_layout", "c_param_size", "signature_layout", "ShimDialect", "find_cxx",
-           "HostShimCompiler", "shim_arg_layout", "load_shim", "HostKernel"]
+def raise_shared_memory_error(take_error: Callable[..., int] | None) -> None:
+  """Raise the SharedMemoryError a shim build recorded in its last launch, if any (`take_error` is the build's
+  `ember_take_error`)."""
+  if take_error is None: return
+  buf = ctypes.create_string_buffer(1024)
+  if take_error(buf, len(buf)) > 0:
+    raise SharedMemoryError(f"{buf.value.decode(errors='replace')} (run by the host shim, which checks every shared "
+                            "memory access of a workgroup between its barriers); add the missing barrier "
+                            "(__syncthreads / threadgroup_barrier) or fix the index")
+
+__all__ = ["SHIM_SYNC", "SHIM_PRELUDE", "check_shared", "SharedMemoryError", "raise_shared_memory_error",
+           "aligned_layout", "c_param_size", "signature_layout", "ShimDialect", "find_cxx", "HostShimCompiler",
+           "shim_arg_layout", "load_shim", "HostKernel"]
