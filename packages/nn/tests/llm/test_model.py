@@ -178,6 +178,32 @@ def test_quantized_matmul(kind, T):
   got = QuantWeight(kind, raw, w.shape, None).matmul(Tensor(x)).numpy()
   np.testing.assert_allclose(got, x.astype(np.float64) @ dense.T.astype(np.float64), rtol=1e-4, atol=1e-4)
 
+# where each GGML block type keeps its float16 scale/offset fields (bytes), from ggml's block structs
+F16_FIELDS = {GGMLType.Q4_0: (0,), GGMLType.Q4_1: (0, 2), GGMLType.Q5_0: (0,), GGMLType.Q5_1: (0, 2),
+              GGMLType.Q8_0: (0,), GGMLType.Q2_K: (80, 82), GGMLType.Q3_K: (108,), GGMLType.Q4_K: (0, 2),
+              GGMLType.Q5_K: (0, 2), GGMLType.Q6_K: (208,)}
+
+@pytest.mark.parametrize("kind", list(F16_FIELDS), ids=lambda k: k.name)
+def test_quantized_prefill_matmul_dequantises_first(kind):
+  # a matmul of DENSE_ROWS rows or more (a prefill chunk) runs on the matrix dequantised once: every block type, the
+  # 16-element groups of the K-quants included, against the GGUF reader's dequantisation
+  from ember.nn.gguf import BLOCK_LAYOUT
+  from ember.nn.llm.quant import DENSE_ROWS
+  rng = np.random.default_rng(2)
+  shape = (24, 512)
+  per_block, block_bytes = BLOCK_LAYOUT[kind]
+  raw = rng.integers(0, 256, (shape[0] * shape[1] // per_block, block_bytes), dtype=np.uint8)
+  for at in F16_FIELDS[kind]:  # finite scales (random bytes would hold NaNs and infinities)
+    raw[:, at:at + 2] = rng.uniform(-0.1, 0.1, len(raw)).astype(np.float16).view(np.uint8).reshape(-1, 2)
+  raw = raw.reshape(-1)
+  dense = dequantize(Tensor(raw), kind, shape).numpy().astype(np.float64)
+  w = QuantWeight(kind, raw, shape, None)
+  np.testing.assert_allclose(w.dense().numpy(), dense, rtol=1e-6, atol=1e-6)
+  for T in (DENSE_ROWS - 1, DENSE_ROWS, 40):
+    x = rng.standard_normal((T, shape[1])).astype(np.float32)
+    scale = (np.abs(x) @ np.abs(dense).T).max()  # float32 rounding grows with the sum of |terms|
+    np.testing.assert_allclose(w.matmul(Tensor(x)).numpy(), x @ dense.T, rtol=1e-4, atol=1e-6 * scale)
+
 def test_quantized_model_matches_dense(tiny_llama, tmp_path, gguf_writer, reference_logits):
   # the tiny model with its matrices in Q4_1 (the LM head Q8_0, like SmolLM2) against the numpy oracle on the
   # dequantised matrices

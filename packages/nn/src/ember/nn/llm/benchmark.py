@@ -1,39 +1,81 @@
-"""`ember-llm --benchmark`: prefill time and decode speed of greedy generation, and the memory-bandwidth bound;
-with `--concurrency N`, the total decode speed of N clients served by the batch engine against one client's.
+"""`ember-llm --benchmark`: prefill time and decode speed of greedy generation at several context lengths, the bytes
+a decode step reads and the rate it reads them at, and the memory-bandwidth bound; with `--concurrency N`, the total
+decode speed of N clients served by the batch engine against one client's.
 
-A decode step reads every weight once, so no implementation decodes faster than (memory bandwidth) / (bytes of
-weights); the bandwidth is measured here as a large host memcpy (bytes read + bytes written per second), which is
-what the CPU backend's buffers live in.
+A decode step reads every weight once, and the cached keys and values of every position before it, so no
+implementation decodes faster than (memory bandwidth) / (those bytes); the bandwidth is measured here as a large host
+memcpy (bytes read + bytes written per second), which is what the CPU backend's buffers live in.
 """
 from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 import numpy as np
 from ember.nn.llm.generate import GenerationStats, SamplingParams, generate
 from ember.nn.llm.batch import BatchEngine
-from ember.nn.llm.model import Llama, ModelError
+from ember.nn.llm.model import PREFILL_BUCKETS, Llama, ModelError, prefill_chunks
+
+CONTEXTS = (128, 512, 2048)  # prompt lengths `ember-llm --benchmark` prefills and then decodes after
 
 @dataclass(frozen=True)
-class BenchmarkResult:
-  prompt_tokens: int
+class ContextResult:
+  """Prefill of a `context`-token prompt, then greedy decoding of `decode_tokens` tokens after it (medians of
+  `runs`)."""
+  context: int
   decode_tokens: int
   runs: int
-  prefill_ms: float  # median over the runs
-  decode_tokens_per_s: float  # median over the runs of (decode steps / their total time)
-  weight_bytes: int
-  bandwidth_bytes_per_s: float
+  prefill_ms: float
+  decode_tokens_per_s: float
+  bytes_per_token: int  # weights plus the cached keys/values a decode step reads, at the decoded tokens' mean position
   @property
-  def bound_tokens_per_s(self) -> float: return self.bandwidth_bytes_per_s / self.weight_bytes
+  def prefill_tokens_per_s(self) -> float: return self.context / (self.prefill_ms / 1000)
+  @property
+  def decode_bytes_per_s(self) -> float: return self.bytes_per_token * self.decode_tokens_per_s
 
-  def lines(self) -> list[str]:
-    return [f"prefill: {self.prompt_tokens} tokens in {self.prefill_ms:.1f} ms (median of {self.runs})",
-            f"decode: {self.decode_tokens_per_s:.2f} tokens/s for {self.decode_tokens} greedy tokens (median of "
-            f"{self.runs})",
-            f"bandwidth bound: {self.weight_bytes / 1e6:.1f} MB of weights per token at "
-            f"{self.bandwidth_bytes_per_s / 1e9:.1f} GB/s memcpy = {self.bound_tokens_per_s:.0f} tokens/s "
-            f"(decode reaches {100 * self.decode_tokens_per_s / self.bound_tokens_per_s:.1f}% of it)"]
+  def line(self) -> str:
+    return (f"context {self.context}: prefill {self.prefill_ms:.1f} ms ({self.prefill_tokens_per_s:.0f} tokens/s), "
+            f"decode {self.decode_tokens_per_s:.2f} tokens/s reading {self.bytes_per_token / 1e6:.1f} MB per token "
+            f"= {self.decode_bytes_per_s / 1e9:.2f} GB/s")
+
+def context_prompt(prompt_ids: Sequence[int], length: int) -> list[int]:
+  """`prompt_ids` repeated to `length` tokens: the text a context-length benchmark prefills."""
+  if not prompt_ids: raise ModelError("the benchmark needs a prompt of at least one token")
+  return [int(t) for t in np.resize(np.asarray(prompt_ids, np.int64), length)]
+
+def run_context_benchmark(model: Llama, prompt_ids: Sequence[int], contexts: Sequence[int] = CONTEXTS,
+                          decode_tokens: int = 128, runs: int = 3) -> list[ContextResult]:
+  """For each length in `contexts`: prefill `prompt_ids` repeated to that length, then greedy-decode `decode_tokens`
+  tokens, `runs` times (stop tokens do not end a run). Every captured step is warmed up first (each prefill chunk size
+  the lengths use, and the decode step), so no run compiles or captures."""
+  if runs < 1 or decode_tokens < 2 or not contexts or min(contexts) < 1:
+    raise ModelError(f"the context benchmark needs runs >= 1, decode_tokens >= 2 and context lengths >= 1, got "
+                     f"{runs}, {decode_tokens} and {list(contexts)}")
+  if max(contexts) + decode_tokens > model.max_context:
+    raise ModelError(f"context {max(contexts)} + {decode_tokens} generated tokens exceed max_context "
+                     f"{model.max_context}; raise --max-context (the model's own limit is "
+                     f"{model.cfg.context_length})")
+  big = PREFILL_BUCKETS[-1]
+  # a prompt of each chunk length the contexts are prefilled in (a full chunk, the rest) warms up its chunk size
+  chunk_lengths = {min(n, big) for n in contexts} | {n - big * (len(prefill_chunks(n)) - 1) for n in contexts}
+  for length in sorted(chunk_lengths):
+    for _ in range(2):  # the 1st call of a step runs it normally, the 2nd captures it
+      model.reset()
+      generate(model, context_prompt(prompt_ids, length), 3, SamplingParams(), frozenset())
+  results = []
+  for n in contexts:
+    ids = context_prompt(prompt_ids, n)
+    prefill, decode = [], []
+    for _ in range(runs):
+      model.reset()
+      stats = GenerationStats()
+      generate(model, ids, decode_tokens, SamplingParams(), frozenset(), stats=stats)
+      prefill.append(stats.prefill_s * 1000)
+      decode.append(stats.decode_tokens_per_s)
+    mean_position = n + (decode_tokens - 2) / 2  # decode steps run at positions n .. n + decode_tokens - 2
+    results.append(ContextResult(n, decode_tokens, runs, float(np.median(prefill)), float(np.median(decode)),
+                                 model.decode_bytes(round(mean_position))))
+  return results
 
 def memcpy_bandwidth(nbytes: int = 256 << 20, repeats: int = 5) -> float:
   """Bytes moved per second (read + write) by a host copy of `nbytes`, the median of `repeats` copies."""
@@ -46,29 +88,6 @@ def memcpy_bandwidth(nbytes: int = 256 << 20, repeats: int = 5) -> float:
     np.copyto(dst, src)
     times.append(time.perf_counter() - t)
   return 2 * nbytes / float(np.median(times))
-
-def run_benchmark(model: Llama, prompt_ids: Sequence[int], decode_tokens: int = 128, runs: int = 3,
-                  on_run: Callable[[GenerationStats], None] | None = None) -> BenchmarkResult:
-  """Greedy generation of `decode_tokens` tokens after `prompt_ids`, `runs` times after two short warm-up runs (which
-  compile the kernels and capture the steps); stop tokens do not end a run."""
-  if runs < 1 or decode_tokens < 2: raise ModelError(f"the benchmark needs runs >= 1 and decode_tokens >= 2, got "
-                                                     f"{runs} and {decode_tokens}")
-  if len(prompt_ids) + decode_tokens > model.max_context:
-    raise ModelError(f"{len(prompt_ids)} prompt + {decode_tokens} generated tokens exceed max_context "
-                     f"{model.max_context}; raise --max-context")
-  for _ in range(2):  # the 1st call of each step runs it normally, the 2nd captures it: both are warm-up
-    model.reset()
-    generate(model, prompt_ids, 3, SamplingParams(), frozenset())
-  prefill, decode = [], []
-  for _ in range(runs):
-    model.reset()
-    stats = GenerationStats()
-    generate(model, prompt_ids, decode_tokens, SamplingParams(), frozenset(), stats=stats)
-    prefill.append(stats.prefill_s * 1000)
-    decode.append(stats.decode_tokens_per_s)
-    if on_run is not None: on_run(stats)
-  return BenchmarkResult(len(prompt_ids), decode_tokens, runs, float(np.median(prefill)), float(np.median(decode)),
-                         model.weight_bytes, memcpy_bandwidth())
 
 @dataclass(frozen=True)
 class ConcurrencyResult:

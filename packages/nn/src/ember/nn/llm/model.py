@@ -24,11 +24,14 @@ value, one softmax over both without concatenating them, so a step costs O(p), n
 the new keys/values of every layer, and `KVCache.write_rows` stores them at row p on the host (a view of the
 device's host memory where it has one): the captured kernels only read the cache.
 
-Prefill (T > 1 tokens, or a first token): what depends on the position (RoPE tables, the causal mask over the whole
-cache, the one-hot placement of the new rows, which row's logits to return) is small host-built inputs, and a
-prefill step per chunk size in PREFILL_BUCKETS is captured once. The cache tensors are inputs of every captured step,
-so one capture serves every `KVCache` of the model (the HTTP server keeps one per request slot). Token embeddings
-are gathered on the host from the GGUF bytes and dequantised by `ember.nn.gguf` inside the captured steps.
+Prefill (T > 1 tokens, or a first token): a chunk of T tokens runs as batched matmuls (T rows at once; quantised
+matrices are dequantised once per chunk, `QuantWeight.matmul`), and attends like a decode step: over the chunk's start
+cached rows (`cache[:start]`, the same bound Variable) and over its own keys under a causal mask, one softmax over
+both, O(T·(start + T)) and not O(T·max_context); its new keys/values are returned and stored on the host. What depends
+on the position (RoPE tables, the mask of the cached rows, which row's logits to return) is small host-built inputs,
+and a prefill step per chunk size in PREFILL_BUCKETS is captured once. The cache tensors are inputs of every captured
+step, so one capture serves every `KVCache` of the model (the HTTP server keeps one per request slot). Token
+embeddings are gathered on the host from the GGUF bytes and dequantised by `ember.nn.gguf` inside the captured steps.
 """
 from __future__ import annotations
 import math
@@ -42,8 +45,14 @@ from ember.nn.llm.quant import BLOCK, HALF, KEPT, HalfWeight, QuantWeight
 
 SUPPORTED_ARCHS = ("llama", "mistral", "qwen2", "qwen3")
 NEOX_ROPE_ARCHS = ("qwen2", "qwen3")  # rotate-half RoPE: llama.cpp's converter leaves their q/k rows as they are
-PREFILL_BUCKETS = (8, 32)  # prompt tokens per captured prefill step; a chunk is padded to the smallest that fits
+PREFILL_BUCKETS = (8, 32, 128)  # prompt tokens per captured prefill step; a chunk is padded to the smallest that fits
 Progress = Callable[[str, int, int], None]  # (stage, done, total): told as loading advances
+
+def prefill_chunks(tokens: int) -> list[int]:
+  """The captured step sizes a prompt of `tokens` tokens is prefilled in: full chunks of the largest bucket, then the
+  smallest bucket the rest fits in."""
+  big = PREFILL_BUCKETS[-1]
+  return [next(b for b in PREFILL_BUCKETS if b >= min(big, tokens - at)) for at in range(0, tokens, big)]
 
 class ModelError(EmberError, ValueError):
   """A GGUF model cannot be built: unsupported architecture, missing metadata or tensors, inconsistent shapes."""
@@ -248,25 +257,37 @@ class LlamaLayer:
     gate_up = self.gate_up.matmul(x * self.ffn_norm) * rms_scale(x, self.cfg.rms_eps)  # (T, 2ffn)
     return (x + self.down.matmul(silu(gate_up[:, :self.cfg.ffn_dim]) * gate_up[:, self.cfg.ffn_dim:])).contiguous()
 
-  def __call__(self, x: Tensor, cache: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, place: Tensor,
-               written: Tensor, slot: Tensor) -> Tensor:
-    """T tokens of one slot attending over its cache rows under `mask`; their keys/values are written into it
-    first. cache (S, C, 2kv); place (C, T) one-hot puts the new rows at their positions, written (S, C, 1) marks the
-    rows they fill, slot (S, 1, 1) marks the sequence's slot."""
+  def __call__(self, x: Tensor, cache: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, causal: Tensor, slot: Tensor,
+               n: UOp) -> tuple[Tensor, Tensor]:
+    """T tokens of one slot attending over the first n cached rows of that slot under `mask` (C, T) (-inf at the rows
+    at or past the chunk's start, so a chunk at position 0 with n bound to 1 reads none) and over each other under
+    `causal` (T, T); slot (S, 1, 1) marks the sequence's slot. O(T·(n + T)) work, n a bound Variable. The cache is only
+    read; returns (x, the new (T, 2kv) rows), which the caller stores at the chunk's positions."""
     cfg = self.cfg
     T, hd, n_kv, kv = x.shape[0], cfg.head_dim, cfg.n_kv_heads, cfg.kv_dim
-    S, C = cache.shape[0], cache.shape[1]
+    S = cache.shape[0]
     rep = cfg.n_heads // n_kv
     q, new_rows = self._qkv(x, cos, sin)
-    cache.assign(written.where((place @ new_rows).reshape(1, C, 2 * kv), cache))
-    rows = cache.reshape(C, 2 * kv) if S == 1 else slot.where(cache, 0.0).sum(0)  # (C, 2kv) of this sequence
+    # the position is the leading dim of everything symbolic: buffers of these shapes then have constant strides
+    keys = cache.shrink(((0, S), (0, n), (0, kv))).permute(1, 0, 2)  # (n, S, kv)
+    values = cache.shrink(((0, S), (0, n), (kv, 2 * kv))).permute(1, 0, 2)
+    if S > 1:  # this sequence's rows, (n, 1, kv)
+      chosen = slot.reshape(1, S, 1)
+      keys, values = (chosen.where(t, 0.0).sum(1, keepdim=True) for t in (keys, values))
+    keys, values = keys.reshape(n, n_kv, 1, 1, hd), values.reshape(n, n_kv, 1, 1, hd)
     q = q.reshape(T, n_kv, rep, hd).permute(1, 2, 0, 3)  # (n_kv, rep, T, hd)
-    keys = rows[:, :kv].reshape(C, n_kv, 1, hd).permute(1, 2, 3, 0)  # (n_kv, 1, hd, C)
-    values = rows[:, kv:].reshape(C, n_kv, 1, hd).permute(1, 2, 0, 3)  # (n_kv, 1, C, hd)
-    scores = (q @ keys) * (1.0 / math.sqrt(hd)) + mask  # (n_kv, rep, T, C)
+    k_new = new_rows[:, :kv].reshape(T, n_kv, 1, hd).permute(1, 2, 3, 0)  # (n_kv, 1, hd, T)
+    v_new = new_rows[:, kv:].reshape(T, n_kv, 1, hd).permute(1, 2, 0, 3)  # (n_kv, 1, T, hd)
+    scale = 1.0 / math.sqrt(hd)
+    # one softmax over the cached scores and the chunk's own, without concatenating them
+    s_old = (keys * q).sum(-1) * scale + mask.shrink(((0, n), (0, T))).reshape(n, 1, 1, T)  # (n, n_kv, rep, T)
+    s_new = (q @ k_new) * scale + causal  # (n_kv, rep, T, T)
+    top = s_old.max(0).unsqueeze(-1).maximum(s_new.max(-1, keepdim=True))  # (n_kv, rep, T, 1)
+    e_old, e_new = (s_old - top.squeeze(-1)).exp(), (s_new - top).exp()
+    weighted = (e_old.unsqueeze(-1) * values).sum(0) + e_new @ v_new  # (n_kv, rep, T, hd)
+    attn = weighted / (e_old.sum(0).unsqueeze(-1) + e_new.sum(-1, keepdim=True))
     # stored in (T, heads*hd) order: the projection's kernel then reads its rows contiguously
-    attn = (softmax(scores) @ values).permute(2, 0, 1, 3).reshape(T, cfg.q_dim).contiguous()
-    return self._finish(x, attn)
+    return self._finish(x, attn.permute(2, 0, 1, 3).reshape(T, cfg.q_dim).contiguous()), new_rows
 
   def decode(self, x: Tensor, cache: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, n: UOp) -> tuple[Tensor, Tensor]:
     """One token per slot (x is (S, dim)), slot s at position p_s attending over its p_s cached rows and itself: the
@@ -396,6 +417,11 @@ class Llama:
       total += 2 * self.cfg.dim * 4  # the two norm vectors
     return total
 
+  def decode_bytes(self, position: int) -> int:
+    """Bytes a one-token decode step at `position` reads: the weights, and the keys and values of the `position`
+    cached rows of every layer (float32)."""
+    return self.weight_bytes + self.cfg.n_layers * position * 2 * self.cfg.kv_dim * 4
+
   def new_cache(self, slots: int = 1) -> KVCache:
     """An empty KV cache of `slots` independent sequences (the captured steps serve every cache of that size)."""
     if slots < 1: raise ModelError(f"a KV cache needs at least one slot, got {slots}")
@@ -432,9 +458,8 @@ class Llama:
     self._check_ids(ids)
     if T == 1 and start > 0: return self.decode_batch([int(ids[0])], [slot], cache)[0]
     big = PREFILL_BUCKETS[-1]
-    for at in range(0, T, big):
+    for at, size in zip(range(0, T, big), prefill_chunks(T)):
       chunk = ids[at:at + big]
-      size = next(b for b in PREFILL_BUCKETS if b >= chunk.size)
       key = (cache.slots, size)
       if key not in self._prefill_jits: self._prefill_jits[key] = TinyJit(self._step)
       logits = self._run(self._prefill_jits[key], chunk, size, start + at, cache, slot)
@@ -446,18 +471,19 @@ class Llama:
     C, S = self.max_context, cache.slots
     positions = np.arange(start, start + T)
     cos, sin = rope_tables(positions, self.cfg.head_dim, self.cfg.rope_theta)
-    cols = np.arange(C)
-    mask = np.where(cols[None, :] <= positions[:, None], 0.0, -np.inf).astype(np.float32)  # (T, C) causal
-    # padding rows past the context are dropped; those inside it are overwritten before anything attends to them
-    place = (cols[:, None] == positions[None, :]).astype(np.float32)  # (C, T)
+    mask = np.where(np.arange(C)[:, None] < start, 0.0, -np.inf).astype(np.float32)  # (C, T): the rows before start
+    mask = np.broadcast_to(mask, (C, T)).copy()
+    causal = np.triu(np.full((T, T), -np.inf, np.float32), 1)
     chosen = (np.arange(S) == slot).reshape(S, 1, 1)
-    written = chosen & place.any(axis=1).reshape(1, C, 1)  # (S, C, 1)
     select = np.zeros((1, T), np.float32)
     select[0, n - 1] = 1.0  # the last real token's row
     x = np.zeros((T, self._embed_table.shape[1]), self._embed_table.dtype)
     x[:n] = self._embed_table[ids]
-    inputs = [Tensor(a, device=self.device) for a in (x, cos, sin, mask, place, written, chosen, select)]
-    return step(*inputs, *cache.layers).numpy()
+    inputs = [Tensor(a, device=self.device) for a in (x, cos, sin, mask, causal, chosen, select)]
+    # a chunk at position 0 reads one cached row, masked: a Variable's range starts at 1
+    logits, rows = step(*inputs, self._position.bind(max(start, 1)), *cache.layers)
+    cache.write_rows(rows.numpy()[:, :n], slot, start)  # the padding rows are dropped
+    return logits.numpy()
 
   def decode_batch(self, tokens: Sequence[int], slots: Sequence[int], cache: KVCache) -> np.ndarray:
     """One token for each of `slots` of `cache` (each already holding at least one position) in one step; returns
@@ -502,15 +528,18 @@ class Llama:
     Tensor.realize(logits, new_rows)
     return logits, new_rows
 
-  def _step(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, place: Tensor, written: Tensor, slot: Tensor,
-            select: Tensor, *caches: Tensor) -> Tensor:
+  def _step(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, causal: Tensor, slot: Tensor, select: Tensor,
+            n: UOp, *caches: Tensor) -> tuple[Tensor, Tensor]:
     x = self._embed(x)
+    rows = []
     for layer, cache in zip(self.layers, caches):
-      x = layer(x, cache, cos, sin, mask, place, written, slot)
+      x, row = layer(x, cache, cos, sin, mask, causal, slot, n)
+      rows.append(row)
     last = select @ x  # (1, dim)
     logits = (self.lm_head.matmul(last * self.norm) * rms_scale(last, self.cfg.rms_eps)).reshape(self.cfg.vocab_size)
-    Tensor.realize(logits, *caches)
-    return logits
+    new_rows = Tensor.stack(*rows)  # (n_layers, T, 2kv)
+    Tensor.realize(logits, new_rows)
+    return logits, new_rows
 
 class LlamaSession:
   """The model bound to one slot of a KV cache, with the interface `generate` expects (forward, pos, max_context,
