@@ -62,14 +62,22 @@ def short_path(path: str) -> str:
   roots = [p for p in sys.path if p and path.startswith(os.path.join(p, ""))]
   return os.path.relpath(path, max(roots, key=len)) if roots else path
 
+def _comment(line: str) -> str:
+  return line.rsplit("# ", 1)[1].strip() if "# " in line else ""
+
 def rule_stats(key: RuleKey) -> RuleStats:
-  """A fresh RuleStats named after the callback (a lambda by the rule's source line) and its trailing comment."""
+  """A fresh RuleStats named after the callback (a lambda by the rule's trailing comment, else its source text)."""
   pat, fn = key
   filename, line = pat.location
   text = linecache.getline(filename, line).strip()
-  comment = text.rsplit("# ", 1)[1].strip() if "# " in text else ""
   name = getattr(fn, "__name__", type(fn).__name__)
-  if name == "<lambda>": name = comment or text[:80] or "<lambda>"
+  code = getattr(fn, "__code__", None)
+  fn_text = linecache.getline(code.co_filename, code.co_firstlineno).strip() if code is not None else ""
+  comment = _comment(text) or _comment(fn_text)
+  if name == "<lambda>" and comment: name = comment  # the algebra, `x+0 -> x`
+  elif name == "<lambda>" and "lambda" in fn_text:
+    body = fn_text[fn_text.index("lambda"):].split("  # ")[0].rstrip("),")
+    name = body if len(body) <= 60 else body[:57] + "..."
   return RuleStats(name, f"{short_path(filename)}:{line}", comment)
 
 def dtype_text(dtype: Any) -> str:
@@ -235,7 +243,7 @@ def format_rule_table(rows: list[RuleStats]) -> str:
   total_s = sum(r.seconds for r in rows)
   lines = [f"TRACK_MATCH_STATS: {len(rows)} rules, {sum(r.matches for r in rows)} matches in "
            f"{sum(r.tries for r in rows)} tries, {total_s * 1e3:.2f} ms matching",
-           f"{'matches':>8s} {'tries':>9s} {'ms':>9s}  {'rule':40s} location"]
+           f"{'matches':>8s} {'tries':>9s} {'ms':>9s}  {'rule':48s} location"]
   for r in rows:
-    lines.append(f"{r.matches:8d} {r.tries:9d} {r.seconds * 1e3:9.3f}  {r.name[:40]:40s} {r.location}")
+    lines.append(f"{r.matches:8d} {r.tries:9d} {r.seconds * 1e3:9.3f}  {r.name[:48]:48s} {r.location}")
   return "\n".join(lines)

@@ -341,8 +341,11 @@ function renderRules() {
   }
 }
 
-// ** timeline: Chrome trace events (ph "X"), one row per process/thread, names from "M" events; wheel zooms in time **
-let timelineZoom = 1;
+// ** timeline: Chrome trace events (ph "X"), one row per process/thread, names from "M" events; the wheel zooms in
+// time around the pointer, dragging pans **
+const tl = { start: 0, end: 0, t0: 0, t1: 0, drag: null };
+const TL_LABEL_W = 180, TL_ROW_H = 26, TL_TOP = 28;
+
 function renderTimeline() {
   const events = state.trace.timeline || [];
   const svg = $("timeline-svg");
@@ -358,26 +361,73 @@ function renderTimeline() {
     if (e.ph === "M" && e.name === "thread_name") names.set(`${e.pid}/${e.tid}`, e.args.name);
   }
   const rows = [...new Set(spans.map((e) => `${e.pid}/${e.tid}`))].sort();
-  const t0 = Math.min(...spans.map((e) => e.ts)), t1 = Math.max(...spans.map((e) => e.ts + (e.dur || 0)));
-  const LABEL_W = 180, ROW_H = 26, width = Math.max(900, $("timeline-wrap").clientWidth - 4) * timelineZoom;
-  const scale = (width - LABEL_W - 10) / Math.max(t1 - t0, 1);
+  if (tl.end <= tl.start) {
+    tl.t0 = Math.min(...spans.map((e) => e.ts));
+    tl.t1 = Math.max(...spans.map((e) => e.ts + (e.dur || 0)));
+    Object.assign(tl, { start: tl.t0, end: Math.max(tl.t1, tl.t0 + 1) });
+  }
+  const width = Math.max(600, $("timeline-wrap").clientWidth - 4);
+  const scale = (width - TL_LABEL_W - 10) / (tl.end - tl.start);
+  const xOf = (t) => TL_LABEL_W + (t - tl.start) * scale;
   svg.setAttribute("width", width);
-  svg.setAttribute("height", rows.length * ROW_H + 30);
-  $("timeline-note").textContent = `${spans.length} events over ${((t1 - t0) / 1e3).toFixed(3)} ms`;
+  svg.setAttribute("height", rows.length * TL_ROW_H + TL_TOP + 4);
+  $("timeline-note").textContent = `${spans.length} events over ${((tl.t1 - tl.t0) / 1e3).toFixed(3)} ms; showing ` +
+    `${((tl.end - tl.start) / 1e3).toFixed(3)} ms (wheel: zoom, drag: pan, double-click: all)`;
+  // time axis: about 8 ticks at a round step, in ms from the first event
+  const step = Math.pow(10, Math.floor(Math.log10((tl.end - tl.start) / 8)));
+  const tick = [1, 2, 5, 10].map((m) => m * step).find((d) => (tl.end - tl.start) / d <= 10);
+  for (let t = Math.ceil((tl.start - tl.t0) / tick) * tick + tl.t0; t <= tl.end; t += tick) {
+    svg.append(el("svg:line", { class: "tick", x1: xOf(t), x2: xOf(t), y1: 14, y2: rows.length * TL_ROW_H + TL_TOP }));
+    const ms = ((t - tl.t0) / 1e3).toFixed(Math.max(0, -Math.floor(Math.log10(tick / 1e3))));
+    svg.append(el("svg:text", { class: "tick-label", x: xOf(t) + 2, y: 12 }, `${ms} ms`));
+  }
   rows.forEach((row, r) => {
     const [pid, tid] = row.split("/");
-    const y = r * ROW_H + 20;
-    svg.append(el("svg:rect", { class: "track", x: LABEL_W, y, width: width - LABEL_W, height: ROW_H - 4 }));
+    const y = r * TL_ROW_H + TL_TOP;
+    svg.append(el("svg:rect", { class: "track", x: TL_LABEL_W, y, width: width - TL_LABEL_W, height: TL_ROW_H - 4 }));
     svg.append(el("svg:text", { x: 4, y: y + 15 }, `${names.get(`${pid}/`) || pid} ${names.get(row) || tid}`));
   });
   for (const e of spans) {
-    const r = rows.indexOf(`${e.pid}/${e.tid}`), x = LABEL_W + (e.ts - t0) * scale, w = Math.max((e.dur || 0) * scale, 1);
-    const rect = el("svg:rect", { class: "event", x, y: r * ROW_H + 20, width: w, height: ROW_H - 4,
+    if (e.ts + (e.dur || 0) < tl.start || e.ts > tl.end) continue;
+    const r = rows.indexOf(`${e.pid}/${e.tid}`);
+    const x = Math.max(xOf(e.ts), TL_LABEL_W), w = Math.max(xOf(e.ts + (e.dur || 0)) - x, 1);
+    const rect = el("svg:rect", { class: "event", x, y: r * TL_ROW_H + TL_TOP, width: w, height: TL_ROW_H - 4,
                                   fill: `hsl(${[...e.name].reduce((a, c) => a + c.charCodeAt(0), 0) * 37 % 360},60%,70%)` });
-    rect.append(el("svg:title", {}, `${e.name}\n${(e.dur || 0).toFixed(2)} us${e.cat ? `\n${e.cat}` : ""}`));
+    rect.append(el("svg:title", {}, `${e.name} (${e.cat || ""})\n${(e.dur || 0).toFixed(2)} us`));
     svg.append(rect);
-    if (w > e.name.length * 6.5) svg.append(el("svg:text", { class: "label", x: x + 3, y: r * ROW_H + 35 }, e.name));
+    if (w > e.name.length * 6.5 + 6) svg.append(el("svg:text", { class: "label", x: x + 3, y: r * TL_ROW_H + TL_TOP + 15 }, e.name));
   }
+}
+
+function setupTimeline() {
+  const wrap = $("timeline-wrap");
+  const timeAt = (clientX) => {
+    const box = $("timeline-svg").getBoundingClientRect();
+    const frac = Math.min(Math.max((clientX - box.left - TL_LABEL_W) / (box.width - TL_LABEL_W - 10), 0), 1);
+    return tl.start + frac * (tl.end - tl.start);
+  };
+  wrap.addEventListener("wheel", (e) => {
+    e.preventDefault();
+    const t = timeAt(e.clientX), f = e.deltaY > 0 ? 1.25 : 0.8;
+    tl.start = Math.max(tl.t0, t - (t - tl.start) * f);
+    tl.end = Math.min(tl.t1, t + (tl.end - t) * f);
+    renderTimeline();
+  }, { passive: false });
+  wrap.addEventListener("mousedown", (e) => { tl.drag = { x: e.clientX, start: tl.start, end: tl.end }; });
+  window.addEventListener("mouseup", () => { tl.drag = null; });
+  window.addEventListener("mousemove", (e) => {
+    if (!tl.drag) return;
+    const box = $("timeline-svg").getBoundingClientRect();
+    const dt = (e.clientX - tl.drag.x) / (box.width - TL_LABEL_W - 10) * (tl.drag.end - tl.drag.start);
+    const shift = Math.min(Math.max(-dt, tl.t0 - tl.drag.start), tl.t1 - tl.drag.end);
+    tl.start = tl.drag.start + shift;
+    tl.end = tl.drag.end + shift;
+    renderTimeline();
+  });
+  wrap.addEventListener("dblclick", () => {
+    tl.end = tl.start;
+    renderTimeline();
+  });
 }
 
 // ** wiring **
@@ -409,11 +459,7 @@ async function main() {
   $("next").addEventListener("click", () => setStep(state.step + 1));
   $("fit").addEventListener("click", fitAll);
   document.querySelectorAll("#tabs button").forEach((b) => b.addEventListener("click", () => showTab(b.dataset.tab)));
-  $("timeline-wrap").addEventListener("wheel", (e) => {
-    e.preventDefault();
-    timelineZoom = Math.max(1, timelineZoom * (e.deltaY > 0 ? 1 / 1.25 : 1.25));
-    renderTimeline();
-  }, { passive: false });
+  setupTimeline();
   document.querySelectorAll("#code-tabs button").forEach((b) => b.addEventListener("click", () => {
     state.code = b.dataset.code;
     renderCode();
