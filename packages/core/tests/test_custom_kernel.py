@@ -70,6 +70,41 @@ def test_view_inputs_run_within_the_kernel_budget(name):  # behaviour 31
   assert GlobalCounters.kernel_count <= budget
   assert out.tolist() == (mop(x0) + 1).tolist()
 
+def _fragment_kernel(owner):
+  """A kernel over a (64, 8) output: 8 LOCAL threads, each holding an (8, 8) REG fragment of the (64, 8) tile (thread
+  ty owns rows owner(ty, ir)); every thread writes its rows' flat indices into its fragment, then the tile out."""
+  def kernel(c: UOp) -> UOp:
+    ty = UOp.range(8, 0, AxisType.LOCAL)
+    ir, j = UOp.range(8, 1, AxisType.LOOP), UOp.range(8, 2, AxisType.LOOP)
+    ir2, j2 = UOp.range(8, 3, AxisType.LOOP), UOp.range(8, 4, AxisType.LOOP)
+    frag = UOp.placeholder((8, 8), dtypes.float32, 0, AddrSpace.REG).unshard((0,), (ty,))
+    row, row2 = owner(ty, ir), owner(ty, ir2)
+    fill = frag[row, j].store((row * 8 + j).cast(dtypes.float32)).end(j, ir)
+    return c[row2, j2].store(frag.after(fill)[row2, j2]).end(j2, ir2).end(ty).sink()
+  return kernel
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("owner", [lambda ty, ir: ty * 8 + ir, lambda ty, ir: ty + ir * 8],
+                         ids=["contiguous", "strided"])
+def test_fragment_indexing(device, owner):  # behaviour 32
+  out = Tensor.custom_kernel(Tensor.empty(64, 8, device=device), fxn=_fragment_kernel(owner))[0]
+  np.testing.assert_array_equal(out.numpy(), np.arange(64 * 8, dtype=np.float32).reshape(64, 8))
+
+def test_fragment_index_that_threads_share_cannot_shard():  # behaviour 32
+  with pytest.raises(RuntimeError, match="cannot shard index"):
+    Tensor.custom_kernel(Tensor.empty(64, 8), fxn=_fragment_kernel(lambda ty, ir: ty + ir))
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_registers_indexed_by_a_loop(device):
+  def kernel(out: UOp, a: UOp) -> UOp:  # a thread's registers reversed through a REG buffer indexed by a LOOP range
+    i, j, k = UOp.range(3, 0, AxisType.GLOBAL), UOp.range(4, 1, AxisType.LOOP), UOp.range(4, 2, AxisType.LOOP)
+    reg = UOp.placeholder((4,), dtypes.float32, 0, AddrSpace.REG)
+    fill = reg[j].store(a[i, j]).end(j)
+    return out[i, k].store(reg.after(fill)[3 - k]).end(k).end(i).sink()
+  a = rand(3, 4)
+  got = Tensor.custom_kernel(Tensor.empty(3, 4, device=device), Tensor(a, device=device), fxn=kernel)[0].numpy()
+  np.testing.assert_array_equal(got, a[:, ::-1])
+
 # ** the examples, against numpy and torch **
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -158,13 +193,6 @@ def test_errors_name_what_is_wrong():
     return out[i].store(a[i].cast(dtypes.int32)).end(i).sink()
   with pytest.raises(DTypeError, match="cast it first"):
     Tensor.custom_kernel(Tensor.empty(4), x, fxn=bad_store)[0].realize()
-  def dynamic_reg(out: UOp, a: UOp) -> UOp:
-    i, j = UOp.range(4, 0, AxisType.GLOBAL), UOp.range(4, 1, AxisType.LOOP)
-    reg = UOp.placeholder((4,), dtypes.float32, 5, AddrSpace.REG)
-    return out[i].store(reg.after(reg[j].store(a[j]).end(j))[i]).end(i).sink()
-  if Device[Device.DEFAULT].renderer.has_local:
-    with pytest.raises(CompileError, match="not constant"):
-      Tensor.custom_kernel(Tensor.empty(4), x, fxn=dynamic_reg)[0].realize()
   with pytest.raises(GradientError, match="grad_fxn"):
     xg = Tensor(rand(4), requires_grad=True)
     Tensor.custom_kernel(Tensor.empty(4), xg, fxn=add_one_kernel)[0].sum().backward()

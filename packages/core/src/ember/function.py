@@ -19,8 +19,8 @@ from ember.dtype import strong_dtype
 from ember.errors import EmberError
 from ember.schedule import ScheduleItem, buffer_of
 from ember import schedule as scheduler
-from ember.tensor import Tensor, all_tensors, _is_contiguous_buffer
-from ember.uop.ops import Ops, UOp
+from ember.tensor import Tensor, all_tensors, _is_contiguous_buffer, _value_dtype
+from ember.uop.ops import Ops, UOp, int_shape
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -58,7 +58,7 @@ class _Trace:
   def mapping(self, tensors: list[Tensor]) -> dict[UOp, UOp]:
     out: dict[UOp, UOp] = {}
     for p, t in zip(self.params, tensors):
-      value = t.uop if t.dtype is p.dtype else t.cast(p.dtype).uop  # weak-dtyped arguments trace at their width
+      value = t.uop if t.dtype is p.dtype else t.cast(_value_dtype(p)).uop  # weak-dtyped arguments trace at their width
       out[p] = value
       if p.op is not Ops.BUFFER:  # the placeholder's buffer itself, where an op reached under its reshape
         out[p.base] = UOp(Ops.RESHAPE, value.dtype, (value,), (p.base.arg.size,))
@@ -72,7 +72,7 @@ class _Trace:
     if any(_is_contiguous_buffer(o) or o.base.op is Ops.CONST or o in self.params for o in self.outs):
       self.lazy_only = True
       return
-    targets = [Tensor(o).cast(strong_dtype(o.dtype)).contiguous().uop if o.dtype.weak else o for o in self.outs]
+    targets = [Tensor(o).cast(strong_dtype(_value_dtype(o))).contiguous().uop if o.dtype.weak else o for o in self.outs]
     items, becomes = scheduler.create_schedule(targets)
     self.param_bufs = [buffer_of(p.base) for p in self.params]
     self.out_bufs = [buffer_of(becomes[t]) for t in targets]
@@ -81,7 +81,7 @@ class _Trace:
   def run(self, tensors: list[Tensor]) -> tuple[Tensor, ...]:
     from ember.engine.realize import run_schedule
     assert self.compiled is not None
-    args = [(t if t.dtype is p.dtype else t.cast(p.dtype)).buffer() for p, t in zip(self.params, tensors)]
+    args = [(t if t.dtype is p.dtype else t.cast(_value_dtype(p))).buffer() for p, t in zip(self.params, tensors)]
     by_id: dict[int, Buffer] = {}  # an output returned twice is one buffer
     fresh = [by_id.setdefault(id(b), Buffer(b.device, b.size, b.dtype)) for b in self.out_bufs]
     swap = {id(b): a for b, a in zip(self.param_bufs, args)} | {id(b): n for b, n in zip(self.out_bufs, fresh)}
@@ -90,8 +90,8 @@ class _Trace:
     return tuple(_over(buf, o) for buf, o in zip(fresh, self.outs))
 
 def _over(buf: Buffer, out: UOp) -> Tensor:
-  t = Tensor.from_buffer(buf, tuple(int(s) for s in out.shape))
-  return t.cast(out.dtype) if out.dtype.weak else t
+  t = Tensor.from_buffer(buf, int_shape(out.shape, "ember.function"))
+  return t.cast(_value_dtype(out)) if out.dtype.weak else t
 
 class Function:
   """A traced-once function of Tensors; see the module docstring. Make one with `@ember.function`."""

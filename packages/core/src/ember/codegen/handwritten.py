@@ -19,11 +19,12 @@ closes it at its END. A value is computed once in the innermost open loop it dep
 loop that reads it); only loads from buffers the kernel never writes move out of the loop they are used in.
 """
 from __future__ import annotations
+import functools
 import itertools
 from dataclasses import dataclass, field
 from ember.dtype import DType, PtrDType, dtypes
 from ember.errors import CompileError, DTypeError
-from ember.helpers import NUM_CPU_THREADS, SPEC, prod
+from ember.helpers import NUM_CPU_THREADS, SPEC
 from ember.renderer import Renderer, ProgramSpec
 from ember.uop.ops import Ops, UOp, AxisType, GroupOp, KernelInfo
 from ember.uop.rewrite import graph_rewrite, PatternMatcher, UPat
@@ -113,13 +114,13 @@ pm_drop_hardware_ends = PatternMatcher([
 def _specials_to_ranges(ast: UOp) -> UOp:
   """CPU and PYTHON: a hardware index is a loop (gidx a GLOBAL range, lidx a LOCAL one)."""
   base = max((n.arg[0] for n in ast.toposort() if n.op is Ops.RANGE), default=-1) + 1
-  mapping = {}
+  mapping: dict[UOp, UOp] = {}
   for s in sorted((n for n in ast.toposort() if n.op is Ops.SPECIAL), key=lambda n: n.arg):
     axis = AxisType.GLOBAL if s.arg.startswith("g") else AxisType.LOCAL
     mapping[s] = UOp.range(int(s.src[0].arg), base + len(mapping), axis)
   return ast.substitute(mapping) if mapping else ast
 
-# ** scratch buffers (renderers without block-shared memory) **
+# ** scratch buffers **
 
 @dataclass(frozen=True)
 class Scratch:
@@ -128,49 +129,66 @@ class Scratch:
   dtype: DType
   size: int
 
-def _threads(ast: UOp) -> int: return prod(_end_of(r) for r in _ranges(ast, AxisType.LOCAL))
-
-def scratch_buffers(ast: UOp, renderer: Renderer) -> list[Scratch]:
-  """The scratch buffers a hand-written kernel needs on `renderer`, after its own arguments: one per LOCAL buffer,
-  and per REG buffer of a kernel with LOCAL ranges (a slice per thread), where the target has no block-shared memory."""
-  if renderer.has_local: return []
-  ast = _specials_to_ranges(ast)
-  nparams = max((n.arg + 1 for n in ast.toposort() if n.op is Ops.PARAM), default=0)
-  threads = _threads(ast)
-  out: list[Scratch] = []
-  for buf in _scratch_candidates(ast, threads > 1 or bool(_ranges(ast, AxisType.LOCAL))):
-    ptr = _ptr(buf)
-    out.append(Scratch(nparams + len(out), ptr.base, ptr.size * (threads if buf.op is Ops.DEFINE_REG else 1)))
-  return out
-
 def _ptr(u: UOp) -> PtrDType:
   assert isinstance(u.dtype, PtrDType)
   return u.dtype
 
-def _scratch_candidates(ast: UOp, with_threads: bool) -> list[UOp]:
-  bufs = [n for n in ast.toposort() if n.op is Ops.DEFINE_LOCAL or (with_threads and n.op is Ops.DEFINE_REG)]
-  return sorted(bufs, key=lambda b: (b.op is Ops.DEFINE_REG, str(b.arg)))
+def _threads(ast: UOp) -> tuple[UOp, int]:
+  """A flat id of the kernel's threads that can run at once, and how many there are: on GPUs every block's every
+  thread (the specials), elsewhere the threads of one block (the LOCAL ranges; blocks run one after another)."""
+  tid, count = UOp.const(dtypes.int32, 0), 1
+  specials = sorted((n for n in ast.toposort() if n.op is Ops.SPECIAL), key=lambda n: n.arg)
+  for idx in specials or _ranges(ast, AxisType.LOCAL):
+    tid, count = tid * _end_of(idx) + idx, count * _end_of(idx)
+  return tid, count
 
-def _to_scratch(ast: UOp) -> UOp:
-  """LOCAL buffers (and the REG buffers of a kernel with LOCAL ranges, one slice per thread) as extra arguments."""
-  local_ranges = _ranges(ast, AxisType.LOCAL)
-  cands = _scratch_candidates(ast, bool(local_ranges))
-  if not cands: return ast
-  nparams = max((n.arg + 1 for n in ast.toposort() if n.op is Ops.PARAM), default=0)
-  threads = _threads(ast)
-  tid: UOp = UOp.const(dtypes.int32, 0)
-  for r in local_ranges: tid = tid * _end_of(r) + r
-  params = {}
-  for i, buf in enumerate(cands):
-    ptr = _ptr(buf)
-    params[buf] = UOp(Ops.PARAM, ptr.base.ptr(ptr.size * (threads if buf.op is Ops.DEFINE_REG else 1)), (), nparams + i)
+def _dynamic(ast: UOp, buf: UOp) -> bool:
+  """Whether some index into `buf` is not a constant (a loop variable): no register file is indexed that way."""
+  return any(n.op is Ops.INDEX and buffer_of(n.src[0]) is buf and n.src[1].op is not Ops.CONST for n in ast.toposort())
+
+def _scratch_plan(ast: UOp, has_local: bool) -> list[tuple[UOp, int]]:
+  """The buffers of a prepared kernel that live in scratch memory, and their sizes: without block-shared memory every
+  LOCAL buffer (and every REG buffer of a kernel whose threads run one after another), everywhere the REG buffers
+  indexed by loop variables (a slice per thread)."""
+  _, threads = _threads(ast)
+  fission = not has_local and bool(_ranges(ast, AxisType.LOCAL))
+  plan = []
+  for buf in sorted((n for n in ast.toposort() if n.op in (Ops.DEFINE_LOCAL, Ops.DEFINE_REG)),
+                    key=lambda b: (b.op is Ops.DEFINE_REG, str(b.arg))):
+    if buf.op is Ops.DEFINE_LOCAL and not has_local: plan.append((buf, _ptr(buf).size))
+    elif buf.op is Ops.DEFINE_REG and (fission or _dynamic(ast, buf)): plan.append((buf, _ptr(buf).size * threads))
+  return plan
+
+@functools.lru_cache(maxsize=256)
+def _prepare(ast: UOp, has_local: bool) -> tuple[UOp, list[int] | None, list[int] | None]:
+  """The kernel with UPCAST ranges unrolled and the hardware mapping applied, its grid and block (GPUs)."""
+  sink = graph_rewrite(ast, symbolic, name="simplify hand-written kernel")
+  sink = unroll_upcasts(sink)  # UPCAST ranges: one copy per value, REG indices become constants
+  if has_local: sink, gsize, lsize = _to_specials(sink)  # GLOBAL/LOCAL ranges are the hardware's indices
+  else: sink, gsize, lsize = _specials_to_ranges(sink), None, None  # threads as loops
+  return graph_rewrite(sink, symbolic, name="simplify index math"), gsize, lsize
+
+def _nparams(ast: UOp) -> int: return max((n.arg + 1 for n in ast.toposort() if n.op is Ops.PARAM), default=0)
+
+def scratch_buffers(ast: UOp, renderer: Renderer) -> list[Scratch]:
+  """The scratch buffers a hand-written kernel needs on `renderer`, as arguments after its own (`_scratch_plan`)."""
+  if ast.op is not Ops.SINK: return []
+  sink, _, _ = _prepare(ast, renderer.has_local)
+  return [Scratch(_nparams(ast) + i, _ptr(buf).base, size) for i, (buf, size) in
+          enumerate(_scratch_plan(sink, renderer.has_local))]
+
+def _to_scratch(ast: UOp, plan: list[tuple[UOp, int]], nparams: int) -> UOp:
+  """The planned buffers as extra arguments; a REG buffer's slice is its thread's."""
+  if not plan: return ast
+  tid, _ = _threads(ast)
+  params = {buf: UOp(Ops.PARAM, _ptr(buf).base.ptr(size), (), nparams + i) for i, (buf, size) in enumerate(plan)}
   new: dict[UOp, UOp] = {}
   for n in ast.toposort():
     if n in params:
       new[n] = params[n]
       continue
     rebuilt = n.replace(src=tuple(new[s] for s in n.src))
-    if n.op is Ops.INDEX and (buf := buffer_of(n.src[0])).op is Ops.DEFINE_REG:  # a thread's registers: its slice
+    if n.op is Ops.INDEX and (buf := buffer_of(n.src[0])) in params and buf.op is Ops.DEFINE_REG:
       rebuilt = rebuilt.replace(src=(rebuilt.src[0], rebuilt.src[1] + tid * _ptr(buf).size, *rebuilt.src[2:]))
     new[n] = rebuilt
   return new[ast]
@@ -454,12 +472,10 @@ def handwritten_program(ast: UOp, renderer: Renderer, device: str = "") -> Progr
   linearizer (see the module docstring)."""
   if ast.op is Ops.PROGRAM: return prebuilt_program(ast, device)
   _check(ast)
-  sink = graph_rewrite(ast, symbolic, name="simplify hand-written kernel")
-  sink = unroll_upcasts(sink)  # UPCAST ranges: one copy per value, REG indices become constants
-  gsize = lsize = None
-  if renderer.has_local: sink, gsize, lsize = _to_specials(sink)  # GLOBAL/LOCAL ranges are the hardware's indices
-  else: sink = _to_scratch(_specials_to_ranges(sink))  # threads as loops, block memory and registers as scratch
-  serial = bool(scratch_buffers(ast, renderer))  # blocks as loops share the scratch memory: one after another
+  sink, gsize, lsize = _prepare(ast, renderer.has_local)
+  plan = _scratch_plan(sink, renderer.has_local)
+  sink = _to_scratch(sink, plan, _nparams(ast))  # LOCAL memory without hardware, per-thread register arrays
+  serial = bool(plan) and not renderer.has_local  # blocks as loops share the scratch memory: one after another
   sink = graph_rewrite(sink, symbolic, name="simplify index math")
   if {Ops.EXP2, Ops.LOG2, Ops.SIN} - set(renderer.code_for_op):
     from ember.codegen.transcendental import pm_transcendental

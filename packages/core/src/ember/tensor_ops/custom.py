@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 from ember.dtype import dtypes
 from ember.errors import DTypeError, ShapeError, DeviceError
-from ember.uop.ops import Ops, UOp, KernelInfo
+from ember.uop.ops import Ops, UOp, KernelInfo, int_shape
 if TYPE_CHECKING:
   from ember.tensor import Tensor, _is_contiguous_buffer
 
@@ -75,7 +75,7 @@ class CustomMixin:
     # an input given twice (custom_kernel(x, x, ...)) is one kernel argument: buffers of a kernel never overlap
     slot: dict[UOp, int] = {}
     for i, t in enumerate(bufs): slot.setdefault(t.uop.base, i)
-    placeholders = [UOp.placeholder(tuple(t.shape), t.dtype, slot[t.uop.base]) for t in bufs]
+    placeholders = [UOp.placeholder(int_shape(t.shape, "custom_kernel"), t.dtype, slot[t.uop.base]) for t in bufs]
     ast = _named(fxn(*placeholders), fxn)
     device = str(next(iter(devices)))
     kernel = UOp(Ops.CUSTOM_KERNEL, dtypes.void, tuple(t.uop for t in bufs), CustomKernel(ast, device, grad_fxn))

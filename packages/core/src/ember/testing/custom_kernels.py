@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 from ember.dtype import dtypes
 from ember.tensor import Tensor
-from ember.uop.ops import AxisType, UOp
+from ember.uop.ops import AddrSpace, AxisType, UOp
 
 EXAMPLES = ("custom_softmax", "custom_matmul_tiled", "custom_attention", "custom_gradient")
 
@@ -45,10 +45,21 @@ def add_one_kernel(out: UOp, x: UOp) -> UOp:
   i = UOp.range(x.shape[0], 0, AxisType.GLOBAL)
   return out[i].store(x[i] + 1).end(i).sink()
 
+def fragment_kernel(c: UOp) -> UOp:
+  """A (64, 8) tile held as 8 LOCAL threads' (8, 8) REG fragments, thread ty owning rows ty+8*i (strided): each thread
+  writes its rows' flat indices into its fragment, then the tile out (REG indexed by loops: registers in memory)."""
+  ty, ir, j = UOp.range(8, 0, AxisType.LOCAL), UOp.range(8, 1, AxisType.LOOP), UOp.range(8, 2, AxisType.LOOP)
+  ir2, j2 = UOp.range(8, 3, AxisType.LOOP), UOp.range(8, 4, AxisType.LOOP)
+  frag = UOp.placeholder((8, 8), dtypes.float32, 0, AddrSpace.REG).unshard((0,), (ty,))
+  fill = frag[ty + ir * 8, j].store(((ty + ir * 8) * 8 + j).cast(dtypes.float32)).end(j, ir)
+  return c[ty + ir2 * 8, j2].store(frag.after(fill)[ty + ir2 * 8, j2]).end(j2, ir2).end(ty).sink()
+
 def check_custom_kernels(device: str, examples_dir: Path) -> None:
   """Every example kernel on `device` matches numpy (values, and gradients where the kernel has a backward)."""
   x = Tensor.arange(4, device=device).realize()
   assert Tensor.custom_kernel(x, x, fxn=add_one_kernel)[0].tolist() == [1, 2, 3, 4]
+  tile = Tensor.custom_kernel(Tensor.empty(64, 8, device=device), fxn=fragment_kernel)[0].numpy()
+  np.testing.assert_array_equal(tile, np.arange(512, dtype=np.float32).reshape(64, 8))
   x_np = _rand(6, 48)
   got = load_example(examples_dir, "custom_softmax").custom_softmax(Tensor(x_np, device=device)).numpy()
   np.testing.assert_allclose(got, _softmax(x_np), rtol=1e-5, atol=1e-7)

@@ -48,6 +48,8 @@ class Ops(Enum):
   # hand-written kernels (ember.codegen.handwritten): statements grouped, ordered after others, ranges ended; a
   # per-thread register array; a kernel a user wrote as source (PROGRAM of SOURCE and BINARY)
   GROUP = auto(); AFTER = auto(); DEFINE_REG = auto(); PROGRAM = auto(); SOURCE = auto(); BINARY = auto()  # noqa: E702
+  # a per-thread REG buffer seen as the whole tile the threads of LOCAL ranges hold together (UOp.unshard)
+  UNSHARD = auto()
   # tensor level: a custom kernel run over its inputs' buffers (Tensor.custom_kernel)
   CUSTOM_KERNEL = auto()
   def __repr__(self) -> str: return f"Ops.{self.name}"
@@ -328,6 +330,26 @@ class UOp(metaclass=UOpMetaClass):
   def shrink(self, arg: tuple[tuple[sint, sint], ...]) -> UOp: return UOp(Ops.SHRINK, self.dtype, (self,), tuple(arg))
   def flip(self, *axes: int) -> UOp:
     return UOp(Ops.FLIP, self.dtype, (self,), tuple(i in axes for i in range(len(self.shape))))
+  def unshard(self, axes: tuple[int, ...], ranges: tuple[UOp, ...]) -> UOp:
+    """A fragment: this per-thread REG buffer as the tile that the threads of LOCAL `ranges` hold together, axis
+    `axes[k]` `ranges[k]`'s size times longer. Index it with whole-tile indices: thread r must own the index, either
+    contiguously (`r*shard + i`) or strided (`r + i*threads`); anything else raises "cannot shard index"."""
+    if len(axes) != len(ranges) or any(r.op is not Ops.RANGE or r.src[0].op is not Ops.CONST for r in ranges):
+      raise ShapeError(f"unshard takes one constant-size RANGE per axis, got axes {axes} and {len(ranges)} ranges")
+    return UOp(Ops.UNSHARD, self.dtype, (self, *ranges), tuple(axes))
+  def _shard_index(self, idxs: tuple[UOp, ...]) -> tuple[UOp, ...]:
+    """The index into the per-thread buffer of whole-tile indices `idxs` of this UNSHARD view."""
+    out = list(idxs)
+    for axis, rng in zip(self.arg, self.src[1:]):
+      shard, threads, e = self.src[0].shape[axis], rng.src[0].arg, idxs[axis]
+      contiguous = (e - rng * shard).simplify()
+      strided = (e - rng).simplify()
+      if rng not in contiguous.toposort() and 0 <= contiguous.vmin and contiguous.vmax < shard: out[axis] = contiguous
+      elif rng not in strided.toposort() and (strided % threads).simplify().op is Ops.CONST and \
+           (strided % threads).simplify().arg == 0: out[axis] = (strided // threads).simplify()
+      else: raise ShapeError(f"cannot shard index {e.render()} of axis {axis} over range {rng.arg[0]}: thread "
+                             f"r must own r*{shard}+i (contiguous) or r+i*{threads} (strided)")
+    return tuple(out)
   def __getitem__(self, idx: Any) -> UOp:
     """`buf[i, j]`: the address of one element of a placeholder buffer (or a view of one: reshape, permute, shrink,
     flip), indexed by UOps or ints. Used as a value it is loaded; `.store(v)` writes it."""
@@ -340,6 +362,7 @@ class UOp(metaclass=UOpMetaClass):
                        f"got {idx!r}")
     from ember.schedule.kernel import index_through, flat_index
     as_uops = tuple(i if isinstance(i, UOp) else UOp.const(dtypes.int32, i) for i in idxs)
+    if self.op is Ops.UNSHARD: return self.src[0][self._shard_index(as_uops)]
     base, at, valid = index_through(self, as_uops)
     if base.op not in _PLACEHOLDERS:
       raise ShapeError(f"only placeholder buffers (UOp.placeholder, a custom kernel's arguments) can be indexed, "
@@ -409,7 +432,7 @@ class UOp(metaclass=UOpMetaClass):
     if addrspace is AddrSpace.GLOBAL: buf = UOp(Ops.PARAM, dtype.ptr(size), (), slot)
     elif addrspace is AddrSpace.LOCAL: buf = UOp(Ops.DEFINE_LOCAL, dtype.ptr(size), (), f"temp{slot}")
     else: buf = UOp(Ops.DEFINE_REG, dtype.ptr(size), (), slot)
-    return buf.reshape(shp) if len(shp) != 1 else buf
+    return buf.reshape(*shp) if len(shp) != 1 else buf
   @staticmethod
   def range(end: sint, axis_id: int, axis_type: AxisType = AxisType.LOOP, dtype: AnyDType = dtypes.int32) -> UOp:
     """A loop counter 0..end-1 of `dtype` (int64 in kernels whose index range exceeds int32)."""
@@ -471,6 +494,9 @@ def _shape(u: UOp) -> tuple[sint, ...]:
   if op is Ops.BUFFER: return (u.arg.size,)
   if op in _PLACEHOLDERS and isinstance(u.dtype, PtrDType): return (u.dtype.size,)
   if op is Ops.AFTER: return u.src[0].shape
+  if op is Ops.UNSHARD:  # each sharded axis times its range's size
+    sizes = dict(zip(u.arg, (r.src[0].arg for r in u.src[1:])))
+    return tuple(s * sizes[i] if i in sizes else s for i, s in enumerate(u.src[0].shape))
   if op in (Ops.INDEX, Ops.LOAD, Ops.STORE, Ops.END, Ops.GROUP, Ops.BARRIER, Ops.SPECIAL, Ops.SINK): return ()
   if op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.DEVICE): return ()
   if op is Ops.RANGE and u.src[0].op is Ops.DEVICE: return (u.arg,)  # tensor-level iota (arange)
