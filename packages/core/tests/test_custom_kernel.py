@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import ember
 from ember import Device, GlobalCounters, Tensor, UOp, dtypes
-from ember.errors import CompileError, DTypeError, GradientError, ShapeError
+from ember.errors import CompileError, DeviceError, DTypeError, GradientError, ShapeError
 from ember.uop.ops import AddrSpace, AxisType
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -104,6 +104,18 @@ def test_registers_indexed_by_a_loop(device):
   a = rand(3, 4)
   got = Tensor.custom_kernel(Tensor.empty(3, 4, device=device), Tensor(a, device=device), fxn=kernel)[0].numpy()
   np.testing.assert_array_equal(got, a[:, ::-1])
+
+@pytest.mark.parametrize("devices", [("PYTHON", "PYTHON:1"), (f"{Device.DEFAULT}:0", f"{Device.DEFAULT}:1")])
+def test_kernel_over_sharded_tensors_runs_per_device(devices):  # behaviour 40
+  def fill_two(out: UOp) -> UOp:
+    i, j = UOp.range(out.shape[0], 0, AxisType.GLOBAL), UOp.range(out.shape[1], 1)
+    return out[i, j].store(2.0).end(j, i).sink()
+  x = Tensor.empty(8, 16).shard(devices, axis=0)
+  y = Tensor.custom_kernel(x, fxn=fill_two)[0]  # each device's kernel sees its (4, 16) shard: PYTHON checks bounds
+  assert y.axis == 0 and y.shape == (8, 16) and len(y.devices) == 2
+  np.testing.assert_array_equal(y.numpy(), np.full((8, 16), 2.0, np.float32))
+  with pytest.raises(DeviceError, match="same devices"):
+    Tensor.custom_kernel(x, Tensor.empty(8, 16), fxn=add_one_kernel)
 
 # ** the examples, against numpy and torch **
 

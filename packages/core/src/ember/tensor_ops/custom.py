@@ -49,6 +49,7 @@ class CustomMixin:
   def custom_kernel(*tensors: Tensor, fxn: Callable[..., UOp], grad_fxn: Callable[..., Any] | None = None) \
       -> tuple[Tensor, ...]:
     """Run the kernel `fxn(*placeholders)` builds over the buffers of `tensors`; returns each input after the kernel.
+    Sharded inputs (all over the same devices) run it once per device, over that device's shards.
 
     >>> from ember import UOp
     >>> from ember.uop.ops import AxisType
@@ -62,8 +63,7 @@ class CustomMixin:
     if not tensors: raise ShapeError("custom_kernel needs at least one tensor (the kernel writes into its inputs)")
     if (bad := next((t for t in tensors if not isinstance(t, Tensor)), None)) is not None:
       raise DTypeError(f"custom_kernel takes tensors, got {type(bad).__name__}")
-    if any(t.sharding is not None for t in tensors):
-      raise DeviceError("custom_kernel runs on one device; gather sharded tensors with .to(device) first")
+    if any(t.sharding is not None for t in tensors): return _per_shard(tensors, fxn, grad_fxn)
     devices = {t.device for t in tensors}
     if len(devices) != 1:
       raise DeviceError(f"custom_kernel inputs must be on one device, got {sorted(map(str, devices))}; move them with "
@@ -81,3 +81,19 @@ class CustomMixin:
     kernel = UOp(Ops.CUSTOM_KERNEL, dtypes.void, tuple(t.uop for t in bufs), CustomKernel(ast, device, grad_fxn))
     # output i is input i's buffer after the kernel: later reads of it are ordered after the kernel's writes
     return tuple(Tensor(UOp(Ops.AFTER, t.dtype, (t.uop, kernel))) for t in bufs)
+
+def _per_shard(tensors: tuple[Tensor, ...], fxn: Callable[..., UOp], grad_fxn: Callable[..., Any] | None) \
+    -> tuple[Tensor, ...]:
+  """Sharded inputs (all over the same devices): the kernel runs once per device over that device's shards, and each
+  output is sharded as its input was."""
+  from ember.multi import Sharding
+  shardings = [t.sharding for t in tensors]
+  devices = {sh.devices if sh is not None else t.device for sh, t in zip(shardings, tensors)}
+  if len(devices) != 1 or any(sh is None for sh in shardings):
+    raise DeviceError(f"custom_kernel over sharded tensors needs every input sharded over the same devices, got "
+                      f"{sorted(map(str, devices))}; shard the others with .shard(devices, axis)")
+  sharded = [sh for sh in shardings if sh is not None]
+  per_device = [Tensor.custom_kernel(*(sh.shards[d] for sh in sharded), fxn=fxn, grad_fxn=grad_fxn)
+                for d in range(len(sharded[0].shards))]
+  return tuple(Tensor.from_sharding(Sharding([outs[i] for outs in per_device], sh.axis))
+               for i, sh in enumerate(sharded))
