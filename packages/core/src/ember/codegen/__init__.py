@@ -13,6 +13,7 @@ from ember.uop.spec import type_verify
 from ember.codegen.linearize import linearize
 from ember.codegen.group import global_ranges, group_reduce, unflatten, _pow2_divisor
 from ember.codegen.tensorcore import apply_tensor_cores
+from ember.codegen.gather import pm_reduce_collapse
 from ember.codegen.opt import Opt, hand_coded_opts, apply_opts_list, opt_threads, fuse_mulacc, pm_recombine_divmod
 
 # ** lowering passes **
@@ -115,7 +116,9 @@ def estimate(uops: list[UOp]) -> Estimates:
 def simplify_kernel(ast: UOp) -> UOp:
   """Fold movement-op index math (a reshape of a permuted view leaves (k//a)*a + k%a chains that recombine to k) and
   drop the gates of padding that is always valid."""
-  sink = graph_rewrite(ast, symbolic + pm_lower_alu + pm_recombine_divmod, name="simplify index math")
+  # a gather's one-hot reduction collapses to a load here, before kernel opts split and unroll its range
+  sink = graph_rewrite(ast, symbolic + pm_lower_alu + pm_recombine_divmod + pm_reduce_collapse,
+                       name="simplify index math")
   return graph_rewrite(sink, pm_gates, name="drop constant gates")
 
 def full_rewrite(ast: UOp, renderer: Renderer,
