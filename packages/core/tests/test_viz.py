@@ -60,6 +60,16 @@ def test_rules_are_named_by_callback_or_comment_and_located_at_their_table_line(
   assert all(s.tries >= s.matches and s.seconds >= 0 for s in stats.values())
   assert rewrite.TRACER is None  # the block put the previous (no) tracer back
 
+def test_passes_outside_kernels_are_listed_only_when_they_rewrote():
+  a = UOp.variable("a", 0, 9, dtypes.float32)
+  with viz.record() as rec:
+    graph_rewrite(a * 2, pm_test, name="no-op pass")  # a MUL the x*1 rule is tried on, and does not match
+    graph_rewrite(_graph()[0], pm_test, name="test pass")
+  assert [r.name for k in rec.kernels for r in k.rewrites] == ["test pass"]
+  stats = {s.name: s for s in rec.rules.values()}
+  # tried once more than it matched: on a*2 (a*b has no constant operand, so the table rejects it without a try)
+  assert stats["x*1 -> x"].tries == stats["x*1 -> x"].matches + 1
+
 def test_steps_replay_to_the_rewrites_result():
   sink, n_mul, n_neg = _graph()
   with viz.record() as rec:

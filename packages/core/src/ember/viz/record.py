@@ -128,7 +128,6 @@ class Recorder:
   # ** the tracer protocol (ember.uop.rewrite.RewriteTracer) **
   def graph_rewrite(self, sink: UOp, pm: PatternMatcher, ctx: Any, bottom_up: bool, name: str | None) -> UOp:
     record = RewriteRecord(name or "unnamed rewrite", sink, sink)
-    if self.graphs: self._group().rewrites.append(record)
     rules = self.rules
     def on_try(pat: UPat, fn: RewriteFn, node: UOp, replacement: UOp | None, seconds: float) -> None:
       if (stats := rules.get((pat, fn))) is None: stats = rules[(pat, fn)] = rule_stats((pat, fn))
@@ -142,6 +141,9 @@ class Recorder:
     start = time.perf_counter()
     record.result = rewrite_walk(sink, traced, ctx, bottom_up, name)
     record.seconds = time.perf_counter() - start
+    # a kernel lists every pass codegen ran; outside kernels (the tensor code's shape simplifications, the
+    # scheduler's) only the passes that rewrote something, or a long program's trace fills with no-ops
+    if self.graphs and (self.current is not None or record.matches): self._group().rewrites.append(record)
     return record.result
 
   def record_graph(self, name: str, sink: UOp) -> None:
