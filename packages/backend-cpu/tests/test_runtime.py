@@ -116,6 +116,20 @@ def test_c_flags_keep_float_semantics_and_never_enable_amx() -> None:
   assert not [f for f in features if f.startswith("+amx")]
   if cpu_compiler._is_x86(): assert "-amx-tile" in features  # LLVM lists every x86 feature, on or off
 
+@pytest.mark.parametrize("version, gcc", [
+  ("gcc (Debian 12.2.0-14+deb12u1) 12.2.0\nCopyright (C) 2022 Free Software Foundation, Inc.", True),
+  ("cc (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0\nCopyright (C) 2021 Free Software Foundation, Inc.", True),
+  ("Debian clang version 14.0.6\nTarget: x86_64-pc-linux-gnu", False),
+  ("Apple clang version 15.0.0 (clang-1500.3.9.4)\nTarget: arm64-apple-darwin23.4.0", False),
+  ("", False),
+])
+def test_gcc_only_flags_go_to_gcc_alone(version: str, gcc: bool) -> None:
+  """-fno-tree-loop-distribution (a quarter of gcc's time on unrolled kernels) is a gcc flag: clang warns on it."""
+  assert cpu_compiler._is_gcc(version) is gcc
+  flags = device("C").compiler.flags
+  assert (set(cpu_compiler.GCC_FLAGS) <= set(flags)) is cpu_compiler._is_gcc(
+    cpu_compiler._compiler_version(device("C").compiler.cc))
+
 def test_c_compile_error_names_the_problem() -> None:
   with pytest.raises(CompileError, match="rejected a kernel") as e:
     device("C").compiler.compile("void k(void) { this is not C; }")
