@@ -89,6 +89,27 @@ def test_functions_compose_inside_functions_and_tinyjit():
     np.testing.assert_allclose(got, (np.exp2(x_np) - 1) * y_np + np.exp2(y_np) - 1, rtol=1e-5, atol=1e-6)
   assert len(inner_traces) == 1  # one signature, traced once inside outer's trace
 
+def test_state_updates_in_the_body_happen_on_every_call_and_modes_are_part_of_the_signature():
+  from ember import Context
+  running = Tensor([0.0, 0.0]).realize()  # a running mean the body updates, like BatchNorm's
+  traces = []
+  @ember.function
+  def norm(x: Tensor) -> Tensor:
+    traces.append(Tensor.is_training())
+    if not Tensor.is_training(): return x - running
+    running.assign(running * 0.5 + x.mean(0) * 0.5)
+    return x - x.mean(0)
+  xs = [rand(4, 2, seed=s) for s in range(3)]
+  expected = np.zeros(2, np.float32)
+  with Context(TRAINING=1):
+    for x in xs:
+      np.testing.assert_allclose(norm(Tensor(x)).numpy(), x - x.mean(0), rtol=1e-5, atol=1e-6)
+      expected = expected * 0.5 + x.mean(0) * 0.5
+      np.testing.assert_allclose(running.numpy(), expected, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(norm(Tensor(xs[0])).numpy(), xs[0] - expected, rtol=1e-5, atol=1e-6)  # eval: own trace
+  np.testing.assert_allclose(running.numpy(), expected, rtol=1e-5, atol=1e-6)
+  assert traces == [True, False]
+
 def test_function_errors():
   with pytest.raises(FunctionError, match="must return a Tensor"): ember.function(lambda x: 1)(Tensor([1]))
   with pytest.raises(FunctionError, match="hashable"): ember.function(lambda x, d: x)(Tensor([1]), {})

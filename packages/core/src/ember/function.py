@@ -15,7 +15,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar, overload
 from ember.device.base import Buffer
-from ember.dtype import strong_dtype
+from ember.dtype import dtypes, strong_dtype
 from ember.errors import EmberError
 from ember.schedule import ScheduleItem, buffer_of
 from ember import schedule as scheduler
@@ -41,7 +41,9 @@ def _signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]
       raise FunctionError(f"ember.function: argument {a!r} is neither a Tensor nor hashable; non-Tensor arguments "
                           "are part of the signature a trace is cached under") from e
     return ("value", type(a), a)
-  return tuple(key(a) for a in args) + tuple((k, key(v)) for k, v in sorted(kwargs.items()))
+  # the modes a body may read: training (Dropout, BatchNorm) and the default dtypes
+  modes = (Tensor.is_training(), dtypes.default_float, dtypes.default_int)
+  return (modes, *(key(a) for a in args), *((k, key(v)) for k, v in sorted(kwargs.items())))
 
 @dataclass
 class _Trace:
@@ -50,6 +52,9 @@ class _Trace:
   outs: list[UOp]
   single: bool                # the body returned one Tensor (not a tuple)
   grad_inside: bool           # the graph reads tensors outside the arguments that require grad (a layer's weights)
+  # state the body updates (a BatchNorm's running statistics, an RNG counter): each such tensor and its new graph, set
+  # again (over the call's arguments) by every call
+  effects: list[tuple[Tensor, UOp]] = field(default_factory=list)
   compiled: list[ScheduleItem] | None = None
   param_bufs: list[Buffer] = field(default_factory=list)
   out_bufs: list[Buffer] = field(default_factory=list)
@@ -65,11 +70,14 @@ class _Trace:
     return out
 
   def lazy(self, tensors: list[Tensor]) -> tuple[Tensor, ...]:
-    sink = UOp(Ops.SINK, src=tuple(self.outs)).substitute(self.mapping(tensors))
-    return tuple(Tensor(u) for u in sink.src)
+    sink = UOp(Ops.SINK, src=(*self.outs, *(u for _, u in self.effects))).substitute(self.mapping(tensors))
+    for (t, _), u in zip(self.effects, sink.src[len(self.outs):]):
+      if not _tracing[0] and not _is_contiguous_buffer(t.uop): t.realize()  # the last call's update lands first
+      t.uop = u
+    return tuple(Tensor(u) for u in sink.src[:len(self.outs)])
 
   def compile(self) -> None:
-    if any(_is_contiguous_buffer(o) or o.base.op is Ops.CONST or o in self.params for o in self.outs):
+    if self.effects or any(_is_contiguous_buffer(o) or o.base.op is Ops.CONST or o in self.params for o in self.outs):
       self.lazy_only = True
       return
     targets = [Tensor(o).cast(strong_dtype(_value_dtype(o))).contiguous().uop if o.dtype.weak else o for o in self.outs]
@@ -103,10 +111,17 @@ class Function:
     self.traces: dict[tuple[Any, ...], _Trace] = {}
     functools.update_wrapper(self, fxn)
 
+  def __get__(self, obj: Any, objtype: Any = None) -> Any:
+    """As a method (`@function def __call__(self, x)`): bound to the instance, which is part of the signature."""
+    return self if obj is None else functools.partial(self.__call__, obj)
+
   def __call__(self, *args: Any, **kwargs: Any) -> Any:
     sig = _signature(args, kwargs)
     tensors = [a for a in (*args, *(kwargs[k] for k in sorted(kwargs))) if isinstance(a, Tensor)]
-    if (trace := self.traces.get(sig)) is None: trace = self.traces[sig] = self._trace(args, kwargs)
+    if (trace := self.traces.get(sig)) is None:
+      trace = self.traces[sig] = self._trace(args, kwargs)
+      # the trace ran over placeholders: this call's outputs (and state updates) are the graph over its arguments
+      return _result(trace.lazy(tensors), trace.single)
     needs_grad = trace.grad_inside or any(t.requires_grad for t in tensors)
     if self.precompile and not needs_grad and not _tracing[0]:
       if trace.compiled is None and not trace.lazy_only: trace.compile()
@@ -120,6 +135,7 @@ class Function:
     targs = tuple(placeholder(a) for a in args)
     tkwargs = {k: placeholder(v) for k, v in kwargs.items()}
     params = [t.uop for t in (*targs, *(tkwargs[k] for k in sorted(tkwargs))) if isinstance(t, Tensor)]
+    before = {id(t): (t, t.uop) for t in list(all_tensors)}  # (holding each tensor: no id is reused meanwhile)
     _tracing[0] += 1
     try: ret = self.fxn(*targs, **tkwargs)
     finally: _tracing[0] -= 1
@@ -134,8 +150,12 @@ class Function:
       raise FunctionError(f"function {getattr(self.fxn, '__qualname__', self.fxn)!r} reads {len(implicit)} tensors "
                           "that are not its arguments; pass them as arguments, or allow_implicit=True")
     grad_inside = any(t.requires_grad and t.uop in graph for t in list(all_tensors))
+    # tensors from outside whose value the body changed (assign): replayed by every call, this one's included
+    effects = [(t, t.uop) for t in list(all_tensors) if t.uop.op is Ops.ASSIGN and id(t) in before
+               and before[id(t)][0] is t and before[id(t)][1] is not t.uop]
+    for t, _ in effects: t.uop = before[id(t)][1]  # undone: the trace's update is over placeholders, not the arguments
     return _Trace([p if p.op is not Ops.CAST else p.src[0] for p in params], [o.uop for o in outs], single,
-                  grad_inside)
+                  grad_inside, effects=effects)
 
 def _result(outs: tuple[Tensor, ...], single: bool) -> Any: return outs[0] if single else outs
 
