@@ -98,14 +98,23 @@ def pow_(x: Tensor, y: Tensor, broadcast: int = 0, axis: int | None = None) -> T
 
 @onnx_op("Mod", since=10)
 def mod(x: Tensor, y: Tensor, fmod: int = 0) -> Tensor:
-  if not fmod and dtypes.is_float(x.dtype):
-    raise UnsupportedOpError("Mod of floats needs fmod=1 (ONNX allows fmod=0 only for integers)")
-  return (x.fmod(y) if fmod else x % y).cast(x.dtype)
+  if fmod: return x.fmod(y).cast(x.dtype)
+  if dtypes.is_float(x.dtype):  # numpy.mod: the sign of the divisor, x itself where y is +-inf and x's sign fits
+    r = x.fmod(y)
+    fix = (r != 0) & ((r < 0) != (y < 0))
+    return fix.where(r + y, r).cast(x.dtype)
+  return (x % y).cast(x.dtype)
 
 @onnx_op("BitShift", since=11)
 def bit_shift(x: Tensor, y: Tensor, direction: str = "LEFT") -> Tensor:
   if direction not in ("LEFT", "RIGHT"): raise UnsupportedOpError(f"BitShift direction {direction!r}")
-  return (x.lshift(y) if direction == "LEFT" else x.rshift(y)).cast(x.dtype)
+  bits = x.dtype.itemsize * 8
+  bad = (y < 0) | (y >= bits)
+  safe = bad.where(0, y).cast(y.dtype)
+  shifted = (x.lshift(safe) if direction == "LEFT" else x.rshift(safe)).cast(x.dtype)
+  # a shift by a negative amount or by the width or more: 0 (an arithmetic right shift of a negative value: -1)
+  overflow = (x < 0).where(-1, 0) if direction == "RIGHT" and not dtypes.is_unsigned(x.dtype) else 0
+  return bad.where(overflow, shifted).cast(x.dtype)
 
 def _variadic(fn: Callable[[Tensor, Tensor], Tensor]) -> Callable[..., Tensor]:
   def variadic(*xs: Tensor, consumed_inputs: Any = None) -> Tensor: return functools.reduce(fn, xs)
@@ -152,6 +161,11 @@ def cast(x: Tensor, to: int | str, saturate: int = 1, round_mode: str = "up") ->
     from onnx import TensorProto
     to = TensorProto.DataType.Value(to.upper())
   return cast_to(x, int(to), saturate)
+
+@onnx_op("BitCast", since=26)
+def bit_cast(x: Tensor, to: int) -> Tensor:
+  from ember.nn.onnx.model import to_dtype
+  return x.bitcast(to_dtype(to, "BitCast target"))
 
 @onnx_op("CastLike", since=15)
 def cast_like(x: Tensor, like: Tensor, saturate: int = 1, round_mode: str = "up") -> Tensor:

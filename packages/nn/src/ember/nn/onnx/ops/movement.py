@@ -28,7 +28,7 @@ def reshape(x: Tensor, shape: Tensor, allowzero: int = 0) -> Tensor: return _res
 
 @onnx_op("Flatten")
 def flatten(x: Tensor, axis: int = 1) -> Tensor:
-  a = norm_axis(axis, x.ndim + 1) if axis < 0 else axis
+  a = axis + x.ndim if axis < 0 else axis
   return x.reshape(math.prod(dims(x)[:a]), math.prod(dims(x)[a:]))
 
 @onnx_op("Transpose")

@@ -225,7 +225,7 @@ def rms_norm(x: Tensor, scale: Tensor, axis: int = -1, epsilon: float = 1e-5, st
 def lp_norm(x: Tensor, axis: int = -1, p: int = 2) -> Tensor:
   a = norm_axis(axis, x.ndim)
   norm = x.abs().sum(a, keepdim=True) if p == 1 else x.square().sum(a, keepdim=True).sqrt()
-  return (x / norm).cast(x.dtype)
+  return (norm == 0).where(0, x / norm).cast(x.dtype)
 
 @onnx_op("MeanVarianceNormalization", since=9)
 def mean_variance_norm(x: Tensor, axes: list[int] | None = None) -> Tensor:
@@ -411,3 +411,30 @@ def upsample_7(x: Tensor, scales: list[float] | None = None, mode: str = "neares
 @onnx_op("Upsample", since=9)
 def upsample_9(x: Tensor, scales: Tensor, mode: str = "nearest") -> Tensor:
   return upsample_7(x, floats(scales), mode)
+
+# ** losses **
+
+def _nll(log_prob: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int | None, reduction: str) -> Tensor:
+  """ONNX's NegativeLogLikelihoodLoss: input (N, C, d...), target (N, d...) class indices."""
+  keep = (target != ignore_index) if ignore_index is not None else Tensor.ones(*target.shape, dtype=dtypes.bool,
+                                                                               device=target.device)
+  idx = keep.where(target, 0).cast(dtypes.int64)
+  picked = log_prob.gather(1, idx.unsqueeze(1)).squeeze(1)
+  w = weight[idx] if weight is not None else Tensor.ones(*idx.shape, dtype=log_prob.dtype, device=log_prob.device)
+  w = keep.where(w, 0).cast(log_prob.dtype)
+  loss = -picked * w
+  if reduction == "none": return loss.cast(log_prob.dtype)
+  if reduction == "sum": return loss.sum().cast(log_prob.dtype)
+  if reduction != "mean": raise UnsupportedOpError(f"loss reduction {reduction!r}")
+  return (loss.sum() / w.sum()).cast(log_prob.dtype)
+
+@onnx_op("NegativeLogLikelihoodLoss", since=12)
+def nll_loss(x: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int | None = None,
+             reduction: str = "mean") -> Tensor:
+  return _nll(x, target, weight, ignore_index, reduction)
+
+@onnx_op("SoftmaxCrossEntropyLoss", since=12)
+def softmax_cross_entropy_loss(scores: Tensor, labels: Tensor, weights: Tensor | None = None,
+                               ignore_index: int | None = None, reduction: str = "mean") -> tuple[Tensor, Tensor]:
+  log_prob = scores.log_softmax(1)
+  return _nll(log_prob, labels, weights, ignore_index, reduction), log_prob

@@ -79,6 +79,17 @@ def cum_sum(x: Tensor, axis: Tensor, exclusive: int = 0, reverse: int = 0) -> Te
       [(0, n) if i == a else None for i in range(x.ndim)])
   return out.flip(a) if reverse else out
 
+@onnx_op("CumProd", since=26)
+def cum_prod(x: Tensor, axis: Tensor, exclusive: int = 0, reverse: int = 0) -> Tensor:
+  a = norm_axis(int(scalar(axis)), x.ndim)
+  if reverse: x = x.flip(a)
+  if exclusive:  # a leading 1, the last element dropped
+    n = dim(x, a)
+    x = x.pad([(1, 0) if i == a else (0, 0) for i in range(x.ndim)], value=1).shrink(
+      [(0, n) if i == a else None for i in range(x.ndim)])
+  out = x.cumprod(a).cast(x.dtype)
+  return out.flip(a) if reverse else out
+
 def _topk(x: Tensor, k: int, axis: int, largest: int, sorted: int) -> tuple[Tensor, Tensor]:  # noqa: A002
   a = norm_axis(axis, x.ndim)
   values, indices = x.topk(k, dim=a, largest=bool(largest), sorted=True)

@@ -10,46 +10,59 @@ from ember.nn.onnx.ops.nn import layer_norm
 
 MS = "com.microsoft"
 
+def _masked_softmax(scores: Tensor, bias: Tensor) -> Tensor:
+  """softmax over the last axis; a row every key of which the mask removes is 0 (not NaN), as ONNX's reference."""
+  dead = bias.max(-1, keepdim=True) == -math.inf
+  safe = dead.where(0.0, scores).cast(scores.dtype)
+  return dead.where(0.0, safe.softmax(-1)).cast(scores.dtype)
+
 @onnx_op("Attention", since=23)
 def attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, past_key: Tensor | None = None,
               past_value: Tensor | None = None, nonpad_kv_seqlen: Tensor | None = None, is_causal: int = 0,
               kv_num_heads: int | None = None, q_num_heads: int | None = None, qk_matmul_output_mode: int = 0,
               scale: float | None = None, softcap: float = 0.0, softmax_precision: int | None = None
               ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-  if nonpad_kv_seqlen is not None: raise UnsupportedOpError("Attention with nonpad_kv_seqlen")
   three_d = q.ndim == 3
   if three_d:  # (B, T, H*D) -> (B, H, T, D)
-    assert q_num_heads is not None and kv_num_heads is not None
-    q = q.reshape(q.shape[0], q.shape[1], q_num_heads, -1).permute(0, 2, 1, 3)
-    k = k.reshape(k.shape[0], k.shape[1], kv_num_heads, -1).permute(0, 2, 1, 3)
-    v = v.reshape(v.shape[0], v.shape[1], kv_num_heads, -1).permute(0, 2, 1, 3)
+    if q_num_heads is None or kv_num_heads is None:
+      raise UnsupportedOpError("3-D Attention inputs need q_num_heads and kv_num_heads")
+    q = q.reshape(dim(q, 0), dim(q, 1), q_num_heads, -1).permute(0, 2, 1, 3)
+    k = k.reshape(dim(k, 0), dim(k, 1), kv_num_heads, -1).permute(0, 2, 1, 3)
+    v = v.reshape(dim(v, 0), dim(v, 1), kv_num_heads, -1).permute(0, 2, 1, 3)
+  past = dim(past_key, 2) if past_key is not None else 0
   if past_key is not None: k = past_key.cat(k, dim=2)
   if past_value is not None: v = past_value.cat(v, dim=2)
   present_k, present_v = k, v
-  hq, hk = dim(q, 1), dim(k, 1)
-  if hq != hk: k, v = k.repeat_interleave(hq // hk, 1), v.repeat_interleave(hq // hk, 1)
-  s = scale if scale is not None else 1.0 / math.sqrt(dim(q, -1))
-  scores = (q @ k.transpose(-1, -2)) * s
-  qk = scores
-  tq, tk = dim(q, -2), dim(k, -2)
-  if is_causal:
-    rows = Tensor.arange(tq, device=q.device).reshape(tq, 1) + (tk - tq)
-    keep = rows >= Tensor.arange(tk, device=q.device).reshape(1, tk)
-    scores = keep.where(scores, -math.inf)
+  batch, tq, tk = dim(q, 0), dim(q, 2), dim(k, 2)
+  dev, dt = q.device, q.dtype
+  bias = Tensor.zeros(tq, tk, dtype=dt, device=dev)
   if attn_mask is not None:
     is_bool = attn_mask.dtype == dtypes.bool
-    if attn_mask.shape[-1] < tk:  # a mask shorter than the keys (past + new) leaves the rest masked out
-      attn_mask = attn_mask.pad([(0, 0)] * (attn_mask.ndim - 1) + [(0, tk - attn_mask.shape[-1])],
+    if dim(attn_mask, -1) < tk:  # a mask shorter than the keys (past + new) masks the rest out
+      attn_mask = attn_mask.pad([(0, 0)] * (attn_mask.ndim - 1) + [(0, tk - dim(attn_mask, -1))],
                                 value=False if is_bool else -math.inf)
-    scores = scores + (attn_mask.where(0.0, -math.inf).cast(scores.dtype) if is_bool else attn_mask)
-  if qk_matmul_output_mode == 1: qk = scores
-  if softcap > 0: scores = (scores / softcap).tanh() * softcap
-  if qk_matmul_output_mode == 2: qk = scores
-  probs = scores.cast(dtypes.float32).softmax(-1).cast(q.dtype) if softmax_precision else scores.softmax(-1)
-  if qk_matmul_output_mode == 3: qk = probs
+    bias = bias + (attn_mask.where(0.0, -math.inf).cast(dt) if is_bool else attn_mask.cast(dt))
+  rows = Tensor.arange(tq, device=dev).reshape(tq, 1)
+  cols = Tensor.arange(tk, device=dev).reshape(1, tk)
+  if nonpad_kv_seqlen is not None:
+    lens = nonpad_kv_seqlen.cast(dtypes.int32).reshape(batch, 1, 1, 1)
+    if is_causal: bias = bias + (cols <= rows + (lens - tq)).where(0.0, -math.inf).cast(dt)
+    bias = bias + (cols < lens).where(0.0, -math.inf).cast(dt)
+  elif is_causal: bias = bias + (cols <= rows + past).where(0.0, -math.inf).cast(dt)
+  hq, hk = dim(q, 1), dim(k, 1)
+  if hq != hk: k, v = k.repeat_interleave(hq // hk, 1), v.repeat_interleave(hq // hk, 1)
+  root = math.sqrt(scale if scale is not None else 1.0 / math.sqrt(dim(q, -1)))
+  qk = (q * root) @ (k.transpose(-1, -2) * root)
+  if softcap > 0: qk = (qk / softcap).tanh() * softcap
+  scores = qk + bias
+  if softmax_precision:
+    from ember.nn.onnx.model import to_dtype
+    scores = scores.cast(to_dtype(softmax_precision, "Attention softmax_precision"))
+  probs = _masked_softmax(scores, bias).cast(dt)
+  qk_out = scores.cast(dt) if qk_matmul_output_mode == 2 else probs if qk_matmul_output_mode == 3 else qk
   out = probs @ v
-  if three_d: out = out.permute(0, 2, 1, 3).reshape(out.shape[0], out.shape[2], -1)
-  return out.cast(q.dtype), present_k, present_v, qk
+  if three_d: out = out.permute(0, 2, 1, 3).reshape(dim(out, 0), dim(out, 2), -1)
+  return out.cast(dt), present_k, present_v, qk_out
 
 @onnx_op("RotaryEmbedding", since=23)
 def rotary_embedding(x: Tensor, cos_cache: Tensor, sin_cache: Tensor, position_ids: Tensor | None = None,
