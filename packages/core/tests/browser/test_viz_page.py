@@ -118,7 +118,13 @@ def test_kernel_rewrites_step_by_step(browser, viz_url, artifacts):
     rule = rules[steps[i]["rule"]]
     assert page.inner_text("#rule-name") == rule["name"] and page.inner_text("#rule-location") == rule["location"]
     assert page.inner_text("#nodes").startswith(f"{steps[i]['nodes']} nodes (was {steps[i - 1]['nodes']})")
-    assert page.locator("#graph .node").count() == steps[i]["nodes"]  # every node of the step's graph is drawn
+    drawn = page.eval_on_selector_all("#graph .node", "ns => ns.map(n => Number(n.dataset.id))")
+    assert len(drawn) == steps[i]["nodes"]  # every node of the step's graph is drawn
+    assert page.eval_on_selector_all("#graph .node.replacement", "ns => ns.map(n => Number(n.dataset.id))") == \
+      ([steps[i]["replacement"]] if steps[i]["replacement"] in drawn else [])
+    following = steps[i + 1]["match"] if i + 1 < len(steps) else None  # what the next rule rewrites, outlined dashed
+    assert page.eval_on_selector_all("#graph .node.matched", "ns => ns.map(n => Number(n.dataset.id))") == \
+      ([following] if following in drawn else [])
     if i == 1: page.screenshot(path=str(artifacts / "viz-graph.png"))
   assert page.locator("#next").is_disabled()
   page.click("#prev")

@@ -221,6 +221,8 @@ function drawGraph(fit) {
   const ids = reachable(detail.nodes, step.sink);
   const prev = state.step > 0 ? reachable(detail.nodes, detail.steps[state.step - 1].sink) : ids;
   const replacement = step.rule === null ? new Set() : reachable(detail.nodes, step.replacement);
+  // the node the next step's rule will rewrite, outlined dashed: the graph "before" that rewrite
+  const nextMatch = state.step + 1 < detail.steps.length ? detail.steps[state.step + 1].match : null;
   const { xy, edges, width, height } = layout(detail.nodes, ids);
   const edgeLayer = el("svg:g"), nodeLayer = el("svg:g");
   for (const path of edges) {
@@ -229,7 +231,8 @@ function drawGraph(fit) {
   }
   for (const id of ids) {
     const node = detail.nodes[id], p = xy.get(id);
-    const cls = "node" + (id === step.replacement ? " replacement" : replacement.has(id) && !prev.has(id) ? " new" : "");
+    const cls = "node" + (id === step.replacement ? " replacement" : replacement.has(id) && !prev.has(id) ? " new" : "") +
+      (id === nextMatch ? " matched" : "");
     const g = el("svg:g", { class: cls, "data-id": id, transform: `translate(${p.x - p.w / 2},${p.y - NODE_H / 2})` });
     g.append(el("svg:rect", { width: p.w, height: NODE_H, fill: colorOf(node.op) }));
     nodeLines(id, node).forEach((t, j) => g.append(el("svg:text", { x: 6, y: 14 + j * 13, class: j === 0 ? "op" : "" }, t)));
