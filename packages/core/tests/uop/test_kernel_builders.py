@@ -98,3 +98,14 @@ def test_hand_written_kernel_runs_where_it_is_rendered():
   for dev in sorted({Device.DEFAULT, "PYTHON"}):
     got = Tensor.custom_kernel(Tensor.empty(3, device=dev), Tensor(a_np, device=dev), fxn=kernel)[0].numpy()
     np.testing.assert_allclose(got, np.sqrt((a_np * a_np).sum(1)), rtol=1e-6)
+
+def test_wmma_builder_checks_the_instruction():
+  from ember.codegen.tensorcore import TENSOR_CORES
+  tc = TENSOR_CORES["mma_m16n8k16_f16_f32"]
+  a = tuple(UOp.const(dtypes.float32, i) for i in range(tc.elements[0]))
+  b = tuple(UOp.const(dtypes.float32, i) for i in range(tc.elements[1]))
+  d = UOp.wmma(tc.name, a, b)
+  assert len(d) == tc.elements[2] and all(x.op is Ops.WMMA and x.dtype is tc.dtype_acc for x in d)
+  assert all(s.dtype is tc.dtype_in for s in d[0].src) and d[1].arg == (tc.name, 1, tc.elements[2])
+  with pytest.raises(ValueError, match="no matrix instruction"): UOp.wmma("mma_nope", a, b)
+  with pytest.raises(ShapeError, match="A and"): UOp.wmma(tc.name, a[:1], b)

@@ -99,3 +99,21 @@ def example_kernels(examples_dir: Path) -> list[tuple[str, Callable[..., UOp], l
 def placeholders(arrays: list[np.ndarray]) -> list[UOp]:
   """GLOBAL placeholders for float32 arrays, by slot."""
   return [UOp.placeholder(arr.shape, dtypes.float32, i) for i, arr in enumerate(arrays)]
+
+def check_wmma(device: str) -> None:
+  """A hand-written kernel of one warp matrix instruction (`UOp.wmma`, the device renderer's first tensor core): every
+  lane loads its A and B elements at the instruction's layout, stores its D elements; D matches numpy."""
+  from ember.codegen.tensorcore import TENSOR_CORES
+  from ember.device import Device
+  tc = TENSOR_CORES[Device[device].renderer.tensor_cores[0]]
+  m, n, k = tc.dims
+  def tile(c: UOp, a: UOp, b: UOp) -> UOp:
+    lane = UOp.range(tc.threads, 0, AxisType.LOCAL)
+    d = UOp.wmma(tc.name, tuple(a[tc.a(lane, e)] for e in range(tc.elements[0])),
+                 tuple(b[tc.b(lane, e)] for e in range(tc.elements[1])))
+    return UOp.group(*(c[tc.c(lane, e)].store(d[e].cast(c.dtype)) for e in range(tc.elements[2]))).end(lane).sink()
+  rng = np.random.default_rng(0)
+  a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+  ta, tb = (Tensor(x, device=device).cast(tc.dtype_in).realize() for x in (a, b))
+  got = Tensor.custom_kernel(Tensor.empty(m, n, device=device), ta, tb, fxn=tile)[0].numpy()
+  np.testing.assert_allclose(got, ta.float().numpy() @ tb.float().numpy(), rtol=1e-5, atol=1e-4)

@@ -418,6 +418,19 @@ class UOp(metaclass=UOpMetaClass):
       raise ValueError(f"special index name must be gidx0..2 or lidx0..2, got {name!r}")
     return UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, end),), name)
   @staticmethod
+  def wmma(name: str, a: tuple[UOp, ...], b: tuple[UOp, ...]) -> tuple[UOp, ...]:
+    """The warp matrix instruction `name` (a renderer's `tensor_cores`, ember.codegen.tensorcore.TENSOR_CORES): this
+    lane's elements of D = A @ B from its elements of A and B, at the positions the instruction's layouts give
+    (`TENSOR_CORES[name].a/b/c(lane, element)`). Every lane of the warp must run it."""
+    from ember.codegen.tensorcore import TENSOR_CORES
+    if (tc := TENSOR_CORES.get(name)) is None:
+      raise ValueError(f"no matrix instruction {name!r}; the instructions are {sorted(TENSOR_CORES)}")
+    if (len(a), len(b)) != tc.elements[:2]:
+      raise ShapeError(f"{name} takes {tc.elements[0]} A and {tc.elements[1]} B elements per lane, got {len(a)} and "
+                       f"{len(b)}")
+    srcs = tuple(_value(x).cast(tc.dtype_in) for x in (*a, *b))
+    return tuple(UOp(Ops.WMMA, tc.dtype_acc, srcs, (name, i, tc.elements[2])) for i in range(tc.elements[2]))
+  @staticmethod
   def placeholder(shape: tuple[int, ...] | int, dtype: AnyDType, slot: int,
                   addrspace: AddrSpace = AddrSpace.GLOBAL) -> UOp:
     """A buffer of a hand-written kernel, of `shape`: GLOBAL is kernel argument `slot`, LOCAL memory shared by the
