@@ -86,6 +86,19 @@ def test_loop_invariant_loads_are_hoisted_out_of_the_reduce():
   invariant = [ld for ld in loads if red not in ld.toposort()]
   assert len(invariant) == 1 and pos[invariant[0]] < pos[red]
 
+def test_row_statistics_run_before_the_loop_over_the_row():
+  """softmax in one kernel: the row's max and sum of exp (and the reciprocal of the sum) are computed once per row,
+  before the loop that writes the row opens, not once per element."""
+  x = np.random.default_rng(0).standard_normal((4, 24)).astype(np.float32)
+  uops = lin(Tensor(x).softmax(-1))
+  check_well_formed(uops)
+  pos = {u: i for i, u in enumerate(uops)}
+  outer, inner = sorted((u for u in uops if u.op is Ops.RANGE and u.arg[1] is AxisType.GLOBAL), key=lambda r: r.arg[0])
+  accs = [u for u in uops if u.op is Ops.DEFINE_ACC]
+  assert len(accs) >= 2 and all(pos[outer] < pos[a] < pos[inner] for a in accs)
+  recip = [u for u in uops if u.op is Ops.RECIPROCAL]
+  assert recip and all(pos[r] < pos[inner] for r in recip)
+
 def test_matmul_and_padded_programs_are_well_formed():
   a, b = Tensor(np.ones((3, 4), np.float32)), Tensor(np.ones((4, 5), np.float32))
   check_well_formed(lin((a @ b) * 2 + 1))  # a matmul with a fused epilogue

@@ -65,12 +65,48 @@ def test_contiguous_forces_a_buffer():
   np.testing.assert_allclose(out.numpy(), x * 2 + 1)
 
 def test_reduce_used_twice_is_materialised_once():
+  """A column statistic read twice gets a buffer (one kernel would recompute it for every row)."""
   x = rand(4, 5)
-  s = Tensor(x).sum(1, keepdim=True)
+  s = Tensor(x).sum(0, keepdim=True)
   out = (Tensor(x) - s) * s
   ks = kernels(out)
   assert len(ks) == 2
-  np.testing.assert_allclose(out.numpy(), (x - x.sum(1, keepdims=True)) * x.sum(1, keepdims=True), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(out.numpy(), (x - x.sum(0, keepdims=True)) * x.sum(0, keepdims=True), rtol=1e-5, atol=1e-5)
+
+def _np_softmax(x: np.ndarray) -> np.ndarray:
+  e = np.exp(x - x.max(-1, keepdims=True))
+  return e / e.sum(-1, keepdims=True)
+
+@pytest.mark.parametrize("name, fn, ref", [
+  ("row sum read twice", lambda t: (t - t.sum(-1, keepdim=True)) * t.sum(-1, keepdim=True),
+   lambda x: (x - x.sum(-1, keepdims=True)) * x.sum(-1, keepdims=True)),
+  ("softmax", lambda t: t.softmax(-1), _np_softmax),
+  ("log_softmax", lambda t: t.log_softmax(-1), lambda x: np.log(_np_softmax(x))),
+  ("layernorm", lambda t: t.layernorm(-1),
+   lambda x: (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)),
+  ("softmax over the last two dims", lambda t: (t - t.max((-2, -1), keepdim=True)).exp(),
+   lambda x: np.exp(x - x.max((-2, -1), keepdims=True))),
+])
+def test_row_statistics_fuse_into_the_kernel_writing_their_rows(name, fn, ref):
+  """Row statistics broadcast back over the rows they reduced (softmax's max and sum, layernorm's mean and variance)
+  fuse into one kernel on a device whose kernels loop over their outputs: each row is read from memory once."""
+  x = rand(3, 6, 40)
+  out = fn(Tensor(x))
+  assert len(kernels(out)) == 1, name
+  np.testing.assert_allclose(out.numpy(), ref(x), rtol=1e-5, atol=1e-5)
+
+@pytest.mark.parametrize("name, fn", [
+  ("a statistic over a leading dim", lambda t: t - t.max(0, keepdim=True)),
+  ("a row longer than ROW_FUSION_MAX", lambda t: t.reshape(1, -1).pad(((0, 0), (0, 70000))).softmax(-1)),
+  ("a row statistic read at another shape too", lambda t: (t - t.sum(-1, keepdim=True), t.sum(-1))),
+  ("a broadcast that is not over the reduced dims", lambda t: t.sum(-1, keepdim=True).expand(3, 6, 40).permute(0, 2, 1)
+   + t.permute(0, 2, 1)),
+])
+def test_other_statistics_keep_their_buffer(name, fn):
+  x = rand(3, 6, 40)
+  outs = fn(Tensor(x))
+  outs = outs if isinstance(outs, tuple) else (outs,)
+  assert len(kernels(*outs)) >= 2, name
 
 def test_realized_inputs_and_constants_need_no_kernel():
   t = Tensor(rand(3))

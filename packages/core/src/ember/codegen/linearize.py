@@ -113,7 +113,14 @@ def linearize(sink: UOp) -> list[UOp]:
   globals_ = sorted((n for n in topo if n.op is Ops.RANGE and n.arg[1] in outer_types),
                     key=lambda r: r.arg[0])
   opened: list[UOp] = []
+  from_reduce: set[UOp] = set()
+  for n in topo:
+    if n.op is Ops.REDUCE or (n.op is not Ops.STORE and any(s in from_reduce for s in n.src)): from_reduce.add(n)
   for r in globals_:
+    # values of reductions that move with neither this loop nor an inner one are computed before it opens: a row's
+    # statistics once per row in a kernel that writes the rows it reduced (softmax), not once per element
+    for n in topo:
+      if n in from_reduce and n not in done and deps[n] <= open_ranges: emit(n)
     emit(r.src[0])
     lin_r = r if done[r.src[0]] is r.src[0] else r.replace(src=(done[r.src[0]],))
     done[r] = lin_r

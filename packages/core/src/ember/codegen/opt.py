@@ -36,8 +36,9 @@ OPT_KINDS = ("UPCAST", "UPCAST_OUTER", "SPLIT", "THREADS")
 class Opt:
   """One optimisation. UPCAST/UPCAST_OUTER: `axis` is the axis number of a constant output range at the time the opt
   applies (UPCAST_OUTER makes the shortened range axis 0 and numbers every other range one up); SPLIT: every
-  float ADD/MAX reduction is split into `amt` partial sums over its innermost range (`axis` unused, 0); THREADS: the
-  outermost output loop runs on `amt` CPU threads."""
+  float ADD/MAX reduction is split into `amt` partial sums over its innermost range (`axis` 0; `axis` 1 splits the
+  ADD ones only, leaving MAX to a compiler that vectorises it as written); THREADS: the outermost output loop runs
+  on `amt` CPU threads."""
   op: str
   axis: int
   amt: int
@@ -102,13 +103,14 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
     if rng is None: raise KernelOptError(f"{opt}: the kernel has no constant output range with axis {opt.axis}")
     return upcast(ast, rng, opt.amt, outermost=opt.op == "UPCAST_OUTER")
   if opt.op == "SPLIT":
-    reds = [n for n in ast.toposort() if n.op is Ops.REDUCE and _splittable(n)]
+    ops = (Ops.ADD,) if opt.axis == 1 else (Ops.ADD, Ops.MAX)
+    reds = [n for n in ast.toposort() if n.op is Ops.REDUCE and _splittable(n) and n.arg in ops]
     if not reds: raise KernelOptError(f"{opt}: no float ADD/MAX reduction over constant ranges to split")
     for red in reds:
       if (end := _const_end(red.src[-1])) % opt.amt:
         raise KernelOptError(f"{opt}: a reduction whose innermost range is {end} does not divide")
     targets = {_split_key(r) for r in reds}  # the partial reductions' ranges differ (shorter or gone): not targets
-    while (todo := next((n for n in ast.toposort() if n.op is Ops.REDUCE and _splittable(n)
+    while (todo := next((n for n in ast.toposort() if n.op is Ops.REDUCE and _splittable(n) and n.arg in ops
                          and _split_key(n) in targets), None)) is not None:
       ast = split_reduce(ast, todo, opt.amt)
     return ast
@@ -280,10 +282,12 @@ def hand_coded_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
   native: frozenset[Ops] = getattr(renderer, "vector_reduce_ops", frozenset())  # duck-typed renderers may lack it
   if all(n.arg in native for n in ast.toposort() if n.op is Ops.REDUCE): return []
   reds = [n for n in ast.toposort() if n.op is Ops.REDUCE and _splittable(n)]
-  # the innermost range gives the lanes; the whole reduction must be long enough to pay for combining them
-  if reds and all(_const_end(r.src[-1]) % width == 0 and prod(_const_end(x) for x in r.src[1:]) >= 4 * width
-                  for r in reds):
-    return [Opt("SPLIT", 0, width)]
+  # the innermost range gives the lanes; the whole reduction must be long enough to pay for combining them. Native
+  # reductions next to others (softmax's max beside its sum of exp) stay whole: 16 int-max lanes ran 2x slower
+  split = [r for r in reds if r.arg not in native]
+  if split and all(_const_end(r.src[-1]) % width == 0 and prod(_const_end(x) for x in r.src[1:]) >= 4 * width
+                   for r in split):
+    return [Opt("SPLIT", 1 if len(split) < len(reds) else 0, width)]
   # a reduction of at most `width` elements per output (summing partial-sum lanes) does too little per output for a
   # second thread to pay for its launch (~25 us on the 2-core development machine, the time of 10^5-10^6 adds)
   every = [n for n in ast.toposort() if n.op is Ops.REDUCE]

@@ -132,6 +132,7 @@ def find_realize(targets: list[UOp]) -> tuple[list[UOp], dict[UOp, list[UOp]]]:
     for s in n.src:
       if n not in consumers[s]: consumers[s].append(n)
   realize: set[UOp] = {t for t in targets if not _is_buffer_like(t) and Ops.CONST not in (t.op, t.base.op)}
+  deferred: list[UOp] = []  # broadcasts of row statistics (softmax's max and sum), which may fuse with their rows
   for n in topo:
     if n.op in (Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN): realize.add(n)
     if n.op is Ops.CUSTOM_KERNEL:  # a hand-written kernel runs over whole buffers (views are computed into one first)
@@ -148,9 +149,17 @@ def find_realize(targets: list[UOp]) -> tuple[list[UOp], dict[UOp, list[UOp]]]:
       if (reads or target.base in value.src) and value.op not in (Ops.CONTIGUOUS,): realize.add(value)
     grows = n.op is Ops.EXPAND and _ubound(prod(n.arg)) >= 2 * _ubound(prod(n.src[0].shape))
     if grows and _expensive_to_recompute(n.src[0], realize):
-      realize.add(n.src[0].base)
+      if _row_broadcast_reduces(n): deferred.append(n)  # decided with the reductions it broadcasts
+      else: realize.add(n.src[0].base)
+  fused = {n for n in topo if n.op is Ops.REDUCE_AXIS and n not in realize
+           and _row_fusion_end(n, consumers, realize) is not None}
+  for n in deferred:
+    # a broadcast row statistic whose reductions do not fuse with their rows is worth a buffer (a reciprocal per
+    # element), decided before the reductions are: one may then fuse into it
+    if not _row_broadcast_reduces(n) <= fused: realize.add(n.src[0].base)
   for n in topo:
-    if n.op is Ops.REDUCE_AXIS and n not in realize and _reduce_must_realize(n, consumers, realize): realize.add(n)
+    if n.op is Ops.REDUCE_AXIS and n not in realize and n not in fused and _reduce_must_realize(n, consumers, realize):
+      realize.add(n)
   order = [n for n in topo if n in realize and n.op is not Ops.BUFFER]
   return order, consumers
 
@@ -166,6 +175,59 @@ def _selects(c: UOp, node: UOp, realize: set[UOp]) -> bool:
   """Whether consumer `c` of `node` selects or compares, itself or in its other operands up to realized buffers."""
   if c.op in _SELECTS: return True
   return any(n.op in _SELECTS for s in c.src if s is not node for n in s.toposort(gate=lambda n: n not in realize))
+
+ROW_FUSION_MAX = 1 << 16  # elements per row up to which a row statistic fuses into the kernel that writes the row
+_PASS = GroupOp.ALU | {Ops.CAST, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD}  # elementwise: the same index in and out
+
+def _row_reduce(r: UOp) -> bool:
+  """A reduction of whole rows: constant sizes, at most ROW_FUSION_MAX elements each, over trailing dims (every kept
+  dim before every reduced one, so the kept dims are the outer loops of a kernel over the input's shape)."""
+  shape = r.src[0].shape
+  if not all(isinstance(s, int) for s in shape): return False
+  reduced = [i for i in r.arg[1] if shape[i] != 1]
+  kept = [i for i, s in enumerate(shape) if s != 1 and i not in reduced]
+  return bool(reduced) and prod(shape[i] for i in reduced) <= ROW_FUSION_MAX and (not kept or max(kept) < min(reduced))
+
+def _row_broadcast_reduces(e: UOp) -> set[UOp]:
+  """The reductions an EXPAND broadcasts back over the rows they reduced (softmax's `e * e.sum(-1).reciprocal()`),
+  each seen through elementwise ops and reshapes; empty when it broadcasts anything else."""
+  src = e.src[0]
+  reds = {n for n in src.toposort(gate=lambda n: n.op not in (Ops.REDUCE_AXIS, Ops.BUFFER)) if n.op is Ops.REDUCE_AXIS}
+  ok = all(src.shape == r.shape and e.arg == r.src[0].shape and _row_reduce(r) for r in reds)
+  return reds if ok else set()
+
+def _outputs_loop(device: str | tuple[str, ...] | None) -> bool:
+  """Whether the device's kernels run their outputs as nested loops (CPU-like renderers), where codegen computes a
+  row statistic once per row, before the loop over the row opens; GPU renderers run one thread per output."""
+  if not isinstance(device, str): return False
+  from ember.device import Device
+  return not Device[device].renderer.has_local
+
+def _row_fusion_end(r: UOp, consumers: dict[UOp, list[UOp]], realize: set[UOp]) -> UOp | None:
+  """The realized node whose kernel computes row reduction `r` itself, or None. A row statistic (softmax's max and
+  sum of exp, layernorm's mean and variance) fuses into the kernel that writes the rows it reduced when everything
+  reading it, other such statistics of the same rows included, is elementwise up to that one node: the kernel then
+  reads each row from memory once and writes it once (softmax was three kernels, a max, a sum and the scaling)."""
+  full = r.src[0].shape
+  if not _row_reduce(r) or not _outputs_loop(r.device): return None
+  end: UOp | None = None
+  todo, seen = [r], {r}
+  while todo:
+    n = todo.pop()
+    for c in consumers[n]:
+      if c in seen: continue
+      if c in realize:
+        if c.shape != full or c.op not in _PASS | {Ops.CONTIGUOUS} or end not in (None, c): return None
+        end = c
+        continue
+      seen.add(c)
+      if c.op is Ops.EXPAND: ok = c.src[0].shape == r.shape and c.arg == full and bool(_row_broadcast_reduces(c))
+      elif c.op is Ops.REDUCE_AXIS: ok = c.src[0].shape == full and c.arg[1] == r.arg[1] and _row_reduce(c)
+      elif c.op is Ops.RESHAPE: ok = n.shape != full and prod(c.shape) == prod(r.shape)
+      else: ok = c.op in _PASS and c.shape in (full, r.shape)
+      if not ok: return None
+      todo.append(c)
+  return end
 
 def _reduce_must_realize(r: UOp, consumers: dict[UOp, list[UOp]], realize: set[UOp]) -> bool:
   """A reduction fuses into its single chain of elementwise consumers. It gets a buffer when read twice (x * sigmoid(x),
