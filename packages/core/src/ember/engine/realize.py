@@ -67,25 +67,29 @@ def compile_ahead(items: list[ScheduleItem]) -> None:
   """The runners of every kernel of `items` not compiled before, on devices whose compiler may run on several threads
   at once (`Compiler.parallel_compile`): their code is generated here, then the sources compile on one thread per
   core, the compiler processes side by side instead of one after another (a transformer block's 23 kernels on 2
-  cores). get_runner then finds them all."""
+  cores). Each compile starts as soon as its kernel's code is generated, so the compiler processes also run beside
+  the codegen of the kernels after it. get_runner then finds them all."""
   from concurrent.futures import ThreadPoolExecutor
   from ember.device import Device
-  specs: dict[Key, tuple[str, Any, ProgramSpec]] = {}
+  todo: dict[Key, tuple[str, Any, UOp]] = {}
   for it in items:
     if it.kind is CallKind.COPY or (ast := it.program) is None: continue
     dev = Device[it.device]
     if dev.compiler is None or not dev.compiler.parallel_compile: continue
-    if (k := _key(it.device, dev.renderer, ast)) not in _runner_cache and k not in specs:
-      specs[k] = (it.device, dev, _codegen(it.device, dev, ast))
+    if (k := _key(it.device, dev.renderer, ast)) not in _runner_cache and k not in todo: todo[k] = (it.device, dev, ast)
+  if len(todo) < 2:
+    for k, (device, dev, ast) in todo.items(): _runner_cache[k] = _build(device, dev, _codegen(device, dev, ast))
+    return
+  specs: dict[Key, ProgramSpec] = {}
   futures: dict[Key, Any] = {}
-  if len(specs) > 1:
-    with ThreadPoolExecutor(max_workers=min(len(specs), os.cpu_count() or 1), thread_name_prefix="compile") as pool:
+  with ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1), thread_name_prefix="compile") as pool:
+    for k, (device, dev, ast) in todo.items():
+      spec = specs[k] = _codegen(device, dev, ast)
       if profiler.enabled:  # each compile an event on its worker thread's track
-        futures = {k: pool.submit(profiler.timed, "compile", spec.name, device, "compile", dev.compiler.compile_cached,
-                                  spec.src) for k, (device, dev, spec) in specs.items()}
-      else: futures = {k: pool.submit(dev.compiler.compile_cached, spec.src) for k, (_, dev, spec) in specs.items()}
-  for k, (device, dev, spec) in specs.items():
-    _runner_cache[k] = _build(device, dev, spec, futures[k].result if k in futures else None)
+        futures[k] = pool.submit(profiler.timed, "compile", spec.name, device, "compile", dev.compiler.compile_cached,
+                                 spec.src)
+      else: futures[k] = pool.submit(dev.compiler.compile_cached, spec.src)
+  for k, (device, dev, _) in todo.items(): _runner_cache[k] = _build(device, dev, specs[k], futures[k].result)
 
 # TinyJit listens here: each executed call is reported as (runner or None for copies, buffers, var_vals)
 capture_hooks: list[Callable[[CompiledRunner | None, list[Buffer], dict[str, int]], None]] = []
