@@ -67,9 +67,9 @@ def load(path: str) -> dict[str, Any]:
   try:
     with open(path) as f: data = json.load(f)
   except json.JSONDecodeError as e:
-    raise VizError(f"{path} is not a VIZ trace: not JSON ({e}); save one with VIZ={path} python program.py") from e
+    raise VizError(f"{path} is not a VIZ trace: not JSON ({e}); save one with VIZ=trace.json python program.py") from e
   if not isinstance(data, dict) or data.get("format") != FORMAT:
-    raise VizError(f"{path} is not a VIZ trace (no \"format\": \"{FORMAT}\" field); save one with VIZ={path} "
+    raise VizError(f"{path} is not a VIZ trace (no \"format\": \"{FORMAT}\" field); save one with VIZ=trace.json "
                    "python program.py")
   return data
 
