@@ -20,8 +20,8 @@ def _masked_softmax(scores: Tensor, bias: Tensor) -> Tensor:
 def attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, past_key: Tensor | None = None,
               past_value: Tensor | None = None, nonpad_kv_seqlen: Tensor | None = None, is_causal: int = 0,
               kv_num_heads: int | None = None, q_num_heads: int | None = None, qk_matmul_output_mode: int = 0,
-              scale: float | None = None, softcap: float = 0.0, softmax_precision: int | None = None
-              ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+              scale: float | None = None, softcap: float = 0.0, softmax_precision: int | None = None,
+              left_window_size: int = -1, right_window_size: int = -1) -> tuple[Tensor, Tensor, Tensor, Tensor]:
   three_d = q.ndim == 3
   if three_d:  # (B, T, H*D) -> (B, H, T, D)
     if q_num_heads is None or kv_num_heads is None:
@@ -44,11 +44,13 @@ def attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, 
     bias = bias + (attn_mask.where(0.0, -math.inf).cast(dt) if is_bool else attn_mask.cast(dt))
   rows = Tensor.arange(tq, device=dev).reshape(tq, 1)
   cols = Tensor.arange(tk, device=dev).reshape(1, tk)
-  if nonpad_kv_seqlen is not None:
-    lens = nonpad_kv_seqlen.cast(dtypes.int32).reshape(batch, 1, 1, 1)
-    if is_causal: bias = bias + (cols <= rows + (lens - tq)).where(0.0, -math.inf).cast(dt)
-    bias = bias + (cols < lens).where(0.0, -math.inf).cast(dt)
-  elif is_causal: bias = bias + (cols <= rows + past).where(0.0, -math.inf).cast(dt)
+  lens = nonpad_kv_seqlen.cast(dtypes.int32).reshape(batch, 1, 1, 1) if nonpad_kv_seqlen is not None else None
+  # key j is in the causal frontier of query i when j <= i + offset: the cache length, or per batch nonpad - tq
+  diff = rows + (lens - tq if lens is not None else past) - cols
+  if is_causal: bias = bias + (diff >= 0).where(0.0, -math.inf).cast(dt)
+  if left_window_size >= 0: bias = bias + (diff <= left_window_size).where(0.0, -math.inf).cast(dt)
+  if right_window_size >= 0: bias = bias + (-diff <= right_window_size).where(0.0, -math.inf).cast(dt)
+  if lens is not None: bias = bias + (cols < lens).where(0.0, -math.inf).cast(dt)
   hq, hk = dim(q, 1), dim(k, 1)
   if hq != hk: k, v = k.repeat_interleave(hq // hk, 1), v.repeat_interleave(hq // hk, 1)
   root = math.sqrt(scale if scale is not None else 1.0 / math.sqrt(dim(q, -1)))
