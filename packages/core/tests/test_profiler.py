@@ -160,11 +160,19 @@ def test_new_kernel_records_codegen_compile_alloc_and_copies():
   assert threads[(kernel["pid"], kernel["tid"])] == "compute"
 
 def test_nothing_is_recorded_when_no_profile_is_open():
-  before = len(profiler._log)
   with ember.profile() as p: (Tensor(np.ones(8, np.float32)) + 1).realize()
   assert not profiler.enabled and p.events
+  recorded = len(profiler._log)
   (Tensor(np.ones(9, np.float32)) * 2).numpy()
-  assert len(profiler._log) == before + len(p.events)
+  assert len(profiler._log) == recorded == len(p.events)
+
+def test_a_closed_profile_keeps_its_events_and_the_next_one_starts_afresh():
+  with ember.profile() as first: (Tensor(np.ones(10, np.float32)) + 1).realize()
+  kept = list(first.events)
+  with ember.profile() as second: (Tensor(np.ones(11, np.float32)) + 1).realize()
+  assert first.events == kept and second.events and not set(map(id, kept)) & set(map(id, second.events))
+  assert profiler._log is not first._log  # the module keeps only the latest profiles' events
+  assert len(profiler.trace_events()) == len(second.trace_events())
 
 def test_nested_profiles_each_hold_their_own_span():
   with ember.profile() as outer:

@@ -51,7 +51,9 @@ class Event:
   dur_us: float
   args: dict[str, Any] = field(default_factory=dict)
 
-_log: list[Event] = []  # everything recorded in this process, in order of completion
+# what the profiles open now record, in order of completion; a new list when a profile opens with none open, so the
+# events of closed profiles are kept by those profiles only (a program profiling each step does not grow forever)
+_log: list[Event] = []
 _recording: list[Profile] = []  # the profiles open now (nested `with` blocks, PROFILE's whole-program one)
 _clock_offset_ns: dict[str, int] = {}  # per device: host perf_counter_ns minus the device timer, for device timestamps
 
@@ -121,11 +123,14 @@ class Profile:
       raise ProfileError(f"the folder of the profile path {self.path!r} does not exist; create it or pass another path")
     self._start: int | None = None
     self._end: int | None = None
+    self._log: list[Event] = []
   def __enter__(self) -> Profile:
-    global enabled
+    global enabled, _log
     if self._start is not None: raise ProfileError("this profile was already started; make a new ember.profile()")
-    if not _recording: _clock_offset_ns.clear()  # device clocks drift from the host's: measure again per profile
-    self._start = len(_log)
+    if not _recording:
+      _log = []
+      _clock_offset_ns.clear()  # device clocks drift from the host's: measure again per profile
+    self._log, self._start = _log, len(_log)
     _recording.append(self)
     enabled = True
     return self
@@ -133,12 +138,12 @@ class Profile:
     global enabled
     _recording.remove(self)
     enabled = bool(_recording)
-    self._end = len(_log)
+    self._end = len(self._log)
     if self.path is not None: self.save(self.path)
   @property
   def events(self) -> list[Event]:
     """The events recorded since the profile started (up to now while it is open)."""
-    return [] if self._start is None else _log[self._start:self._end]
+    return [] if self._start is None else self._log[self._start:self._end]
   def trace_events(self) -> list[dict[str, Any]]: return to_trace_events(self.events)
   def save(self, path: str | os.PathLike[str]) -> str:
     """Write the Chrome trace JSON to `path`; returns the path."""
@@ -160,7 +165,8 @@ def profile(path: str | os.PathLike[str] | None = None) -> Profile:
   return Profile(path)
 
 def trace_events() -> list[dict[str, Any]]:
-  """Everything recorded in this process so far (by any profile), as Chrome trace-event dicts."""
+  """What the profiles open now have recorded (all of the outermost one's events), or when none is open, what the
+  last outermost profile recorded, as Chrome trace-event dicts."""
   return to_trace_events(list(_log))
 
 # ** the trace-event format **
