@@ -17,7 +17,7 @@ from typing import Iterator
 import numpy as np
 import pytest
 import ember.viz as viz
-from ember import Tensor, Device
+from ember import Context, Device, Tensor
 from ember.codegen import get_program
 from ember.dtype import dtypes
 from ember.errors import VizError
@@ -25,7 +25,7 @@ from ember.uop import rewrite
 from ember.uop.ops import Ops, UOp
 from ember.uop.rewrite import PatternMatcher, UPat, graph_rewrite
 from ember.viz.record import Recorder, format_rule_table
-from ember.viz.server import LiveTrace, SavedTrace, make_server
+from ember.viz.server import LiveTrace, SavedTrace, make_server, pick_port
 
 DEVICE = "PYTHON"
 
@@ -189,6 +189,14 @@ def test_server_answers_its_json_api(recorded, saved):
     server.server_close()
 
 # a transpose: its index math gives the symbolic rules something to fold
+def test_a_port_in_use_says_how_to_choose_another(recorded):
+  source = SavedTrace(viz.trace(recorded[0]))
+  taken = make_server(source, 0)
+  try:
+    with pytest.raises(OSError, match="VIZ_PORT=<port>"): make_server(source, taken.server_address[1])
+  finally: taken.server_close()
+  with Context(VIZ_PORT=0): assert pick_port() == 0 and pick_port(1234) == 1234
+
 PROGRAM = ("from ember import Tensor\n"
            "print((Tensor.arange(12, device='PYTHON').reshape(3, 4).T.contiguous() * 2).sum().item())")
 
