@@ -204,7 +204,7 @@ def test_quantized_prefill_matmul_dequantises_first(kind):
     scale = (np.abs(x) @ np.abs(dense).T).max()  # float32 rounding grows with the sum of |terms|
     np.testing.assert_allclose(w.matmul(Tensor(x)).numpy(), x @ dense.T, rtol=1e-4, atol=1e-6 * scale)
 
-def test_quantized_model_matches_dense(tiny_llama, tmp_path, gguf_writer, reference_logits):
+def test_quantized_model_matches_dense(tiny_llama, tmp_path, gguf_writer, reference_logits, monkeypatch):
   # the tiny model with its matrices in Q4_1 (the LM head Q8_0, like SmolLM2) against the numpy oracle on the
   # dequantised matrices
   path, hf, cfg = tiny_llama
@@ -223,7 +223,13 @@ def test_quantized_model_matches_dense(tiny_llama, tmp_path, gguf_writer, refere
     heads = cfg["n_heads"] if "attn_q" in name else cfg["n_kv_heads"] if "attn_k" in name else 0
     deq[name] = _from_gguf_rope_layout(stored, heads) if heads else stored
   qpath = gguf_writer(tmp_path / "q.gguf", dict(f.metadata), tensors)
+  # the kept matrices are read from the file, not through the GGUF's memory map (whose touched pages would stay in
+  # the process's RSS beside the device's copy)
+  monkeypatch.setattr(GGUFFile, "raw", lambda self, name: pytest.fail(f"{name} read through the memory map"))
   model = Llama.from_gguf(qpath, max_context=16)  # quantised is the default
+  table = model._embed_table
+  while table is not None and not isinstance(table, np.memmap): table = table.base
+  assert table is None, "the embedding table is a view of the memory map"
   assert isinstance(model.layers[0].qkv, QuantWeight) and isinstance(model.lm_head, QuantWeight)
   assert model.weight_bytes < Llama.from_gguf(qpath, max_context=16, quantized=False).weight_bytes / 3
   np.testing.assert_allclose(model.forward(IDS), reference_logits(deq, cfg, IDS)[-1], rtol=1e-3, atol=1e-3)

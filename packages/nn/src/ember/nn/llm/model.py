@@ -126,11 +126,23 @@ class DenseWeight:
 
 Weight = QuantWeight | HalfWeight | DenseWeight
 
+@dataclass(frozen=True)
+class _FileBytes:
+  """`nbytes` bytes at `offset` of a file, read into the process's own memory each time they are asked for
+  (`np.asarray`): a page of a memory map, once touched, stays in the process's RSS while the map lives, so reading
+  every weight through the GGUF's map kept the whole file resident next to the device's copy (SmolLM2's RSS after
+  loading: 287 -> 223 MB)."""
+  path: str
+  offset: int
+  nbytes: int
+  def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+    return np.fromfile(self.path, np.uint8, count=self.nbytes, offset=self.offset)
+
 @dataclass
 class _Source:
   """Where a weight matrix comes from: a GGUF tensor (raw bytes + type) or a float32 array."""
   shape: tuple[int, int]
-  raw: np.ndarray | None = None
+  raw: np.ndarray | _FileBytes | None = None
   ggml_type: GGMLType | None = None
   array: np.ndarray | None = None
   def dense(self) -> np.ndarray:
@@ -392,7 +404,8 @@ class Llama:
     sources: dict[str, _Source | np.ndarray] = {}
     for done, (name, info) in enumerate(f.tensors.items(), 1):
       if len(info.shape) == 2 and (info.ggml_type in KEPT or info.ggml_type in HALF):
-        sources[name] = _Source((info.shape[0], info.shape[1]), raw=f.raw(name), ggml_type=info.ggml_type)
+        sources[name] = _Source((info.shape[0], info.shape[1]), raw=_FileBytes(f.path, info.offset, info.nbytes),
+                                ggml_type=info.ggml_type)
       else: sources[name] = f.tensor(name)
       if progress is not None: progress("reading tensors", done, len(f.tensors))
     return cls(cfg, sources, max_context=max_context, device=device, quantized=quantized, progress=progress)
