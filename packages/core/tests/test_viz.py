@@ -94,6 +94,29 @@ def test_steps_replay_to_the_rewrites_result():
   for s in steps[1:]:  # each step names the node it matched (in the graph before it) and its replacement
     assert nodes[s["match"]]["op"] in ("MUL", "NEG") and s["replacement"] in reachable(s["sink"])
 
+def _inner_mul(x: UOp) -> UOp | None:
+  """A rule that runs a rewrite of its own (as codegen's rules do through UOp.simplify): nested graph_rewrites."""
+  inner = graph_rewrite(x.src[0], pm_test, name="inner pass")
+  return None if inner is x.src[0] else x.replace(src=(inner,))
+
+pm_outer = PatternMatcher([(UPat(Ops.CAST, name="x"), _inner_mul)])
+
+@pytest.mark.parametrize("bottom_up", [False, True])
+def test_bottom_up_and_nested_rewrites_record_the_same_result(bottom_up):
+  sink, _, _ = _graph()
+  graph = UOp.sink(*(s.cast(dtypes.float64) for s in sink.src))
+  expected = graph_rewrite(graph_rewrite(graph, pm_outer, bottom_up=bottom_up), pm_test, bottom_up=bottom_up)
+  with viz.record() as rec:
+    got = graph_rewrite(graph_rewrite(graph, pm_outer, bottom_up=bottom_up, name="outer"), pm_test,
+                        bottom_up=bottom_up, name="test pass")
+  assert got is expected
+  passes = {r.name: r for k in rec.kernels for r in k.rewrites}
+  # the inner passes did every rewrite, so the last pass made none and is not listed (outside a kernel)
+  assert {"outer", "inner pass"} <= set(passes) and "test pass" not in passes
+  for record in rec.kernels[0].rewrites:  # every pass replays, step by step, to what it returned
+    last = rec.export_rewrite(record)["steps"][-1]
+    assert last["nodes"] == len(record.result.toposort())
+
 @pytest.fixture(scope="module")
 def recorded() -> Iterator[tuple[Recorder, np.ndarray, np.ndarray]]:
   """A small training-like program on the PYTHON device: a matmul, its gradient, an SGD-style update."""
