@@ -370,33 +370,49 @@ def _mlp_runners(data: dict[str, np.ndarray], r: np.random.Generator) -> dict[st
                                         grads=lambda loss, params: list(loss.gradient(*params)))
   return runners
 
-def _first_call(wl: Workload, data: dict[str, np.ndarray]) -> dict[str, float]:
-  """Schedule + codegen + compile + run of the plain (un-JIT'd) call: compile cache cold, then warm (on disk)."""
+# the scheduler's and codegen's passes (ember.codegen.pass_seconds), in the order they run; a first call's remaining
+# time is the lowering passes between them, the C compiler (on worker threads, beside codegen) and the run
+PASSES = ("schedule", "plan packing", "simplify", "choose opts", "apply opts", "linearize", "render")
+
+def _passes_ms(before: dict[str, float]) -> dict[str, float]:
+  """Milliseconds per pass since `before` (a copy of ember.codegen.pass_seconds)."""
+  from ember.codegen import pass_seconds
+  return {k: (v - before.get(k, 0.0)) * 1e3 for k, v in pass_seconds.items() if v > before.get(k, 0.0)}
+
+def _first_call(wl: Workload, data: dict[str, np.ndarray]) -> dict[str, Any]:
+  """Schedule + codegen + compile + run of the plain (un-JIT'd) call: compile cache cold, then warm (on disk); the
+  cold call's time per pass."""
   from ember import Tensor, Context
+  from ember.codegen import pass_seconds
   from ember.engine import realize as engine
-  out: dict[str, float] = {}
+  out: dict[str, Any] = {}
   for label, cachelevel in (("cold_ms", 0), ("warm_ms", 2)):
     engine._runner_cache.clear()
     with Context(CACHELEVEL=cachelevel):
       ts = [Tensor(v).realize() for v in data.values()]
       res = wl.ember(*ts)
       outs = res if isinstance(res, tuple) else (res,)
+      before = dict(pass_seconds)
       st = time.perf_counter()
       Tensor.realize(*outs)
       out[label] = (time.perf_counter() - st) * 1e3
+      if cachelevel == 0: out["passes_ms"] = _passes_ms(before)
   return out
 
-def _mlp_first_call(data: dict[str, np.ndarray]) -> dict[str, float]:
+def _mlp_first_call(data: dict[str, np.ndarray]) -> dict[str, Any]:
   """The first call of a new TinyJit'd MLP train step (it runs normally: schedule + codegen + compile + run), with the
-  compile cache cold, then warm (on disk)."""
+  compile cache cold, then warm (on disk); the cold call's time per pass."""
   from ember import Context, Tensor, TinyJit
+  from ember.codegen import pass_seconds
   from ember.engine import realize as engine
-  out: dict[str, float] = {}
+  out: dict[str, Any] = {}
   for label, cachelevel in (("cold_ms", 0), ("warm_ms", 2)):
     engine._runner_cache.clear()
     with Context(CACHELEVEL=cachelevel):
       step = _mlp_jit_step(Tensor, TinyJit, _mlp_params(np.random.default_rng(1)), data)
+      before = dict(pass_seconds)
       out[label] = _timed(step) * 1e3
+      if cachelevel == 0: out["passes_ms"] = _passes_ms(before)
   return out
 
 def bench_workload(wl: Workload, rounds: int, seed: int = 0) -> dict[str, Any]:
@@ -466,6 +482,21 @@ def _version(dist: str) -> str:
   try: return version(dist)
   except PackageNotFoundError: return "?"
 
+def _passes_table(results: list[dict[str, Any]]) -> list[str]:
+  """The cold first calls split by pass (ms): the scheduler's and codegen's passes, then the rest (lowering passes,
+  the C compiler beside codegen, the run)."""
+  rows = [r for r in results if "passes_ms" in (r.get("first_call") or {})]
+  if not rows: return []
+  header = "| workload | cold ms | " + " | ".join(PASSES) + " | rest |"
+  rule = "| --- | ---: |" + " ---: |" * (len(PASSES) + 1)
+  lines = ["First call, compile cache cold, by pass (ms):", "", header, rule]
+  for r in rows:
+    fc = r["first_call"]
+    ms = [fc["passes_ms"].get(p, 0.0) for p in PASSES]
+    lines.append(f"| {r['title']} | {fc['cold_ms']:.0f} | " + " | ".join(f"{x:.0f}" for x in ms) +
+                 f" | {fc['cold_ms'] - sum(ms):.0f} |")
+  return lines + [""]
+
 def markdown(results: list[dict[str, Any]], mach: dict[str, Any]) -> str:
   others = [k for k in ("numpy", "torch", "tinygrad") if any(k in r["median_ms"] for r in results)]
   lines = ["| workload | ember ms | " + " | ".join(f"{k} ms" for k in others) + " | " +
@@ -481,6 +512,7 @@ def markdown(results: list[dict[str, Any]], mach: dict[str, Any]) -> str:
     lines.append(f"| {r['title']} | {f(med['ember'])} | " + " | ".join(f(med.get(k)) for k in others) + " | " +
                  " | ".join(f"{f(ratio.get(k))}x" for k in others) + f" | {fcs} | {rate} |")
   lines.append("")
+  lines += _passes_table(results)
   load = ", ".join(f"{x:.1f}" for x in mach["load_avg"])
   cc = f", C compiler {mach['cc']}" if mach.get("cc") else ""
   tg = f", tinygrad {mach['tinygrad']} (CPU, default renderer)" if mach.get("tinygrad") else ""
@@ -512,6 +544,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     if "gbs" in res: extra += "  GB/s " + " ".join(f"{k} {v:.1f}" for k, v in res["gbs"].items())
     fc = res.get("first_call")
     fcs = f"  first call cold {fc['cold_ms']:.0f} ms warm {fc['warm_ms']:.0f} ms" if fc else ""
+    if fc and fc.get("passes_ms"): fcs += " (" + ", ".join(f"{k} {v:.0f}" for k, v in fc["passes_ms"].items()) + ")"
     others = "  ".join(f"{k} {med[k]:9.2f} ms ({ratio[k]:5.2f}x)" for k in ratio)
     print(f"{res['title']:52s} ember {med['ember']:9.2f} ms  {others}{extra}{fcs}", flush=True)
   with open(args.json, "w") as f: json.dump({"machine": mach, "results": results}, f, indent=1)

@@ -99,6 +99,16 @@ def test_row_statistics_run_before_the_loop_over_the_row():
   recip = [u for u in uops if u.op is Ops.RECIPROCAL]
   assert recip and all(pos[r] < pos[inner] for r in recip)
 
+def test_first_call_cost_is_counted_per_pass():
+  """Scheduling and codegen add their wall time to `ember.codegen.pass_seconds`, pass by pass (the bench reports a
+  cold first call's split)."""
+  from ember.codegen import pass_seconds
+  before = dict(pass_seconds)
+  t = Tensor(np.ones((4, 6), np.float32)).sum(1)
+  get_program(ast_of(t), Device["PYTHON"].renderer)
+  grew = {k for k, v in pass_seconds.items() if v > before.get(k, 0.0)}
+  assert {"schedule", "plan packing", "simplify", "choose opts", "apply opts", "linearize", "render"} <= grew
+
 def test_matmul_and_padded_programs_are_well_formed():
   a, b = Tensor(np.ones((3, 4), np.float32)), Tensor(np.ones((4, 5), np.float32))
   check_well_formed(lin((a @ b) * 2 + 1))  # a matmul with a fused epilogue

@@ -1,5 +1,7 @@
 """Codegen: one kernel AST -> lowering passes -> a linear program -> source text via the device's renderer."""
 from __future__ import annotations
+import time
+from collections import defaultdict
 from typing import cast
 from ember.dtype import DType, PtrDType, dtypes
 from ember.errors import CompileError
@@ -121,14 +123,26 @@ def simplify_kernel(ast: UOp) -> UOp:
                        name="simplify index math")
   return graph_rewrite(sink, pm_gates, name="drop constant gates")
 
+# seconds spent in each codegen pass (and the scheduler's, ember.schedule) since the process started: what a first
+# call costs, pass by pass (the bench reports a cold first call's)
+pass_seconds: defaultdict[str, float] = defaultdict(float)
+
+class timed_pass:
+  """`with timed_pass("linearize"):` adds the block's wall time to `pass_seconds["linearize"]`."""
+  __slots__ = ("name", "start")
+  def __init__(self, name: str) -> None: self.name = name
+  def __enter__(self) -> None: self.start = time.perf_counter()
+  def __exit__(self, *exc: object) -> None: pass_seconds[self.name] += time.perf_counter() - self.start
+
 def full_rewrite(ast: UOp, renderer: Renderer,
                  opts: list[Opt] | None = None) -> tuple[list[UOp], list[int] | None, list[int] | None]:
   """The pipeline from kernel AST to linear program; each pass runs where it does for the reason on its line."""
   if DEBUG.value >= 5: _debug_print(f"kernel {kernel_name(ast)}, AST:\n{pretty_print(ast, max_nodes=1 << 30)}")
-  sink = simplify_kernel(ast)
+  with timed_pass("simplify"): sink = simplify_kernel(ast)
   work = prod(r.src[0].arg if r.src[0].op is Ops.CONST else 1 for r in sink.toposort() if r.op is Ops.RANGE)
-  if opts is None: opts = [] if NOOPT.value else hand_coded_opts(sink, renderer)  # register blocking, partial sums
-  sink = apply_opts_list(sink, opts)
+  with timed_pass("choose opts"):
+    if opts is None: opts = [] if NOOPT.value else hand_coded_opts(sink, renderer)  # register blocking, partial sums
+  with timed_pass("apply opts"): sink = apply_opts_list(sink, opts)
   if (tracer := uop_rewrite.TRACER) is not None: tracer.note_opts(opts)  # VIZ shows them
   sink, gsize = apply_opts(sink, renderer, work, opt_threads(opts))  # split the outermost loop over CPU threads
   lsize = None
@@ -152,8 +166,9 @@ def full_rewrite(ast: UOp, renderer: Renderer,
   if SPEC.value: type_verify(sink, "kernel AST")
   if DEBUG.value >= 3: _debug_print(f"kernel {kernel_name(ast)}: opts {opts}, global {gsize}, local {lsize}")
   if DEBUG.value >= 5: _debug_print(f"kernel {kernel_name(ast)}, lowered:\n{pretty_print(sink, max_nodes=1 << 30)}")
-  uops = linearize(sink)
-  if opts and getattr(renderer, "fused_mulacc", False): uops = fuse_mulacc(uops)  # acc += a*b as one fma
+  with timed_pass("linearize"):
+    uops = linearize(sink)
+    if opts and getattr(renderer, "fused_mulacc", False): uops = fuse_mulacc(uops)  # acc += a*b as one fma
   if DEBUG.value >= 6: _debug_print(f"kernel {kernel_name(ast)}, linear program:\n{format_program(uops)}")
   if SPEC.value: type_verify(uops, "linear program")
   return uops, gsize, lsize
@@ -176,7 +191,8 @@ def get_program(ast: UOp, renderer: Renderer, device: str = "", opts: list[Opt] 
   if (tracer := uop_rewrite.TRACER) is not None: tracer.begin_kernel(ast, device)  # VIZ files the rewrites below here
   uops, gsize, lsize = full_rewrite(ast, renderer, opts)
   name = kernel_name(ast)
-  try: src = renderer.render(uops, name)
+  try:
+    with timed_pass("render"): src = renderer.render(uops, name)
   except CompileError: raise
   except Exception as e: raise CompileError(f"{type(renderer).__name__} failed to render kernel {name}: {e}") from e
   params = [u for u in uops if u.op is Ops.PARAM]

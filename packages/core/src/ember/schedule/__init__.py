@@ -361,9 +361,10 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
   """The calls that compute `targets`, and what each realized target becomes (a buffer view)."""
   if (tracer := uop_rewrite.TRACER) is not None and targets:  # VIZ shows the graph this schedule cuts into kernels
     tracer.record_graph("tensor graph", targets[0].sink(*targets[1:]))
-  calls, becomes, bitcast_views = lower_schedule(targets)
+  from ember.codegen import timed_pass
+  with timed_pass("schedule"): calls, becomes, bitcast_views = lower_schedule(targets)
   items, pinned = bind_buffers(calls, bitcast_views)
-  items = pack_operands(items)
+  with timed_pass("plan packing"): items = pack_operands(items)
   held = {id(buffer_of(r)) for r in becomes.values() if r.base.op is Ops.BUFFER} | pinned
   return memory_plan(items, held), becomes
 
