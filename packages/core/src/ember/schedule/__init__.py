@@ -347,8 +347,9 @@ def pack_operands(items: list[ScheduleItem]) -> list[ScheduleItem]:
   kernel over the packed copy; the scratch buffer is an ordinary buffer the memory planner places."""
   out: list[ScheduleItem] = []
   for it in items:
-    packable = it.kind is CallKind.KERNEL and it.ast is not None and it.ast.op is Ops.SINK and it.ast.arg.name is None
-    plan = _pack_plan(it.device, it.ast, len(it.bufs)) if packable else None
+    ast = it.ast if it.kind is CallKind.KERNEL else None
+    scheduled = ast is not None and ast.op is Ops.SINK and ast.arg.name is None  # hand-written kernels run as written
+    plan = _pack_plan(it.device, ast, len(it.bufs)) if ast is not None and scheduled else None
     if plan is None:
       out.append(it)
       continue
