@@ -252,7 +252,10 @@ function drawGraph(fit) {
     Object.assign(view, { w: fitW, h: fitW / aspect, x: (width - fitW) / 2, y: -pad });
   } else if (fit || outside) {
     if (fit) Object.assign(view, { w: box.width / MIN_SCALE, h: box.width / MIN_SCALE / aspect });
-    Object.assign(view, { x: focus.x - view.w / 2, y: focus.y - view.h / 2 });
+    // centred on the node, but not past the graph's edges
+    const clamp = (v, lo, hi) => Math.max(lo, Math.min(v, hi));
+    view.x = width + 2 * pad > view.w ? clamp(focus.x - view.w / 2, -pad, width + pad - view.w) : (width - view.w) / 2;
+    view.y = height + 2 * pad > view.h ? clamp(focus.y - view.h / 2, -pad, height + pad - view.h) : -pad;
   }
   applyView();
   if (state.selected >= 0 && ids.has(state.selected)) focusNode(state.selected);
