@@ -4,6 +4,7 @@ LRN and Resize/Upsample.
 ONNX pads list every spatial dim's begin, then every end; pooling and convolution pad explicitly here and then run
 ember's conv2d/max_pool2d/avg_pool2d unpadded, which makes asymmetric pads, auto_pad and ceil_mode one code path."""
 from __future__ import annotations
+import itertools
 import math
 from typing import Any, Callable, Sequence
 import numpy as np
@@ -438,3 +439,67 @@ def softmax_cross_entropy_loss(scores: Tensor, labels: Tensor, weights: Tensor |
                                ignore_index: int | None = None, reduction: str = "mean") -> tuple[Tensor, Tensor]:
   log_prob = scores.log_softmax(1)
   return _nll(log_prob, labels, weights, ignore_index, reduction), log_prob
+
+# ** grid sampling **
+
+def _reflect(v: Tensor, lo: float, hi: float) -> Tensor:
+  """Fold coordinates outside [lo, hi] back in, bouncing off the borders as often as needed (ONNX's reference)."""
+  span = hi - lo
+  def fold(dx: Tensor, near: float, far: float) -> Tensor:
+    n = (dx / span).floor()
+    r = dx - n * span
+    even = (n - (n / 2).floor() * 2) == 0
+    return even.where(near + r if near == lo else near - r, far - r if far == hi else far + r)
+  below, above = fold(lo - v, lo, hi), fold(v - hi, hi, lo)
+  return (v < lo).where(below, (v > hi).where(above, v))
+
+def _keys(r: Tensor) -> list[Tensor]:
+  a = -0.75
+  def near(t: Tensor) -> Tensor: return ((a + 2) * t - (a + 3)) * t * t + 1
+  def far(t: Tensor) -> Tensor: return ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+  return [far(r + 1), near(r), near(1 - r), far(2 - r)]
+
+@onnx_op("GridSample", since=16)
+def grid_sample(x: Tensor, grid: Tensor, align_corners: int = 0, mode: str = "linear",
+                padding_mode: str = "zeros") -> Tensor:
+  mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+  if mode not in ("linear", "nearest", "cubic"): raise UnsupportedOpError(f"GridSample mode {mode!r}")
+  if padding_mode not in ("zeros", "border", "reflection"):
+    raise UnsupportedOpError(f"GridSample padding_mode {padding_mode!r}")
+  n, c, *spatial = dims(x)
+  nd, out = len(spatial), dims(grid)[1:-1]
+  g = grid.cast(dtypes.float32)
+  taps_per_dim: list[list[tuple[Tensor, Tensor]]] = []
+  for i, size in enumerate(spatial):
+    coord = g[..., nd - 1 - i]
+    v = ((coord + 1) / 2) * (size - 1) if align_corners else ((coord + 1) * size - 1) / 2
+    if mode == "nearest": v = v.round()
+    lo, hi = (0.0, size - 1.0) if align_corners else (-0.5, size - 0.5)
+    if padding_mode == "border": v = ((v < lo) | (v > hi)).where(v.clip(0, size - 1), v)
+    elif padding_mode == "reflection": v = _reflect(v, lo, hi)
+    if mode == "nearest": taps_per_dim.append([(v, v.ones_like())])
+    else:
+      base = v.floor()
+      r = v - base
+      offsets, weights = ([0, 1], [1 - r, r]) if mode == "linear" else ([-1, 0, 1, 2], _keys(r))
+      taps_per_dim.append([(base + o, w) for o, w in zip(offsets, weights)])
+  flat = x.reshape(n, c, -1)
+  total: Tensor | None = None
+  for combo in itertools.product(*taps_per_dim):
+    index = Tensor.zeros(n, *out, dtype=dtypes.int32, device=x.device)
+    weight, valid = combo[0][1].ones_like(), None
+    for i, ((pos, w), size) in enumerate(zip(combo, spatial)):
+      lo, hi = (0.0, size - 1.0) if align_corners else (-0.5, size - 0.5)
+      if padding_mode == "zeros":
+        inside = (pos >= 0) & (pos <= size - 1)
+        valid = inside if valid is None else valid & inside
+      elif padding_mode == "reflection": pos = _reflect(pos, lo, hi).trunc()
+      idx = pos.clip(0, size - 1).cast(dtypes.int32)
+      index = index + idx * math.prod(spatial[i + 1:])
+      weight = weight * w
+    gathered = flat.gather(2, index.reshape(n, 1, -1).expand(n, c, math.prod(out))).reshape(n, c, *out)
+    if valid is not None: gathered = valid.unsqueeze(1).where(gathered, 0)
+    term = gathered * weight.unsqueeze(1).cast(x.dtype)
+    total = term if total is None else total + term
+  assert total is not None
+  return total.cast(x.dtype)
