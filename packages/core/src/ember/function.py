@@ -18,7 +18,7 @@ from ember.device.base import Buffer
 from ember.dtype import dtypes, strong_dtype
 from ember.errors import EmberError
 from ember.schedule import ScheduleItem, buffer_of
-from ember import schedule as scheduler
+import ember.schedule as scheduler
 from ember.tensor import Tensor, all_tensors, _is_contiguous_buffer, _value_dtype
 from ember.uop.ops import Ops, UOp, int_shape
 
