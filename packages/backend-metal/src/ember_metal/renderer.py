@@ -11,8 +11,10 @@ The kernel's calling convention, which the runtime (`ember_metal.device`) binds:
 
 Group reductions (ember.codegen.group) use `threadgroup` arrays declared at the top of the kernel,
 `threadgroup_barrier(mem_flags::mem_threadgroup)` and `simd_shuffle_xor` across the 32 threads of a SIMD-group.
-float32 matmuls whose dims divide 8 run on `simdgroup_float8x8` (ember.codegen.tensorcore), one SIMD-group per 8x8
-output tile, its A/B/D tiles staged through threadgroup memory with `simdgroup_load` / `simdgroup_store`.
+float32 and float16 matmuls whose dims divide 8 run on `simdgroup_float8x8` / `simdgroup_half8x8` (float32
+accumulators; ember.codegen.tensorcore), each SIMD-group computing 8x8 output tiles (large matmuls: several
+SIMD-groups per threadgroup, A and B staged through threadgroup arrays), its A/B/D fragments moved through
+threadgroup tiles with `simdgroup_load` / `simdgroup_store`.
 
 dtypes: `half` is native; there is no double on Apple GPUs, so float64 is unsupported. bfloat16 and fp8 are emulated
 as in every C-style renderer (raw bits in memory, computed in float32, round-to-nearest-even conversions): Metal's
@@ -36,29 +38,47 @@ def _max(a: str, b: str, dtype: DType) -> str:
   return f"(({a}>{b})?{a}:{b})"
 
 SIMDGROUP_MATMUL = "simdgroup_f32_8x8x8"  # ember.codegen.tensorcore: float32 matmuls on simdgroup_float8x8
+SIMDGROUP_MATMUL_F16 = "simdgroup_f32_8x8x8_f16"  # float16 inputs on simdgroup_half8x8, float32 accumulators
 PRE_APPLE7 = ("apple6", "apple5", "mac2")  # GPU families without simdgroup matrices (an arch of DEV=METAL::<arch>)
-TC_TILES = "  threadgroup float __ember_tc_a[64], __ember_tc_b[64], __ember_tc_c[64];"  # a simdgroup matmul's tiles
+# instruction -> (the type of its A/B tiles, its simdgroup matrix type, the tiles' name prefix)
+_SIMDGROUP_TYPES = {SIMDGROUP_MATMUL: ("float", "simdgroup_float8x8", "__ember_tc_"),
+                    SIMDGROUP_MATMUL_F16: ("half", "simdgroup_half8x8", "__ember_tch_")}
+
+def _simdgroups(x: UOp) -> int:
+  """SIMD-groups per threadgroup of the kernel a WMMA is in: its lane index is read from lidx0, whose bound is the
+  threadgroup size."""
+  sizes = [n.src[0].arg for n in x.toposort() if n.op is Ops.SPECIAL and n.arg == "lidx0"]
+  return max(1, max(sizes, default=32) // 32)
 
 def _simdgroup_matmul(ctx: Any, x: UOp) -> str:
-  """An 8x8x8 simdgroup matmul: each lane writes its two A and B elements to threadgroup tiles, the SIMD-group loads
-  them as simdgroup matrices, multiplies, stores D to a third tile, and each lane reads its two D elements back
-  (barriers between; the threadgroup is the one SIMD-group, lane = lid.x). `simdgroup_load`/`simdgroup_store`
-  fix the tiles' layout, so the undocumented register layout of a simdgroup matrix never matters."""
+  """An 8x8x8 simdgroup matmul: each lane writes its two A and B elements to its SIMD-group's threadgroup tiles, the
+  SIMD-group loads them as simdgroup matrices, multiplies, stores D to a third tile, and each lane reads its two D
+  elements back (threadgroup barriers between; SIMD-group g = lid.x / 32 owns tiles at 64 * g, lane = lid.x % 32).
+  `simdgroup_load`/`simdgroup_store` fix the tiles' layout, so the undocumented register layout of a simdgroup
+  matrix never matters."""
   name, index, count = x.arg
   if (out := ctx.wmma.get(x.src)) is None:
-    if name != SIMDGROUP_MATMUL:
-      raise CompileError(f"MetalRenderer has no code for the matrix instruction {name}; it has {SIMDGROUP_MATMUL}")
-    if TC_TILES not in ctx.lines: ctx.lines.insert(0, TC_TILES)  # once, at kernel scope (where threadgroup memory is)
+    if (types := _SIMDGROUP_TYPES.get(name)) is None:
+      raise CompileError(f"MetalRenderer has no code for the matrix instruction {name}; it has "
+                         f"{', '.join(_SIMDGROUP_TYPES)}")
+    elem, matrix, tile = types
+    size = 64 * _simdgroups(x)
+    tiles = [f"  threadgroup {elem} {tile}a[{size}];", f"  threadgroup {elem} {tile}b[{size}];",
+             f"  threadgroup float {tile}c[{size}];"]
+    if tiles[0] not in ctx.lines: ctx.lines[:0] = tiles  # once, at kernel scope (where threadgroup memory is)
     a0, a1, b0, b1 = (ctx[s] for s in x.src)
     out = ctx.wmma[x.src] = ctx.fresh("wmma")
     bar = "threadgroup_barrier(mem_flags::mem_threadgroup);"
     for line in (f"float {out}[{count}];",
-                 f"__ember_tc_a[lid.x*2] = {a0}; __ember_tc_a[lid.x*2+1] = {a1};",
-                 f"__ember_tc_b[lid.x*2] = {b0}; __ember_tc_b[lid.x*2+1] = {b1};", bar,
-                 "{ simdgroup_float8x8 tc_a, tc_b, tc_d = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);",
-                 "  simdgroup_load(tc_a, __ember_tc_a, 8); simdgroup_load(tc_b, __ember_tc_b, 8);",
-                 "  simdgroup_multiply_accumulate(tc_d, tc_a, tc_b, tc_d); simdgroup_store(tc_d, __ember_tc_c, 8); }",
-                 bar, f"{out}[0] = __ember_tc_c[lid.x*2]; {out}[1] = __ember_tc_c[lid.x*2+1];"):
+                 "{ uint tc_o = lid.x / 32 * 64, tc_l = tc_o + lid.x % 32 * 2;",
+                 f"  {tile}a[tc_l] = {a0}; {tile}a[tc_l+1] = {a1}; {tile}b[tc_l] = {b0}; {tile}b[tc_l+1] = {b1};",
+                 f"  {bar}",
+                 f"  {{ {matrix} tc_a, tc_b;",
+                 "    simdgroup_float8x8 tc_d = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);",
+                 f"    simdgroup_load(tc_a, {tile}a + tc_o, 8); simdgroup_load(tc_b, {tile}b + tc_o, 8);",
+                 "    simdgroup_multiply_accumulate(tc_d, tc_a, tc_b, tc_d);",
+                 f"    simdgroup_store(tc_d, {tile}c + tc_o, 8); }}",
+                 f"  {bar}", f"  {out}[0] = {tile}c[tc_l]; {out}[1] = {tile}c[tc_l+1]; }}"):
       ctx.emit(line)
   return f"{out}[{index}]"
 
@@ -100,7 +120,7 @@ class MetalRenderer(CStyleLanguage):
                  Ops.SIN: _metal("precise::sin"), Ops.SQRT: _metal("sqrt"), Ops.TRUNC: _metal("trunc"), Ops.MAX: _max}
   string_rewrite = pm_render_msl + CStyleLanguage.string_rewrite
 
-  tensor_cores: tuple[str, ...] = (SIMDGROUP_MATMUL,)
+  tensor_cores: tuple[str, ...] = (SIMDGROUP_MATMUL, SIMDGROUP_MATMUL_F16)
 
   def __init__(self, arch: str = "") -> None:
     self.arch = arch

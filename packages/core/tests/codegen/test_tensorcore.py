@@ -10,6 +10,7 @@ import pytest
 from ember import Tensor, dtypes
 from ember.codegen import full_rewrite, pm_lower_alu
 from ember.codegen.opt import pm_recombine_divmod
+from ember.codegen.opt import KernelOptError
 from ember.codegen.tensorcore import TENSOR_CORES, apply_tensor_cores, match_matmul, tensor_core
 from ember.errors import CompileError
 from ember.helpers import Context
@@ -142,3 +143,39 @@ def test_spec_rejects_malformed_wmma() -> None:
               UOp(Ops.WMMA, dtypes.float32, (a,), (MMA, 0, 4)), UOp(Ops.WMMA, dtypes.float32, (a, a), MMA)):
     with pytest.raises(SpecError):
       type_verify([bad])
+
+# ** staged through shared memory **
+
+@pytest.mark.parametrize("name", [MMA, RDNA3])
+def test_staged_program_shape(name: str) -> None:
+  """A 128 x 128 x 64 matmul: one block of 4 warps (2 x 2, each 4 instruction tiles of M rows x 64 columns), A and B in
+  shared memory every 32 k; inside the k loop the staging stores, a barrier, the fragment loads from shared memory, the
+  instructions, and a closing barrier right before the loop ends."""
+  tc = TENSOR_CORES[name]
+  M, N, K = tc.dims
+  uops, gsize, lsize = full_rewrite(_ast(_x(128, 64) @ _x(64, 128)), TCGPU(name))
+  assert gsize == [1, 1, 1] and lsize == [4 * tc.threads, 1, 1]
+  tiles = [u for u in uops if u.op is Ops.DEFINE_LOCAL]
+  assert sorted(u.dtype.size for u in tiles) == [128 * 32, 128 * 32]
+  pos = {u: i for i, u in enumerate(uops)}
+  (loop,) = [u for u in uops if u.op is Ops.RANGE]
+  assert loop.src[0].arg == 64 // 32
+  end = next(i for i, u in enumerate(uops) if u.op is Ops.END and u.src[0] is loop)
+  barriers = [pos[u] for u in uops if u.op is Ops.BARRIER]
+  assert len(barriers) == 2 and pos[loop] < barriers[0] and barriers[1] == end - 1
+  staged = [u for u in uops if u.op is Ops.STORE and u.src[0].src[0].op is Ops.DEFINE_LOCAL]
+  assert len(staged) == 2 * 128 * 32 // (4 * tc.threads) and all(pos[loop] < pos[s] < barriers[0] for s in staged)
+  frags = [u for u in uops if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.DEFINE_LOCAL]
+  warp_tiles = (4 * 4 * M // N) if name == MMA else 16  # tiles per warp: 4 along M, 4*M/N along N
+  assert len({u.arg for u in uops if u.op is Ops.WMMA}) == tc.elements[2]
+  assert all(barriers[0] < pos[f] < barriers[1] for f in frags) and warp_tiles * tc.elements[2] == \
+    len([u for u in uops if u.op is Ops.DEFINE_ACC])
+  type_verify(uops, "staged tensor core program")
+
+def test_staging_tiles_are_chosen_or_refused() -> None:
+  ast = _ast(_x(64, 64) @ _x(64, 64))
+  # the largest block of STAGED_TILES that divides 64 x 64: 4 warps of 2 x 2 tiles (64 x 64 on m16n8k16)
+  assert apply_tensor_cores(ast, TCGPU(MMA))[1:] == ([1, 1, 1], [128, 1, 1])
+  assert apply_tensor_cores(ast, TCGPU(MMA), (1, 0))[1:] == ([4 * 8, 1, 1], [32, 1, 1])  # the plain kernel
+  with pytest.raises(KernelOptError, match="does not divide"): apply_tensor_cores(ast, TCGPU(MMA), (4, 4))
+  with pytest.raises(KernelOptError, match="no tensor core"): apply_tensor_cores(ast, TCGPU(), (1, 2))

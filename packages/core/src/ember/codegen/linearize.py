@@ -3,7 +3,8 @@
 Output ranges open first; each REDUCE becomes an accumulator, a loop over its ranges and an ASSIGN. Code that does
 not depend on a reduction's ranges is emitted before its loop (hoisted), so nothing is recomputed per iteration and
 no value is used outside the loop that defines it. Block-shared buffers (DEFINE_LOCAL) are declared right after the
-arguments; a BARRIER is emitted after the stores it orders (its sources).
+arguments; a BARRIER is emitted after the stores it orders (its sources), and a reduction loop whose body has one ends
+with another (the write-after-read order of the next iteration's stores).
 """
 from __future__ import annotations
 from ember.dtype import dtypes
@@ -100,12 +101,16 @@ def linearize(sink: UOp) -> list[UOp]:
       done[r] = lin_r
       out.append(lin_r)
     open_ranges.update(rngs)
+    body = len(out)
     vals = [emit(red.src[0]) for red in group]
     open_ranges.difference_update(rngs)
     for red, acc, val in zip(group, accs, vals):
       upd = UOp(red.arg, red.dtype, (acc, val))
       out.append(upd)
       out.append(UOp(Ops.ASSIGN, red.dtype, (acc, upd)))
+    # a loop that stages data through shared memory ends with a second barrier: the next iteration's stores must not
+    # overwrite what other threads still read in this one
+    if any(u.op is Ops.BARRIER for u in out[body:]): out.append(UOp(Ops.BARRIER, dtypes.void, (), "loop end"))
     for r in reversed(rngs): out.append(UOp(Ops.END, dtypes.void, (done[r],)))
     for red, acc in zip(group, accs): done[red] = acc
 

@@ -34,6 +34,7 @@ from ember.helpers import prod
 from ember.renderer import Renderer
 from ember.uop.ops import Ops, UOp, AxisType
 from ember.codegen.group import unflatten
+from ember.codegen.opt import KernelOptError
 
 Layout = Callable[[Any, int], tuple[Any, Any]]
 """(lane, element index) -> (row, col), written with `//`, `%`, `*`, `+` only so it works on an int lane (tests,
@@ -104,6 +105,8 @@ TENSOR_CORES: dict[str, TensorCore] = {tc.name: tc for tc in (
              _cdna_a, _cdna_b, _cdna_c),
   TensorCore("simdgroup_f32_8x8x8", (8, 8, 8), dtypes.float32, dtypes.float32, 32, (2, 2, 2),
              _simd_rc, _simd_rc, _simd_rc),
+  TensorCore("simdgroup_f32_8x8x8_f16", (8, 8, 8), dtypes.float16, dtypes.float32, 32, (2, 2, 2),
+             _simd_rc, _simd_rc, _simd_rc),
 )}
 """The matrix instructions codegen knows, by the name a renderer lists in `Renderer.tensor_cores`."""
 
@@ -157,17 +160,114 @@ def match_matmul(ast: UOp, tc: TensorCore) -> _Matmul | None:
     if ms and ns: return _Matmul(tc, red, k, ms[-1], ns[-1], x, y)  # the innermost fitting ranges
   return None
 
-def apply_tensor_cores(ast: UOp, renderer: Renderer) -> tuple[UOp, list[int], list[int]] | None:
-  """The kernel on the first of `renderer.tensor_cores` that fits it (see the module docstring), its grid (a block
-  per output tile) and its block (one warp); None when none fits."""
+def apply_tensor_cores(ast: UOp, renderer: Renderer,
+                       tiles: tuple[int, int] | None = None) -> tuple[UOp, list[int], list[int]] | None:
+  """The kernel on the first of `renderer.tensor_cores` that fits it (see the module docstring), its grid and its
+  block; None when none fits. A matmul big enough for a block of several instruction tiles is staged through shared
+  memory (`staged_tiles`); `tiles` = (warps, tiles per warp) forces that tiling (a KernelOptError if it does not fit),
+  (1, 0) the plain one-warp-per-tile kernel."""
   for name in renderer.tensor_cores:
     tc = tensor_core(name)
     if renderer.local_max and tc.threads > renderer.local_max[0]: continue
     if (mm := match_matmul(ast, tc)) is None: continue
-    tiles = prod(r.src[0].arg for r in _ranges(ast) if r is not mm.k) // (tc.dims[0] * tc.dims[1])
-    if renderer.global_max and tiles > renderer.global_max[0]: continue
-    return _rewrite(ast, mm), [tiles, 1, 1], [tc.threads, 1, 1]
+    if tiles is None: tiles = next((t for t in STAGED_TILES if staging_fits(mm, renderer, *t)), (1, 0))
+    if tiles[1]:
+      if not staging_fits(mm, renderer, *tiles):
+        raise KernelOptError(f"TC {tiles}: a block of {tiles[0]} warps x {tiles[1]}x{tiles[1]} tiles of {name} does "
+                             "not divide this matmul or fit the target's block and shared memory")
+      return staged_tiles(ast, mm, renderer, *tiles)
+    blocks = prod(r.src[0].arg for r in _ranges(ast) if r is not mm.k) // (tc.dims[0] * tc.dims[1])
+    if renderer.global_max and blocks > renderer.global_max[0]: continue
+    return _rewrite(ast, mm), [blocks, 1, 1], [tc.threads, 1, 1]
+  if tiles is not None: raise KernelOptError(f"TC {tiles}: no tensor core of {renderer} fits this kernel")
   return None
+
+# ** staged through shared memory **
+# A block of W warps (a `_warp_grid` of wm x wn) computes a BM x BN tile of the output: each warp a tm x tn grid of
+# instruction tiles (tm = `amt` tiles of M rows, tn enough tiles of N columns for amt*M of them). Every step of the k
+# loop, the block's threads copy the BM x BK slice of A and the BK x BN slice of B to shared memory (adjacent threads
+# take adjacent elements: coalesced), a BARRIER makes them visible, and each lane loads its fragments from there, so
+# a value read from global memory feeds wn (A) or wm (B) warps and tn (or tm) instruction tiles instead of one. The
+# linearizer ends the loop with a second barrier, so no thread overwrites a slice another still reads.
+
+STAGE_K = 32  # k elements per staged step (a multiple of the instruction's K)
+STAGED_TILES = ((4, 4), (4, 2), (2, 2), (1, 2))
+"""(warps per block, instruction tiles per warp side) the hand-coded heuristic tries, largest first: 4 warps of 4x4
+tiles make a 128x128 block of a 4096 fp16 matmul on sm_90 (m16n8k16), 128x128 on gfx942 (16x16x16) and 64x64 on
+Apple's 8x8 simdgroup matrices."""
+
+def _warp_grid(warps: int) -> tuple[int, int]:
+  rows = 2 if warps >= 4 else 1
+  return rows, warps // rows
+
+def _block_shape(tc: TensorCore, warps: int, amt: int) -> tuple[int, int, int, int, int]:
+  """(BM, BN, BK, tiles per warp along M, along N) of a staged block."""
+  M, N, K = tc.dims
+  wm, wn = _warp_grid(warps)
+  tn = max(1, amt * M // N)
+  return wm * amt * M, wn * tn * N, K * max(1, STAGE_K // K), amt, tn
+
+def staging_fits(mm: _Matmul, renderer: Renderer, warps: int, amt: int) -> bool:
+  """Whether a staged block of `warps` warps x `amt` tiles divides the matmul and fits the target."""
+  tc = mm.tc
+  if warps < 1 or amt < 1 or tc.dtype_in not in (dtypes.float16, dtypes.float32): return False
+  bm, bn, bk, _, _ = _block_shape(tc, warps, amt)
+  threads = warps * tc.threads
+  if renderer.local_max and threads > renderer.local_max[0]: return False
+  if renderer.shared_max and (bm + bn) * bk * tc.dtype_in.itemsize > renderer.shared_max: return False
+  if (bm * bk) % threads or (bk * bn) % threads: return False
+  return mm.m.src[0].arg % bm == 0 and mm.n.src[0].arg % bn == 0 and mm.k.src[0].arg % bk == 0
+
+def staged_tiles(ast: UOp, mm: _Matmul, renderer: Renderer, warps: int, amt: int) -> tuple[UOp, list[int], list[int]]:
+  """The matmul as blocks of `warps` warps, each `amt` x `amt` instruction tiles, with A and B staged through shared
+  memory (see above); its grid and block."""
+  tc = mm.tc
+  M, N, K = tc.dims
+  n_a, n_b, n_c = tc.elements
+  bm, bn, bk, tm, tn = _block_shape(tc, warps, amt)
+  _, wn = _warp_grid(warps)
+  threads = warps * tc.threads
+  lid = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, threads),), "lidx0")
+  warp, lane = lid // tc.threads, lid % tc.threads
+  outs = sorted((r for r in _ranges(ast) if r is not mm.k), key=lambda r: r.arg[0])
+  counts = [r.src[0].arg // (bm if r is mm.m else bn if r is mm.n else 1) for r in outs]
+  if renderer.global_max and prod(counts) > renderer.global_max[0]:
+    raise KernelOptError(f"TC ({warps}, {amt}): {prod(counts)} blocks exceed the target's grid")
+  block = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, prod(counts)),), "gidx0")
+  tile = dict(zip(outs, unflatten(block, counts)))
+  batch = {r: t for r, t in tile.items() if r is not mm.m and r is not mm.n}
+  m0, n0 = tile[mm.m] * bm, tile[mm.n] * bn
+  step = UOp.range(mm.k.src[0].arg // bk, mm.k.arg[0], AxisType.REDUCE)
+  axis = max(n.arg[0] for n in ast.toposort() if n.op is Ops.RANGE) + 1
+  a_tile = UOp(Ops.DEFINE_LOCAL, tc.dtype_in.ptr(bm * bk), (), f"temp{axis}")
+  b_tile = UOp(Ops.DEFINE_LOCAL, tc.dtype_in.ptr(bk * bn), (), f"temp{axis + 1}")
+  stores = []
+  for i in range(bm * bk // threads):  # thread t copies elements t, t + threads, ... (row-major: coalesced)
+    e = lid + i * threads
+    stores.append(a_tile.index(e).store(mm.x.substitute({**batch, mm.m: m0 + e // bk, mm.k: step * bk + e % bk})))
+  for i in range(bk * bn // threads):
+    e = lid + i * threads
+    stores.append(b_tile.index(e).store(mm.y.substitute({**batch, mm.k: step * bk + e // bn, mm.n: n0 + e % bn})))
+  barrier = UOp(Ops.BARRIER, dtypes.void, tuple(stores))
+  row0, col0 = warp // wn * (tm * M), warp % wn * (tn * N)  # this warp's corner in the block tile
+  def a_frag(i: int, s: int) -> list[UOp]:
+    return [UOp(Ops.LOAD, tc.dtype_in, (a_tile.index((row0 + i * M + r) * bk + s * K + c), barrier))
+            for r, c in (tc.a(lane, e) for e in range(n_a))]
+  def b_frag(j: int, s: int) -> list[UOp]:
+    return [UOp(Ops.LOAD, tc.dtype_in, (b_tile.index((s * K + r) * bn + col0 + j * N + c), barrier))
+            for r, c in (tc.b(lane, e) for e in range(n_b))]
+  out: list[UOp] = []
+  for i in range(tm):
+    for j in range(tn):
+      srcs = [(*a_frag(i, s), *b_frag(j, s)) for s in range(bk // K)]
+      for c in range(n_c):
+        value = UOp(Ops.WMMA, tc.dtype_acc, srcs[0], (tc.name, c, n_c))
+        for more in srcs[1:]: value = value + UOp(Ops.WMMA, tc.dtype_acc, more, (tc.name, c, n_c))
+        acc = UOp(Ops.REDUCE, tc.dtype_acc, (value, step), Ops.ADD)
+        r, col = tc.c(lane, c)
+        out.extend(ast.substitute({**batch, mm.red: acc, mm.m: m0 + row0 + i * M + r,
+                                   mm.n: n0 + col0 + j * N + col}).src)
+  return ast.replace(src=tuple(out)), [prod(counts), 1, 1], [threads, 1, 1]
 
 def _rewrite(ast: UOp, mm: _Matmul) -> UOp:
   tc = mm.tc

@@ -52,6 +52,8 @@ static unsigned long long ember_next_gen = 1;
 static std::mutex ember_check_lock;
 static char ember_error[1024];
 static char ember_unwritten[1024];  // a read of an element nobody wrote yet: an error unless it turns out to be a race
+static unsigned long long ember_unwritten_gen = 0;
+static unsigned ember_unwritten_phase = 0;
 // a launch takes one workgroup id per block from here (the launcher calls it before it starts the threads)
 static inline unsigned long long ember_launch_gens(unsigned long long blocks) {
   unsigned long long first = ember_next_gen;
@@ -108,9 +110,12 @@ static inline void ember_check_write(ember_cell& c, const char* name, long i) {
 static inline void ember_check_read(ember_cell& c, const char* name, long i) {
   std::lock_guard<std::mutex> hold(ember_check_lock);
   int t = (int)ember_tid;
-  if (c.wgen != ember_gen && !ember_unwritten[0])  // a write by another thread before the barrier makes it a race
+  if (c.wgen != ember_gen && !ember_unwritten[0]) {  // a write by another thread before the barrier makes it a race
     snprintf(ember_unwritten, sizeof(ember_unwritten), "shared memory %s[%ld] is read by thread %d but no thread of "
              "its workgroup wrote it", name, i, t);
+    ember_unwritten_gen = ember_gen;
+    ember_unwritten_phase = ember_phase;
+  }
   else if (c.wgen == ember_gen && c.wphase == ember_phase && c.writer != t)
     ember_report("shared memory race: %s[%ld] is written by thread %d and read by thread %d between the same two "
                  "barriers; a barrier is missing between the write and the read", name, i, c.writer, t);
@@ -124,7 +129,9 @@ static inline void ember_sync() {
   ember_rendezvous();
   ember_phase++;
   std::lock_guard<std::mutex> hold(ember_check_lock);
-  if (ember_unwritten[0] && !ember_error[0]) snprintf(ember_error, sizeof(ember_error), "%s", ember_unwritten);
+  // only a read of the phase that just ended: a thread of the next workgroup may have recorded one of its own already
+  if (!ember_unwritten[0] || ember_unwritten_gen != ember_gen || ember_unwritten_phase + 1 != ember_phase) return;
+  if (!ember_error[0]) snprintf(ember_error, sizeof(ember_error), "%s", ember_unwritten);
   ember_unwritten[0] = 0;
 }
 template <typename T> struct ember_shared_ref {
@@ -152,6 +159,13 @@ template <typename T, long N> struct ember_shared {
     if (!ember_in_bounds(name, i, N)) return {&spill, &spill_cell, name, i};
     return {&data[i], &cells[i], name, i};
   }
+  // `array + offset`, for helpers that take a pointer into shared memory (Metal's simdgroup_load/store)
+  struct span {
+    ember_shared* s;
+    long offset;
+    ember_shared_ref<T> operator[](long i) const { return (*s)[offset + i]; }
+  };
+  span operator+(long offset) { return {this, offset}; }
 };
 """
 """The workgroup emulation of threaded launches (one host thread per GPU thread): the barrier (`ember_sync`), the

@@ -109,6 +109,10 @@ class ShimRunner:
   def run(self, t: Tensor) -> np.ndarray:
     """`t`'s schedule through the host shim, one build per kernel; returns the output as values in `t`'s shape."""
     return self.run_schedule(t.schedule(), t.dtype, int_shape(t.shape, "a host shim run"))
+  def run_edited(self, t: Tensor, edit: Callable[[str], str]) -> np.ndarray:
+    """Like `run`, with every kernel's source passed through `edit` before it is built (a test's broken kernel)."""
+    def kernel(spec: ProgramSpec) -> HostKernel: return HostKernel(self.compiler.compile(edit(spec.src)))
+    return self.run_schedule(t.schedule(), t.dtype, int_shape(t.shape, "a host shim run"), kernel)
 
 # ** checks shared by the backends' tests **
 

@@ -79,11 +79,32 @@ TC_CASES: dict[str, tuple[DType, Callable[[], tuple[Tensor, np.ndarray]]]] = {
 reduction, bfloat16 inputs, float32 inputs (8 x 8 x 8 simdgroup matrices). Each gives the tensor (built on the
 reference device) and a float64 numpy oracle."""
 
-def cases_for(renderer: Renderer) -> list[str]:
-  """The TC_CASES whose input dtype one of `renderer`'s tensor cores takes."""
+def _staged_f16() -> tuple[Tensor, np.ndarray]:
+  a, b = _half(19, 64, 64), _half(20, 64, 128)
+  return _t(a).float() @ _t(b).float(), _f64(a) @ _f64(b)
+
+def _staged_half_batched() -> tuple[Tensor, np.ndarray]:
+  a, b = _half(21, 2, 64, 64), _half(22, 2, 64, 64)
+  return _t(a) @ _t(b), _f64(a) @ _f64(b)
+
+def _staged_f32() -> tuple[Tensor, np.ndarray]:
+  a, b = _float(23, 64, 64), _float(24, 64, 64)
+  return _t(a) @ _t(b), _f64(a) @ _f64(b)
+
+STAGED_CASES: dict[str, tuple[DType, Callable[[], tuple[Tensor, np.ndarray]]]] = {
+  "staged_f16_to_f32_64x64x128": (dtypes.float16, _staged_f16),
+  "staged_f16_batched_2x64x64x64": (dtypes.float16, _staged_half_batched),
+  "staged_f32_64x64x64": (dtypes.float32, _staged_f32),
+}
+"""Matmuls big enough for blocks of several warps with A and B staged through shared memory (codegen.tensorcore's
+`staged_tiles`), small enough to emulate: float32 and float16 outputs, a batch, float32 inputs."""
+
+def cases_for(renderer: Renderer, cases: dict[str, tuple[DType, Callable[[], tuple[Tensor, np.ndarray]]]] = TC_CASES
+              ) -> list[str]:
+  """The `cases` (TC_CASES by default) whose input dtype one of `renderer`'s tensor cores takes."""
   from ember.codegen.tensorcore import tensor_core
   dts = {tensor_core(name).dtype_in for name in renderer.tensor_cores}
-  return [name for name, (dt, _) in TC_CASES.items() if dt in dts]
+  return [name for name, (dt, _) in cases.items() if dt in dts]
 
 def check_tensor_core_case(name: str, renderer: Renderer, run: Callable[[Tensor], np.ndarray]) -> None:
   """TC_CASES[name], run by `run`, matches its numpy oracle and the reference device; its matmul kernel runs on a
@@ -97,4 +118,36 @@ def check_tensor_core_case(name: str, renderer: Renderer, run: Callable[[Tensor]
   np.testing.assert_allclose(got, oracle, rtol=rtol, atol=atol)
   np.testing.assert_allclose(got, t.numpy().astype(np.float64), rtol=rtol, atol=atol)
 
-__all__ = ["TC_CASES", "cases_for", "check_tensor_core_case"]
+def check_staged_case(name: str, renderer: Renderer, run: Callable[[Tensor], np.ndarray]) -> None:
+  """STAGED_CASES[name], run by `run` (a shim that checks shared memory), matches its numpy oracle; its matmul kernel
+  runs on matrix instructions with both operands staged through shared memory, in a loop that ends with a barrier."""
+  t, oracle = STAGED_CASES[name][1]()
+  uops = [u for spec in programs(t, renderer) for u in spec.uops]
+  assert {Ops.WMMA, Ops.BARRIER} <= {u.op for u in uops}, f"{name}: no staged matrix instructions on {renderer}"
+  assert sum(u.op is Ops.DEFINE_LOCAL for u in uops) >= 2 and sum(u.op is Ops.BARRIER for u in uops) >= 2
+  got = run(t).astype(np.float64)
+  rtol, atol = (2e-3, 2e-3) if t.dtype is dtypes.float16 else (1e-5, 1e-5)
+  np.testing.assert_allclose(got, oracle, rtol=rtol, atol=atol)
+
+def check_removed_barriers_detected(renderer: Renderer, barrier: str,
+                                    run_edited: Callable[[Tensor, Callable[[str], str]], np.ndarray],
+                                    loop_end: bool = True) -> None:
+  """The staged matmul's kernel with each of its shared memory barriers (`barrier`, a line of the source) removed in
+  turn makes the shim raise SharedMemoryError: the first barrier orders the staging stores before the fragment loads,
+  the loop's last line the loads before the next step's stores. `loop_end=False`: a target whose instruction helper
+  has barriers of its own after the last fragment load, which order that already (removing the loop's is no race)."""
+  import pytest
+  from ember.device.hostshim import SharedMemoryError
+  name = next(n for n in cases_for(renderer, STAGED_CASES))
+  src = programs(STAGED_CASES[name][1]()[0], renderer)[0].src
+  lines = [i for i, line in enumerate(src.splitlines()) if line.strip() == barrier]
+  assert len(lines) >= 2, f"the staged kernel on {renderer} has {len(lines)} barriers"
+  # the first two (the staging barrier and the next) and the last (the loop's): more are a target's instruction
+  # helpers repeating themselves (Metal's simdgroup matrices)
+  for drop in sorted({*lines[:2], *(lines[-1:] if loop_end else [])}):
+    def edit(text: str, drop: int = drop) -> str:
+      return "\n".join(line for i, line in enumerate(text.splitlines()) if i != drop) + "\n"
+    with pytest.raises(SharedMemoryError, match="race"): run_edited(STAGED_CASES[name][1]()[0], edit)
+
+__all__ = ["TC_CASES", "STAGED_CASES", "cases_for", "check_tensor_core_case", "check_staged_case",
+           "check_removed_barriers_detected"]
