@@ -196,3 +196,12 @@ def test_jit_mlp_train_step_compile_count_stays_flat() -> None:
     counts.append(len(engine._runner_cache))
   assert counts[2:] == [counts[2]] * 10  # 10 replayed steps: no kernel compiled after the capture
   assert np.isfinite(losses).all() and len(set(losses[2:])) > 1  # replays compute with the new inputs
+
+def test_unroll_rebuilds_each_store_as_a_substitution_would() -> None:
+  """upcast's one-walk unrolling gives exactly the nodes of substituting the range in every store, value by value."""
+  from ember.codegen.opt import _unroll, output_ranges
+  a = np.random.default_rng(0).standard_normal((8, 12)).astype(np.float32)
+  ast = _kernel((Tensor(a) @ Tensor(a.T) + 1).relu() * 2)
+  for rng in output_ranges(ast):
+    values = [rng * 3 + c for c in range(3)]
+    assert _unroll(ast, rng, values) == tuple(st.substitute({rng: v}) for v in values for st in ast.src)
