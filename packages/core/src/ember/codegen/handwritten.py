@@ -11,8 +11,9 @@ Ranges by axis type: UPCAST ranges are unrolled (so REG buffers indexed by them 
 renderers (`has_local`) GLOBAL ranges are blocks (`gidx`) and LOCAL ranges threads (`lidx`), with no loop; LOOP and
 REDUCE ranges are serial loops. On the other renderers (CPU, PYTHON) GLOBAL and LOCAL ranges are loops and a kernel's
 threads run one after another: each stretch of code between barriers loops over the LOCAL ranges on its own (thread
-loops close at a BARRIER and open again after it), LOCAL and REG buffers become scratch buffers (REG ones one per
-thread) appended to the kernel's arguments (`scratch_buffers` says which).
+loops close at a BARRIER and open again after it), and LOCAL and REG buffers become scratch buffers appended to the
+kernel's arguments. On every renderer a REG buffer indexed by a loop variable is scratch memory too, a slice per
+thread (`scratch_buffers` says which buffers).
 
 The linearizer opens a range where a statement first needs it (an END opens its ranges first, outermost last) and
 closes it at its END. A value is computed once in the innermost open loop it depends on (an accumulator before the
@@ -26,7 +27,7 @@ from ember.dtype import DType, PtrDType, dtypes
 from ember.errors import CompileError, DTypeError
 from ember.helpers import NUM_CPU_THREADS, SPEC
 from ember.renderer import Renderer, ProgramSpec
-from ember.uop.ops import Ops, UOp, AxisType, GroupOp, KernelInfo
+from ember.uop.ops import Ops, UOp, AxisType, GroupOp
 from ember.uop.rewrite import graph_rewrite, PatternMatcher, UPat
 from ember.uop.symbolic import symbolic
 from ember.uop.spec import type_verify
@@ -35,10 +36,6 @@ from ember.codegen.linearize import reduce_identity
 
 _STATEMENTS = (Ops.STORE, Ops.END, Ops.GROUP, Ops.BARRIER)
 _THREADS = (AxisType.GLOBAL, AxisType.LOCAL)
-
-def is_handwritten(ast: UOp) -> bool:
-  """A kernel a user wrote (its SINK's KernelInfo has a name), not one the scheduler made."""
-  return ast.op is Ops.SINK and isinstance(ast.arg, KernelInfo) and ast.arg.name is not None
 
 def _ranges(ast: UOp, axis_type: AxisType) -> list[UOp]:
   return sorted((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] is axis_type), key=lambda r: r.arg[0])
@@ -89,9 +86,8 @@ def _to_specials(ast: UOp) -> tuple[UOp, list[int], list[int]]:
       mapping[r] = UOp.special(_end_of(r), f"{prefix}{i}")
   for s in ast.toposort():
     if s.op is Ops.SPECIAL:
-      kind, dim = s.arg[:4], int(s.arg[4])
       if any(m.arg == s.arg for m in mapping.values()):
-        raise CompileError(f"special {s.arg} is also made by a {'GLOBAL' if kind == 'gidx' else 'LOCAL'} range; use "
+        raise CompileError(f"special {s.arg} is also made by a {'GLOBAL' if s.arg[0] == 'g' else 'LOCAL'} range; use "
                            "one or the other")
       mapping[s] = s
   for s in mapping.values():
