@@ -15,6 +15,7 @@ from ember.uop.spec import type_verify
 from ember.codegen.linearize import linearize
 from ember.codegen.group import global_ranges, group_reduce, unflatten, _pow2_divisor
 from ember.codegen.tensorcore import apply_tensor_cores
+from ember.codegen.launch import apply_launch
 from ember.codegen.gather import pm_reduce_collapse
 from ember.codegen.opt import Opt, hand_coded_opts, apply_opts_list, opt_threads, fuse_mulacc, pm_recombine_divmod
 
@@ -153,7 +154,9 @@ def full_rewrite(ast: UOp, renderer: Renderer,
     # memory, warp shuffles); else one thread per output
     # (both index with int32 hardware indices: a kernel with int64 indices gets one thread per output)
     wide = any(n.op is Ops.RANGE and n.dtype is dtypes.int64 for n in sink.toposort())
-    grouped = None if NOOPT.value or wide else apply_tensor_cores(sink, renderer) or group_reduce(sink, renderer)
+    grouped = apply_launch(sink, renderer, opts)  # an explicit LOCAL/GROUP/GROUPTOP/TC opt, else the heuristics
+    if grouped is None and not (NOOPT.value or wide):
+      grouped = apply_tensor_cores(sink, renderer) or group_reduce(sink, renderer)
     sink, gsize, lsize = grouped if grouped is not None else apply_gpudims(sink, renderer)
     sink = graph_rewrite(sink, symbolic, name="simplify gpu index math")
   if {Ops.EXP2, Ops.LOG2, Ops.SIN} - set(renderer.code_for_op):

@@ -47,8 +47,9 @@ def unflatten(flat: UOp, counts: list[int]) -> list[UOp]:
     out.append((flat // stride) % n if stride > 1 else flat % n)
   return out
 
-def group_size(ast: UOp, renderer: Renderer) -> int:
-  """Threads per block for a group reduction of `ast` on `renderer`, or 0 when it does not apply."""
+def group_size(ast: UOp, renderer: Renderer, forced: int | None = None) -> int:
+  """Threads per block for a group reduction of `ast` on `renderer`, or 0 when it does not apply. `forced` (a GROUP
+  opt's amount) skips the heuristic's length thresholds: it only has to divide every reduction and fit the target."""
   if not (renderer.has_local and renderer.has_shared): return 0
   reds = [n for n in ast.toposort() if n.op is Ops.REDUCE]
   if not reds or any(len(r.src) != 2 or r.src[1].src[0].op is not Ops.CONST for r in reds): return 0
@@ -58,21 +59,26 @@ def group_size(ast: UOp, renderer: Renderer) -> int:
   if renderer.global_max and total > renderer.global_max[0]: return 0
   ends = [r.src[1].src[0].arg for r in reds]
   shortest = min(ends)
-  if shortest < MIN_GROUP_REDUCE or (total > MANY_OUTPUTS and shortest < LONG_REDUCE): return 0
+  if forced is None and (shortest < MIN_GROUP_REDUCE or (total > MANY_OUTPUTS and shortest < LONG_REDUCE)): return 0
   for red in reds:  # a reduction whose value changes with another reduction's loop is nested in it
     rng = red.src[1]
     if any(sub is not red and sub.op is Ops.REDUCE and rng in sub.src[0].toposort() for sub in red.src[0].toposort()):
       return 0
   cap = min(MAX_GROUP, renderer.local_max[0] if renderer.local_max else MAX_GROUP)
-  size = min(_pow2_divisor(e, cap) for e in ends)
-  if size < 32: return 0
+  if forced is not None:
+    if forced < 2 or any(e % forced for e in ends) or (renderer.local_max and forced > renderer.local_max[0]): return 0
+    size = forced
+  else: size = min(_pow2_divisor(e, cap) for e in ends)
+  if size < 32 and forced is None: return 0
   if renderer.shared_max and size * max(r.dtype.itemsize for r in reds) > renderer.shared_max: return 0
   return size
 
-def group_reduce(ast: UOp, renderer: Renderer) -> tuple[UOp, list[int], list[int]] | None:
+def group_reduce(ast: UOp, renderer: Renderer, size: int | None = None,
+                 top: bool = False) -> tuple[UOp, list[int], list[int]] | None:
   """The kernel with every reduction shared by the threads of a block (see the module docstring), its grid and its
-  block size; None when `group_size` says it does not apply."""
-  if (size := group_size(ast, renderer)) == 0: return None
+  block size; None when `group_size` says it does not apply. `size` forces the threads per block (a GROUP opt);
+  `top` gives thread t the t-th contiguous chunk of each reduction instead of every size-th element (GROUPTOP)."""
+  if (size := group_size(ast, renderer, size)) == 0: return None
   lidx = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, size),), "lidx0")
   next_axis = max((n.arg[0] for n in ast.toposort() if n.op is Ops.RANGE), default=-1) + 1
   warp = renderer.warp_size if renderer.warp_size >= 2 and size % renderer.warp_size == 0 else 0
@@ -85,7 +91,8 @@ def group_reduce(ast: UOp, renderer: Renderer) -> tuple[UOp, list[int], list[int
       continue
     rng = n.src[1]
     if rng not in short: short[rng] = UOp.range(rng.src[0].arg // size, rng.arg[0], AxisType.REDUCE)
-    part = UOp(Ops.REDUCE, n.dtype, (src[0].substitute({rng: short[rng] * size + lidx}), short[rng]), n.arg)
+    at = lidx * short[rng].src[0].arg + short[rng] if top else short[rng] * size + lidx
+    part = UOp(Ops.REDUCE, n.dtype, (src[0].substitute({rng: at}), short[rng]), n.arg)
     slots, slot, writer = size, lidx, None
     if warp and n.dtype in renderer.shuffle_dtypes:
       mask = warp // 2

@@ -30,7 +30,9 @@ from ember.uop.symbolic import symbolic, split_terms, term_factor
 class KernelOptError(CompileError):
   """An optimisation does not apply to this kernel (the range does not divide, is symbolic, ...)."""
 
-OPT_KINDS = ("UPCAST", "UPCAST_OUTER", "SPLIT", "THREADS")
+OPT_KINDS = ("UPCAST", "UPCAST_OUTER", "SPLIT", "THREADS", "UNROLL", "PADTO", "LOCAL", "GROUP", "GROUPTOP", "TC")
+LAUNCH_KINDS = ("LOCAL", "GROUP", "GROUPTOP", "TC")
+"""GPU opts: how codegen maps the kernel onto blocks and threads (codegen/launch.py), at most one per kernel."""
 
 @dataclass(frozen=True)
 class Opt:
@@ -38,7 +40,12 @@ class Opt:
   applies (UPCAST_OUTER makes the shortened range axis 0 and numbers every other range one up); SPLIT: every
   float ADD/MAX reduction is split into `amt` partial sums over its innermost range (`axis` 0; `axis` 1 splits the
   ADD ones only, leaving MAX to a compiler that vectorises it as written); THREADS: the outermost output loop runs
-  on `amt` CPU threads."""
+  on `amt` CPU threads. UNROLL: the reduction range with axis number `axis` runs `amt` iterations per loop trip
+  (unrolled in the body); PADTO: the output range `axis` is padded up to a multiple of `amt` (loads and stores of the
+  extra iterations gated off). GPU launch opts (LAUNCH_KINDS): LOCAL: output range `axis` is split into blocks of `amt`
+  threads; GROUP/GROUPTOP: `amt` threads of a block share every reduction (thread t takes elements t, t+amt, ... /
+  the t-th contiguous chunk), combined through shared memory; TC: matrix instructions with `axis` warps per block and
+  `amt` x `amt` instruction tiles per warp, operands staged through shared memory (`amt` 0: one warp per tile)."""
   op: str
   axis: int
   amt: int
@@ -129,8 +136,49 @@ def apply_opt(ast: UOp, opt: Opt) -> UOp:
                          and _split_key(n) in targets), None)) is not None:
       ast = split_reduce(ast, todo, opt.amt)
     return ast
+  if opt.op == "UNROLL":
+    rng = next((r for r in ast.toposort() if r.op is Ops.RANGE and r.arg[0] == opt.axis
+                and r.arg[1] is AxisType.REDUCE), None)
+    if rng is None: raise KernelOptError(f"{opt}: the kernel has no reduction range with axis {opt.axis}")
+    return unroll_reduce(ast, rng, opt.amt)
+  if opt.op == "PADTO":
+    rng = next((r for r in output_ranges(ast) if r.arg[0] == opt.axis), None)
+    if rng is None: raise KernelOptError(f"{opt}: the kernel has no constant output range with axis {opt.axis}")
+    return pad_range(ast, rng, opt.amt)
+  if opt.op in LAUNCH_KINDS: return ast  # applied where codegen maps the kernel onto the GPU (codegen/launch.py)
   if opt.amt < 1: raise KernelOptError(f"{opt}: a thread count must be at least 1")
   return ast  # THREADS is applied by codegen's thread split
+
+def unroll_reduce(ast: UOp, rng: UOp, amt: int) -> UOp:
+  """Every reduction over `rng` (k) runs over k_o = k // amt, its body the combination of the `amt` values at
+  k = k_o*amt + c: fewer loop trips, independent loads the compiler can schedule together. Same order of combination
+  as the loop for MAX; float sums pair up differently."""
+  end = _const_end(rng)
+  if amt < 2 or end % amt: raise KernelOptError(f"cannot unroll a reduction range of {end} by {amt}")
+  outer = UOp.range(end // amt, rng.arg[0], AxisType.REDUCE, rng.dtype)
+  new: dict[UOp, UOp] = {}
+  for red in (n for n in ast.toposort() if n.op is Ops.REDUCE and rng in n.src[1:]):
+    body = red.src[0].substitute({rng: outer * amt})
+    for c in range(1, amt): body = UOp(red.arg, red.dtype, (body, red.src[0].substitute({rng: outer * amt + c})))
+    new[red] = UOp(Ops.REDUCE, red.dtype, (body, *(outer if r is rng else r for r in red.src[1:])), red.arg)
+  if not new: raise KernelOptError(f"no reduction runs over the range with axis {rng.arg[0]}")
+  return graph_rewrite(ast.substitute(new), symbolic, name="unroll")
+
+def pad_range(ast: UOp, rng: UOp, amt: int) -> UOp:
+  """Output range `rng` (n iterations) runs ceil(n/amt)*amt: every load and store whose index moves with it is gated
+  by `rng < n` (a gated-off load reads 0 and nothing is stored), so the extra iterations compute garbage they never
+  write. What LOCAL needs for a size no block divides."""
+  end = _const_end(rng)
+  if amt < 2 or rng.arg[1] is not AxisType.GLOBAL: raise KernelOptError(f"cannot pad a range of {end} to {amt}")
+  padded = UOp.range(-(-end // amt) * amt, rng.arg[0], AxisType.GLOBAL, rng.dtype)
+  ast = ast.substitute({rng: padded})
+  valid = padded.lt(end)
+  gated: dict[UOp, UOp] = {}
+  for idx in (n for n in ast.toposort() if n.op is Ops.INDEX and n.src[0].op is Ops.PARAM):
+    if padded not in idx.src[1].toposort(): continue
+    gate = valid if len(idx.src) == 2 else idx.src[2] & valid
+    gated[idx] = idx.replace(src=(idx.src[0], idx.src[1], gate))
+  return ast.substitute(gated)
 
 def _const_last(x: UOp, y: UOp, c: UOp) -> UOp | None:
   return (x + y) + c if dtypes.is_int(x.dtype) and x.op is not Ops.CONST else None

@@ -43,6 +43,9 @@ def candidate_opts(ast: UOp, renderer: Renderer) -> list[tuple[Opt, ...]]:
         if cols * rows <= 32: cands.append(tuple(matmul_opts(ast, width, cols, rows)))
   if any(n.op is Ops.REDUCE for n in ast.toposort()):
     cands += [(Opt("SPLIT", 0, amt),) for amt in (4, 8, 16, 32, 64)]
+  if getattr(renderer, "has_local", False):  # GPU: tensor core tilings, group reductions, block sizes, unrolls
+    from ember.codegen.launch import launch_candidates
+    cands += launch_candidates(ast, renderer)
   seen: set[tuple[Opt, ...]] = set()
   out = []
   for c in cands:
