@@ -22,7 +22,7 @@ from ember.codegen import get_program
 from ember.dtype import dtypes
 from ember.errors import VizError
 from ember.uop import rewrite
-from ember.uop.ops import Ops, UOp
+from ember.uop.ops import AxisType, Ops, UOp
 from ember.uop.rewrite import PatternMatcher, UPat, graph_rewrite
 from ember.viz.record import Recorder, format_rule_table
 from ember.viz.server import LiveTrace, SavedTrace, make_server, pick_port
@@ -155,6 +155,20 @@ def test_kernels_carry_ast_program_source_opts_and_time(recorded):
   assert "(4, 3)" in shapes or "(3, 2)" in shapes
   timeline = data["timeline"]
   assert {e["name"] for e in timeline if e["ph"] == "X" and e["cat"] == "kernel"} >= {k.name for k in kernels}
+
+def _add_one(out: UOp, x: UOp) -> UOp:
+  i = UOp.range(x.shape[0], 0, AxisType.GLOBAL)
+  return out[i].store(x[i] + 1).end(i).sink()
+
+def test_a_hand_written_kernel_is_listed_with_its_source():
+  x = Tensor.arange(4, device=DEVICE).realize()
+  with viz.record() as rec:
+    out = Tensor.custom_kernel(Tensor.empty(4, dtype=x.dtype, device=DEVICE), x, fxn=_add_one)[0]
+    assert out.tolist() == [1, 2, 3, 4]
+  kernels = [k for k in rec.kernels if k.kind == "kernel"]
+  assert len(kernels) == 1 and kernels[0].ast is not None
+  spec = get_program(kernels[0].ast, Device[DEVICE].renderer, DEVICE)  # the oracle: its codegen, not recorded
+  assert (kernels[0].name, kernels[0].src) == (spec.name, spec.src)
 
 def test_track_match_stats_without_graphs_counts_and_prints_a_table():
   sink, n_mul, n_neg = _graph()

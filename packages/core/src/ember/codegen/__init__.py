@@ -189,7 +189,10 @@ def get_program(ast: UOp, renderer: Renderer, device: str = "", opts: list[Opt] 
   kernel opts; BEAM=N searches them on `device`."""
   if ast.op is Ops.PROGRAM or (isinstance(ast.arg, KernelInfo) and ast.arg.name is not None):
     from ember.codegen.handwritten import handwritten_program
-    return handwritten_program(ast, renderer, device)  # a kernel a user wrote (Tensor.custom_kernel): loops as written
+    if (tracer := uop_rewrite.TRACER) is not None: tracer.begin_kernel(ast, device)  # VIZ lists it with its source
+    spec = handwritten_program(ast, renderer, device)  # a kernel a user wrote (Tensor.custom_kernel): loops as written
+    if tracer is not None: tracer.end_kernel(spec)
+    return spec
   if opts is None and BEAM.value >= 1 and device and not NOOPT.value:
     from ember.codegen.search import beam_search
     opts = beam_search(ast, renderer, device, BEAM.value)
