@@ -15,9 +15,10 @@ limit, so a failure, a crash or a hang of one step costs only that step; every s
 2. speed, one step at a time (each has the GPU to itself): per device the GPU bench (`BENCH`: fp32/fp16/bf16 matmul
    at each of --sizes, a conv, a softmax and a transformer block, ember under TinyJit next to torch on CUDA, every
    result checked against numpy), then per device `ember-llm --benchmark` (prefill and decode speed of
-   SmolLM2-135M).
+   SmolLM2-135M), then the same decode in torch on CUDA (`LLM_TORCH`: the GGUF's weights dequantised by ember,
+   a plain fp16 llama forward; its greedy tokens equal ember's, which the tests check on the CPU).
 
-DIR gets each step's log (`<step>.log`), the bench figures (`bench_<device>.json`), `gpu_report.json` and
+DIR gets each step's log (`<step>.log`; the bench's figures are its JSON lines), `gpu_report.json` and
 `gpu_report.md`: the GPU, every step's exit status, time and last line, the bench table and the issue's goals (fp16
 matmul at the largest size at >= 70% of torch's cuBLAS figure; LLM decode speed). Exit status 0 when every step
 passed. The tests of this package run it against MOCK+NV with tiny sizes (`--sizes 64 --bench-scale tiny`).
@@ -27,6 +28,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -36,10 +38,10 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-STEPS = ("devices", "kit", "api", "bench", "llm")
+STEPS = ("devices", "kit", "api", "bench", "llm", "llm_torch")
 # seconds each step may take: the correctness steps run side by side, the speed steps one after another, so the whole
-# run with two devices takes at most 150 + 2 * (100 + 70) = 490 s, under the 8 minutes it is given on an H200
-LIMITS = {"devices": 60, "kit": 150, "api": 150, "bench": 100, "llm": 70}
+# run with two devices takes at most 120 + 2 * (90 + 60) + 45 = 465 s, under the 8 minutes it is given on an H200
+LIMITS = {"devices": 60, "kit": 120, "api": 120, "bench": 90, "llm": 60, "llm_torch": 45}
 
 def source_env(device: str) -> dict[str, str]:
   """The environment that runs ember from this checkout on `device`."""
@@ -52,7 +54,7 @@ BENCH = r"""
 import json, statistics, sys, time
 import numpy as np
 from ember import Device, Tensor, TinyJit, dtypes
-out_path, sizes, scale = sys.argv[1], [int(s) for s in sys.argv[2].split(",")], sys.argv[3]
+sizes, scale = [int(s) for s in sys.argv[1].split(",")], sys.argv[2]
 dev = Device[Device.DEFAULT]
 try:
   import torch
@@ -164,12 +166,84 @@ def run(name, make):
   print(json.dumps(row), flush=True)
   return row
 
-work = [(f"matmul_{dt}_{n}", lambda n=n, dt=dt: matmul(n, dt)) for n in sizes for dt in ("fp32", "fp16", "bf16")]
+# the goal's figure (fp16 at the largest size) early and the slowest (the other dtypes at that size) last: a step that
+# runs out of time still has the rows it printed
+mm = [(n, dt) for n in sizes for dt in ("fp16", "fp32", "bf16")]
+first = [m for m in mm if m[0] < max(sizes) or m[1] == "fp16"]
+work = [(f"matmul_{dt}_{n}", lambda n=n, dt=dt: matmul(n, dt)) for n, dt in first]
 work += [("conv2d", conv), ("softmax", softmax), ("transformer_block", transformer)]
+work += [(f"matmul_{dt}_{n}", lambda n=n, dt=dt: matmul(n, dt)) for n, dt in mm if (n, dt) not in first]
 rows = [run(name, make) for name, make in work]
-with open(out_path, "w") as f: json.dump(rows, f, indent=1)
 print(f"{sum(r['ok'] for r in rows)}/{len(rows)} workloads correct")
 sys.exit(0 if all(r["ok"] for r in rows) else 1)
+"""
+
+LLM_TORCH = r"""
+import json, statistics, sys, time
+import numpy as np
+import torch
+from ember.nn.gguf import GGUFFile
+from ember.nn.llm.__main__ import default_model_path
+from ember.nn.llm.benchmark import context_prompt
+from ember.nn.llm.model import LlamaConfig
+from ember.nn.llm.tokenizer import BPETokenizer
+device, contexts, tokens, runs = sys.argv[1], [int(c) for c in sys.argv[2].split(",")], *map(int, sys.argv[3:5])
+dtype = torch.float16 if device == "cuda" else torch.float32
+torch.set_grad_enabled(False)
+f = GGUFFile(str(default_model_path()))
+cfg = LlamaConfig.from_gguf_metadata(f.metadata, vocab_size=f.tensors["token_embd.weight"].shape[0])
+if cfg.arch != "llama": sys.exit(f"the torch reference implements llama, not {cfg.arch}")
+W = {name: torch.from_numpy(np.ascontiguousarray(f.tensor(name, "CPU"))).to(device, dtype) for name in f.tensors}
+head = W.get("output.weight", W["token_embd.weight"])
+hd, nh, nkv = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
+inv = cfg.rope_theta ** (-torch.arange(0, hd, 2, dtype=torch.float64, device=device) / hd)
+cache = torch.zeros(cfg.n_layers, 2, max(contexts + [64]) + tokens, nkv, hd, device=device, dtype=dtype)
+
+def norm(x, w): return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + cfg.rms_eps).to(dtype) * w
+def rope(x, pos):  # interleaved pairs: llama.cpp stores llama's q/k rows permuted for it
+  ang = pos[:, None].double() * inv[None]
+  c, s = ang.cos().to(dtype)[:, None], ang.sin().to(dtype)[:, None]
+  e, o = x[..., 0::2], x[..., 1::2]
+  return torch.stack([e * c - o * s, o * c + e * s], -1).flatten(-2)
+
+def forward(ids, start):  # (T,) token ids at positions start.. -> the last position's logits
+  T = len(ids)
+  pos = torch.arange(start, start + T, device=device)
+  x = W["token_embd.weight"][torch.tensor(ids, device=device)]
+  mask = torch.full((T, start + T), float("-inf"), device=device, dtype=dtype).triu(start + 1)
+  for i in range(cfg.n_layers):
+    p = f"blk.{i}."
+    h = norm(x, W[p + "attn_norm.weight"])
+    q = rope((h @ W[p + "attn_q.weight"].T).view(T, nh, hd), pos)
+    k = rope((h @ W[p + "attn_k.weight"].T).view(T, nkv, hd), pos)
+    cache[i, 0, start:start + T], cache[i, 1, start:start + T] = k, (h @ W[p + "attn_v.weight"].T).view(T, nkv, hd)
+    kk, vv = (cache[i, j, :start + T].repeat_interleave(nh // nkv, 1).transpose(0, 1) for j in (0, 1))
+    a = torch.softmax((q.transpose(0, 1) @ kk.transpose(1, 2)).float() / hd ** 0.5 + mask, -1).to(dtype)
+    x = x + (a @ vv).transpose(0, 1).reshape(T, nh * hd) @ W[p + "attn_output.weight"].T
+    h = norm(x, W[p + "ffn_norm.weight"])
+    g, u = h @ W[p + "ffn_gate.weight"].T, h @ W[p + "ffn_up.weight"].T
+    x = x + (torch.nn.functional.silu(g) * u) @ W[p + "ffn_down.weight"].T
+  return (norm(x[-1:], W["output_norm.weight"]) @ head.T)[0].float()
+
+def sync():
+  if device == "cuda": torch.cuda.synchronize()
+
+def generate(ids, n):  # greedy; (token ids, prefill seconds, decode tokens/s)
+  t0 = time.perf_counter(); nxt = int(forward(ids, 0).argmax()); sync(); t1 = time.perf_counter()
+  out = [nxt]
+  for i in range(n - 1): out.append(int(forward([out[-1]], len(ids) + i).argmax()))
+  sync()
+  return out, t1 - t0, (n - 1) / (time.perf_counter() - t1)
+
+prompt = BPETokenizer.from_gguf_metadata(f.metadata).encode("Once upon a time")
+if contexts == [0]:  # the check mode: the greedy tokens after the plain prompt
+  print(json.dumps(generate(prompt, tokens)[0])); sys.exit(0)
+generate(prompt, 3)  # warm-up
+for n in contexts:
+  ids = context_prompt(prompt, n)
+  got = [generate(ids, tokens)[1:] for _ in range(runs)]
+  print(json.dumps({"context": n, "tokens": tokens, "prefill_ms": statistics.median(g[0] for g in got) * 1e3,
+                    "decode_tokens_per_s": statistics.median(g[1] for g in got)}), flush=True)
 """
 
 @dataclass
@@ -237,15 +311,30 @@ def plan(args: argparse.Namespace) -> tuple[list[Step], list[Step]]:
       check.append(Step(f"api_{tag}", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:ember", *api,
                                        *select], env, LIMITS["api"] * scale, dev))
     if "bench" in args.only:
-      speed.append(Step(f"bench_{tag}", [py, "-c", BENCH, os.path.join(args.out, f"bench_{tag}.json"), args.sizes,
-                                         args.bench_scale], env, LIMITS["bench"] * scale, dev))
+      speed.append(Step(f"bench_{tag}", [py, "-c", BENCH, args.sizes, args.bench_scale], env, LIMITS["bench"] * scale,
+                        dev))
   for dev in args.devices:  # after every bench: the LLM runs last on each device
     tag = dev.replace("+", "_").replace(":", "_")
     if "llm" in args.only:
       speed.append(Step(f"llm_{tag}", [py, "-m", "ember.nn.llm", "--benchmark", "--device", dev, "--contexts",
                                        args.llm_contexts, "--max-tokens", str(args.llm_tokens), "--runs", "2",
                                        "--progress", "never"], source_env(dev), LIMITS["llm"] * scale, dev))
+  if "llm_torch" in args.only:  # the same model, contexts and decode length in torch on CUDA (weights read on the CPU)
+    speed.append(Step("llm_torch", [py, "-c", LLM_TORCH, "cuda", args.llm_contexts, str(args.llm_tokens), "2"],
+                      source_env("CPU"), LIMITS["llm_torch"] * scale, "torch-CUDA"))
   return check, speed
+
+def json_lines(path: str) -> list[dict[str, Any]]:
+  """The JSON objects a step printed, one a line, in its log (what it printed before a timeout included)."""
+  if not os.path.exists(path): return []
+  with open(path) as fh: lines = [line for line in fh.read().splitlines() if line.startswith("{")]
+  out = []
+  for line in lines:
+    try: out.append(json.loads(line))
+    except json.JSONDecodeError: continue
+  return out
+
+DECODE = re.compile(r"context (\d+): .*decode ([\d.]+) tokens/s")
 
 def report(results: list[dict[str, object]], bench: dict[str, list[dict[str, Any]]], out_dir: str) -> list[str]:
   when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -274,12 +363,19 @@ def report(results: list[dict[str, object]], bench: dict[str, list[dict[str, Any
       share = ours / theirs
       lines.append(f"- {dev}: {big['name']}: ember {ours:.1f} TFLOP/s = {share:.0%} of torch's {theirs:.1f} "
                    f"({'met' if share >= 0.7 else 'NOT met'}; goal >= 70%)")
+  torch_decode = {row["context"]: row["decode_tokens_per_s"] for row in json_lines(os.path.join(out_dir,
+                                                                                              "llm_torch.log"))}
   for r in results:
-    if str(r["step"]).startswith("llm_"):
-      with open(os.path.join(out_dir, f"{r['step']}.log")) as fh:
-        decode = [line for line in fh.read().splitlines() if "tokens/s" in line]
-      lines.append(f"- {r['device']}: LLM decode (ember-llm --benchmark): " +
-                   ("; ".join(decode) if decode else f"no figures (exit {r['rc']}: {r['last']})"))
+    if not str(r["step"]).startswith("llm_") or r["step"] == "llm_torch": continue
+    with open(os.path.join(out_dir, f"{r['step']}.log")) as fh: ours = DECODE.findall(fh.read())
+    if not ours:
+      lines.append(f"- {r['device']}: LLM decode faster than torch-CUDA's: no ember figures (exit {r['rc']}: "
+                   f"{r['last']})")
+    for context, speed in ours:
+      theirs = torch_decode.get(int(context))
+      verdict = "no torch-CUDA figure" if theirs is None else \
+        f"torch-CUDA {theirs:.1f} tokens/s ({'met' if float(speed) > theirs else 'NOT met'}: goal faster)"
+      lines.append(f"- {r['device']}: LLM decode at context {context}: ember {float(speed):.1f} tokens/s, {verdict}")
   return lines
 
 def main(argv: list[str] | None = None) -> int:
@@ -302,11 +398,7 @@ def main(argv: list[str] | None = None) -> int:
   run_together(check, args.out)
   for step in speed: run_together([step], args.out)
   results = [s.result for s in check + speed]
-  bench: dict[str, list[dict[str, Any]]] = {}
-  for s in speed:
-    path = os.path.join(args.out, f"{s.name}.json")
-    if s.name.startswith("bench_") and os.path.exists(path):
-      with open(path) as fh: bench[s.device] = json.load(fh)
+  bench = {s.device: json_lines(os.path.join(args.out, f"{s.name}.log")) for s in speed if s.name.startswith("bench_")}
   lines = report(results, bench, args.out) + ["", f"total {time.perf_counter() - t0:.0f} s"]
   with open(os.path.join(args.out, "gpu_report.md"), "w") as fh: fh.write("\n".join(lines) + "\n")
   with open(os.path.join(args.out, "gpu_report.json"), "w") as fh: json.dump({"steps": results, "bench": bench}, fh,
