@@ -88,6 +88,13 @@ def test_binary_broadcast_and_ints() -> None:
   np.testing.assert_array_equal(signs, [True, False, True])
   np.testing.assert_array_equal(Tensor(np.array([2], np.uint8)).copysign(Tensor(np.array([1], np.uint32))).numpy(), [2])
 
+def test_clip_with_infinite_bounds_keeps_values() -> None:
+  # the NaN check summed x and both bounds: -inf + inf made every value NaN
+  x = np.array([0.5, -3.0, np.inf, -np.inf, np.nan, 1e30], dtype=np.float32)
+  for lo, hi in ((-np.inf, np.inf), (-np.inf, 2.0), (0.0, np.inf)):
+    np.testing.assert_array_equal(Tensor(x).clip(lo, hi).numpy(), torch.clamp(torch.tensor(x), lo, hi).numpy())
+  check(lambda a: a.clip(-np.inf, np.inf), lambda a: torch.clamp(a, -np.inf, np.inf), X)  # values and gradient
+
 def test_logaddexp_infinities() -> None:
   a = np.array([-np.inf, np.inf, -np.inf, 1000.0, 0.0], dtype=np.float32)
   b = np.array([-np.inf, np.inf, 2.0, 1000.0, -1000.0], dtype=np.float32)

@@ -152,8 +152,9 @@ class MathMixin:
       bounds.append(high)
     if not dtypes.is_float(ret.dtype): return ret
     # NaN anywhere gives NaN (comparisons with NaN are False, so the wheres above kept x) with no gradient, as torch
-    nan = functools.reduce(lambda acc, t: acc + t, bounds, self.cast(ret.dtype)).detach()
-    return nan.isnan().where(nan, ret)
+    # (not by summing x and the bounds: -inf + inf is NaN too, and clip(-inf, inf) must keep x)
+    nan = functools.reduce(lambda acc, t: acc | t.isnan(), bounds, self.isnan()).detach()
+    return nan.where(math.nan, ret)
   def clamp(self: Tensor, min_: Any = None, max_: Any = None, *, min: Any = None, max: Any = None) -> Tensor:
     """Alias of `clip`.
 
