@@ -4,6 +4,7 @@ import functools
 import math
 from typing import Any, Callable
 from ember import Tensor, dtypes
+from ember.dtype import DType
 from ember.nn.onnx.errors import UnsupportedOpError
 from ember.nn.onnx.registry import onnx_op
 from ember.nn.onnx.ops.common import dims, axis as norm_axis
@@ -145,13 +146,15 @@ def clip_11(x: Tensor, min: Tensor | None = None, max: Tensor | None = None) -> 
 
 # ** casts **
 
-def cast_to(x: Tensor, to: int, saturate: int = 1) -> Tensor:
-  from ember.nn.onnx.model import to_dtype
-  dt = to_dtype(to, "Cast target")
+# the largest finite value of each fp8 format (dtypes.max is inf for floats)
+FP8_MAX = {dtypes.fp8e4m3: 448.0, dtypes.fp8e5m2: 57344.0}
+
+def cast_to(x: Tensor, dt: DType, saturate: int = 1) -> Tensor:
   if dt in dtypes.fp8s and dtypes.is_float(x.dtype):
-    top = float(dtypes.max(dt))
-    # saturate=1 clamps finite values to the format's range; saturate=0 makes out-of-range values inf (e5m2) or NaN
-    if saturate: x = x.isinf().where(x, x.clip(-top, top))
+    top = FP8_MAX[dt]
+    # saturate=1 clamps to the format's finite range (infinities too); saturate=0 makes what is out of range NaN
+    # (E4M3FN has no inf) or inf (E5M2)
+    if saturate: x = x.clip(-top, top)
     elif dt == dtypes.fp8e4m3: x = (x.abs() > top).where(float("nan"), x)
   return x.cast(dt)
 
@@ -160,7 +163,8 @@ def cast(x: Tensor, to: int | str, saturate: int = 1, round_mode: str = "up") ->
   if isinstance(to, str):  # opset 1-5 named the type by string
     from onnx import TensorProto
     to = TensorProto.DataType.Value(to.upper())
-  return cast_to(x, int(to), saturate)
+  from ember.nn.onnx.model import to_dtype
+  return cast_to(x, to_dtype(int(to), "Cast target"), saturate)
 
 @onnx_op("BitCast", since=26)
 def bit_cast(x: Tensor, to: int) -> Tensor:
@@ -169,7 +173,7 @@ def bit_cast(x: Tensor, to: int) -> Tensor:
 
 @onnx_op("CastLike", since=15)
 def cast_like(x: Tensor, like: Tensor, saturate: int = 1, round_mode: str = "up") -> Tensor:
-  return x.cast(like.dtype)
+  return cast_to(x, like.dtype, saturate)
 
 @onnx_op("Binarizer", domain="ai.onnx.ml")
 def binarizer(x: Tensor, threshold: float = 0.0) -> Tensor: return (x > threshold).cast(x.dtype)
