@@ -189,3 +189,24 @@ def shape(x: Tensor, start: int = 0, end: int | None = None) -> Tensor:
   sizes = dims(x)[start:end]
   return Tensor(sizes, dtype=dtypes.int64, device=x.device) if sizes else Tensor.zeros(0, dtype=dtypes.int64,
                                                                                         device=x.device)
+
+# ** window functions **
+
+def _window(size: Tensor, output_datatype: int, periodic: int, terms: tuple[float, ...]) -> Tensor:
+  """sum_k (-1)^k a_k cos(2 pi k n / N): N is the size (periodic) or size - 1 (symmetric)."""
+  from ember.nn.onnx.model import to_dtype
+  n = int(size.item())
+  den = n if periodic else n - 1
+  pos = Tensor.arange(n, dtype=dtypes.float32, device=size.device) * (2 * math.pi / den)
+  out = sum(((-1) ** k * a * (pos * k).cos() for k, a in enumerate(terms)), Tensor.zeros(n, device=size.device))
+  return out.cast(to_dtype(output_datatype, "window output_datatype"))
+
+@onnx_op("HannWindow", since=17)
+def hann_window(size: Tensor, output_datatype: int = 1, periodic: int = 1) -> Tensor:
+  return _window(size, output_datatype, periodic, (0.5, 0.5))
+@onnx_op("HammingWindow", since=17)
+def hamming_window(size: Tensor, output_datatype: int = 1, periodic: int = 1) -> Tensor:
+  return _window(size, output_datatype, periodic, (25 / 46, 21 / 46))
+@onnx_op("BlackmanWindow", since=17)
+def blackman_window(size: Tensor, output_datatype: int = 1, periodic: int = 1) -> Tensor:
+  return _window(size, output_datatype, periodic, (0.42, 0.5, 0.08))

@@ -270,10 +270,12 @@ def depth_to_space(x: Tensor, blocksize: int, mode: str = "DCR") -> Tensor:
   return y.reshape(b, c // (s * s), h * s, w * s)
 
 @onnx_op("SpaceToDepth")
-def space_to_depth(x: Tensor, blocksize: int) -> Tensor:
+def space_to_depth(x: Tensor, blocksize: int, mode: str = "DCR") -> Tensor:
   b, c, h, w = dims(x)
   s = blocksize
-  y = x.reshape(b, c, h // s, s, w // s, s).permute(0, 3, 5, 1, 2, 4)
+  blocks = x.reshape(b, c, h // s, s, w // s, s)
+  # DCR: output channel (block row, block col, c); CRD: (c, block row, block col)
+  y = blocks.permute(0, 3, 5, 1, 2, 4) if mode == "DCR" else blocks.permute(0, 1, 3, 5, 2, 4)
   return y.reshape(b, c * s * s, h // s, w // s)
 
 @onnx_op("ReverseSequence", since=10)
