@@ -140,3 +140,16 @@ def test_quantize_dequantize_match_onnxruntime(ort_run):
   for k, v in want.items():
     assert got[k].numpy().dtype == v.dtype, k
     np.testing.assert_allclose(got[k].numpy(), v, rtol=1e-6, atol=1e-6, err_msg=k)
+
+def test_command_line_prints_outputs(tmp_path, capsys):
+  from ember.nn.onnx.__main__ import main
+  m = model([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("ReduceSum", ["y"], ["s"], keepdims=0)],
+            [vi("x")], [vi("y"), vi("s", shape=())], opset=11)
+  path = tmp_path / "m.onnx"
+  path.write_bytes(m)
+  x = np.arange(-3, 3, dtype=np.float32).reshape(2, 3)
+  np.save(tmp_path / "x.npy", x)
+  assert main([str(path), "--input", f"x={tmp_path / 'x.npy'}"]) == 0
+  out = capsys.readouterr().out
+  assert "y: shape (2, 3) dtypes.float" in out and "s: shape () dtypes.float" in out
+  with pytest.raises(OnnxError, match="NAME=FILE.npy"): main([str(path), "--input", "x.npy"])
