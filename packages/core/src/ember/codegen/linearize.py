@@ -3,9 +3,9 @@
 Output ranges open first, in order; a reduction that moves with none of the output ranges still to open runs before
 they open (a row's statistics once per row). Each REDUCE becomes an accumulator, a loop over its ranges and an ASSIGN.
 Code that does not depend on a reduction's ranges is emitted before its loop (hoisted), so nothing is recomputed per
-iteration and no value is used outside the loop that defines it. Block-shared buffers (DEFINE_LOCAL) are declared right after the
-arguments; a BARRIER is emitted after the stores it orders (its sources), and a reduction loop whose body has one ends
-with another (the write-after-read order of the next iteration's stores).
+iteration and no value is used outside the loop that defines it. Block-shared buffers (DEFINE_LOCAL) are declared
+right after the arguments; a BARRIER is emitted after the stores it orders (its sources), and a reduction loop whose
+body has one ends with another (the write-after-read order of the next iteration's stores).
 """
 from __future__ import annotations
 from ember.dtype import dtypes
