@@ -90,6 +90,21 @@ def _custom_kernel_grad(g, node: UOp):
                         "return one per input (None where none flows)")
   return tuple(None if x is None else _t(x) if isinstance(x, UOp) else x for x in grads)
 
+def custom_gradient(value, inputs: tuple, backward: Callable):
+  """`value` (a Tensor computed from `inputs`) whose gradient is `backward(grad, *inputs)`, one gradient (or None) per
+  input, instead of what autograd would derive from value's own graph: for a backward that is cheaper written another
+  way than the transpose of the forward graph (a convolution's input gradient as a transposed convolution)."""
+  from ember.tensor import Tensor
+  uop = UOp(Ops.CUSTOM_GRAD, value.dtype, (value.uop, *(x.uop for x in inputs)), backward)
+  return Tensor(uop, requires_grad=value.requires_grad)
+
+def _custom_grad(g, node: UOp):
+  from ember.errors import GradientError
+  grads = tuple(node.arg(g, *(_t(s) for s in node.src[1:])))
+  if len(grads) != len(node.src) - 1:
+    raise GradientError(f"a custom gradient returned {len(grads)} gradients for {len(node.src) - 1} inputs")
+  return (None, *grads)
+
 grad_rules: dict[Ops, Callable] = {
   Ops.CAST: lambda g, n: (g.cast(n.src[0].dtype),) if dtypes.is_float(n.src[0].dtype) else (None,),
   Ops.NEG: lambda g, n: (-g,),
@@ -118,6 +133,7 @@ grad_rules: dict[Ops, Callable] = {
   # a custom kernel's output (its input buffer after it ran): the gradient goes to the kernel
   Ops.AFTER: lambda g, n: (None, g),
   Ops.CUSTOM_KERNEL: _custom_kernel_grad,
+  Ops.CUSTOM_GRAD: _custom_grad,
 }
 
 # piecewise-constant or non-differentiable ops: no gradient flows through them (it is zero, not an error)

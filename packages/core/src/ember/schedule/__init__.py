@@ -129,7 +129,7 @@ def find_realize(targets: list[UOp]) -> tuple[list[UOp], dict[UOp, list[UOp]]]:
   topo = [n for n in sink.toposort() if n is not sink]
   consumers: dict[UOp, list[UOp]] = {n: [] for n in topo}
   for n in topo:
-    for s in n.src:
+    for s in (n.src[:1] if n.op is Ops.CUSTOM_GRAD else n.src):  # a custom gradient's inputs are not read through it
       if n not in consumers[s]: consumers[s].append(n)
   realize: set[UOp] = {t for t in targets if not _is_buffer_like(t) and Ops.CONST not in (t.op, t.base.op)}
   deferred: list[UOp] = []  # broadcasts of row statistics (softmax's max and sum), which may fuse with their rows
@@ -177,7 +177,8 @@ def _selects(c: UOp, node: UOp, realize: set[UOp]) -> bool:
   return any(n.op in _SELECTS for s in c.src if s is not node for n in s.toposort(gate=lambda n: n not in realize))
 
 ROW_FUSION_MAX = 1 << 16  # elements per row up to which a row statistic fuses into the kernel that writes the row
-_PASS = GroupOp.ALU | {Ops.CAST, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD}  # elementwise: the same index in and out
+# elementwise: the same index in and out
+_PASS = GroupOp.ALU | {Ops.CAST, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD, Ops.CUSTOM_GRAD}
 
 def _row_reduce(r: UOp) -> bool:
   """A reduction of whole rows: constant sizes, at most ROW_FUSION_MAX elements each, over trailing dims (every kept

@@ -207,7 +207,8 @@ def _lower(u: UOp, idxs: tuple[UOp, ...], valid: UOp | None, ctx: KernelCtx) -> 
     ctx.var_vals[u.src[0].arg[0]] = u.src[1].arg
     return u.src[0].cast(dt)
   if u.op is Ops.DEFINE_VAR: return u.cast(dt)
-  if u.op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD): return lower(u.src[0], idxs, valid, ctx)
+  if u.op in (Ops.CONTIGUOUS, Ops.DETACH, Ops.CONTIGUOUS_BACKWARD, Ops.CUSTOM_GRAD):
+    return lower(u.src[0], idxs, valid, ctx)
   if u.op is Ops.REDUCE_AXIS:
     op, axes = u.arg
     src = u.src[0]

@@ -3,6 +3,7 @@
 A mixin of `ember.tensor.Tensor`. This module cannot import ember.tensor (which imports it to define Tensor);
 ember.tensor hands it `PyBool`, `PyFloat`, `PyInt` ... once Tensor exists (`LATE_NAMES`)."""
 from __future__ import annotations
+import functools
 import math
 from typing import TYPE_CHECKING, Sequence
 from ember.dtype import dtypes, least_upper_dtype, strong_dtype, sum_acc_dtype
@@ -188,6 +189,12 @@ class NNMixin:
     acc_dt = sum_acc_dtype(dt) if not dtypes.is_float(dt) else None
     out = (win.cast(dt) * w.cast(dt)).sum(axes, dtype=acc_dt).cast(dt)
     out = out.contiguous().permute(0, nd + 1, *range(1, nd + 1)) if implicit else out.reshape(bs, cout, *out_sp)
+    if implicit and all(b >= 0 and a >= 0 for b, a in pads):
+      # its gradients are convolutions too (on the same implicit-GEMM path): autograd through the windows would write
+      # the gradient of every window position (N, *out, *kernel, Cin) and then sum the overlaps in a second pass
+      from ember.gradient import custom_gradient
+      out = custom_gradient(out, (self, weight), functools.partial(_conv_grad, stride=pool_args[1],
+                                                                   dilation=pool_args[2], pads=tuple(pads)))
     return out if bias is None else out + bias.reshape(1, cout, *([1] * nd))
   def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: PyInt = 1,
                        stride: PyInt | Sequence[PyInt] = 1, dilation: PyInt | Sequence[PyInt] = 1,
@@ -494,3 +501,25 @@ class NNMixin:
     x = self.reshape(-1, self.shape[-1]) if self.ndim != 2 else self
     loss = x.cross_entropy(Y.flatten(), reduction, label_smoothing, ignore_index=ignore_index)
     return loss.reshape(Y.shape) if reduction == "none" else loss
+
+def _conv_grad(g: Tensor, x: Tensor, w: Tensor, *, stride: tuple[int, ...], dilation: tuple[int, ...],
+               pads: tuple[tuple[int, int], ...]) -> tuple[Tensor | None, Tensor | None]:
+  """Gradients of `conv2d(x, w)` (groups 1; x padded by `pads`) for the output gradient `g` (N, Cout, *out): the
+  input's is a transposed convolution of g, the weight's a convolution of x's channels with g's batch as channels."""
+  kernel, padded = w.shape[2:], [int(s) + b + a for s, (b, a) in zip(x.shape[2:], pads)]
+  out_sp = g.shape[2:]
+  dt = least_upper_dtype(x.dtype, w.dtype)
+  dx = None
+  if dtypes.is_float(x.dtype):
+    # the transposed convolution covers the padded input but for the rows a stride left out at its far end
+    extra = [p - ((o - 1) * s + d * (k - 1) + 1) for p, o, s, d, k in zip(padded, out_sp, stride, dilation, kernel)]
+    full = g.cast(dt).conv_transpose2d(w.cast(dt), stride=stride, dilation=dilation, output_padding=0)
+    full = full.pad(((0, 0), (0, 0), *((0, e) for e in extra)))
+    dx = full.shrink(((0, full.shape[0]), (0, full.shape[1]),
+                      *((b, b + int(s)) for (b, _), s in zip(pads, x.shape[2:])))).cast(x.dtype)
+  # dw[co, ci, *k] = sum over n and out of g[n, co, *out] * x_padded[n, ci, out * stride + k * dilation]
+  xp = x.cast(dt).pad(((0, 0), (0, 0), *pads)).transpose(0, 1)  # (Cin, N, *padded)
+  dw = xp.conv2d(g.cast(dt).transpose(0, 1), stride=dilation, dilation=stride)  # (Cin, Cout, >= *kernel)
+  dw = dw.shrink(((0, dw.shape[0]), (0, dw.shape[1]), *((0, k) for k in kernel))).transpose(0, 1).cast(w.dtype)
+  return dx, dw
+

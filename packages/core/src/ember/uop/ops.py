@@ -52,6 +52,9 @@ class Ops(Enum):
   UNSHARD = auto()
   # tensor level: a custom kernel run over its inputs' buffers (Tensor.custom_kernel)
   CUSTOM_KERNEL = auto()
+  # tensor level: src[0]'s value, whose gradient with respect to src[1:] is given by a function (ember.gradient's
+  # custom_gradient); the scheduler computes src[0] and never reads the other sources through it
+  CUSTOM_GRAD = auto()
   def __repr__(self) -> str: return f"Ops.{self.name}"
 
 class GroupOp:
