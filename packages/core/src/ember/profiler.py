@@ -91,6 +91,11 @@ def _device_start_us(device: str, dev: Any, start_ns: int) -> float:
     offset = _clock_offset_ns[device] = (before + time.perf_counter_ns()) // 2 - stamp
   return (start_ns + offset - _EPOCH_NS) / 1e3
 
+def device_event(kind: str, name: str, dev: Any, queue: str, start_ns: int, end_ns: int, **args: Any) -> None:
+  """Record work the device timed itself (`start_ns`/`end_ns` on its timer), e.g. an HCQ copy."""
+  record(kind, name, dev.device, queue, _device_start_us(dev.device, dev, start_ns), (end_ns - start_ns) / 1e3,
+         timer="device", device_start_ns=start_ns, device_end_ns=end_ns, **args)
+
 def kernel(runner: Any, host_start_us: float, seconds: float | None, jit: bool = False) -> None:
   """Record a kernel launched with wait=True: `seconds` is what its Program returned (the time DEBUG=2 prints)."""
   from ember.device import Device

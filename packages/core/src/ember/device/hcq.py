@@ -17,6 +17,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable
+from ember import profiler
 from ember.device.base import BufferSpec, Compiled, Compiler, LRUAllocator
 from ember.errors import DeviceError
 
@@ -163,17 +164,26 @@ class HCQAllocator(LRUAllocator):
     super().__init__()
     self.device = device
   def _copyin(self, dest: HCQBuffer, src: memoryview) -> None:
-    dev, staging = self.device, self.device.staging(src.nbytes)
+    staging = self.device.staging(src.nbytes)
     ctypes.memmove(staging.va_addr, bytes(src), src.nbytes)
-    dev.copy_queue().wait(dev.timeline_signal, dev.timeline_value - 1).copy(dest.va_addr, staging.va_addr, src.nbytes) \
-       .signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
-    dev.synchronize()
+    self._queue_copy(dest.va_addr, staging.va_addr, src.nbytes, "host -> device")
   def _copyout(self, dest: memoryview, src: HCQBuffer) -> None:
-    dev, staging = self.device, self.device.staging(dest.nbytes)
-    dev.copy_queue().wait(dev.timeline_signal, dev.timeline_value - 1).copy(staging.va_addr, src.va_addr, dest.nbytes) \
-       .signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
-    dev.synchronize()
+    staging = self.device.staging(dest.nbytes)
+    self._queue_copy(staging.va_addr, src.va_addr, dest.nbytes, "device -> host")
     ctypes.memmove((ctypes.c_char * dest.nbytes).from_buffer(dest), staging.va_addr, dest.nbytes)
+  def _queue_copy(self, dest: int, src: int, nbytes: int, direction: str) -> None:
+    """One copy-queue submission, waited for; while a profile records, the queue timestamps the copy and the profile
+    gets it with the device's times."""
+    dev = self.device
+    q = dev.copy_queue().wait(dev.timeline_signal, dev.timeline_value - 1)
+    if profiler.enabled: q.timestamp(dev.timer_signals[0])
+    q.copy(dest, src, nbytes)
+    if profiler.enabled: q.timestamp(dev.timer_signals[1])
+    q.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    dev.synchronize()
+    if profiler.enabled:
+      profiler.device_event("copy", f"{direction} {nbytes} B", dev, "copy queue", *dev.launch_timestamps_ns(),
+                            bytes=nbytes)
   def _offset(self, opaque: HCQBuffer, size: int, offset: int) -> HCQBuffer: return opaque.offset(offset, size)
 
 class HCQCompiled(Compiled):
@@ -199,7 +209,8 @@ class HCQCompiled(Compiled):
     return self.timeline_value - 1
   def synchronize(self) -> None: self.timeline_signal.wait(self.timeline_value - 1)
   def launch_timestamps_ns(self) -> tuple[int, int]:
-    """The timestamps `HCQProgram.__call__(wait=True)` had the queue write around its kernel."""
+    """The timestamps `HCQProgram.__call__(wait=True)` had the queue write around its kernel (the allocator's copies
+    write them too while a profile records)."""
     return self.timer_signals[0].value, self.timer_signals[1].value
   def timer_ns(self) -> int:
     """The GPU timer now: a submission that only writes a timestamp, waited for."""

@@ -1,7 +1,7 @@
 """Tier 7, profiling: a device's kernels show in `ember.profile()` traces with the times DEBUG=2 prints. A device that
 times kernels with its own clock (`Compiled.launch_timestamps_ns`, the HCQ timeline's timestamp signals on NV and
-AMD, MOCK included) has its kernel events placed by those timestamps, moved onto the host clock of the trace; other
-devices' kernels are timed on the host."""
+AMD, MOCK included) has its kernel events, and its copy queue's copies, placed by those timestamps, moved onto the
+host clock of the trace; other devices' kernels are timed on the host."""
 from __future__ import annotations
 import contextlib
 import io
@@ -29,9 +29,9 @@ def test_kernel_events_carry_the_devices_times(ember_device, ember_capabilities)
   err = io.StringIO()
   start_us = profiler.now_us()
   with contextlib.redirect_stderr(err), Context(DEBUG=2), profile() as p:
-    out = ((x * y).contiguous() + 1).sum()
-    result = out.numpy()
+    out = ((x * y).contiguous() + 1).sum().realize()
     stamps = dev.launch_timestamps_ns()  # of the last kernel
+    result = out.numpy()
   end_us = profiler.now_us()
   np.testing.assert_allclose(result, (a * b + 1).sum(), rtol=1e-5)
   events = p.trace_events()
@@ -50,3 +50,8 @@ def test_kernel_events_carry_the_devices_times(ember_device, ember_capabilities)
   assert (last["device_start_ns"], last["device_end_ns"]) == stamps
   for e in kernels:
     assert e["dur"] == pytest.approx((e["args"]["device_end_ns"] - e["args"]["device_start_ns"]) / 1e3, abs=1e-6)
+  # reading the result copies it out on the device's copy queue, which timestamps the copy too
+  copies = [e for e in events if e.get("cat") == "copy" and e["args"].get("timer") == "device"]
+  assert [e["name"] for e in copies] == [f"device -> host {result.nbytes} B"]
+  assert start_us <= copies[0]["ts"] and copies[0]["ts"] + copies[0]["dur"] <= end_us
+  assert copies[0]["dur"] == (copies[0]["args"]["device_end_ns"] - copies[0]["args"]["device_start_ns"]) / 1e3
