@@ -5,14 +5,14 @@
     print(p.table())                         # kernels ranked by total time: count, GFLOP/s, GB/s
 
 The trace is Chrome's trace-event JSON (Perfetto, chrome://tracing): one process per device, one thread per queue
-(compute, copy, memory, codegen, compile, jit). Kernels are timed one by one while recording (each launch waits for
-its kernel, as at DEBUG=2): by the device's own timer where it has one (the HCQ timeline's timestamp signals on NV
-and AMD, MOCK included; the times are moved onto the host clock through an offset measured once per device), else
-by the host's `perf_counter` around the launch. A TinyJit replay runs its kernels one by one while recording, so
-each gets its own event, instead of through the device's graph.
+(compute, copy, copy queue, memory, codegen, compile, jit). Kernels are timed one by one while recording (each launch
+waits for its kernel, as at DEBUG=2): by the device's own timer where it has one (the HCQ timeline's timestamp signals
+on NV and AMD, MOCK included, which also time the copy queue's copies; the times are moved onto the host clock
+through an offset measured once per device), else by the host's `perf_counter` around the launch. A TinyJit replay
+runs its kernels one by one while recording, so each gets its own event, instead of through the device's graph.
 
 Off, the engine checks one module-level flag (`enabled`) per launch and records nothing. `trace_events()` returns
-what this process recorded, as trace-event dicts, for other tools (VIZ shows them as a timeline).
+what the open (or last) profiles recorded, as trace-event dicts, for other tools (VIZ shows them as a timeline).
 """
 from __future__ import annotations
 import atexit
