@@ -1,6 +1,7 @@
 """@ember.function: traced once per signature (a counter in the body), scheduled once with precompile=True, traced again
 for a new shape; values and gradients against torch; composition inside other functions, TinyJit and errors."""
 from __future__ import annotations
+import importlib
 import numpy as np
 import pytest
 import ember
@@ -118,3 +119,83 @@ def test_function_errors():
   def uses_w(x: Tensor) -> Tensor: return x * w
   with pytest.raises(FunctionError, match="not its arguments"): uses_w(Tensor([1.0]))
   assert isinstance(FunctionError("x"), TypeError)
+
+def _sgd_steps(fn, steps: int, make_b=lambda b: b):
+  """`steps` SGD steps of a loss through `fn(x, w)` (which also reads a bias `b` from outside), in ember and in torch:
+  the losses and every gradient of each step, side by side."""
+  torch = pytest.importorskip("torch")
+  w_np, b_np = rand(5, 4, seed=1), rand(4, seed=2)
+  w, b = Tensor(w_np).realize(), Tensor(b_np).realize()
+  fn.bias = b
+  wt, bt = torch.tensor(w_np, requires_grad=True), torch.tensor(b_np, requires_grad=True)
+  got, want = [], []
+  for step in range(steps):
+    xs = rand(6, 5, seed=10 + step)
+    x = Tensor(xs, requires_grad=True)
+    if step == 1: w.requires_grad = b.requires_grad = True  # after the trace, as an optimizer sets it
+    out = fn(x, w)
+    loss = (out * out).sum() + out.max()
+    if step == 0:  # nothing requires grad yet: a plain replay
+      got.append((loss.numpy(),))
+    else:
+      x.grad = w.grad = b.grad = None
+      loss.backward()
+      got.append((loss.numpy(), x.grad.numpy(), w.grad.numpy(), b.grad.numpy()))
+      w.assign(w - w.grad * 0.01).realize()
+      b.assign(b - b.grad * 0.01).realize()
+    xt = torch.tensor(xs, requires_grad=True)
+    yt = torch.nn.functional.gelu(xt @ wt + bt).exp2() - 1
+    lt = (yt * yt).sum() + yt.max()
+    if step == 0: want.append((lt.detach().numpy(),))
+    else:
+      lt.backward()
+      want.append((lt.detach().numpy(), xt.grad.numpy(), wt.grad.numpy(), bt.grad.numpy()))
+      with torch.no_grad():
+        wt -= wt.grad * 0.01
+        bt -= bt.grad * 0.01
+        wt.grad = bt.grad = None
+  for g, r in zip(got, want):
+    for a, e in zip(g, r): np.testing.assert_allclose(a, e, rtol=2e-4, atol=2e-4)
+
+@pytest.mark.parametrize("precompile_backward", [False, True])
+def test_precompiled_calls_train_forward_replayed_gradients_against_torch(precompile_backward, monkeypatch):
+  fmod = importlib.import_module("ember.function")  # (`import ember.function` names the decorator)
+  replays = []
+  class Counted(fmod._Replay):
+    def __init__(self, *args, **kwargs):
+      replays.append(1)
+      super().__init__(*args, **kwargs)
+  monkeypatch.setattr(fmod, "_Replay", Counted)
+  traces = []
+  @ember.function(precompile=True, precompile_backward=precompile_backward)
+  def layer(x: Tensor, w: Tensor) -> Tensor:
+    traces.append(1)
+    return ((x @ w) + layer.bias).gelu().exp2() - 1
+  _sgd_steps(layer, 5)
+  assert len(traces) == 1
+  # the forward is scheduled once; with precompile_backward its backward too (one unit per output and signature)
+  assert len(replays) == (2 if precompile_backward else 1)
+  (trace,) = layer.traces.values()
+  (bwd,) = trace.backwards.values()
+  assert (bwd.replay is not None) == precompile_backward
+
+def test_precompiled_backward_replays_with_several_outputs_and_views():
+  torch = pytest.importorskip("torch")
+  @ember.function(precompile=True, precompile_backward=True)
+  def two(x: Tensor, w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    h = (x @ w).tanh()
+    return h, (h * x.sum(1, keepdim=True)).relu(), x.T  # the last one no kernel computes: it stays a view of x
+  x_np, w_np = rand(3, 4), rand(4, 4, seed=1)
+  for _ in range(3):
+    x, w = Tensor(x_np, requires_grad=True), Tensor(w_np, requires_grad=True)
+    a, c, t = two(x, w)
+    ((a * 2).sum() + (c * c).sum() + (t * t.exp()).sum()).backward()
+  xt, wt = torch.tensor(x_np, requires_grad=True), torch.tensor(w_np, requires_grad=True)
+  at = (xt @ wt).tanh()
+  ct = (at * xt.sum(1, keepdim=True)).relu()
+  ((at * 2).sum() + (ct * ct).sum() + (xt.T * xt.T.exp()).sum()).backward()
+  np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(w.grad.numpy(), wt.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+def test_precompile_backward_needs_precompile():
+  with pytest.raises(FunctionError, match="precompile=True"): ember.function(lambda x: x, precompile_backward=True)

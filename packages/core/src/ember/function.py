@@ -6,21 +6,26 @@ that signature substitutes its arguments for the placeholders; the body does not
 composes with the code around it (including other functions, and autograd: gradients flow through the substituted
 graph to the arguments and to tensors the body reads from outside, such as a layer's weights).
 
-`precompile=True` also schedules the traced graph once: calls whose arguments need no gradient run that schedule with
-their arguments' buffers swapped in (like a TinyJit replay, but per signature and usable anywhere) and return realized
-tensors over fresh buffers. Calls that need gradients, and calls inside another function's trace, take the lazy path.
+`precompile=True` also schedules the traced graph once: later calls run that schedule with their arguments' buffers
+swapped in (like a TinyJit replay, but per signature and usable anywhere) and return realized tensors over fresh
+buffers. When a call's arguments, or tensors the body reads from outside, require grad, each replayed output carries
+its gradient as a function (`ember.gradient.custom_gradient`): the gradient of the traced graph, traced once per
+signature, over the arguments, the output's gradient and the forward outputs (read from their buffers, not
+recomputed). `precompile_backward=True` schedules that backward once too and replays it; without it the backward is
+a lazy graph scheduled with the rest of the backward pass. Calls inside another function's trace take the lazy path.
 """
 from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar, overload
+from typing import Any, Callable, Sequence, TypeVar, overload
 from ember.device.base import Buffer
-from ember.dtype import dtypes, strong_dtype
+from ember.dtype import DType, dtypes, strong_dtype
 from ember.errors import EmberError
+from ember.gradient import compute_gradient, custom_gradient
 from ember.schedule import ScheduleItem, buffer_of
 import ember.schedule as scheduler
 from ember.tensor import Tensor, all_tensors, _is_contiguous_buffer, _value_dtype
-from ember.uop.ops import Ops, UOp, int_shape
+from ember.uop.ops import GroupOp, Ops, UOp, int_shape
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,69 +50,143 @@ def _signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]
   modes = (Tensor.is_training(), dtypes.default_float, dtypes.default_int)
   return (modes, *(key(a) for a in args), *((k, key(v)) for k, v in sorted(kwargs.items())))
 
+def _placeholder(like: UOp, dtype: DType) -> UOp:
+  """A buffer standing for a value of `like`'s shape and device that a replay passes in (at `dtype`'s strong width)."""
+  return Tensor.empty(*like.shape, dtype=strong_dtype(dtype), device=str(like.device)).uop
+
+def _no_kernel(o: UOp) -> bool:
+  """No kernel computes `o`: a constant, a placeholder, a captured buffer or a view or cast of one. A replay returns
+  it lazily over the call's values (the code that reads it fuses it)."""
+  return all(n.op in GroupOp.Movement or n.op in (Ops.BUFFER, Ops.CONST, Ops.DEVICE, Ops.CAST) for n in o.toposort())
+
+def _mapping(params: Sequence[UOp], values: Sequence[Tensor]) -> dict[UOp, UOp]:
+  out: dict[UOp, UOp] = {}
+  for p, t in zip(params, values):
+    value = t.uop if t.dtype is p.dtype else t.cast(_value_dtype(p)).uop  # weak-dtyped values trace at their width
+    out[p] = value
+    if p.op is not Ops.BUFFER:  # the placeholder's buffer itself, where an op reached under its reshape
+      out[p.base] = UOp(Ops.RESHAPE, value.dtype, (value,), (p.base.arg.size,))
+  return out
+
+class _Replay:
+  """A graph over placeholders (`params`), scheduled once; `run` replays the schedule with the buffers of other values
+  in the placeholders' places and returns the outputs over fresh buffers (outputs no kernel computes: lazily)."""
+  def __init__(self, params: list[UOp], outs: list[UOp]):
+    self.params, self.outs = params, outs
+    self.kernel_outs = [i for i, o in enumerate(outs) if not _no_kernel(o)]
+    targets = [Tensor(o).cast(strong_dtype(_value_dtype(o))).contiguous().uop if o.dtype.weak else o
+               for o in (outs[i] for i in self.kernel_outs)]
+    items, becomes = scheduler.create_schedule(targets) if targets else ([], {})
+    self.items: list[ScheduleItem] = items
+    self.param_bufs = [buffer_of(p.base) for p in params]
+    self.out_bufs = [buffer_of(becomes[t]) for t in targets]
+
+  def run(self, values: Sequence[Tensor]) -> list[Tensor]:
+    from ember.engine.realize import run_schedule
+    read = {b for it in self.items for b in map(id, it.bufs)}
+    args = [(t if t.dtype is p.dtype else t.cast(_value_dtype(p))).buffer() if id(pb) in read else pb
+            for p, t, pb in zip(self.params, values, self.param_bufs)]
+    by_id: dict[int, Buffer] = {}  # an output returned twice is one buffer
+    fresh = [by_id.setdefault(id(b), Buffer(b.device, b.size, b.dtype)) for b in self.out_bufs]
+    swap = {id(b): a for b, a in zip(self.param_bufs, args)} | {id(b): n for b, n in zip(self.out_bufs, fresh)}
+    run_schedule([ScheduleItem(it.kind, it.device, [swap.get(id(b), b) for b in it.bufs], it.ast, it.var_vals,
+                               it.packed) for it in self.items])
+    computed = dict(zip(self.kernel_outs, fresh))
+    return [_over(computed[i], o) if i in computed else _lazy(o, self.params, values) for i, o in enumerate(self.outs)]
+
+def _lazy(out: UOp, params: Sequence[UOp], values: Sequence[Tensor]) -> Tensor:
+  return Tensor(out.substitute(_mapping(params, values)))
+
+def _over(buf: Buffer, out: UOp) -> Tensor:
+  t = Tensor.from_buffer(buf, int_shape(out.shape, "ember.function"))
+  return t.cast(_value_dtype(out)) if out.dtype.weak else t
+
+@dataclass
+class _Backward:
+  """The gradient of one output of a trace, over placeholders: the arguments', the output's gradient's and the forward
+  outputs' (so what the forward computed is read, not recomputed). One gradient (or None) per argument, then per
+  tensor read from outside that requires grad."""
+  params: list[UOp]
+  grads: list[UOp | None]
+  replay: _Replay | None = None
+
+  def __call__(self, values: list[Tensor], precompile: bool) -> list[Tensor | None]:
+    todo = [g for g in self.grads if g is not None]
+    if precompile and not _tracing[0] and todo:
+      if self.replay is None: self.replay = _Replay(self.params, todo)
+      done = iter(self.replay.run(values))
+    else: done = iter(_lazy(g, self.params, values) for g in todo)
+    return [None if g is None else next(done) for g in self.grads]
+
 @dataclass
 class _Trace:
   """One signature's traced graph: the placeholders' uops (in argument order) and the outputs over them."""
   params: list[UOp]
   outs: list[UOp]
   single: bool                # the body returned one Tensor (not a tuple)
-  grad_inside: bool           # the graph reads tensors outside the arguments that require grad (a layer's weights)
   # state the body updates (a BatchNorm's running statistics, an RNG counter): each such tensor and its new graph, set
   # again (over the call's arguments) by every call
   effects: list[tuple[Tensor, UOp]] = field(default_factory=list)
-  compiled: list[ScheduleItem] | None = None
-  param_bufs: list[Buffer] = field(default_factory=list)
-  out_bufs: list[Buffer] = field(default_factory=list)
-  lazy_only: bool = False     # outputs that are no kernels' results (a constant, an argument): nothing to precompile
-
-  def mapping(self, tensors: list[Tensor]) -> dict[UOp, UOp]:
-    out: dict[UOp, UOp] = {}
-    for p, t in zip(self.params, tensors):
-      value = t.uop if t.dtype is p.dtype else t.cast(_value_dtype(p)).uop  # weak-dtyped arguments trace at their width
-      out[p] = value
-      if p.op is not Ops.BUFFER:  # the placeholder's buffer itself, where an op reached under its reshape
-        out[p.base] = UOp(Ops.RESHAPE, value.dtype, (value,), (p.base.arg.size,))
-    return out
+  replay: _Replay | None = None
+  backwards: dict[tuple[Any, ...], _Backward] = field(default_factory=dict)
+  nodes: set[UOp] = field(default_factory=set)  # the graph's nodes: where tensors read from outside are found
 
   def lazy(self, tensors: list[Tensor]) -> tuple[Tensor, ...]:
-    sink = UOp(Ops.SINK, src=(*self.outs, *(u for _, u in self.effects))).substitute(self.mapping(tensors))
+    sink = UOp(Ops.SINK, src=(*self.outs, *(u for _, u in self.effects))).substitute(_mapping(self.params, tensors))
     for (t, _), u in zip(self.effects, sink.src[len(self.outs):]):
       if not _tracing[0] and not _is_contiguous_buffer(t.uop): t.realize()  # the last call's update lands first
       t.uop = u
     return tuple(Tensor(u) for u in sink.src[:len(self.outs)])
 
-  def compile(self) -> None:
-    if self.effects or any(_is_contiguous_buffer(o) or o.base.op is Ops.CONST or o in self.params for o in self.outs):
-      self.lazy_only = True
-      return
-    targets = [Tensor(o).cast(strong_dtype(_value_dtype(o))).contiguous().uop if o.dtype.weak else o for o in self.outs]
-    items, becomes = scheduler.create_schedule(targets)
-    self.param_bufs = [buffer_of(p.base) for p in self.params]
-    self.out_bufs = [buffer_of(becomes[t]) for t in targets]
-    self.compiled = items
+  def run(self, tensors: list[Tensor], implicit: list[Tensor], precompile_backward: bool) -> tuple[Tensor, ...]:
+    """The replayed outputs; with tensors that require grad (`tensors` or `implicit`), each output a kernel computed
+    carries its gradient as a function of its own (the traced graph's gradient)."""
+    if self.replay is None: self.replay = _Replay(self.params, self.outs)
+    outs = self.replay.run(tensors)
+    if not implicit and not any(t.requires_grad for t in tensors): return tuple(outs)
+    inputs = (*tensors, *implicit)
+    forward = [outs[self.outs.index(o)] for o in self._stored()]
+    def grad_of(i: int) -> Callable[..., list[Tensor | None]]:
+      def backward(g: Tensor, *values: Tensor) -> list[Tensor | None]:
+        bwd = self.backward(i, strong_dtype(g.dtype), tuple(t.uop for t in implicit))
+        return bwd([*values[:len(tensors)], g, *forward], precompile_backward)
+      return backward
+    return tuple(custom_gradient(o, inputs, grad_of(i)) if i in self.replay.kernel_outs else o
+                 for i, o in enumerate(outs))
 
-  def run(self, tensors: list[Tensor]) -> tuple[Tensor, ...]:
-    from ember.engine.realize import run_schedule
-    assert self.compiled is not None
-    args = [(t if t.dtype is p.dtype else t.cast(_value_dtype(p))).buffer() for p, t in zip(self.params, tensors)]
-    by_id: dict[int, Buffer] = {}  # an output returned twice is one buffer
-    fresh = [by_id.setdefault(id(b), Buffer(b.device, b.size, b.dtype)) for b in self.out_bufs]
-    swap = {id(b): a for b, a in zip(self.param_bufs, args)} | {id(b): n for b, n in zip(self.out_bufs, fresh)}
-    run_schedule([ScheduleItem(it.kind, it.device, [swap.get(id(b), b) for b in it.bufs], it.ast, it.var_vals,
-                               it.packed) for it in self.compiled])
-    return tuple(_over(buf, o) for buf, o in zip(fresh, self.outs))
+  def _stored(self) -> list[UOp]:
+    """The outputs a replay stores in buffers of their own dtype (each once): what a backward reads instead of
+    computing again."""
+    assert self.replay is not None
+    return list(dict.fromkeys(o for o in (self.outs[k] for k in self.replay.kernel_outs) if not o.dtype.weak))
 
-def _over(buf: Buffer, out: UOp) -> Tensor:
-  t = Tensor.from_buffer(buf, int_shape(out.shape, "ember.function"))
-  return t.cast(_value_dtype(out)) if out.dtype.weak else t
+  def backward(self, i: int, grad_dtype: DType, implicit: tuple[UOp, ...]) -> _Backward:
+    key = (i, grad_dtype, implicit)
+    if (bwd := self.backwards.get(key)) is not None: return bwd
+    assert self.replay is not None
+    out = self.outs[i]
+    grad = _placeholder(out, grad_dtype)
+    forward = {o: _placeholder(o, _value_dtype(o)) for o in self._stored()}
+    targets = [*self.params, *implicit]
+    got = compute_gradient(out, grad, set(targets))
+    def cast(g: UOp | None, t: UOp) -> UOp | None:
+      if g is None or not dtypes.is_float(dt := _value_dtype(t)): return None
+      return g if g.dtype is dt else Tensor(g).cast(dt).uop
+    grads = [cast(got.get(t), t) for t in targets]
+    # the forward outputs are read from the call's buffers (their placeholders), not recomputed
+    subbed = iter(UOp(Ops.SINK, src=tuple(g for g in grads if g is not None)).substitute(forward).src)
+    bwd = self.backwards[key] = _Backward([*self.params, grad, *forward.values()],
+                                          [None if g is None else next(subbed) for g in grads])
+    return bwd
+
+def _result(outs: tuple[Tensor, ...], single: bool) -> Any: return outs[0] if single else outs
 
 class Function:
   """A traced-once function of Tensors; see the module docstring. Make one with `@ember.function`."""
   def __init__(self, fxn: Callable[..., Any], precompile: bool = False, precompile_backward: bool = False,
                allow_implicit: bool = True):
     self.fxn, self.precompile, self.allow_implicit = fxn, precompile, allow_implicit
-    # the backward of a call is the gradient of the traced graph, differentiated with the graph around the call
-    self.precompile_backward = precompile_backward
+    self.precompile_backward = precompile_backward  # the backward of a precompiled call is replayed too
     self.traces: dict[tuple[Any, ...], _Trace] = {}
     functools.update_wrapper(self, fxn)
 
@@ -122,10 +201,12 @@ class Function:
       trace = self.traces[sig] = self._trace(args, kwargs)
       # the trace ran over placeholders: this call's outputs (and state updates) are the graph over its arguments
       return _result(trace.lazy(tensors), trace.single)
-    needs_grad = trace.grad_inside or any(t.requires_grad for t in tensors)
-    if self.precompile and not needs_grad and not _tracing[0]:
-      if trace.compiled is None and not trace.lazy_only: trace.compile()
-      if not trace.lazy_only: return _result(trace.run(tensors), trace.single)
+    if self.precompile and not trace.effects and not _tracing[0]:
+      # tensors from outside the arguments that require grad now (an optimizer may have set it after the trace)
+      params = set(trace.params)
+      implicit = list({t.uop: t for t in list(all_tensors)
+                       if t.requires_grad and t.uop in trace.nodes and t.uop not in params}.values())
+      return _result(trace.run(tensors, implicit, self.precompile_backward), trace.single)
     return _result(trace.lazy(tensors), trace.single)
 
   def _trace(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Trace:
@@ -149,15 +230,12 @@ class Function:
     if not self.allow_implicit and (implicit := [b for b in graph if b.op is Ops.BUFFER and b not in own]):
       raise FunctionError(f"function {getattr(self.fxn, '__qualname__', self.fxn)!r} reads {len(implicit)} tensors "
                           "that are not its arguments; pass them as arguments, or allow_implicit=True")
-    grad_inside = any(t.requires_grad and t.uop in graph for t in list(all_tensors))
     # tensors from outside whose value the body changed (assign): replayed by every call, this one's included
     effects = [(t, t.uop) for t in list(all_tensors) if t.uop.op is Ops.ASSIGN and id(t) in before
                and before[id(t)][0] is t and before[id(t)][1] is not t.uop]
     for t, _ in effects: t.uop = before[id(t)][1]  # undone: the trace's update is over placeholders, not the arguments
     return _Trace([p if p.op is not Ops.CAST else p.src[0] for p in params], [o.uop for o in outs], single,
-                  grad_inside, effects=effects)
-
-def _result(outs: tuple[Tensor, ...], single: bool) -> Any: return outs[0] if single else outs
+                  effects=effects, nodes=set(graph))
 
 @overload
 def function(fxn: F, *, precompile: bool = False, precompile_backward: bool = False,
@@ -168,7 +246,7 @@ def function(fxn: None = None, *, precompile: bool = False, precompile_backward:
 def function(fxn: Any = None, *, precompile: bool = False, precompile_backward: bool = False,
              allow_implicit: bool = True) -> Any:
   """Trace a function of Tensors once per input signature (see the module docstring); `@function` and
-  `@function(precompile=True)` both work.
+  `@function(precompile=True, precompile_backward=True)` both work.
 
   >>> calls = []
   >>> @function
@@ -178,5 +256,8 @@ def function(fxn: Any = None, *, precompile: bool = False, precompile_backward: 
   >>> [double(Tensor([1, 2])).tolist() for _ in range(3)], len(calls)
   ([[2, 4], [2, 4], [2, 4]], 1)
   """
+  if precompile_backward and not precompile:
+    raise FunctionError("precompile_backward=True replays the backward of a precompiled call; "
+                        "pass precompile=True as well")
   def wrap(f: Any) -> Any: return Function(f, precompile, precompile_backward, allow_implicit)
   return wrap if fxn is None else wrap(fxn)
