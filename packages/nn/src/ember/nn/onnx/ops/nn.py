@@ -445,12 +445,14 @@ def softmax_cross_entropy_loss(scores: Tensor, labels: Tensor, weights: Tensor |
 def _reflect(v: Tensor, lo: float, hi: float) -> Tensor:
   """Fold coordinates outside [lo, hi] back in, bouncing off the borders as often as needed (ONNX's reference)."""
   span = hi - lo
-  def fold(dx: Tensor, near: float, far: float) -> Tensor:
+  def crossings(dx: Tensor) -> tuple[Tensor, Tensor]:
+    """(whether a distance dx past a border crosses the range an even number of times, the remainder)"""
     n = (dx / span).floor()
-    r = dx - n * span
-    even = (n - (n / 2).floor() * 2) == 0
-    return even.where(near + r if near == lo else near - r, far - r if far == hi else far + r)
-  below, above = fold(lo - v, lo, hi), fold(v - hi, hi, lo)
+    return (n - (n / 2).floor() * 2) == 0, dx - n * span
+  even_lo, r_lo = crossings(lo - v)
+  even_hi, r_hi = crossings(v - hi)
+  below = even_lo.where(lo + r_lo, hi - r_lo)  # past lo: back in from lo, or from hi after an odd number of bounces
+  above = even_hi.where(hi - r_hi, lo + r_hi)
   return (v < lo).where(below, (v > hi).where(above, v))
 
 def _keys(r: Tensor) -> list[Tensor]:
