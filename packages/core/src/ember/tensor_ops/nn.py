@@ -506,8 +506,9 @@ def _conv_grad(g: Tensor, x: Tensor, w: Tensor, *, stride: tuple[int, ...], dila
                pads: tuple[tuple[int, int], ...]) -> tuple[Tensor | None, Tensor | None]:
   """Gradients of `conv2d(x, w)` (groups 1; x padded by `pads`) for the output gradient `g` (N, Cout, *out): the
   input's is a transposed convolution of g, the weight's a convolution of x's channels with g's batch as channels."""
-  kernel, padded = w.shape[2:], [int(s) + b + a for s, (b, a) in zip(x.shape[2:], pads)]
-  out_sp = g.shape[2:]
+  size = int_shape(x.shape[2:], "conv2d")  # the implicit path takes int shapes only
+  kernel, out_sp = int_shape(w.shape[2:], "conv2d"), int_shape(g.shape[2:], "conv2d")
+  padded = [s + b + a for s, (b, a) in zip(size, pads)]
   dt = least_upper_dtype(x.dtype, w.dtype)
   dx = None
   if dtypes.is_float(x.dtype):
@@ -516,7 +517,7 @@ def _conv_grad(g: Tensor, x: Tensor, w: Tensor, *, stride: tuple[int, ...], dila
     full = g.cast(dt).conv_transpose2d(w.cast(dt), stride=stride, dilation=dilation, output_padding=0)
     full = full.pad(((0, 0), (0, 0), *((0, e) for e in extra)))
     dx = full.shrink(((0, full.shape[0]), (0, full.shape[1]),
-                      *((b, b + int(s)) for (b, _), s in zip(pads, x.shape[2:])))).cast(x.dtype)
+                      *((b, b + s) for (b, _), s in zip(pads, size)))).cast(x.dtype)
   # dw[co, ci, *k] = sum over n and out of g[n, co, *out] * x_padded[n, ci, out * stride + k * dilation]
   xp = x.cast(dt).pad(((0, 0), (0, 0), *pads)).transpose(0, 1)  # (Cin, N, *padded)
   dw = xp.conv2d(g.cast(dt).transpose(0, 1), stride=dilation, dilation=stride)  # (Cin, Cout, >= *kernel)
