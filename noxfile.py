@@ -156,6 +156,9 @@ def bench(session: nox.Session) -> None:
   session.run("python", os.path.join(ROOT, "bench", "bench_suite.py"), *session.posargs)
   session.run("python", os.path.join(ROOT, "bench", "bench_overhead.py"))  # replay cost per kernel, step memory
   session.run("python", os.path.join(ROOT, "bench", "bench_llm.py"))
+  # the ResNet-18-shaped CNN through ember.nn.onnx next to ONNX Runtime, batch 1 and 16 (docs/onnx.md)
+  session.install(f"{NN}[onnx]", "onnxruntime")
+  session.run("python", os.path.join(NN, "tests", "onnx", "bench_resnet.py"), env={"DEV": "CPU"})
 
 @nox.session(venv_backend="venv")
 def replay(session: nox.Session) -> None:
