@@ -157,7 +157,7 @@ def bench(session: nox.Session) -> None:
   session.run("python", os.path.join(ROOT, "bench", "bench_overhead.py"))  # replay cost per kernel, step memory
   session.run("python", os.path.join(ROOT, "bench", "bench_llm.py"))
   # the ResNet-18-shaped CNN through ember.nn.onnx next to ONNX Runtime, batch 1 and 16 (docs/onnx.md)
-  session.install(f"{NN}[onnx]", "onnxruntime")
+  session.install(f"{NN}[onnx]", "onnxruntime", "pytest")  # pytest: the model is built by test_models.py
   session.run("python", os.path.join(NN, "tests", "onnx", "bench_resnet.py"), env={"DEV": "CPU"})
 
 @nox.session(venv_backend="venv")
