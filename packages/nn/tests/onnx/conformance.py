@@ -45,7 +45,6 @@ EXCLUDED: dict[str, list[str]] = {
     r"test_det_", r"test_scan_sum$"],
   "float16 Attention and CausalConvWithState: ember's half-precision arithmetic rounds a few values one ulp away from "
   "the reference's": [r"test_attention_4d_(causal_)?fp16", r"test_causal_conv_with_state_silu_fp16_expanded"],
-  "Mod with fmod=0 on +-inf and NaN: numpy's edge-case results are not matched yet": [r"test_mod_float_edge_cases"],
   "MaxUnpool with an output_shape larger than the pooled input's: the indices are remapped by the reference": [
     r"test_maxunpool_export_with_output_shape"],
   "an optional sequence input left empty (`None`) inside a Loop": [r"test_loop16_seq_none"],

@@ -101,7 +101,7 @@ def pow_(x: Tensor, y: Tensor, broadcast: int = 0, axis: int | None = None) -> T
 def mod(x: Tensor, y: Tensor, fmod: int = 0) -> Tensor:
   if fmod: return x.fmod(y).cast(x.dtype)
   if dtypes.is_float(x.dtype):  # numpy.mod: the sign of the divisor, x itself where y is +-inf and x's sign fits
-    r = x.fmod(y)
+    r = y.isinf().where(x, x.fmod(y)).cast(x.dtype)  # C's fmod(x, +-inf) is x
     fix = (r != 0) & ((r < 0) != (y < 0))
     return fix.where(r + y, r).cast(x.dtype)
   return (x % y).cast(x.dtype)
