@@ -11,7 +11,7 @@ SRC = Path(ember.__file__).resolve().parent
 
 # lowest first; a module's layer is the longest prefix listed here
 LAYERS: list[tuple[str, ...]] = [
-  ("ember.errors", "ember.helpers", "ember.dtype"),
+  ("ember.errors", "ember.helpers", "ember.dtype", "ember.profiler"),
   ("ember.uop",),
   ("ember.renderer",),
   ("ember.codegen",),

@@ -18,7 +18,7 @@ import functools
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
-from ember import profiler
+import ember.profiler as profiler
 from ember.dtype import DType, dtypes
 from ember.errors import CompileError, DeviceError
 from ember.helpers import LRU, content_hash, diskcache_get, diskcache_put, CACHELEVEL

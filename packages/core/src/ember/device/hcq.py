@@ -17,7 +17,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable
-from ember import profiler
+import ember.profiler as profiler
 from ember.device.base import BufferSpec, Compiled, Compiler, LRUAllocator
 from ember.errors import DeviceError
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import sys
 from typing import Any, Callable, Generic, TypeVar
-from ember import profiler
+import ember.profiler as profiler
 from ember.device.base import Buffer
 from ember.errors import JitError
 from ember.engine import realize as engine

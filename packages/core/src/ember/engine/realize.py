@@ -5,7 +5,7 @@ import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
-from ember import profiler
+import ember.profiler as profiler
 from ember.device.base import Buffer
 from ember.errors import CompileError
 from ember.helpers import BEAM, DEBUG, NOOPT, NUM_CPU_THREADS, GlobalCounters, colored
