@@ -199,3 +199,19 @@ def test_precompiled_backward_replays_with_several_outputs_and_views():
 
 def test_precompile_backward_needs_precompile():
   with pytest.raises(FunctionError, match="precompile=True"): ember.function(lambda x: x, precompile_backward=True)
+
+def test_precompiled_calls_chain_gradients_through_lazy_arguments():
+  # the arguments are lazy graphs over a trainable tensor (one the other function's output): replaying must not cut
+  # them off from it
+  torch = pytest.importorskip("torch")
+  @ember.function(precompile=True, precompile_backward=True)
+  def f(x: Tensor) -> Tensor: return (x * 3).exp2()
+  @ember.function(precompile=True)
+  def g(x: Tensor) -> Tensor: return x.sin() * 2
+  a_np = rand(4)
+  at = torch.tensor(a_np, requires_grad=True)
+  torch.exp2(torch.sin(at * 1.5) * 2 * 3).sum().backward()
+  for _ in range(3):
+    a = Tensor(a_np, requires_grad=True)
+    f(g(a * 1.5)).sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), at.grad.numpy(), rtol=1e-4, atol=1e-5)

@@ -138,18 +138,22 @@ class _Trace:
       t.uop = u
     return tuple(Tensor(u) for u in sink.src[:len(self.outs)])
 
-  def run(self, tensors: list[Tensor], implicit: list[Tensor], precompile_backward: bool) -> tuple[Tensor, ...]:
-    """The replayed outputs; with tensors that require grad (`tensors` or `implicit`), each output a kernel computed
-    carries its gradient as a function of its own (the traced graph's gradient)."""
+  def run(self, tensors: list[Tensor], implicit: list[Tensor] | None, precompile_backward: bool) -> tuple[Tensor, ...]:
+    """The replayed outputs. Differentiable (`implicit` not None: the tensors read from outside that require grad),
+    each output a kernel computed carries its gradient as a function of its own (the traced graph's gradient)."""
     if self.replay is None: self.replay = _Replay(self.params, self.outs)
-    outs = self.replay.run(tensors)
-    if not implicit and not any(t.requires_grad for t in tensors): return tuple(outs)
+    if implicit is None: return tuple(self.replay.run(tensors))
+    # a lazy argument is computed into a buffer of its own and stays lazy: realized in place, it would lose the graph
+    # autograd goes through to what it was computed from
+    values = [t if _is_contiguous_buffer(t.uop) and t.dtype is p.dtype
+              else Tensor(t.uop).cast(_value_dtype(p)).contiguous().realize() for p, t in zip(self.params, tensors)]
+    outs = self.replay.run(values)
     inputs = (*tensors, *implicit)
     forward = [outs[self.outs.index(o)] for o in self._stored()]
     def grad_of(i: int) -> Callable[..., list[Tensor | None]]:
-      def backward(g: Tensor, *values: Tensor) -> list[Tensor | None]:
+      def backward(g: Tensor, *_: Tensor) -> list[Tensor | None]:
         bwd = self.backward(i, strong_dtype(g.dtype), tuple(t.uop for t in implicit))
-        return bwd([*values[:len(tensors)], g, *forward], precompile_backward)
+        return bwd([*values, g, *forward], precompile_backward)
       return backward
     return tuple(custom_gradient(o, inputs, grad_of(i)) if i in self.replay.kernel_outs else o
                  for i, o in enumerate(outs))
@@ -181,6 +185,17 @@ class _Trace:
 
 def _result(outs: tuple[Tensor, ...], single: bool) -> Any: return outs[0] if single else outs
 
+def _grad_reads(trace: _Trace, tensors: list[Tensor]) -> list[Tensor] | None:
+  """None when no gradient can flow through this call; else the tensors the body reads from outside that require grad
+  now (an optimizer may set it after the trace). A gradient flows when one of those exists or an argument's graph
+  reaches a tensor that requires grad (`a * 2` for a trainable `a`, another function's output)."""
+  leaves = {t.uop: t for t in list(all_tensors) if t.requires_grad}
+  if not leaves: return None
+  params = set(trace.params)
+  implicit = [t for u, t in leaves.items() if u in trace.nodes and u not in params]
+  if implicit or any(u in leaves for t in tensors for u in t.uop.toposort()): return implicit
+  return None
+
 class Function:
   """A traced-once function of Tensors; see the module docstring. Make one with `@ember.function`."""
   def __init__(self, fxn: Callable[..., Any], precompile: bool = False, precompile_backward: bool = False,
@@ -202,11 +217,7 @@ class Function:
       # the trace ran over placeholders: this call's outputs (and state updates) are the graph over its arguments
       return _result(trace.lazy(tensors), trace.single)
     if self.precompile and not trace.effects and not _tracing[0]:
-      # tensors from outside the arguments that require grad now (an optimizer may have set it after the trace)
-      params = set(trace.params)
-      implicit = list({t.uop: t for t in list(all_tensors)
-                       if t.requires_grad and t.uop in trace.nodes and t.uop not in params}.values())
-      return _result(trace.run(tensors, implicit, self.precompile_backward), trace.single)
+      return _result(trace.run(tensors, _grad_reads(trace, tensors), self.precompile_backward), trace.single)
     return _result(trace.lazy(tensors), trace.single)
 
   def _trace(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Trace:
