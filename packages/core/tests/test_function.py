@@ -215,3 +215,29 @@ def test_precompiled_calls_chain_gradients_through_lazy_arguments():
     a = Tensor(a_np, requires_grad=True)
     f(g(a * 1.5)).sum().backward()
     np.testing.assert_allclose(a.grad.numpy(), at.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+def test_precompiled_forward_and_backward_replay_inside_a_tinyjit_training_step():
+  torch = pytest.importorskip("torch")
+  w_np = rand(5, 3, seed=3)
+  w = Tensor(w_np).realize()
+  w.requires_grad = True
+  @ember.function(precompile=True, precompile_backward=True)
+  def f(x: Tensor) -> Tensor: return (x @ w).tanh()
+  @TinyJit
+  def step(x: Tensor) -> Tensor:
+    w.grad = None
+    loss = (f(x) ** 2).sum()
+    loss.backward()
+    w.assign(w - w.grad * 0.1)
+    return loss.realize(w)
+  wt = torch.tensor(w_np, requires_grad=True)
+  for i in range(5):  # traced, captured, then replayed by the JIT with new inputs
+    x_np = rand(4, 5, seed=20 + i)
+    loss = step(Tensor(x_np).realize()).item()
+    lt = (torch.tanh(torch.tensor(x_np) @ wt) ** 2).sum()
+    lt.backward()
+    with torch.no_grad():
+      wt -= wt.grad * 0.1
+      wt.grad = None
+    np.testing.assert_allclose(loss, lt.item(), rtol=1e-5)
+  np.testing.assert_allclose(w.numpy(), wt.detach().numpy(), rtol=1e-5, atol=1e-6)
