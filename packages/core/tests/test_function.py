@@ -241,3 +241,34 @@ def test_precompiled_forward_and_backward_replay_inside_a_tinyjit_training_step(
       wt.grad = None
     np.testing.assert_allclose(loss, lt.item(), rtol=1e-5)
   np.testing.assert_allclose(w.numpy(), wt.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+def test_precompiled_state_updates_replay_in_place():
+  # a BatchNorm-like body in training: the running mean it assigns is written by every replayed call, into its buffer
+  torch = pytest.importorskip("torch")
+  running = Tensor([0.0, 0.0, 0.0]).realize()
+  buf = running.buffer()
+  @ember.function(precompile=True)
+  def norm(x: Tensor, w: Tensor) -> Tensor:
+    running.assign(running * 0.9 + x.mean(0) * 0.1)
+    return (x - x.mean(0)) * w
+  w_np = rand(3, seed=5)
+  w = Tensor(w_np, requires_grad=True)
+  expected = np.zeros(3, np.float32)
+  xs = [rand(4, 3, seed=s) for s in range(4)]
+  wt = torch.tensor(w_np, requires_grad=True)
+  from ember import Context
+  with Context(TRAINING=1):
+    for x in xs:
+      out = norm(Tensor(x), w)
+      w.grad = None
+      (out * out).sum().backward()
+      expected = expected * 0.9 + x.mean(0) * 0.1
+      np.testing.assert_allclose(out.numpy(), (x - x.mean(0)) * w_np, rtol=1e-5, atol=1e-6)
+      np.testing.assert_allclose(running.numpy(), expected, rtol=1e-5, atol=1e-6)
+      ot = (torch.tensor(x) - torch.tensor(x).mean(0)) * wt
+      wt.grad = None
+      (ot * ot).sum().backward()
+      np.testing.assert_allclose(w.grad.numpy(), wt.grad.numpy(), rtol=1e-4, atol=1e-5)
+  assert running.buffer() is buf  # updated in place, not moved to another buffer
+  (trace,) = norm.traces.values()
+  assert trace.replay is not None

@@ -12,7 +12,8 @@ buffers. When a call's arguments, or tensors the body reads from outside, requir
 its gradient as a function (`ember.gradient.custom_gradient`): the gradient of the traced graph, traced once per
 signature, over the arguments, the output's gradient and the forward outputs (read from their buffers, not
 recomputed). `precompile_backward=True` schedules that backward once too and replays it; without it the backward is
-a lazy graph scheduled with the rest of the backward pass. Calls inside another function's trace take the lazy path.
+a lazy graph scheduled with the rest of the backward pass. State the body assigns is written in place by each replay.
+Calls inside another function's trace take the lazy path.
 """
 from __future__ import annotations
 import functools
@@ -70,13 +71,14 @@ def _mapping(params: Sequence[UOp], values: Sequence[Tensor]) -> dict[UOp, UOp]:
 
 class _Replay:
   """A graph over placeholders (`params`), scheduled once; `run` replays the schedule with the buffers of other values
-  in the placeholders' places and returns the outputs over fresh buffers (outputs no kernel computes: lazily)."""
-  def __init__(self, params: list[UOp], outs: list[UOp]):
+  in the placeholders' places and returns the outputs over fresh buffers (outputs no kernel computes: lazily). The
+  `writes` (assigns into buffers from outside, a BatchNorm's running statistics) write those same buffers each run."""
+  def __init__(self, params: list[UOp], outs: list[UOp], writes: Sequence[UOp] = ()):
     self.params, self.outs = params, outs
     self.kernel_outs = [i for i, o in enumerate(outs) if not _no_kernel(o)]
     targets = [Tensor(o).cast(strong_dtype(_value_dtype(o))).contiguous().uop if o.dtype.weak else o
                for o in (outs[i] for i in self.kernel_outs)]
-    items, becomes = scheduler.create_schedule(targets) if targets else ([], {})
+    items, becomes = scheduler.create_schedule([*targets, *writes]) if targets or writes else ([], {})
     self.items: list[ScheduleItem] = items
     self.param_bufs = [buffer_of(p.base) for p in params]
     self.out_bufs = [buffer_of(becomes[t]) for t in targets]
@@ -141,7 +143,7 @@ class _Trace:
   def run(self, tensors: list[Tensor], implicit: list[Tensor] | None, precompile_backward: bool) -> tuple[Tensor, ...]:
     """The replayed outputs. Differentiable (`implicit` not None: the tensors read from outside that require grad),
     each output a kernel computed carries its gradient as a function of its own (the traced graph's gradient)."""
-    if self.replay is None: self.replay = _Replay(self.params, self.outs)
+    if self.replay is None: self.replay = _Replay(self.params, self.outs, [u for _, u in self.effects])
     if implicit is None: return tuple(self.replay.run(tensors))
     # a lazy argument is computed into a buffer of its own and stays lazy: realized in place, it would lose the graph
     # autograd goes through to what it was computed from
@@ -157,6 +159,16 @@ class _Trace:
       return backward
     return tuple(custom_gradient(o, inputs, grad_of(i)) if i in self.replay.kernel_outs else o
                  for i, o in enumerate(outs))
+
+  def updates_in_place(self) -> bool:
+    """Whether a replay can update the state the body assigns: each such tensor is (once its last lazy update and
+    the reads of its old value ran) the very buffer the trace assigned into."""
+    if not self.effects: return True
+    states = [t for t, _ in self.effects]
+    for t in states:
+      if not _is_contiguous_buffer(t.uop): t.realize()
+    if pending := Tensor.pending_readers(*states): Tensor.realize(*pending)
+    return all(t.uop is u.src[0] for t, u in self.effects)
 
   def _stored(self) -> list[UOp]:
     """The outputs a replay stores in buffers of their own dtype (each once): what a backward reads instead of
@@ -216,7 +228,7 @@ class Function:
       trace = self.traces[sig] = self._trace(args, kwargs)
       # the trace ran over placeholders: this call's outputs (and state updates) are the graph over its arguments
       return _result(trace.lazy(tensors), trace.single)
-    if self.precompile and not trace.effects and not _tracing[0]:
+    if self.precompile and not _tracing[0] and trace.updates_in_place():
       return _result(trace.run(tensors, _grad_reads(trace, tensors), self.precompile_backward), trace.single)
     return _result(trace.lazy(tensors), trace.single)
 
