@@ -25,7 +25,7 @@ from ember.errors import EmberError
 from ember.gradient import compute_gradient, custom_gradient
 from ember.schedule import ScheduleItem, buffer_of
 import ember.schedule as scheduler
-from ember.tensor import Tensor, all_tensors, _is_contiguous_buffer, _value_dtype
+from ember.tensor import Tensor, all_tensors, _is_contiguous_buffer, _rng_states, _value_dtype
 from ember.uop.ops import GroupOp, Ops, UOp, int_shape
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -253,10 +253,13 @@ class Function:
     if not self.allow_implicit and (implicit := [b for b in graph if b.op is Ops.BUFFER and b not in own]):
       raise FunctionError(f"function {getattr(self.fxn, '__qualname__', self.fxn)!r} reads {len(implicit)} tensors "
                           "that are not its arguments; pass them as arguments, or allow_implicit=True")
-    # tensors from outside whose value the body changed (assign): replayed by every call, this one's included
-    effects = [(t, t.uop) for t in list(all_tensors) if t.uop.op is Ops.ASSIGN and id(t) in before
-               and before[id(t)][0] is t and before[id(t)][1] is not t.uop]
-    for t, _ in effects: t.uop = before[id(t)][1]  # undone: the trace's update is over placeholders, not the arguments
+    # tensors from outside whose value the body changed (assign), and the RNG states its random draws advanced (one
+    # made by the body's first draw too): replayed by every call, this one's included
+    rng = {id(t) for t in _rng_states.values()}
+    effects = [(t, t.uop) for t in list(all_tensors) if t.uop.op is Ops.ASSIGN and (id(t) in rng or id(t) in before
+               and before[id(t)][0] is t and before[id(t)][1] is not t.uop)]
+    for t, u in effects:  # undone: the trace's update is over placeholders, not the arguments
+      t.uop = before[id(t)][1] if id(t) in before else u.src[0]
     return _Trace([p if p.op is not Ops.CAST else p.src[0] for p in params], [o.uop for o in outs], single,
                   effects=effects, nodes=set(graph))
 

@@ -96,6 +96,14 @@ class CreationMixin:
     if (state := _rng_states.get(device)) is None:
       state = _rng_states[device] = _rng_words(_rng_seed[0], device)
     step = (Tensor.arange(3, device=device, dtype=dtypes.uint32) == 2).cast(dtypes.uint32)  # (0, 0, 1)
+    from ember.function import _tracing
+    if _tracing[0]:
+      # inside an ember.function's trace the draw stays in the graph (the state's pending update chains the draws), so
+      # every call of the function draws anew from the state it advances, as a TinyJit replay does
+      target, value = (state.uop.src[0], state.uop.src[1]) if state.uop.op is Ops.ASSIGN else (state.uop, state.uop)
+      drawn = (Tensor(value) + step).contiguous()
+      state.uop = UOp(Ops.ASSIGN, state.dtype, (target, drawn.uop))
+      return drawn
     # a buffer of its own: later draws overwrite the state before this one's random bits are computed (lazily)
     drawn = (state + step).contiguous().realize()
     state.assign(drawn).realize()
