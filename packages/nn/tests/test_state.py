@@ -163,3 +163,18 @@ def test_safetensors_truncated_reference_file(tmp_path: Path):
 def test_unreadable_paths_raise_safetensors_error(tmp_path: Path):
   with pytest.raises(SafetensorsError, match="cannot read safetensors file .*Is a directory"): safe_load(str(tmp_path))
   with pytest.raises(SafetensorsError, match="cannot open safetensors file"): safe_load(str(tmp_path / "missing"))
+
+def test_a_models_own_function_adds_nothing_to_its_state_dict():
+  # a per-instance ember.function keeps its traces, and the state they update (the RNG state a dropout advances),
+  # out of the tensors get_state_dict and get_parameters find
+  import ember
+  from ember import Context
+  class Block:
+    def __init__(self) -> None:
+      self.l = Linear(4, 4)
+      self.run = ember.function(lambda x: self.l(x).dropout(0.5), precompile=True)
+  block = Block()
+  with Context(TRAINING=1):
+    for _ in range(3): block.run(Tensor.ones(2, 4)).realize()
+  assert sorted(get_state_dict(block)) == ["l.bias", "l.weight"]
+  assert len(get_parameters(block)) == 2

@@ -208,14 +208,25 @@ def _grad_reads(trace: _Trace, tensors: list[Tensor]) -> list[Tensor] | None:
   if implicit or any(u in leaves for t in tensors for u in t.uop.toposort()): return implicit
   return None
 
+class _Traces:
+  """A function's traces by signature, out of sight of code that walks objects' attributes for their tensors (a
+  model's state dict would otherwise list the state a trace updates, an RNG state included)."""
+  __slots__ = ("by_signature",)
+  def __init__(self) -> None: self.by_signature: dict[tuple[Any, ...], _Trace] = {}
+
 class Function:
   """A traced-once function of Tensors; see the module docstring. Make one with `@ember.function`."""
   def __init__(self, fxn: Callable[..., Any], precompile: bool = False, precompile_backward: bool = False,
                allow_implicit: bool = True):
     self.fxn, self.precompile, self.allow_implicit = fxn, precompile, allow_implicit
     self.precompile_backward = precompile_backward  # the backward of a precompiled call is replayed too
-    self.traces: dict[tuple[Any, ...], _Trace] = {}
+    self._traces = _Traces()
     functools.update_wrapper(self, fxn)
+
+  @property
+  def traces(self) -> dict[tuple[Any, ...], _Trace]:
+    """The traces by signature (one per shapes, dtypes, devices and other arguments seen)."""
+    return self._traces.by_signature
 
   def __get__(self, obj: Any, objtype: Any = None) -> Any:
     """As a method (`@function def __call__(self, x)`): bound to the instance, which is part of the signature."""
