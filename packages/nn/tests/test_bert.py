@@ -112,3 +112,17 @@ def test_minilm_matches_golden(golden):
     np.testing.assert_allclose(row[:5], case["embedding_first5"], atol=1e-4, err_msg=case["text"])
     assert abs(np.linalg.norm(row) - 1) < 1e-5
   assert abs(cosine(embeddings[0], embeddings[1]) - ref["cosine_hello_world_vs_fox"]) < 1e-4
+
+def test_sentence_batches_pad_to_a_multiple_of_16_without_changing_embeddings():
+  # nearby lengths share one (B, T) signature of the precompiled encoder; the padding is masked out
+  cfg = BertConfig(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=1, num_attention_heads=4,
+                   intermediate_size=32, max_position_embeddings=24)
+  Tensor.manual_seed(2)
+  embedder = SentenceEmbedder(BertModel(cfg), WordPieceTokenizer(VOCAB), max_seq_length=20)
+  ids, mask, lists = embedder.batch(["hello world", "unaffable hello, world!"])
+  assert ids.shape == (2, 16) and mask.numpy().sum(1).tolist() == [len(x) for x in lists] == [4, 9]
+  assert embedder.batch(["hello " * 17])[0].shape == (1, 20)  # capped at max_seq_length
+  got = embedder.encode(["hello world", "unaffable hello, world!"]).numpy()
+  for row, seq in zip(got, lists):  # each text alone, unpadded, pooled in numpy
+    hidden = embedder.model(Tensor(np.array([seq], np.int32), dtype=dtypes.int32)).numpy()[0].mean(0)
+    np.testing.assert_allclose(row, hidden / np.linalg.norm(hidden), rtol=1e-4, atol=1e-5)

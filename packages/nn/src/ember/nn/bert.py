@@ -276,9 +276,12 @@ class SentenceEmbedder:
     return cls(model, tokenizer, min(max_len, cfg.max_position_embeddings))
 
   def batch(self, texts: Sequence[str]) -> tuple[Tensor, Tensor, list[list[int]]]:
-    """(ids (B, T) int32 padded with [PAD], mask (B, T) float32, the unpadded id lists)."""
+    """(ids (B, T) int32 padded with [PAD], mask (B, T) float32, the unpadded id lists). T is the longest text's
+    length rounded up to a multiple of 16 (at most max_seq_length): the encoder is traced and scheduled once per
+    (B, T), so texts of nearby lengths share one schedule (the mask hides the padding from attention and pooling)."""
     ids = [self.tokenizer.encode(t, self.max_seq_length) for t in texts]
-    width = max(len(i) for i in ids)
+    longest = max(len(i) for i in ids)  # at most max_seq_length: encode truncates to it
+    width = max(longest, min(-(-longest // 16) * 16, self.max_seq_length))
     padded = np.full((len(ids), width), self.tokenizer.pad_id, dtype=np.int32)
     mask = np.zeros((len(ids), width), dtype=np.float32)
     for row, seq in enumerate(ids):
