@@ -80,6 +80,21 @@ def check_custom_kernels(device: str, examples_dir: Path) -> None:
   np.testing.assert_allclose(y.numpy(), x_np[:2, :8] * sig, rtol=1e-5, atol=1e-6)
   assert xt.grad is not None
   np.testing.assert_allclose(xt.grad.numpy(), sig * (1 + x_np[:2, :8] * (1 - sig)), rtol=1e-5, atol=1e-6)
+  # swiglu, a precompiled function of both kernels: traced, then its forward and backward replayed on this device
+  xs, wg, wu = x_np[:4, :8], _rand(8, 6, seed=6), _rand(8, 6, seed=7)
+  gate, up = xs @ wg, xs @ wu
+  s = 1 / (1 + np.exp(-gate))
+  rounded = np.where(up < 0, -np.floor(-up + 0.5), np.floor(up + 0.5))
+  d_gate, d_up = rounded * s * (1 + gate * (1 - s)), gate * s  # the rounding's gradient passes straight through
+  want = (d_gate @ wg.T + d_up @ wu.T, xs.T @ d_gate, xs.T @ d_up)
+  for _ in range(3):
+    ts = [Tensor(a, device=device, requires_grad=True) for a in (xs, wg, wu)]
+    out = grads.swiglu(*ts)
+    out.sum().backward()
+    np.testing.assert_allclose(out.numpy(), gate * s * rounded, rtol=1e-5, atol=1e-5)
+    for t, w in zip(ts, want):
+      assert t.grad is not None
+      np.testing.assert_allclose(t.grad.numpy(), w, rtol=1e-4, atol=1e-5)
 
 def example_kernels(examples_dir: Path) -> list[tuple[str, Callable[..., UOp], list[np.ndarray], Any]]:
   """(name, kernel builder, its buffers' initial contents by slot, the expected output of slot 0): the example kernels
