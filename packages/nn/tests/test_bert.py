@@ -60,6 +60,8 @@ def test_bert_replayed_encoder_trains_against_torch():
     for p in params.values(): p.grad = None
     out = model(Tensor(ids, dtype=dtypes.int32), Tensor(mask))
     (out * out.sin()).sum().backward()
+  (trace,) = model._encode.traces.values()
+  assert trace.backwards and all(b.replay is not None for b in trace.backwards.values())  # the backward replayed
   ref = reference(torch, sd, ids, mask)
   (ref * ref.sin()).sum().backward()
   for name in ("embeddings.word_embeddings.weight", "encoder.layer.0.attention.self.query.weight",

@@ -216,9 +216,10 @@ class BertModel:
     self.embeddings = BertEmbeddings(cfg)
     self.encoder = BertEncoder(cfg)
     # traced and scheduled once per (batch, length): scheduling the encoder's graph was most of a call's time
-    # (all-MiniLM-L6-v2 on two sentences, CPU: 2.3-2.8 s a call plainly, 0.34 s replayed). Per model, so its traces
-    # go with it; gradients to the weights still flow (a replay carries the traced graph's gradient)
-    self._encode = function(self._forward, precompile=True)
+    # (all-MiniLM-L6-v2 on two sentences, CPU: 2.3-2.8 s a call plainly, 0.14-0.34 s replayed). Training replays its
+    # backward too (forward + backward of all weights: 0.9-1.2 s a step plainly, 0.22-0.29 s; a replayed forward with
+    # a lazy backward alone was slower, 1.2-1.6 s). Per model, so its traces go with it
+    self._encode = function(self._forward, precompile=True, precompile_backward=True)
   def __call__(self, ids: Tensor, attention_mask: Tensor | None = None, token_types: Tensor | None = None) -> Tensor:
     if ids.ndim != 2: raise ValueError(f"BertModel expects (batch, seq) token ids, got shape {ids.shape}")
     if _seq_len(ids) > self.config.max_position_embeddings:
