@@ -15,10 +15,10 @@ import numpy as np
 from ember import Device, Tensor, dtypes
 from ember.dtype import DType
 from ember.errors import DTypeError, EmberError, ShapeError
+from ember.nn.functional import static_shape
 from ember.nn.onnx.errors import OnnxError, UnsupportedOpError, where
 from ember.nn.onnx.registry import NodeContext, OpImpl, canonical_domain, lookup, versions
 from ember.nn.onnx import ops as _ops  # noqa: F401  (fills the op table)
-from ember.uop.ops import int_size
 
 try:
   import onnx
@@ -278,11 +278,11 @@ class OnnxModel:
       if len(spec.shape) != t.ndim:
         raise ShapeError(f"input {spec.name!r} has shape {t.shape}, the model declares rank {len(spec.shape)} "
                          f"{spec.shape}")
-      for axis, (want_dim, got) in enumerate(zip(spec.shape, t.shape)):
+      for axis, (want_dim, got) in enumerate(zip(spec.shape, static_shape(t, "an ONNX input"))):
         if isinstance(want_dim, int) and want_dim > 0 and want_dim != got:
           raise ShapeError(f"input {spec.name!r} has shape {t.shape}, the model declares {spec.shape}: dim {axis} is "
                            f"{got}, not {want_dim}")
-        if isinstance(want_dim, str) and dims.setdefault(want_dim, int_size(got, "an ONNX input")) != got:
+        if isinstance(want_dim, str) and dims.setdefault(want_dim, got) != got:
           raise ShapeError(f"input {spec.name!r} dim {axis} ({want_dim!r}) is {got}, but another input set "
                            f"{want_dim!r} to {dims[want_dim]}")
     return t

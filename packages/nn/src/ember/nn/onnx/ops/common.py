@@ -6,13 +6,13 @@ from ember import Tensor, dtypes
 from ember.dtype import DType
 from ember.errors import AxisError, DTypeError
 from ember.nn.onnx.errors import UnsupportedOpError
-from ember.uop.ops import int_shape, int_size
+from ember.nn.functional import static_shape
 
 def dims(x: Tensor) -> list[int]:
   """x's shape as ints (ONNX shapes are concrete once the inputs are given)."""
-  return list(int_shape(x.shape, "an ONNX op"))
+  return list(static_shape(x, "an ONNX op"))
 
-def dim(x: Tensor, i: int) -> int: return int_size(x.shape[i], "an ONNX op")
+def dim(x: Tensor, i: int) -> int: return static_shape(x, "an ONNX op")[i]
 
 def ints(value: Tensor | Sequence[int] | int | None) -> list[int] | None:
   """A shape-like input (a Tensor that shapes, axes or sizes are read from) as Python ints; realizes it if needed."""
