@@ -266,9 +266,9 @@ TYPECHECKED = [os.path.join("packages", name, "src")
 @nox.session(venv_backend="venv")
 def typecheck(session: nox.Session) -> None:
   """mypy over every package's sources (settings in pyproject.toml), with the third-party packages they import:
-  numpy, pluggy, pytest (ember.testing), jinja2 (ember-llm's chat templates) and llvmlite (CPU and AMD backends; it
-  has no types, so mypy treats it as Any)."""
-  session.install(MYPY, "numpy", "pluggy", "pytest", "jinja2", "llvmlite")
+  numpy, pluggy, pytest (ember.testing), jinja2 (ember-llm's chat templates), llvmlite (CPU and AMD backends; it
+  has no types, so mypy treats it as Any), onnx and onnxruntime (ember.nn.onnx and its --benchmark column)."""
+  session.install(MYPY, "numpy", "pluggy", "pytest", "jinja2", "llvmlite", "onnx", "onnxruntime")
   session.run("mypy", *TYPECHECKED, *session.posargs)
 
 # The wheel smoke test runs in a venv holding only the built wheels and their dependencies.
