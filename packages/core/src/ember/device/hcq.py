@@ -321,6 +321,10 @@ class HCQJitGraph:
     for name, value in (var_vals or {}).items():
       for k, j in self.var_args.get(name, ()): graph.update(k, j, value)
     graph.submit()
+  def kernel_times_ns(self) -> list[tuple[int, int]]:
+    """(start, end) of each captured kernel in the latest replay, on the GPU timer (waits for the replay to finish)."""
+    self.graph.wait_idle()
+    return self.graph.kernel_times_ns()
 
 __all__ = ["HCQBuffer", "HCQSignal", "HWQueue", "HCQArgs", "HCQProgram", "HCQAllocator", "HCQCompiled", "HCQGraph",
            "HCQJitGraph", "BufferSpec"]

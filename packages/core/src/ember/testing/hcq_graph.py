@@ -60,6 +60,35 @@ def check_mlp_step_replays_as_one_submission(dev: HCQCompiled, device: str, laun
     np.testing.assert_allclose(w1.numpy(), w1n, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(w2.numpy(), w2n, rtol=1e-4, atol=1e-5)
 
+def check_profiled_replay_is_one_submission(dev: HCQCompiled, device: str, steps: int = 5) -> None:
+  """Under `ember.profile()` a TinyJit replay on `device` is still one submission, and the profile shows it: one
+  kernel event per captured kernel, on the device's timer, in capture order, chained as the graph stamped them, and
+  one TinyJit event that says it was one submission."""
+  import ember
+  w = Tensor(np.random.default_rng(1).normal(size=(8, 8)).astype(np.float32), device=device).realize()
+  @TinyJit
+  def step(x: Tensor) -> Tensor: return ((x @ w).relu().contiguous() * 2).sum(1).realize()  # two kernels at least
+  xs = [Tensor(np.full((4, 8), i, np.float32), device=device).realize() for i in range(steps)]
+  for x in xs[:2]: step(x)  # run, then capture
+  assert isinstance(step.graph, HCQJitGraph), f"TinyJit on {device} replays without the HCQ graph"
+  names = [runner.spec.name for runner, _, _ in step.captured if runner is not None]
+  assert len(names) >= 2, names  # one launch per kernel would be more than one submission
+  with ember.profile() as p:
+    for i, x in enumerate(xs[2:]):
+      before = dev.submissions
+      out = step(x)
+      # the profile's first device event measures the device clock's offset once (a timer-only submission)
+      if i > 0: assert dev.submissions - before == 1, f"a profiled replay took {dev.submissions - before} submissions"
+      np.testing.assert_allclose(out.numpy(), (np.maximum(x.numpy() @ w.numpy(), 0) * 2).sum(1), rtol=1e-5)
+  kernels = [e for e in p.events if e.kind == "kernel"]
+  assert [e.name for e in kernels] == names * (steps - 2), [e.name for e in kernels]
+  assert all(e.args["timer"] == "device" and e.args["jit"] and e.args["graph"] for e in kernels)
+  for r in range(steps - 2):
+    one = kernels[r * len(names):(r + 1) * len(names)]
+    assert all(a.args["device_end_ns"] == b.args["device_start_ns"] for a, b in zip(one, one[1:])), "not chained"
+  jits = [e for e in p.events if e.kind == "jit"]
+  assert len(jits) == steps - 2 and all(e.args["submissions"] == 1 for e in jits)
+
 def check_bound_variables_patch_in_place(dev: HCQCompiled, device: str) -> None:
   """A capture symbolic in a bound Variable (a prefix of a cache, its length bound per call) and with a swapped
   input replays through the graph with each call's value written into the kernel arguments: one submission per
