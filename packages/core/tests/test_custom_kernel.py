@@ -1,8 +1,6 @@
 """Tensor.custom_kernel on the default device and on PYTHON: behaviours 29 and 31 of the seeds, the examples/ kernels
 (softmax, tiled matmul with LOCAL and REG buffers, attention, custom gradients) against numpy and torch, and errors."""
 from __future__ import annotations
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 import numpy as np
@@ -10,20 +8,16 @@ import pytest
 import ember
 from ember import Device, GlobalCounters, Tensor, UOp, dtypes
 from ember.errors import CompileError, DeviceError, DTypeError, GradientError, ShapeError
+from ember.testing.custom_kernels import load_example
 from ember.uop.ops import AddrSpace, AxisType
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 DEVICES = sorted({Device.DEFAULT, "PYTHON"})
 
 def example(name: str) -> ModuleType:
-  path = EXAMPLES / f"{name}.py"
-  if not path.is_file(): pytest.skip(f"{path} is absent (examples/ lives at the repository root)")
-  spec = importlib.util.spec_from_file_location(f"ember_example_{name}", path)
-  assert spec is not None and spec.loader is not None
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module
-  spec.loader.exec_module(module)
-  return module
+  if not (EXAMPLES / f"{name}.py").is_file():
+    pytest.skip(f"{EXAMPLES / name}.py is absent (examples/ lives at the repository root)")
+  return load_example(EXAMPLES, name)
 
 def add_one_kernel(out: UOp, x: UOp) -> UOp:
   i = UOp.range(x.shape[0], 0, AxisType.GLOBAL)
