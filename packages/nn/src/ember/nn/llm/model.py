@@ -35,6 +35,7 @@ embeddings are gathered on the host from the GGUF bytes and dequantised by `embe
 """
 from __future__ import annotations
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 import numpy as np
@@ -137,6 +138,24 @@ class _FileBytes:
   nbytes: int
   def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
     return np.fromfile(self.path, np.uint8, count=self.nbytes, offset=self.offset)
+
+@dataclass(frozen=True)
+class _FileRows:
+  """A table of `shape[0]` rows of `shape[1]` bytes stored at `offset` of a file, whose rows are read when indexed
+  (`table[ids]` -> (len(ids), shape[1]) uint8): the token embedding's rows a step gathers, without a host copy of the
+  whole table (SmolLM2's Q8_0 embedding is 30 MB, already on the device as the tied LM head)."""
+  path: str
+  offset: int
+  shape: tuple[int, int]
+  dtype = np.dtype(np.uint8)
+  def __getitem__(self, ids: np.ndarray) -> np.ndarray:
+    ids = np.asarray(ids, np.int64).reshape(-1)
+    width = self.shape[1]
+    out = np.empty((ids.size, width), np.uint8)
+    with open(self.path, "rb") as f:
+      for i, row in enumerate(ids.tolist()):
+        out[i] = np.frombuffer(os.pread(f.fileno(), width, self.offset + row * width), np.uint8)
+    return out
 
 @dataclass
 class _Source:
@@ -410,14 +429,16 @@ class Llama:
       if progress is not None: progress("reading tensors", done, len(f.tensors))
     return cls(cfg, sources, max_context=max_context, device=device, quantized=quantized, progress=progress)
 
-  def _embedding_rows(self) -> tuple[np.ndarray, Callable[[Tensor], Tensor]]:
+  def _embedding_rows(self) -> tuple[np.ndarray | _FileRows, Callable[[Tensor], Tensor]]:
     """The token embedding as a host table of rows (float32, or the GGUF's raw bytes of each row, gathered on the
-    host) and what turns a step's gathered rows into float32 inside the captured step (dequantised on the device;
-    all-zero padding rows dequantise to zeros)."""
+    host; rows of a GGUF file are read from it per step, not held) and what turns a step's gathered rows into float32
+    inside the captured step (dequantised on the device; all-zero padding rows dequantise to zeros)."""
     emb, dim = self._embedding, self.cfg.dim
     if emb.array is not None or emb.ggml_type is None: return emb.dense(), lambda rows: rows
     gtype = emb.ggml_type
-    table = np.asarray(emb.raw).reshape(self.cfg.vocab_size, tensor_nbytes(gtype, (1, dim)))
+    shape = (self.cfg.vocab_size, tensor_nbytes(gtype, (1, dim)))
+    raw = emb.raw
+    table = _FileRows(raw.path, raw.offset, shape) if isinstance(raw, _FileBytes) else np.asarray(raw).reshape(shape)
     return table, lambda rows: dequantize(rows.reshape(-1), gtype, (rows.shape[0], dim))
 
   @property
