@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from ember import Tensor
-from ember.codegen import get_program
+from ember.codegen import get_program, simplify_kernel
+from ember.codegen.rowreuse import reuse_row_values
 from ember.codegen.opt import Opt, apply_opt, hand_coded_opts, output_ranges
 from ember.plugin import Ops, PtrDType, UOp
 from ember.uop.rewrite import graph_rewrite
@@ -136,6 +137,44 @@ def test_softmax_end_to_end_matches_numpy() -> None:
   e = np.exp(x - x.max(-1, keepdims=True))
   np.testing.assert_allclose(Tensor(x, device="CPU").softmax(-1).numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5,
                              atol=1e-7)
+
+def _exps(ast: UOp) -> int:
+  """How many exp2 a kernel computes per element of its loops, once codegen's row-value reuse ran."""
+  return sum(n.op is Ops.EXP2 for n in reuse_row_values(simplify_kernel(ast)).toposort())
+
+def _np_softmax(x: np.ndarray) -> np.ndarray:
+  e = np.exp(x - x.max(-1, keepdims=True))
+  return e / e.sum(-1, keepdims=True)
+
+def test_softmax_computes_each_exp_once() -> None:
+  """A softmax row's exp is computed by the loop of its sum, stored in the output and scaled in place, not computed
+  again by the loop of the stores; the same for a scaled softmax over a middle axis (attention's scores)."""
+  assert _exps(kernel_of(Tensor(np.zeros((8, 256), np.float32)).softmax(-1))) == 1
+  assert _exps(kernel_of((Tensor(np.zeros((2, 3, 5, 40), np.float32)) * 0.125).softmax(-1))) == 1
+  # no reuse where the row is the loop split over threads (one row), nor where the output is read (in place)
+  assert _exps(kernel_of(Tensor(np.zeros(256, np.float32)).softmax(-1))) == 2
+  assert _exps(_in_place(kernel_of(Tensor(np.zeros((8, 256), np.float32)).softmax(-1)))) == 2
+
+def _in_place(ast: UOp) -> UOp:
+  """The kernel reading its input from its output buffer (slot 0)."""
+  params = {n.arg: n for n in ast.toposort() if n.op is Ops.PARAM}
+  return ast.substitute({params[1]: params[0]})
+
+@pytest.mark.parametrize("kind", RENDERERS)
+@pytest.mark.parametrize("shape", [(37, 200), (3, 5, 48), (300,)])
+def test_softmax_with_reused_exps_matches_numpy(kind: str, shape: tuple[int, ...]) -> None:
+  x = (np.random.default_rng(3).standard_normal(shape) * 6).astype(np.float32)
+  x.reshape(-1)[[0, 7]] = [-np.inf, 80.0]
+  ast = kernel_of(Tensor(x).softmax(-1))
+  for opts in (None, []):  # the hand-coded opts (SIMD partial sums, threads) and none
+    np.testing.assert_allclose(run_kernel(kind, ast, {1: x}, opts)[0].reshape(shape), _np_softmax(x), rtol=1e-5,
+                               atol=1e-7)
+
+@pytest.mark.parametrize("kind", RENDERERS)
+def test_in_place_softmax_kernel_matches_numpy(kind: str) -> None:
+  x = (np.random.default_rng(4).standard_normal((16, 130)) * 3).astype(np.float32)
+  ast = _in_place(kernel_of(Tensor(x).softmax(-1)))
+  np.testing.assert_allclose(run_kernel(kind, ast, {0: x})[0].reshape(x.shape), _np_softmax(x), rtol=1e-5, atol=1e-7)
 
 def _np_conv(x: np.ndarray, w: np.ndarray) -> np.ndarray:
   from numpy.lib.stride_tricks import sliding_window_view

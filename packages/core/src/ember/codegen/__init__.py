@@ -17,6 +17,7 @@ from ember.codegen.group import global_ranges, group_reduce, unflatten, _pow2_di
 from ember.codegen.tensorcore import apply_tensor_cores
 from ember.codegen.launch import apply_launch
 from ember.codegen.gather import pm_reduce_collapse
+from ember.codegen.rowreuse import reuse_row_values
 from ember.codegen.opt import Opt, hand_coded_opts, apply_opts_list, opt_threads, fuse_mulacc, pm_recombine_divmod
 
 # ** lowering passes **
@@ -141,7 +142,10 @@ def full_rewrite(ast: UOp, renderer: Renderer,
                  opts: list[Opt] | None = None) -> tuple[list[UOp], list[int] | None, list[int] | None]:
   """The pipeline from kernel AST to linear program; each pass runs where it does for the reason on its line."""
   if DEBUG.value >= 5: _debug_print(f"kernel {kernel_name(ast)}, AST:\n{pretty_print(ast, max_nodes=1 << 30)}")
-  with timed_pass("simplify"): sink = simplify_kernel(ast)
+  with timed_pass("simplify"):
+    sink = simplify_kernel(ast)
+    # a row's exp stored by the loop of its sum, reloaded by the loop of the stores (outputs run as loops only)
+    if not renderer.has_local: sink = reuse_row_values(sink)
   work = prod(r.src[0].arg if r.src[0].op is Ops.CONST else 1 for r in sink.toposort() if r.op is Ops.RANGE)
   with timed_pass("choose opts"):
     if opts is None: opts = [] if NOOPT.value else hand_coded_opts(sink, renderer)  # register blocking, partial sums

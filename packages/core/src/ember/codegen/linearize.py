@@ -54,6 +54,9 @@ def linearize(sink: UOp) -> list[UOp]:
       if node.op is Ops.REDUCE:
         emit_reduce(node)
         continue
+      if node.op is Ops.AFTER and ready:  # its value, once the statements it names are emitted (codegen/rowreuse.py)
+        done[node] = done[node.src[0]]
+        continue
       if not ready:
         stack.append((node, True))
         for s in reversed(node.src):

@@ -50,6 +50,7 @@ def check_kernel_node(x: UOp) -> bool:
   if x.op is Ops.WMMA:  # arg: (instruction name, this output element, output elements per lane)
     return dtypes.is_float(x.dtype) and len(x.src) >= 2 and all(not isinstance(s.dtype, PtrDType) for s in x.src) \
       and isinstance(x.arg, tuple) and len(x.arg) == 3 and isinstance(x.arg[0], str) and 0 <= x.arg[1] < x.arg[2]
+  if x.op is Ops.AFTER: return x.dtype is x.src[0].dtype and all(s.op is Ops.STORE for s in x.src[1:])
   if x.op in (Ops.END, Ops.DEFINE_ACC, Ops.ASSIGN): return True
   return False
 
