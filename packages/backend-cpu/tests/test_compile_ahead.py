@@ -1,6 +1,7 @@
 """The engine's compile_ahead on the CPU (a compiler that runs in parallel): each kernel's compile starts as soon as its
 code is generated, beside the codegen of the kernels after it, and every runner still comes out right."""
 from __future__ import annotations
+import ctypes
 import threading
 import numpy as np
 from ember import Context, Tensor
@@ -37,3 +38,78 @@ def test_compiles_start_while_later_kernels_are_generated(monkeypatch) -> None:
   assert len(generated) == len(kernels)
   ref = np.exp((a @ a - (a @ a).max(1, keepdims=True))) * 0.5
   np.testing.assert_allclose(out.numpy(), ref, rtol=1e-4, atol=1e-5)
+
+def test_small_kernels_compile_together_while_a_compile_runs(monkeypatch) -> None:
+  """Kernels generated while a compile is under way wait and compile as batches, one compiler process each (kernel
+  names distinct within one), instead of a process per kernel; every result still comes out right."""
+  rng = np.random.default_rng(1)
+  arrays = [rng.standard_normal((8, 8 + i % 5)).astype(np.float32) for i in range(10)]
+  xs = [Tensor(a, device="CPU").realize() for a in arrays]
+  want = [np.exp2(a * 2) if i < 5 else a * 3 + 1 for i, a in enumerate(arrays)]
+  outs = [(x * 2).exp2() if i < 5 else x * 3 + 1 for i, x in enumerate(xs)]  # 10 kernels, named alike in pairs
+  items = [it for out in outs for it in out.schedule()]
+  kernels = [it for it in items if it.kind != "copy"]
+  compiler = Device["CPU"].compiler
+  compile_src, codegen = compiler.compile, engine._codegen
+  all_generated = threading.Event()
+  generated: list[str] = []
+  processes: list[list[str]] = []  # the kernel names each compiler process built
+  def tracking_compile(src: str) -> bytes:
+    if not processes: assert all_generated.wait(60)  # the first compile lasts until every kernel is generated
+    processes.append([line.split("(")[0].split()[-1] for line in src.splitlines() if line.startswith("void ")])
+    return compile_src(src)
+  def tracking_codegen(device, dev, ast):
+    spec = codegen(device, dev, ast)
+    generated.append(spec.name)
+    if len(generated) == len(kernels): all_generated.set()
+    return spec
+  monkeypatch.setattr(compiler, "compile", tracking_compile)
+  monkeypatch.setattr(engine, "_codegen", tracking_codegen)
+  monkeypatch.setattr(engine, "_runner_cache", {})
+  with Context(CACHELEVEL=0):
+    engine.run_schedule(items)
+  assert sorted(n for names in processes for n in names) == sorted(generated)
+  assert len(processes) < len(kernels) // 2, processes
+  assert all(len(set(names)) == len(names) for names in processes), processes
+  assert len(set(generated)) < len(generated)  # kernels named alike went to different processes
+  for out, ref in zip(outs, want): np.testing.assert_allclose(out.numpy(), ref, rtol=1e-6)
+
+_KERNEL = """static inline float helper(float x) {{ return x {op} 1.0f; }}
+void {name}(float* restrict data0, const int core_id, const int num_cores) {{ data0[0] = helper(data0[0]); }}
+const char {name}_argfmt[] = "Pii";
+"""
+
+def test_batch_the_compiler_rejects_compiles_kernel_by_kernel(tmp_path) -> None:
+  """Two kernels whose helpers clash cannot share a translation unit: each compiles alone and runs right, and each is
+  cached under its own source, so a later compile of either reads the cache."""
+  from ember_cpu.compiler import ClangCompiler
+  from ember_cpu.device import CPUProgram
+  compiler = ClangCompiler()
+  srcs = [_KERNEL.format(op="+", name="k_add"), _KERNEL.format(op="*", name="k_mul")]
+  with Context(CACHELEVEL=1, CACHEDB=str(tmp_path / "cache.db")):
+    libs = compiler.compile_batch_cached(srcs)
+    for src, lib in zip(srcs, libs): assert compiler.compile_cached(src) == lib
+  for name, lib, want in (("k_add", libs[0], 4.0), ("k_mul", libs[1], 3.0)):
+    buf = (ctypes.c_float * 1)(3.0)
+    CPUProgram(name, lib)(buf)
+    assert buf[0] == want
+
+def test_batch_shares_one_binary_and_caches_it_per_kernel(tmp_path, monkeypatch) -> None:
+  """Kernels that fit one translation unit come out of one compile, one shared object holding both; the cache holds
+  it under each kernel's source, so each is found again without compiling."""
+  from ember_cpu.compiler import ClangCompiler
+  from ember_cpu.device import CPUProgram
+  compiler = ClangCompiler()
+  srcs = [_KERNEL.format(op="+", name="k_add"), _KERNEL.format(op="+", name="k_add2")]
+  calls: list[str] = []
+  compile_src = compiler.compile
+  monkeypatch.setattr(compiler, "compile", lambda src: calls.append(src) or compile_src(src))
+  with Context(CACHELEVEL=1, CACHEDB=str(tmp_path / "cache.db")):
+    libs = compiler.compile_batch_cached(srcs)
+    assert len(calls) == 1 and libs[0] == libs[1]
+    assert compiler.compile_batch_cached(srcs) == libs and compiler.compile_cached(srcs[1]) == libs[1]
+  assert len(calls) == 1
+  for name in ("k_add", "k_add2"):
+    buf = (ctypes.c_float * 1)(3.0)
+    CPUProgram(name, libs[0])(buf)
+    assert buf[0] == 4.0

@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 import functools
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, cast
 import ember.profiler as profiler
 from ember.dtype import DType, dtypes
 from ember.errors import CompileError, DeviceError
@@ -198,6 +198,29 @@ class Compiler(ABC):
     except Exception as e: raise CompileError(f"{type(self).__name__} failed: {e}") from e
     if self.cachekey is not None and CACHELEVEL.value >= 1: diskcache_put(self.cachekey, key, lib)
     return lib
+  # `compile_together` builds several kernels into one binary that holds them all (one compiler process for a batch of
+  # small kernels instead of one each: starting the compiler and linking cost more than their code)
+  batch_compile: bool = False
+  def compile_together(self, srcs: list[str]) -> bytes:
+    """One binary defining every kernel of `srcs` (their names distinct); compilers with `batch_compile` define it."""
+    raise CompileError(f"{type(self).__name__} compiles one kernel at a time (batch_compile is False)")
+  def compile_batch_cached(self, srcs: list[str]) -> list[bytes]:
+    """The binaries of `srcs` (kernel names distinct), through the disk cache: the ones not cached are built by one
+    `compile_together` (the shared binary is each one's cache entry). A batch the compiler rejects is compiled kernel
+    by kernel, so the error names the kernel at fault."""
+    if len(srcs) == 1 or not self.batch_compile: return [self.compile_cached(src) for src in srcs]
+    caching = self.cachekey is not None and CACHELEVEL.value >= 1
+    keys = [content_hash(src) for src in srcs]
+    libs = [diskcache_get(cast(str, self.cachekey), key) if caching else None for key in keys]
+    todo = [i for i, lib in enumerate(libs) if not isinstance(lib, bytes)]
+    together: bytes | None = None
+    if len(todo) > 1:
+      try: together = self.compile_together([srcs[i] for i in todo])
+      except CompileError: together = None
+    for i in todo:
+      libs[i] = self.compile_cached(srcs[i]) if together is None else together
+      if together is not None and caching: diskcache_put(cast(str, self.cachekey), keys[i], together)
+    return cast(list[bytes], libs)
   def disassemble(self, lib: bytes) -> str: return f"<{len(lib)} bytes; {type(self).__name__} has no disassembler>"
 
 class Program(Protocol):

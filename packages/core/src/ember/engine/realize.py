@@ -1,12 +1,13 @@
 """Run a schedule: compile each kernel once (cached by AST and target), launch it, do copies, count the work."""
 from __future__ import annotations
+import functools
 import os
 import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 import ember.profiler as profiler
-from ember.device.base import Buffer
+from ember.device.base import Buffer, Compiler
 from ember.errors import CompileError
 from ember.helpers import BEAM, DEBUG, NOOPT, NUM_CPU_THREADS, GlobalCounters, colored
 from ember.renderer import ProgramSpec
@@ -63,13 +64,22 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
     r = _runner_cache[key] = _build(device, dev, _codegen(device, dev, ast))
   return r
 
+# a batch of kernels for one compiler process (`Compiler.batch_compile`): at most this much source; a larger kernel
+# compiles alone (its own code, not the process, is the cost). While one compile is under way, the kernels generated
+# meanwhile wait for a second thread until they hold this much source (a large kernel starts at once): small ones
+# gather into batches instead of a process each
+BATCH_CHARS = 16384
+BATCH_MIN_CHARS = 4096
+
 def compile_ahead(items: list[ScheduleItem]) -> None:
   """The runners of every kernel of `items` not compiled before, on devices whose compiler may run on several threads
   at once (`Compiler.parallel_compile`): their code is generated here, then the sources compile on one thread per
   core, the compiler processes side by side instead of one after another (a transformer block's 23 kernels on 2
-  cores). Each compile starts as soon as its kernel's code is generated, so the compiler processes also run beside
-  the codegen of the kernels after it. get_runner then finds them all."""
-  from concurrent.futures import ThreadPoolExecutor
+  cores). The compiles start while later kernels are still being generated, so the compiler processes also run
+  beside codegen; small kernels generated while a compile is under way gather and compile together, one process for
+  the batch where the compiler can (`batch_compile`: a small kernel's compile is mostly the process's start and
+  link; see BATCH_CHARS). get_runner then finds them all."""
+  from concurrent.futures import Future, ThreadPoolExecutor
   from ember.device import Device
   todo: dict[Key, tuple[str, Any, UOp]] = {}
   for it in items:
@@ -81,15 +91,45 @@ def compile_ahead(items: list[ScheduleItem]) -> None:
     for k, (device, dev, ast) in todo.items(): _runner_cache[k] = _build(device, dev, _codegen(device, dev, ast))
     return
   specs: dict[Key, ProgramSpec] = {}
-  futures: dict[Key, Any] = {}
-  with ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1), thread_name_prefix="compile") as pool:
-    for k, (device, dev, ast) in todo.items():
-      spec = specs[k] = _codegen(device, dev, ast)
+  compiled: dict[Key, Callable[[], bytes]] = {}
+  running: list[Future] = []
+  waiting: dict[str, list[Key]] = {}  # device -> kernels generated, their compile not started
+  workers = min(len(todo), os.cpu_count() or 1)
+  with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="compile") as pool:
+    def submit(device: str, compiler: Compiler, keys: list[Key]) -> None:
+      srcs = [specs[k].src for k in keys]
       if profiler.enabled:  # each compile an event on its worker thread's track
-        futures[k] = pool.submit(profiler.timed, "compile", spec.name, device, "compile", dev.compiler.compile_cached,
-                                 spec.src)
-      else: futures[k] = pool.submit(dev.compiler.compile_cached, spec.src)
-  for k, (device, dev, _) in todo.items(): _runner_cache[k] = _build(device, dev, specs[k], futures[k].result)
+        names = ", ".join(specs[k].name for k in keys)
+        fut = pool.submit(profiler.timed, "compile", names, device, "compile", compiler.compile_batch_cached, srcs)
+      else: fut = pool.submit(compiler.compile_batch_cached, srcs)
+      running.append(fut)
+      for i, k in enumerate(keys): compiled[k] = functools.partial(_nth_binary, fut, i)
+    def flush(device: str) -> None:
+      keys = waiting.pop(device)
+      compiler: Compiler = todo[keys[0]][1].compiler
+      while keys:  # batches of distinct kernel names (each is a symbol of the shared binary) and bounded source
+        names: set[str] = set()
+        batch: list[Key] = []
+        size = 0
+        for k in keys:
+          if batch and (not compiler.batch_compile or specs[k].name in names or size + len(specs[k].src) > BATCH_CHARS):
+            continue
+          batch.append(k)
+          names.add(specs[k].name)
+          size += len(specs[k].src)
+        submit(device, compiler, batch)
+        chosen = set(batch)
+        keys = [k for k in keys if k not in chosen]
+    for k, (device, dev, ast) in todo.items():
+      specs[k] = _codegen(device, dev, ast)
+      waiting.setdefault(device, []).append(k)
+      busy = sum(not f.done() for f in running)
+      if busy == 0 or (busy < workers and sum(len(specs[w].src) for w in waiting[device]) >= BATCH_MIN_CHARS):
+        flush(device)  # no compile under way, or a free thread and enough code waiting: start now
+    for device in list(waiting): flush(device)
+  for k, (device, dev, _) in todo.items(): _runner_cache[k] = _build(device, dev, specs[k], compiled[k])
+
+def _nth_binary(fut: Any, i: int) -> bytes: return fut.result()[i]
 
 # TinyJit listens here: each executed call is reported as (runner or None for copies, buffers, var_vals)
 capture_hooks: list[Callable[[CompiledRunner | None, list[Buffer], dict[str, int]], None]] = []
