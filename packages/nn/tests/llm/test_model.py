@@ -204,6 +204,27 @@ def test_quantized_prefill_matmul_dequantises_first(kind):
     scale = (np.abs(x) @ np.abs(dense).T).max()  # float32 rounding grows with the sum of |terms|
     np.testing.assert_allclose(w.matmul(Tensor(x)).numpy(), x @ dense.T, rtol=1e-4, atol=1e-6 * scale)
 
+def test_prefill_matmul_dequantises_in_pieces(monkeypatch):
+  # a prefill matmul dequantises at most DENSE_PIECE elements into one temporary, in pieces of one size where the
+  # rows allow (the memory planner reuses a temporary only for one of the same size); results against numpy
+  from ember import TinyJit
+  from ember.nn.llm import quant
+  rng = np.random.default_rng(3)
+  w = rng.standard_normal((24, 512)).astype(np.float32)
+  raw = _quantize_blocks(w, GGMLType.Q4_1)
+  dense = dequantize(Tensor(raw), GGMLType.Q4_1, w.shape).numpy().astype(np.float64)
+  monkeypatch.setattr(quant, "DENSE_PIECE", 10 * 512)  # 10 rows at most: 3 pieces of 8
+  qw = QuantWeight(GGMLType.Q4_1, raw, w.shape, None)
+  assert qw.pieces() == [(0, 8), (8, 16), (16, 24)]
+  x = rng.standard_normal((quant.DENSE_ROWS, 512)).astype(np.float32)
+  step = TinyJit(lambda t: qw.matmul(t).realize())
+  for _ in range(3): got = step(Tensor(x)).numpy()
+  np.testing.assert_allclose(got, x @ dense.T, rtol=1e-4, atol=1e-4)
+  written = [bufs[0].nbytes for _, bufs, _ in step.captured]
+  assert max(written) <= quant.DENSE_PIECE * 4, f"a temporary of {max(written)} bytes"
+  monkeypatch.setattr(quant, "DENSE_PIECE", 7 * 512)  # 7 rows at most: no count from 4 to 8 divides 23 rows
+  assert [b - a for a, b in QuantWeight(GGMLType.Q4_1, raw[:23 * 16], (23, 512), None).pieces()] == [5, 6, 6, 6]
+
 def test_quantized_model_matches_dense(tiny_llama, tmp_path, gguf_writer, reference_logits, monkeypatch):
   # the tiny model with its matrices in Q4_1 (the LM head Q8_0, like SmolLM2) against the numpy oracle on the
   # dequantised matrices

@@ -22,6 +22,7 @@ from ember.nn.gguf import BLOCK_LAYOUT, QK_K, GGMLType
 
 BLOCK = 32
 DENSE_ROWS = 16  # a matmul of this many rows or more dequantises the matrix first (QuantWeight.matmul)
+DENSE_PIECE = 1 << 20  # at most this many elements of a matrix are dequantised into one temporary (QuantWeight.pieces)
 
 class QuantError(EmberError, ValueError):
   """A matrix cannot be kept quantised in this layout (its input dim is not a multiple of the block)."""
@@ -155,26 +156,43 @@ class QuantWeight:
     lo_f, hi_f = lo.cast(dtypes.float32), hi.cast(dtypes.float32)
     return (lo_f - float(self.zero), hi_f - float(self.zero)) if self.zero else (lo_f, hi_f)
 
-  def dense(self) -> Tensor:
-    """The matrix dequantised to float32 (out, in), stored: one kernel writing (out, blocks, 2, 16) in order (the
-    lanes j and j + 16 of a block side by side), which the flat (out, in) view reads without index math."""
-    out_dim, nb = self.shape[0], self.shape[1] // BLOCK
-    scale, offset = self.tensors["scale"], self.tensors.get("offset")
-    group = (out_dim, nb, scale.shape[-1], 1)  # the scale of half h of a block: its own (Q*_K halves) or the block's
-    values = Tensor.stack(*self._lanes(), dim=2) * scale.reshape(group)  # (out, blocks, 2, 16)
-    if offset is not None: values = values + offset.reshape(group)
-    return values.contiguous().reshape(self.shape)
+  def dense(self, rows: tuple[int, int] | None = None) -> Tensor:
+    """The matrix (or its output rows [start, stop)) dequantised to float32 (rows, in), stored: one kernel writing
+    (rows, blocks, 2, 16) in order (the lanes j and j + 16 of a block side by side), which the flat (rows, in) view
+    reads without index math."""
+    start, stop = rows if rows is not None else (0, self.shape[0])
+    nb = self.shape[1] // BLOCK
+    scale, offset = self.tensors["scale"][start:stop], self.tensors.get("offset")
+    group = (stop - start, nb, scale.shape[-1], 1)  # the scale of half h of a block: its own (Q*_K halves) or the
+    # block's
+    lo, hi = self._lanes()
+    values = Tensor.stack(lo[start:stop], hi[start:stop], dim=2) * scale.reshape(group)  # (rows, blocks, 2, 16)
+    if offset is not None: values = values + offset[start:stop].reshape(group)
+    return values.contiguous().reshape(stop - start, self.shape[1])
+
+  def pieces(self) -> list[tuple[int, int]]:
+    """The output-row ranges a prefill matmul dequantises one at a time: pieces of at most DENSE_PIECE elements (one
+    row where a row is longer), of one size where the rows allow. The memory planner gives a temporary the memory of
+    a dead one of the same size only, so SmolLM2's (3072, 576) gate|up and (576, 1536) down now share 3.5 MB
+    temporaries where gate|up held 7 MB ones of its own (a 128-token prefill's temporaries 54 -> 40 MB)."""
+    out_dim, in_dim = self.shape
+    least = -(-out_dim // max(1, DENSE_PIECE // in_dim))  # pieces of at most DENSE_PIECE // in_dim rows
+    # equal pieces where a count up to twice that divides the rows, else pieces of two sizes one row apart
+    n = next((k for k in range(least, min(2 * least, out_dim) + 1) if out_dim % k == 0), least)
+    return [(i * out_dim // n, (i + 1) * out_dim // n) for i in range(n)]
 
   def matmul(self, x: Tensor) -> Tensor:
-    """x (T, in) @ W.T -> (T, out). For T >= DENSE_ROWS (prefill chunks) the matrix is dequantised once into a
-    float32 temporary and multiplied by the packed, register-blocked matmul: the fused form below dequantises every
-    weight again for each of the T rows (32 x 3072 x 576 on one core: 7.7 ms fused, 4.1 ms dequantised first; 128
-    rows: 25 ms and 7.5 ms). Otherwise (decode) the dequantisation is fused into the reduce: per block the scale
-    multiplies the dot product of x with the codes and the offset the block's sum of x. The first kernel keeps one
-    partial sum per lane of 16 over the blocks (gcc turns them into one vector accumulator), the second sums the
-    lanes."""
+    """x (T, in) @ W.T -> (T, out). For T >= DENSE_ROWS (prefill chunks) the matrix is dequantised once, in `pieces`
+    of rows, into float32 temporaries and multiplied by the packed, register-blocked matmul: the fused form below
+    dequantises every weight again for each of the T rows (32 x 3072 x 576 on one core: 7.7 ms fused, 4.1 ms
+    dequantised first; 128 rows: 25 ms and 7.5 ms). Otherwise (decode) the dequantisation is fused into the reduce:
+    per block the scale multiplies the dot product of x with the codes and the offset the block's sum of x. The first
+    kernel keeps one partial sum per lane of 16 over the blocks (gcc turns them into one vector accumulator), the
+    second sums the lanes."""
     T, nb = x.shape[0], self.shape[1] // BLOCK
-    if isinstance(T, int) and T >= DENSE_ROWS: return x @ self.dense().T
+    if isinstance(T, int) and T >= DENSE_ROWS:
+      parts = [x @ self.dense(rows).T for rows in self.pieces()]
+      return parts[0] if len(parts) == 1 else Tensor.cat(*parts, dim=-1)
     xb = x.reshape(T, 1, nb, BLOCK)  # (T, 1, blocks, 32) broadcasts against the weight's (out, blocks, ...)
     xl, xh = xb[..., :16], xb[..., 16:]
     lo, hi = self._lanes()
