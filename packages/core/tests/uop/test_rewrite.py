@@ -118,6 +118,16 @@ def test_rule_for_any_op():
   pm = PatternMatcher([(UPat(name="n", dtype=dtypes.bool), lambda n: true if n.op is not Ops.CONST else None)])
   assert pm.rewrite(x.lt(3)) is UOp.const(dtypes.bool, True)
 
+def test_op_rules_come_before_any_op_rules_and_any_op_rules_reach_every_op():
+  """A node is tried against the rules for its op, in table order, then the rules for any op (also where its op has
+  no rules of its own, and where a table has no rule for it at all, nothing)."""
+  pm = PatternMatcher([
+    (UPat(name="n"), lambda n: n.src[1] if n.op is Ops.ADD else n.src[0] if n.op is Ops.MUL else None),
+    (UPat(Ops.ADD, name="n"), lambda n: n.src[0]),
+  ])
+  assert pm.rewrite(x + y) is x and pm.rewrite(x * y) is x and pm.rewrite(x) is None
+  assert PatternMatcher([(UPat(Ops.ADD, name="n"), lambda n: n.src[0])]).rewrite(x * y) is None
+
 # ** graph_rewrite **
 
 pm_fold_add = PatternMatcher([

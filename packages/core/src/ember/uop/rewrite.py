@@ -139,10 +139,14 @@ class PatternMatcher:
       if pat.op is None: self.any_op.append(entry)
       else:
         for op in pat.op: self.pdict.setdefault(op, []).append(entry)
+    # the rules a node with each op is tried against, in that order (most nodes of a pass's graph have none: they
+    # return before building anything)
+    self.rules = {op: entries + self.any_op for op, entries in self.pdict.items()}
   def __add__(self, other: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.patterns + other.patterns)
   def rewrite(self, uop: UOp, ctx: Any = None) -> UOp | None:
+    if not (rules := self.rules.get(uop.op, self.any_op)): return None
     src_ops = {s.op for s in uop.src}
-    for pat, fn, wants_ctx, reject in itertools.chain(self.pdict.get(uop.op, ()), self.any_op):
+    for pat, fn, wants_ctx, reject in rules:
       if not reject <= src_ops: continue
       for match in pat.match(uop, {}):
         ret = fn(ctx=ctx, **match) if wants_ctx else fn(**match)
