@@ -130,6 +130,12 @@ def test_op_rules_come_before_any_op_rules_and_any_op_rules_reach_every_op():
 
 # ** graph_rewrite **
 
+def test_uops_compare_by_identity():
+  """graph_rewrite and substitute find a node's sources unchanged by comparing the source tuples with `==`: that is
+  the identity check only while UOp keeps object's __eq__ (hash-consing makes equal structure the same object)."""
+  assert UOp.__eq__ is object.__eq__
+  assert (x + y,) == (x + y,) and (x + y,) != (y + x,)
+
 pm_fold_add = PatternMatcher([
   (UPat(Ops.ADD, src=(UPat.cvar("a"), UPat.cvar("b"))), lambda a, b: UOp.const(dtypes.int32, a.arg + b.arg)),
   (UPat(Ops.ADD, src=(UPat.var("a"), UPat.const(dtypes.int32, 0))), lambda a: a),

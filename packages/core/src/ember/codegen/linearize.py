@@ -62,9 +62,8 @@ def linearize(sink: UOp) -> list[UOp]:
         for s in reversed(node.src):
           if s not in done: stack.append((s, False))
         continue
-      new_src = tuple(done[s] for s in node.src)
-      unchanged = all(a is b for a, b in zip(new_src, node.src))
-      new = node if unchanged else UOp(node.op, node.dtype, new_src, node.arg, node.tag)
+      new_src = tuple([done[s] for s in node.src])
+      new = node if new_src == node.src else UOp(node.op, node.dtype, new_src, node.arg, node.tag)
       done[node] = new
       out.append(new)
     return done[n]

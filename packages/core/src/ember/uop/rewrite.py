@@ -219,9 +219,9 @@ def rewrite_walk(sink: UOp, rewrite: Callable[[UOp, Any], UOp | None], ctx: Any,
       for s in reversed(node.src):
         if s not in replace and s not in in_progress: stack.append((s, 0, s))
     elif stage == 1:
-      new_src = tuple(replace.get(s, s) for s in node.src)
-      unchanged = all(a is b for a, b in zip(new_src, node.src))
-      rebuilt = node if unchanged else UOp(node.op, node.dtype, new_src, node.arg, node.tag)
+      new_src = tuple([replace.get(s, s) for s in node.src])
+      # UOps are hash-consed and compare by identity (no __eq__): `==` of the tuples is the identity check, in C
+      rebuilt = node if new_src == node.src else UOp(node.op, node.dtype, new_src, node.arg, node.tag)
       nxt = None if bottom_up and rebuilt is node else rewrite(rebuilt, ctx)
       if nxt is None:
         replace[orig] = rebuilt
@@ -243,7 +243,6 @@ def substitute(sink: UOp, mapping: dict[UOp, UOp]) -> UOp:
     if node in mapping:
       replace[node] = mapping[node]
       continue
-    new_src = tuple(replace.get(s, s) for s in node.src)
-    unchanged = all(a is b for a, b in zip(new_src, node.src))
-    replace[node] = node if unchanged else UOp(node.op, node.dtype, new_src, node.arg, node.tag)
+    new_src = tuple([replace.get(s, s) for s in node.src])
+    replace[node] = node if new_src == node.src else UOp(node.op, node.dtype, new_src, node.arg, node.tag)
   return replace[sink]
