@@ -176,6 +176,32 @@ def test_in_place_softmax_kernel_matches_numpy(kind: str) -> None:
   ast = _in_place(kernel_of(Tensor(x).softmax(-1)))
   np.testing.assert_allclose(run_kernel(kind, ast, {0: x})[0].reshape(x.shape), _np_softmax(x), rtol=1e-5, atol=1e-7)
 
+def test_transposing_copies_get_a_register_tile() -> None:
+  """A layout copy whose stores run along one range and whose loads run along another gets the stores' range upcast,
+  and the load's too (a tile) where that is not the loop just outside; a copy that reads along its stores, and a
+  broadcast, get nothing."""
+  renderer = device("C").renderer
+  def opts(t: Tensor) -> list[Opt]: return hand_coded_opts(kernel_of(t), renderer)
+  x = Tensor(np.zeros((2, 64, 24, 56), np.float32)).realize()
+  # to channels-last: the load runs along the loop just outside the stores' (its lines stay in L1): the stores' range
+  assert opts(x.permute(0, 2, 3, 1).contiguous()) == [Opt("UPCAST", 3, 16)]
+  y = Tensor(np.zeros((2, 24, 56, 64), np.float32)).realize()
+  assert opts(y.permute(0, 3, 1, 2).contiguous()) == [Opt("UPCAST", 1, 8), Opt("UPCAST", 3, 8)]  # back to NCHW: a tile
+  # a load range no 4 divides (a padded conv input's width): the stores' range alone
+  assert opts(Tensor(np.zeros((6, 32, 9), np.float32)).realize().permute(0, 2, 1).contiguous()) == \
+    [Opt("UPCAST", 2, 16)]
+  assert opts(x + 1) == [] and opts(Tensor(np.zeros(64, np.float32)).realize().reshape(1, 64).expand(8, 64) + 0) == []
+
+@pytest.mark.parametrize("kind", RENDERERS)
+@pytest.mark.parametrize("shape,perm", [((3, 64, 10, 56), (0, 2, 3, 1)), ((3, 10, 56, 64), (0, 3, 1, 2)),
+                                        ((40, 48), (1, 0)), ((5, 7, 12), (2, 0, 1)), ((6, 32, 9), (0, 2, 1))])
+def test_transposing_copies_match_numpy(kind: str, shape: tuple[int, ...], perm: tuple[int, ...]) -> None:
+  x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+  ast = kernel_of(Tensor(x).permute(*perm).contiguous())
+  want = x.transpose(perm)
+  for opts in (None, []):  # the tile and none
+    np.testing.assert_array_equal(run_kernel(kind, ast, {1: x}, opts)[0].reshape(want.shape), want)
+
 def _np_conv(x: np.ndarray, w: np.ndarray) -> np.ndarray:
   from numpy.lib.stride_tricks import sliding_window_view
   xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
