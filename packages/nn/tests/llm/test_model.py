@@ -280,6 +280,21 @@ def test_long_prompt_prefills_in_padded_chunks(tiny_llama, reference_logits):
   np.testing.assert_allclose(model.forward(ids[:41]), reference_logits(hf, cfg, ids[:41])[-1], rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose(model.forward(ids[41:]), reference_logits(hf, cfg, ids)[-1], rtol=1e-4, atol=1e-4)
 
+def test_prefill_step_returns_each_layers_rows(tiny_llama, reference_logits):
+  # the captured prefill step returns the logits and each layer's new (T, 2kv) cache rows as outputs of their own:
+  # stacked, they took a copy as large as all of them (5.9 MB for SmolLM2 at 128 tokens) in the step's memory
+  path, hf, cfg = tiny_llama
+  model = Llama.from_gguf(path, max_context=32)
+  for _ in range(3):  # run, capture, replay
+    model.reset()
+    logits = model.forward(IDS[:5])
+  np.testing.assert_allclose(logits, reference_logits(hf, cfg, IDS[:5])[-1], rtol=1e-4, atol=1e-4)
+  step = model._prefill_jits[(1, 8)]
+  assert step.cnt == 3
+  kv2 = 2 * model.cfg.kv_dim
+  assert len(step.ret) == 1 + model.cfg.n_layers and all(r.shape == (8, kv2) for r in step.ret[1:])
+  np.testing.assert_allclose(model.forward([IDS[5]]), reference_logits(hf, cfg, IDS[:6])[-1], rtol=1e-4, atol=1e-4)
+
 def test_decode_rows_written_through_buffer_views(tiny_llama, reference_logits, monkeypatch):
   # a device without host-visible memory gets the new cache rows by a copy into a view of its buffer
   import ember.nn.llm.model as model_module
