@@ -174,7 +174,7 @@ class QuantWeight:
     """The output-row ranges a prefill matmul dequantises one at a time: pieces of at most DENSE_PIECE elements (one
     row where a row is longer), of one size where the rows allow. The memory planner gives a temporary the memory of
     a dead one of the same size only, so SmolLM2's (3072, 576) gate|up and (576, 1536) down now share 3.5 MB
-    temporaries where gate|up held 7 MB ones of its own (a 128-token prefill's temporaries 54 -> 40 MB)."""
+    temporaries where gate|up held 7 MB ones of its own (a 128-token prefill's temporaries 52 -> 38 MiB)."""
     out_dim, in_dim = self.shape
     least = -(-out_dim // max(1, DENSE_PIECE // in_dim))  # pieces of at most DENSE_PIECE // in_dim rows
     # equal pieces where a count up to twice that divides the rows, else pieces of two sizes one row apart
