@@ -27,6 +27,23 @@ def _range_deps(sink: UOp) -> dict[UOp, frozenset[UOp]]:
     deps[n] = d
   return deps
 
+def _toposort_all(roots: list[UOp]) -> list[UOp]:
+  """The nodes under `roots`, sources before users: each root's toposort in turn, less what an earlier one listed
+  (one walk where a reduction group's bodies share most of their nodes)."""
+  visited: dict[UOp, None] = {}
+  for root in roots:
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:
+      node, expanded = stack.pop()
+      if node in visited: continue
+      if expanded:
+        visited[node] = None
+        continue
+      stack.append((node, True))
+      for s in reversed(node.src):
+        if s not in visited: stack.append((s, False))
+  return list(visited)
+
 def linearize(sink: UOp) -> list[UOp]:
   if sink.op is not Ops.SINK: raise CompileError(f"linearize needs a SINK, got {sink.op}")
   deps = _range_deps(sink)
@@ -74,11 +91,12 @@ def linearize(sink: UOp) -> list[UOp]:
   for n in topo:
     if n.op is Ops.REDUCE: groups.setdefault(n.src[1:], []).append(n)
 
-  inner_reduces: dict[UOp, frozenset[UOp]] = {}  # the reductions each reduction's input contains (one walk each)
-  def feeds_from(r: UOp) -> frozenset[UOp]:
-    if (got := inner_reduces.get(r)) is None:
-      got = inner_reduces[r] = frozenset(n for n in r.src[0].toposort() if n.op is Ops.REDUCE)
-    return got
+  # the reductions under each node, itself included (a reduction's input holds the ones that feed it), in one walk
+  reduces_under: dict[UOp, frozenset[UOp]] = {}
+  for n in topo:
+    under = frozenset().union(*[reduces_under[s] for s in n.src]) if n.src else frozenset()
+    reduces_under[n] = under | {n} if n.op is Ops.REDUCE else under
+  def feeds_from(r: UOp) -> frozenset[UOp]: return reduces_under[r.src[0]]
 
   def emit_reduce(node: UOp) -> None:
     rngs = node.src[1:]
@@ -87,9 +105,8 @@ def linearize(sink: UOp) -> list[UOp]:
     group = [r for r in siblings if r not in done and not (feeds_from(r) & sibling_set) - {r}]
     if node not in group: group = [node]
     # hoist everything the loop body needs that only varies with loops already open
-    for red in group:
-      for m in red.src[0].toposort():
-        if m not in done and deps[m] <= open_ranges and m.op is not Ops.RANGE: emit(m)
+    for m in _toposort_all([red.src[0] for red in group]):
+      if m not in done and deps[m] <= open_ranges and m.op is not Ops.RANGE: emit(m)
     accs = []
     for red in group:
       init = UOp.const(red.dtype, reduce_identity(red.arg, red.dtype))
