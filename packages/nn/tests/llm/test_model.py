@@ -257,6 +257,12 @@ def test_quantized_model_matches_dense(tiny_llama, tmp_path, gguf_writer, refere
   ids = np.array([3, 0, 3, emb.shape[0] - 1])
   file_rows = np.fromfile(qpath, np.uint8, count=emb.nbytes, offset=emb.offset).reshape(emb.shape[0], row_bytes)
   np.testing.assert_array_equal(table[ids], file_rows[ids])
+  # the rows come from the file the model loaded, even after its path is replaced by another model's
+  moved = qpath.rename(qpath.with_suffix(".old"))
+  gguf_writer(qpath, dict(f.metadata), {name: (kind, shape, bytes(len(raw))) for name, (kind, shape, raw) in
+                                        tensors.items()})
+  np.testing.assert_array_equal(table[ids], file_rows[ids])
+  qpath = moved
   assert isinstance(model.layers[0].qkv, QuantWeight) and isinstance(model.lm_head, QuantWeight)
   assert model.weight_bytes < Llama.from_gguf(qpath, max_context=16, quantized=False).weight_bytes / 3
   np.testing.assert_allclose(model.forward(IDS), reference_logits(deq, cfg, IDS)[-1], rtol=1e-3, atol=1e-3)

@@ -35,7 +35,7 @@ embeddings are gathered on the host from the GGUF bytes and dequantised by `embe
 """
 from __future__ import annotations
 import math
-import os
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 import numpy as np
@@ -139,22 +139,23 @@ class _FileBytes:
   def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
     return np.fromfile(self.path, np.uint8, count=self.nbytes, offset=self.offset)
 
-@dataclass(frozen=True)
 class _FileRows:
   """A table of `shape[0]` rows of `shape[1]` bytes stored at `offset` of a file, whose rows are read when indexed
   (`table[ids]` -> (len(ids), shape[1]) uint8): the token embedding's rows a step gathers, without a host copy of the
-  whole table (SmolLM2's Q8_0 embedding is 30 MB, already on the device as the tied LM head)."""
-  path: str
-  offset: int
-  shape: tuple[int, int]
+  whole table (SmolLM2's Q8_0 embedding is 30 MB, already on the device as the tied LM head). The file stays open
+  while the table lives, so a model keeps reading the file it loaded even when its path is replaced or deleted."""
   dtype = np.dtype(np.uint8)
+  def __init__(self, path: str, offset: int, shape: tuple[int, int]):
+    self.offset, self.shape = offset, shape
+    self._file = open(path, "rb", buffering=0)  # closed by the finalizer below
+    weakref.finalize(self, self._file.close)
   def __getitem__(self, ids: np.ndarray) -> np.ndarray:
     ids = np.asarray(ids, np.int64).reshape(-1)
     width = self.shape[1]
     out = np.empty((ids.size, width), np.uint8)
-    with open(self.path, "rb") as f:
-      for i, row in enumerate(ids.tolist()):
-        out[i] = np.frombuffer(os.pread(f.fileno(), width, self.offset + row * width), np.uint8)
+    for row, dest in zip(ids.tolist(), out):
+      self._file.seek(self.offset + row * width)
+      self._file.readinto(dest.data)
     return out
 
 @dataclass
