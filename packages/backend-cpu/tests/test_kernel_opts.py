@@ -202,6 +202,19 @@ def test_transposing_copies_match_numpy(kind: str, shape: tuple[int, ...], perm:
   for opts in (None, []):  # the tile and none
     np.testing.assert_array_equal(run_kernel(kind, ast, {1: x}, opts)[0].reshape(want.shape), want)
 
+def test_small_elementwise_kernels_run_on_one_thread() -> None:
+  """An elementwise kernel below THREAD_MIN_ELEMENTS (a second thread's dispatch costs what one thread takes for it)
+  runs on one thread; a larger one, and a reduction of as many loop iterations, on every thread."""
+  renderer = device("C").renderer
+  if renderer.global_max[0] < 2: pytest.skip("one CPU thread: every kernel runs on it")
+  def threads(t: Tensor) -> list[int] | None:
+    return get_program(kernel_of(t), renderer, "", None).global_size
+  small = Tensor(np.zeros((256, 512), np.float32)).realize()
+  large = Tensor(np.zeros((1024, 512), np.float32)).realize()
+  assert threads(small - small * 0.01) is None and threads(small.T.contiguous()) is None
+  assert threads(large - large * 0.01) == [renderer.global_max[0], 1, 1]
+  assert threads(small.sum(axis=1)) == [renderer.global_max[0], 1, 1]
+
 def _np_conv(x: np.ndarray, w: np.ndarray) -> np.ndarray:
   from numpy.lib.stride_tricks import sliding_window_view
   xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))

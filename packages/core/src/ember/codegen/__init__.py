@@ -70,6 +70,12 @@ pm_gates = PatternMatcher([
   (UPat(Ops.LOAD, name="x"), _gate_invariant_loads),
 ])
 
+THREAD_MIN_WORK = 1 << 15  # loop iterations from which a reduction kernel runs on every CPU thread
+# elements from which an elementwise kernel does: a second thread's dispatch (~25 us on the 2-core development machine)
+# is what one thread takes for 128K elements of an SGD update or a layout copy (27 us; a matmul 256's packed B, 64K
+# elements, 14 us on one thread and 34 on two)
+THREAD_MIN_ELEMENTS = 1 << 18
+
 def apply_opts(ast: UOp, renderer: Renderer, work: int, threads: int | None = None) -> tuple[UOp, list[int] | None]:
   """Kernel optimisations (the hook BEAM and hand-coded opts plug into). CPU: split the outermost range over threads."""
   if NOOPT.value or not renderer.has_threads: return ast, None
@@ -78,7 +84,8 @@ def apply_opts(ast: UOp, renderer: Renderer, work: int, threads: int | None = No
   nthreads = threads or NUM_CPU_THREADS.value or (renderer.global_max[0] if renderer.global_max else 1)
   first = ranges[0]
   n = min(nthreads, first.src[0].arg)
-  if n < 2 or (threads is None and work < 1 << 15): return ast, None
+  reduces = any(x.op is Ops.REDUCE for x in ast.toposort())
+  if n < 2 or (threads is None and work < (THREAD_MIN_WORK if reduces else THREAD_MIN_ELEMENTS)): return ast, None
   return ast.substitute({first: first.replace(arg=(first.arg[0], AxisType.THREAD))}), [n, 1, 1]
 
 def apply_gpudims(ast: UOp, renderer: Renderer) -> tuple[UOp, list[int] | None, list[int] | None]:
