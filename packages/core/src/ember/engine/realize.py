@@ -9,10 +9,10 @@ from typing import Any, Callable
 import ember.profiler as profiler
 from ember.device.base import Buffer, Compiler
 from ember.errors import CompileError
-from ember.helpers import BEAM, DEBUG, NOOPT, NUM_CPU_THREADS, GlobalCounters, colored
+from ember.helpers import BEAM, DEBUG, NOOPT, NUM_CPU_THREADS, GlobalCounters, colored, prod
 from ember.renderer import ProgramSpec
 from ember.schedule import CallKind, ScheduleItem
-from ember.uop.ops import UOp
+from ember.uop.ops import Ops, UOp
 
 @dataclass
 class CompiledRunner:
@@ -76,9 +76,11 @@ def compile_ahead(items: list[ScheduleItem]) -> None:
   at once (`Compiler.parallel_compile`): their code is generated here, then the sources compile on one thread per
   core, the compiler processes side by side instead of one after another (a transformer block's 23 kernels on 2
   cores). The compiles start while later kernels are still being generated, so the compiler processes also run
-  beside codegen; small kernels generated while a compile is under way gather and compile together, one process for
-  the batch where the compiler can (`batch_compile`: a small kernel's compile is mostly the process's start and
-  link; see BATCH_CHARS). get_runner then finds them all."""
+  beside codegen; the largest kernels are generated first (their compiles take longest: a matmul's register blocks
+  last in the schedule would leave their compile to run after all codegen is done); small kernels generated while a
+  compile is under way gather and compile together, one process for the batch where the compiler can
+  (`batch_compile`: a small kernel's compile is mostly the process's start and link; see BATCH_CHARS). get_runner
+  then finds them all."""
   from concurrent.futures import Future, ThreadPoolExecutor
   from ember.device import Device
   todo: dict[Key, tuple[str, Any, UOp]] = {}
@@ -120,7 +122,8 @@ def compile_ahead(items: list[ScheduleItem]) -> None:
         submit(device, compiler, batch)
         chosen = set(batch)
         keys = [k for k in keys if k not in chosen]
-    for k, (device, dev, ast) in todo.items():
+    for k in sorted(todo, key=lambda k: -_work(todo[k][2])):  # the largest first: their compiles take longest
+      device, dev, ast = todo[k]
       specs[k] = _codegen(device, dev, ast)
       waiting.setdefault(device, []).append(k)
       busy = sum(not f.done() for f in running)
@@ -130,6 +133,11 @@ def compile_ahead(items: list[ScheduleItem]) -> None:
   for k, (device, dev, _) in todo.items(): _runner_cache[k] = _build(device, dev, specs[k], compiled[k])
 
 def _nth_binary(fut: Any, i: int) -> bytes: return fut.result()[i]
+
+def _work(ast: UOp) -> int:
+  """The iterations of a kernel's loops (its constant ranges' product): a matmul's is its multiply-adds. Register
+  blocking unrolls the large ones into the largest sources, the compiles that take longest."""
+  return prod(n.src[0].arg for n in ast.toposort() if n.op is Ops.RANGE and n.src[0].op is Ops.CONST)
 
 # TinyJit listens here: each executed call is reported as (runner or None for copies, buffers, var_vals)
 capture_hooks: list[Callable[[CompiledRunner | None, list[Buffer], dict[str, int]], None]] = []
