@@ -160,7 +160,7 @@ def test_memory_planned_chain_computes_the_right_values():
     ref = ref * np.float32(1.5) + np.float32(i)
   np.testing.assert_allclose(x.numpy(), ref, rtol=1e-6)
 
-def test_memory_plan_only_reuses_matching_dead_buffers():
+def test_memory_plan_reuses_dead_buffers_by_size():
   dev = "PYTHON"
   a, b, c, d = (Buffer(dev, 8, dtypes.float32) for _ in range(4))
   inp = Buffer(dev, 8, dtypes.float32).ensure_allocated()
@@ -168,11 +168,24 @@ def test_memory_plan_only_reuses_matching_dead_buffers():
   items = [ScheduleItem(CallKind.KERNEL, dev, bufs) for bufs in ([a, inp], [b, a], [c, b], [wide, c], [d, c])]
   planned = memory_plan(items, held={id(d)})
   # a dies at item 1 so c (first written at 2) may take its memory; b is live until 2 so c cannot take b's
-  assert planned[2].bufs[0] is a
-  assert planned[1].bufs[0] is b
-  assert planned[3].bufs[0] is wide  # a different dtype never shares
+  assert planned[2].bufs[0] is a and planned[1].bufs[1] is a and planned[4].bufs[1] is a
+  # b's block (32 bytes, free at 3) grows to hold wide (64 bytes): both become views of one arena
+  nb, nw = planned[1].bufs[0], planned[3].bufs[0]
+  assert nb.base is nw.base and nb.base.nbytes == 64 and (nb.size, nb.dtype, nw.size, nw.dtype) == \
+    (8, dtypes.float32, 8, dtypes.float64)
+  assert planned[2].bufs[1] is nb
   assert planned[4].bufs[0] is d  # held outputs keep their own buffer
-  assert planned[1].bufs[1] is a and planned[4].bufs[1] is a  # readers follow the renaming
+
+def test_memory_plan_best_fit_bounds_waste():
+  dev = "PYTHON"
+  inp = Buffer(dev, 1, dtypes.float32).ensure_allocated()
+  big, mid, tiny, small, out = (Buffer(dev, n, dtypes.float32) for n in (100, 40, 2, 30, 1))
+  chain = ([big, inp], [mid, big], [tiny, mid], [small, tiny], [out, small])
+  planned = memory_plan([ScheduleItem(CallKind.KERNEL, dev, bufs) for bufs in chain], held={id(out)})
+  pbig, pmid, ptiny, psmall = (planned[i].bufs[0] for i in range(4))
+  assert ptiny.base is not pbig.base  # 8 bytes would pin big's 400 (free since item 1) under a quarter full
+  assert psmall.base is pmid.base and pmid.base.nbytes == 160  # 120 bytes: the smallest free block that fits
+  assert psmall.base is not pbig.base
 
 def test_memory_plan_never_touches_allocated_or_view_buffers():
   dev = "PYTHON"
@@ -228,3 +241,65 @@ def test_long_full_reduction_runs_in_two_stages():
   assert len(kernels(Tensor.empty(2048, 2048).max())) == 2
   assert len(kernels(Tensor.empty(SUM_CHUNK_MIN).sum())) == 1  # short: one kernel
   assert len(kernels(Tensor.empty(2048, 2048).sum(1))) == 1  # a row reduction has outputs to share already
+
+# ** memory plan properties: random schedules never alias a live buffer, and planned graphs compute numpy's values **
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_DTYPES = (dtypes.float32, dtypes.float64, dtypes.float16, dtypes.int8, dtypes.int32)
+
+@st.composite
+def _schedules(draw):
+  n = draw(st.integers(1, 12))
+  inputs = [Buffer("PYTHON", draw(st.integers(1, 16)), dtypes.float32).ensure_allocated() for _ in range(2)]
+  outs = [Buffer("PYTHON", draw(st.integers(0, 64)), draw(st.sampled_from(_DTYPES))) for _ in range(n)]
+  reads = [draw(st.lists(st.sampled_from(inputs + outs[:i]), max_size=3)) for i in range(n)]
+  held = {id(b) for b in outs if draw(st.booleans()) and draw(st.booleans())}
+  return [ScheduleItem(CallKind.KERNEL, "PYTHON", [o, *r]) for o, r in zip(outs, reads)], held
+
+@settings(max_examples=300, deadline=None)
+@given(_schedules())
+def test_memory_plan_never_aliases_live_buffers(sched):
+  items, held = sched
+  logical = [list(it.bufs) for it in items]
+  planned = memory_plan([ScheduleItem(it.kind, it.device, list(it.bufs)) for it in items], held)
+  # replay the plan on a byte map: each byte remembers which logical buffer last wrote it; every read must still find
+  # its producer's bytes, and a kernel's output never overlaps its inputs
+  owner: dict[int, dict[int, int]] = {}
+  def span(b: Buffer) -> tuple[int, range]: return id(b.base), range(b.offset, b.offset + b.nbytes)
+  for lg, it in zip(logical, planned):
+    assert [(b.nbytes, b.dtype) for b in it.bufs] == [(b.nbytes, b.dtype) for b in lg]
+    assert it.bufs[0].offset + it.bufs[0].nbytes <= it.bufs[0].base.nbytes
+    out_base, out_rng = span(it.bufs[0])
+    for src, phys in zip(lg[1:], it.bufs[1:]):
+      base, rng = span(phys)
+      if src.is_allocated: assert phys is src
+      else: assert all(owner[base][k] == id(src) for k in rng), "a read found bytes another buffer overwrote"
+      assert base != out_base or not set(rng) & set(out_rng), "a kernel's output overlaps one of its inputs"
+    for k in out_rng: owner.setdefault(out_base, {})[k] = id(lg[0])
+  for lg, it in zip(logical, planned):
+    if id(lg[0]) in held: assert it.bufs[0] is lg[0]
+
+@pytest.mark.parametrize("seed", range(4))
+def test_memory_planned_graph_of_mixed_sizes_matches_numpy(seed):
+  # intermediates of many sizes and dtypes share blocks (best fit and grown arenas); values must stay numpy's
+  r = np.random.default_rng(seed)
+  x0 = r.standard_normal(int(r.integers(8, 64))).astype(np.float32)
+  x, ref = Tensor(x0, device="PYTHON"), x0.copy()
+  vals, refs = [x], [ref]
+  for i in range(8):
+    j = int(r.integers(len(vals)))
+    v, rv = vals[j], refs[j]
+    op = int(r.integers(4))
+    if op == 0: v, rv = (v * 1.5 + i).contiguous(), rv * np.float32(1.5) + np.float32(i)
+    elif op == 1:
+      k = int(r.integers(1, v.shape[0] + 1))
+      v, rv = (v[:k] - 1).contiguous(), rv[:k] - np.float32(1)
+    elif op == 2: v, rv = v.repeat(2).contiguous(), np.tile(rv, 2)
+    else:
+      v = (v.cast(dtypes.float64) * 2).contiguous().cast(dtypes.float32)
+      rv = (rv.astype(np.float64) * 2).astype(np.float32)
+    vals.append(v)
+    refs.append(rv)
+  out = Tensor.stack(*[v.sum() for v in vals[1:]])
+  np.testing.assert_allclose(out.numpy(), np.array([rv.sum() for rv in refs[1:]], np.float32), rtol=1e-4, atol=1e-4)

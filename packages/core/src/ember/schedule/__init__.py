@@ -370,28 +370,62 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
   held = {id(buffer_of(r)) for r in becomes.values() if r.base.op is Ops.BUFFER} | pinned
   return memory_plan(items, held), becomes
 
+# a free pool block serves a smaller buffer only while the buffer fills at least this share of it: a small temporary
+# must not pin a large block that a later large one needs
+MIN_FILL = 4
+
 def memory_plan(items: list[ScheduleItem], held: set[int]) -> list[ScheduleItem]:
-  """Reuse the memory of intermediate buffers: one that is dead before another is first written can hold it."""
+  """Reuse the memory of intermediate buffers: one that is dead before another is first written can hold it.
+
+  Intermediates go into pool blocks in the order they are first written. A block that is free (its last reader ran
+  before the buffer's first write) on the same device with the same options serves the buffer: an exact size match
+  first, else the smallest block at least as large (best fit) that the buffer fills to at least 1/MIN_FILL, else the
+  largest smaller block grows to the buffer's size. A block whose buffers all match in size and dtype is the first
+  buffer itself; any other is one byte arena that its buffers view at offset 0 (on devices whose allocator has
+  views; elsewhere only exact matches share)."""
   span: dict[int, list[int]] = {}
-  bufs: dict[int, Buffer] = {}
   for i, it in enumerate(items):
     for j, b in enumerate(it.bufs):
       fresh = j == 0 and id(b) not in span and id(b) not in held and not b.is_allocated and b._base is None
       if fresh: span[id(b)] = [i, i]
       if id(b) in span: span[id(b)][1] = i
-      bufs[id(b)] = b
-  pool: list[list[Any]] = []  # [physical buffer, index of its last use]
-  assign: dict[int, Buffer] = {}
+  blocks: list[_Block] = []
+  placed: set[int] = set()
   for i, it in enumerate(items):
     out = it.bufs[0]
-    if id(out) not in span or span[id(out)][0] != i or id(out) in assign: continue
-    for slot in pool:
-      phys = slot[0]
-      if slot[1] < i and phys.device == out.device and phys.nbytes == out.nbytes and phys.dtype == out.dtype:
-        assign[id(out)], slot[1] = phys, span[id(out)][1]
-        break
-    else:
-      assign[id(out)] = out
-      pool.append([out, span[id(out)][1]])
+    if id(out) not in span or span[id(out)][0] != i or id(out) in placed: continue
+    placed.add(id(out))
+    free = [blk for blk in blocks if blk.last < i and blk.device == out.device and blk.options == out.options]
+    blk = _fit(free, out)
+    if blk is None: blocks.append(blk := _Block(out.device, out.options, hasattr(out.allocator, "_offset")))
+    blk.bufs.append(out)
+    blk.nbytes, blk.last = max(blk.nbytes, out.nbytes), span[id(out)][1]
+  assign = {id(b): phys for blk in blocks for b, phys in blk.placements()}
   for it in items: it.bufs = [assign.get(id(b), b) for b in it.bufs]
   return items
+
+@dataclass(eq=False)
+class _Block:
+  """One allocation of the memory plan and the buffers it holds, one after another."""
+  device: str
+  options: Any
+  views: bool  # the device's allocator makes views, so buffers of other sizes or dtypes may share this block
+  bufs: list[Buffer] = field(default_factory=list)
+  nbytes: int = 0
+  last: int = -1  # index of the item that last uses the block
+  def exact(self, b: Buffer) -> bool: return self.bufs[0].nbytes == b.nbytes and self.bufs[0].dtype == b.dtype and \
+    all(x.nbytes == self.nbytes for x in self.bufs)
+  def placements(self) -> list[tuple[Buffer, Buffer]]:
+    if all(self.exact(b) for b in self.bufs): return [(b, self.bufs[0]) for b in self.bufs]
+    arena = Buffer(self.device, self.nbytes, dtypes.uint8, self.options)
+    return [(b, arena.view(b.size, b.dtype, 0)) for b in self.bufs]
+
+def _fit(free: list[_Block], b: Buffer) -> _Block | None:
+  """The free block `b` goes into: exact match, best fit within MIN_FILL, else the largest smaller block to grow."""
+  if exact := [blk for blk in free if blk.exact(b)]: return exact[0]
+  if not hasattr(b.allocator, "_offset"): return None
+  free = [blk for blk in free if blk.views]
+  if fits := [blk for blk in free if b.nbytes <= blk.nbytes <= max(b.nbytes * MIN_FILL, 1)]:
+    return min(fits, key=lambda blk: blk.nbytes)
+  if smaller := [blk for blk in free if blk.nbytes < b.nbytes]: return max(smaller, key=lambda blk: blk.nbytes)
+  return None
