@@ -44,7 +44,9 @@ def _reuse(sink: UOp, store: UOp, outer: list[UOp]) -> UOp | None:
       if r1.src[0] is not r2.src[0] or r1 in deps or not deps <= {r for r in outer if r.arg[0] < r1.arg[0]}: continue
       if (moved := body.substitute({r2: r1})) is body or moved not in nodes: continue
       here = idx.src[1].substitute({r1: r2})
-      if here is idx.src[1]: continue  # the output index must move with r1
+      # the output index moves with r1 and with nothing the reduction's loop lacks (a broadcast of the row over an
+      # output range between the row's ranges would be written for one iteration of that range only)
+      if here is idx.src[1] or not _ranges(here) - {r2} <= deps: continue
       kept = UOp(Ops.AFTER, body.dtype, (body, buf.index(here).store(body)))
       new_store = store.replace(src=(idx, value.substitute({red: red.replace(src=(kept, r2)), moved: idx.load()})))
       return sink.substitute({store: new_store})
