@@ -398,6 +398,7 @@ def memory_plan(items: list[ScheduleItem], held: set[int]) -> list[ScheduleItem]
     free = [blk for blk in blocks if blk.last < i and blk.device == out.device and blk.options == out.options]
     blk = _fit(free, out)
     if blk is None: blocks.append(blk := _Block(out.device, out.options, hasattr(out.allocator, "_offset")))
+    blk.uniform = not blk.bufs or blk.exact(out)
     blk.bufs.append(out)
     blk.nbytes, blk.last = max(blk.nbytes, out.nbytes), span[id(out)][1]
   assign = {id(b): phys for blk in blocks for b, phys in blk.placements()}
@@ -413,10 +414,11 @@ class _Block:
   bufs: list[Buffer] = field(default_factory=list)
   nbytes: int = 0
   last: int = -1  # index of the item that last uses the block
-  def exact(self, b: Buffer) -> bool: return self.bufs[0].nbytes == b.nbytes and self.bufs[0].dtype == b.dtype and \
-    all(x.nbytes == self.nbytes for x in self.bufs)
+  uniform: bool = True  # all its buffers match the first in size and dtype: the first buffer is the block
+  def exact(self, b: Buffer) -> bool:
+    return self.uniform and self.bufs[0].nbytes == b.nbytes and self.bufs[0].dtype == b.dtype
   def placements(self) -> list[tuple[Buffer, Buffer]]:
-    if all(self.exact(b) for b in self.bufs): return [(b, self.bufs[0]) for b in self.bufs]
+    if self.uniform: return [(b, self.bufs[0]) for b in self.bufs]
     arena = Buffer(self.device, self.nbytes, dtypes.uint8, self.options)
     return [(b, arena.view(b.size, b.dtype, 0)) for b in self.bufs]
 
@@ -424,8 +426,7 @@ def _fit(free: list[_Block], b: Buffer) -> _Block | None:
   """The free block `b` goes into: exact match, best fit within MIN_FILL, else the largest smaller block to grow."""
   if exact := [blk for blk in free if blk.exact(b)]: return exact[0]
   if not hasattr(b.allocator, "_offset"): return None
-  free = [blk for blk in free if blk.views]
-  if fits := [blk for blk in free if b.nbytes <= blk.nbytes <= max(b.nbytes * MIN_FILL, 1)]:
-    return min(fits, key=lambda blk: blk.nbytes)
-  if smaller := [blk for blk in free if blk.nbytes < b.nbytes]: return max(smaller, key=lambda blk: blk.nbytes)
+  n, free = b.nbytes, [blk for blk in free if blk.views]
+  if fits := [blk for blk in free if n <= blk.nbytes <= max(n * MIN_FILL, 1)]: return min(fits, key=lambda x: x.nbytes)
+  if smaller := [blk for blk in free if blk.nbytes < n]: return max(smaller, key=lambda x: x.nbytes)
   return None
