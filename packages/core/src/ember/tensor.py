@@ -6,7 +6,7 @@ matmul, autograd) are what the rest of the API composes from.
 from __future__ import annotations
 import os
 import weakref
-from typing import TYPE_CHECKING, Any, Sequence, TypeAlias
+from typing import TYPE_CHECKING, Any, Iterator, Sequence, TypeAlias
 import numpy as np
 from ember.dtype import DType, dtypes, least_upper_dtype, least_upper_float, strong_dtype, to_dtype
 from ember.errors import (DTypeError, GradientError, ShapeError, DeviceError,
@@ -30,9 +30,22 @@ PyInt: TypeAlias = int
 PyFloat: TypeAlias = float
 PyBool: TypeAlias = bool
 
+class _LiveTensors:
+  """Weak references to tensors, iterated in the order the tensors were made. A WeakSet iterates in the order of the
+  tensors' addresses, which changes from one process to the next: what is read from here (the pending readers an
+  assign realizes, backward's leaves) became schedule targets in another order each run, and so did the kernels."""
+  def __init__(self) -> None: self._refs: dict[weakref.ref[Tensor], None] = {}
+  def _gone(self, ref: weakref.ref[Tensor]) -> None: self._refs.pop(ref, None)
+  def add(self, t: Tensor) -> None: self._refs[weakref.ref(t, self._gone)] = None
+  def discard(self, t: Tensor) -> None:
+    # by identity: comparing live references compares the tensors with ==, which is elementwise
+    for ref in [r for r in self._refs if r() is t]: del self._refs[ref]
+  def __iter__(self) -> Iterator[Tensor]: return (t for r in list(self._refs) if (t := r()) is not None)
+  def __len__(self) -> int: return len(self._refs)
+
 # every live tensor that has a graph (`uop`); a sharded tensor has none and is in `sharded_tensors` (by id: a WeakSet
 # compares members with ==, which is elementwise on tensors), its shards, Tensors of their own, are here
-all_tensors: weakref.WeakSet[Tensor] = weakref.WeakSet()
+all_tensors = _LiveTensors()
 sharded_tensors: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 
 def _canon_device(device: str | None) -> str:
@@ -413,8 +426,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, MathMixin, Activati
       self.uop = x.uop
       return self
     # it becomes sharded: no graph of its own any more, so it moves from all_tensors to sharded_tensors
-    # by identity: WeakSet.discard would compare with Tensor.__eq__ (elementwise); .data is CPython's, not typeshed's
-    for ref in [r for r in all_tensors.data if r() is self]: all_tensors.data.discard(ref)  # type: ignore[attr-defined]
+    all_tensors.discard(self)
     del self.uop
     self.sharding = x.sharding
     sharded_tensors[id(self)] = self

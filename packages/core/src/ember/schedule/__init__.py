@@ -147,19 +147,33 @@ def find_realize(targets: list[UOp]) -> tuple[list[UOp], dict[UOp, list[UOp]]]:
       # the value may read the target's buffer only at the element it overwrites
       reads = [u for u in value.toposort() if target.base in u.src and u is not target]
       if (reads or target.base in value.src) and value.op not in (Ops.CONTIGUOUS,): realize.add(value)
-    grows = n.op is Ops.EXPAND and _ubound(prod(n.arg)) >= 2 * _ubound(prod(n.src[0].shape))
-    if grows and _expensive_to_recompute(n.src[0], realize):
-      if _row_broadcast_reduces(n): deferred.append(n)  # decided with the reductions it broadcasts
-      else: realize.add(n.src[0].base)
+  # a broadcast's value gets a buffer by what computing it costs given the buffers below it, so the values are decided
+  # base by base in toposort order, every broadcast of one base against the same state: a base below this one is
+  # decided first in any order of the targets, one beside it cannot change its cost (in the order the broadcasts came
+  # in, a base's buffer depended on whether another consumer of a base below it happened to be visited first)
+  expands: dict[UOp, list[UOp]] = {}
+  for n in topo:
+    if n.op is Ops.EXPAND and _ubound(prod(n.arg)) >= 2 * _ubound(prod(n.src[0].shape)):
+      expands.setdefault(n.src[0].base, []).append(n)
+  for base in [n for n in topo if n in expands]:
+    costly = [n for n in expands[base] if _expensive_to_recompute(n.src[0], realize)]
+    deferred += [n for n in costly if _row_broadcast_reduces(n)]  # decided with the reductions it broadcasts
+    if any(not _row_broadcast_reduces(n) for n in costly): realize.add(base)
   fused = {n for n in topo if n.op is Ops.REDUCE_AXIS and n not in realize
            and _row_fusion_end(n, consumers, realize) is not None}
   for n in deferred:
     # a broadcast row statistic whose reductions do not fuse with their rows is worth a buffer (a reciprocal per
     # element), decided before the reductions are: one may then fuse into it
     if not _row_broadcast_reduces(n) <= fused: realize.add(n.src[0].base)
-  for n in topo:
-    if n.op is Ops.REDUCE_AXIS and n not in realize and n not in fused and _reduce_must_realize(n, consumers, realize):
-      realize.add(n)
+  # which reductions get a buffer is decided the same whatever the order of the targets: each against the buffers
+  # decided so far, the others first, as none of them depends on another's decision, then the matmul-like ones, whose
+  # epilogue's selects are looked for up to the others' buffers too (in toposort order, a matmul-like sum looked into
+  # a reduction of a compare that was not decided yet, or stopped at its buffer: cross-entropy's division fused into
+  # its sum in some processes only)
+  reduces = [n for n in topo if n.op is Ops.REDUCE_AXIS and n not in realize and n not in fused]
+  plain = {n for n in reduces if not _is_matmul_like(n) and _reduce_must_realize(n, consumers, realize)}
+  buffers = realize | plain
+  realize |= {n for n in reduces if _is_matmul_like(n) and _reduce_must_realize(n, consumers, realize, buffers)} | plain
   order = [n for n in topo if n in realize and n.op is not Ops.BUFFER]
   return order, consumers
 
@@ -230,12 +244,14 @@ def _row_fusion_end(r: UOp, consumers: dict[UOp, list[UOp]], realize: set[UOp]) 
       todo.append(c)
   return end
 
-def _reduce_must_realize(r: UOp, consumers: dict[UOp, list[UOp]], realize: set[UOp]) -> bool:
+def _reduce_must_realize(r: UOp, consumers: dict[UOp, list[UOp]], realize: set[UOp],
+                         buffers: set[UOp] | None = None) -> bool:
   """A reduction fuses into its single chain of elementwise consumers. It gets a buffer when read twice (x * sigmoid(x),
   a relu written as a where), and a matmul-like one also when its epilogue selects or compares (relu and its backward
   mask, max, a where): the
   matmul then keeps its register-blocked kernel and the epilogue is one cheap elementwise kernel, where the fused
-  kernel lost the fast path (256x512x512 on one core: 2.3 ms vs 20-30 ms)."""
+  kernel lost the fast path (256x512x512 on one core: 2.3 ms vs 20-30 ms). The epilogue's other operands are looked
+  into up to `buffers` (default `realize`), the chain itself up to `realize`."""
   node = r
   while True:
     cs = consumers[node]
@@ -243,7 +259,7 @@ def _reduce_must_realize(r: UOp, consumers: dict[UOp, list[UOp]], realize: set[U
     if len(cs) == 0: return False
     if len(cs) > 1: return True
     c = cs[0]
-    if _is_matmul_like(r) and _selects(c, node, realize): return True
+    if _is_matmul_like(r) and _selects(c, node, realize if buffers is None else buffers): return True
     if c in realize: return False
     if c.op is Ops.REDUCE_AXIS or (c.op in GroupOp.Movement and c.op is not Ops.RESHAPE): return True
     if c.op in (Ops.COPY, Ops.ASSIGN, Ops.BITCAST): return True

@@ -1,0 +1,68 @@
+"""The same program schedules the same kernels in the same order, in any process and after any other work.
+
+Two causes made the MLP train step 37 or 38 kernels from one run to the next: the live-tensor registry iterated in
+address order (the tensors an assign realizes, and backward's leaves, reached the scheduler in another order each
+process), and `find_realize` decided whether a matmul-like sum gets a buffer by whether another reduction in its
+epilogue had been decided first (cross-entropy's division fused into its sum or not).
+"""
+from __future__ import annotations
+import itertools
+import json
+import os
+import subprocess
+import sys
+from ember import Tensor, dtypes
+from ember.replay.record import ast_text
+
+PROGRAMS = ["bench/mlp_train", "nn/demo_step", "nn/train_mnist_step", "nn/fashion_cnn_step"]
+OTHER_WORK = ["api/backward_attention", "bench/transformer", "api/backward_conv"]
+
+_CHILD = """
+import json, sys
+from ember.replay.record import run_corpus
+first, names = json.loads(sys.argv[1])
+if first: run_corpus(first)
+corpus = run_corpus(names)
+out = {n: [[k, corpus.kernels[k].name] for k in w["kernels"]] for n, w in corpus.workloads.items()}
+print(json.dumps({"errors": [w["error"] for w in corpus.workloads.values()], "kernels": out}))
+"""
+
+def _schedule_in_child(hashseed: str, first: list[str]) -> dict:
+  env = {**os.environ, "PYTHONHASHSEED": hashseed}
+  proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps([first, PROGRAMS])], env=env, capture_output=True,
+                        text=True, timeout=300, check=True)
+  return json.loads(proc.stdout.splitlines()[-1])
+
+def test_train_steps_schedule_identically_across_processes() -> None:
+  runs = [_schedule_in_child(seed, []) for seed in ("0", "1", "2")] + [_schedule_in_child("3", OTHER_WORK)]
+  assert runs[0]["errors"] == [None] * len(PROGRAMS)
+  assert len(runs[0]["kernels"]["bench/mlp_train"]) > 0
+  for run in runs[1:]:
+    for name in PROGRAMS:  # kernel ASTs (their keys), names and order
+      assert run["kernels"][name] == runs[0]["kernels"][name], f"{name} scheduled differently in another process"
+
+def _train_step_targets() -> list[Tensor]:
+  """A small MLP's cross-entropy loss and its gradients: the sum over the batch is matmul-like, and its epilogue
+  divides by the count of labels that are not ignored, a reduction of a compare."""
+  w1, b1 = Tensor.empty(12, 8, device="NULL", requires_grad=True), Tensor.empty(8, device="NULL", requires_grad=True)
+  w2 = Tensor.empty(8, 4, device="NULL", requires_grad=True)
+  x, y = Tensor.empty(16, 12, device="NULL"), Tensor.empty(16, dtype=dtypes.int32, device="NULL")
+  loss = ((x @ w1 + b1).relu() @ w2).sparse_categorical_crossentropy(y)
+  loss.backward()
+  assert w1.grad is not None and b1.grad is not None and w2.grad is not None
+  return [loss, w1.grad, b1.grad, w2.grad]
+
+def test_kernels_do_not_depend_on_the_order_of_targets() -> None:
+  targets = _train_step_targets()
+  kernel_sets = set()
+  for perm in itertools.permutations(targets):
+    kernel_sets.add(tuple(sorted(ast_text(it.ast) for it in perm[0].schedule(*perm[1:]))))
+  assert len(kernel_sets) == 1, [len(s) for s in kernel_sets]
+
+def test_live_tensors_iterate_in_creation_order() -> None:
+  from ember import tensor as tensor_module
+  made = [Tensor.empty(3, device="NULL") for _ in range(50)]
+  ids = {id(t) for t in made}
+  assert [id(t) for t in tensor_module.all_tensors if id(t) in ids] == [id(t) for t in made]  # not ==: elementwise
+  del made[10:20]
+  assert len([t for t in tensor_module.all_tensors if id(t) in ids]) == 40
