@@ -66,3 +66,15 @@ def test_live_tensors_iterate_in_creation_order() -> None:
   assert [id(t) for t in tensor_module.all_tensors if id(t) in ids] == [id(t) for t in made]  # not ==: elementwise
   del made[10:20]
   assert len([t for t in tensor_module.all_tensors if id(t) in ids]) == 40
+
+def test_broadcast_buffers_do_not_depend_on_the_order_of_targets() -> None:
+  """`e` is worth a buffer before its broadcast (an exp); `e * 2 + 1` is cheap to recompute from that buffer, but not
+  from `x`: it got a buffer of its own only when its broadcast was visited before `e`'s."""
+  def kernels(first: int) -> list[str]:
+    x, y, z = (Tensor.empty(*s, device="NULL") for s in ((1, 4), (64, 4), (64, 4)))
+    e = x.exp()
+    ts = [e.expand(64, 4) + y, (e * 2 + 1).expand(64, 4) * z]
+    ts = ts[first:] + ts[:first]
+    return sorted(ast_text(it.ast) for it in ts[0].schedule(*ts[1:]))
+  assert kernels(0) == kernels(1)
+  assert len(kernels(0)) == 3  # e, and the two outputs, each recomputing the cheap part from e's buffer
