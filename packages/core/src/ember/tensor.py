@@ -6,7 +6,7 @@ matmul, autograd) are what the rest of the API composes from.
 from __future__ import annotations
 import os
 import weakref
-from typing import TYPE_CHECKING, Any, Iterator, Sequence, TypeAlias
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TypeAlias
 import numpy as np
 from ember.dtype import DType, dtypes, least_upper_dtype, least_upper_float, strong_dtype, to_dtype
 from ember.errors import (DTypeError, GradientError, ShapeError, DeviceError,
@@ -34,8 +34,10 @@ class _LiveTensors:
   """Weak references to tensors, iterated in the order the tensors were made. A WeakSet iterates in the order of the
   tensors' addresses, which changes from one process to the next: what is read from here (the pending readers an
   assign realizes, backward's leaves) became schedule targets in another order each run, and so did the kernels."""
-  def __init__(self) -> None: self._refs: dict[weakref.ref[Tensor], None] = {}
-  def _gone(self, ref: weakref.ref[Tensor]) -> None: self._refs.pop(ref, None)
+  def __init__(self) -> None:
+    refs: dict[weakref.ref[Tensor], None] = {}
+    self._refs = refs
+    self._gone: Callable[[weakref.ref[Tensor]], None] = lambda ref: refs.pop(ref, None)  # one callback for all
   def add(self, t: Tensor) -> None: self._refs[weakref.ref(t, self._gone)] = None
   def discard(self, t: Tensor) -> None:
     # by identity: comparing live references compares the tensors with ==, which is elementwise
