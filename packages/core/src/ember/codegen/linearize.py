@@ -18,7 +18,8 @@ def reduce_identity(op: Ops, dtype) -> object:
   if op is Ops.MAX: return dtypes.min(dtype)
   raise CompileError(f"unknown reduce op {op}")
 
-def _range_deps(sink: UOp) -> dict[UOp, frozenset[UOp]]:
+def range_deps(sink: UOp) -> dict[UOp, frozenset[UOp]]:
+  """Per node under `sink`, the ranges it moves with (a reduction's own ranges excluded)."""
   deps: dict[UOp, frozenset[UOp]] = {}
   for n in sink.toposort():
     d = frozenset().union(*(deps[s] for s in n.src)) if n.src else frozenset()
@@ -31,22 +32,12 @@ def _toposort_all(roots: list[UOp]) -> list[UOp]:
   """The nodes under `roots`, sources before users: each root's toposort in turn, less what an earlier one listed
   (one walk where a reduction group's bodies share most of their nodes)."""
   visited: dict[UOp, None] = {}
-  for root in roots:
-    stack: list[tuple[UOp, bool]] = [(root, False)]
-    while stack:
-      node, expanded = stack.pop()
-      if node in visited: continue
-      if expanded:
-        visited[node] = None
-        continue
-      stack.append((node, True))
-      for s in reversed(node.src):
-        if s not in visited: stack.append((s, False))
+  for root in roots: visited.update(root.toposort(gate=lambda n: n not in visited))  # listed nodes keep their place
   return list(visited)
 
 def linearize(sink: UOp) -> list[UOp]:
   if sink.op is not Ops.SINK: raise CompileError(f"linearize needs a SINK, got {sink.op}")
-  deps = _range_deps(sink)
+  deps = range_deps(sink)
   out: list[UOp] = []
   done: dict[UOp, UOp] = {}
   acc_count = [0]

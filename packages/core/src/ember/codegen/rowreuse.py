@@ -17,16 +17,11 @@ GPU renderers (one thread per output) are left alone.
 from __future__ import annotations
 from ember.dtype import PtrDType
 from ember.uop.ops import Ops, UOp, AxisType, GroupOp
+from ember.codegen.linearize import range_deps
 
 def _ranges(x: UOp) -> set[UOp]:
   """The ranges `x` moves with (a reduction's own ranges excluded)."""
-  deps: dict[UOp, frozenset[UOp]] = {}
-  for n in x.toposort():
-    d = frozenset().union(*(deps[s] for s in n.src)) if n.src else frozenset()
-    if n.op is Ops.RANGE: d = d | {n}
-    if n.op is Ops.REDUCE: d = d - frozenset(n.src[1:])
-    deps[n] = d
-  return set(deps[x])
+  return set(range_deps(x)[x])
 
 def _reuse(sink: UOp, store: UOp, outer: list[UOp]) -> UOp | None:
   """`sink` with `store`'s row value computed once (see the module doc), else None."""
