@@ -7,39 +7,17 @@ epilogue had been decided first (cross-entropy's division fused into its sum or 
 """
 from __future__ import annotations
 import itertools
-import json
-import os
-import subprocess
-import sys
 from ember import Tensor, dtypes
 from ember.replay.record import ast_text
+from ember.testing.determinism import assert_schedules_identical
 
-PROGRAMS = ["bench/mlp_train", "nn/demo_step", "nn/train_mnist_step", "nn/fashion_cnn_step"]
+# ember-nn's train steps (nn/demo_step, nn/train_mnist_step, nn/fashion_cnn_step) are checked the same way in
+# packages/nn/tests/test_schedule_determinism.py, where ember-nn is installed
+PROGRAMS = ["bench/mlp_train"]
 OTHER_WORK = ["api/backward_attention", "bench/transformer", "api/backward_conv"]
 
-_CHILD = """
-import json, sys
-from ember.replay.record import run_corpus
-first, names = json.loads(sys.argv[1])
-if first: run_corpus(first)
-corpus = run_corpus(names)
-out = {n: [[k, corpus.kernels[k].name] for k in w["kernels"]] for n, w in corpus.workloads.items()}
-print(json.dumps({"errors": [w["error"] for w in corpus.workloads.values()], "kernels": out}))
-"""
-
-def _schedule_in_child(hashseed: str, first: list[str]) -> dict:
-  env = {**os.environ, "PYTHONHASHSEED": hashseed}
-  proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps([first, PROGRAMS])], env=env, capture_output=True,
-                        text=True, timeout=300, check=True)
-  return json.loads(proc.stdout.splitlines()[-1])
-
 def test_train_steps_schedule_identically_across_processes() -> None:
-  runs = [_schedule_in_child(seed, []) for seed in ("0", "1", "2")] + [_schedule_in_child("3", OTHER_WORK)]
-  assert runs[0]["errors"] == [None] * len(PROGRAMS)
-  assert len(runs[0]["kernels"]["bench/mlp_train"]) > 0
-  for run in runs[1:]:
-    for name in PROGRAMS:  # kernel ASTs (their keys), names and order
-      assert run["kernels"][name] == runs[0]["kernels"][name], f"{name} scheduled differently in another process"
+  assert_schedules_identical(PROGRAMS, OTHER_WORK)
 
 def _train_step_targets() -> list[Tensor]:
   """A small MLP's cross-entropy loss and its gradients: the sum over the batch is matmul-like, and its epilogue
