@@ -25,14 +25,17 @@ def test_wordpiece_rules():
   assert tok.encode("hello world hello", max_length=4) == [ids["[CLS]"], ids["hello"], ids["world"], ids["[SEP]"]]
   with pytest.raises(ModelFilesError, match=r"\[SEP\]"): WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]"])
 
+def _small_bert(layers: int, seed: int) -> tuple[BertModel, np.ndarray, np.ndarray]:
+  """A 16-wide BertModel over VOCAB, and a padded batch of two sequences with its attention mask."""
+  cfg = BertConfig(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=layers, num_attention_heads=4,
+                   intermediate_size=32, max_position_embeddings=12)
+  Tensor.manual_seed(seed)
+  ids = np.array([[2, 7, 8, 13, 3], [2, 4, 3, 0, 0]], dtype=np.int32)
+  return BertModel(cfg), ids, (ids != 0).astype(np.float32)
+
 def test_bert_encoder_matches_torch_with_padding():
   torch = pytest.importorskip("torch")
-  cfg = BertConfig(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
-                   intermediate_size=32, max_position_embeddings=12)
-  Tensor.manual_seed(0)
-  model = BertModel(cfg)
-  ids = np.array([[2, 7, 8, 13, 3], [2, 4, 3, 0, 0]], dtype=np.int32)
-  mask = (ids != 0).astype(np.float32)
+  model, ids, mask = _small_bert(layers=2, seed=0)
   mask[0, 3] = 1.0
   # the encoder is a precompiled ember.function: its first call traces, later calls of the shape replay the schedule
   got = model(Tensor(ids, dtype=dtypes.int32), Tensor(mask)).numpy()
@@ -46,14 +49,9 @@ def test_bert_encoder_matches_torch_with_padding():
 
 def test_bert_replayed_encoder_trains_against_torch():
   torch = pytest.importorskip("torch")
-  cfg = BertConfig(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=1, num_attention_heads=4,
-                   intermediate_size=32, max_position_embeddings=12)
-  Tensor.manual_seed(1)
-  model = BertModel(cfg)
+  model, ids, mask = _small_bert(layers=1, seed=1)
   params = get_state_dict(model)
   sd = {k: torch.from_numpy(v.numpy()).requires_grad_(True) for k, v in params.items()}
-  ids = np.array([[2, 7, 8, 13, 3], [2, 4, 3, 0, 0]], dtype=np.int32)
-  mask = (ids != 0).astype(np.float32)
   model(Tensor(ids, dtype=dtypes.int32), Tensor(mask)).realize()  # the trace (nothing requires grad yet)
   for p in params.values(): p.requires_grad = True
   for _ in range(2):  # replays, each with its backward
