@@ -13,7 +13,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-GOLDEN_DIR = pathlib.Path(__file__).resolve().parents[5] / "shared" / "data" / "golden"
+GOLDEN_DIR = pathlib.Path(__file__).resolve().parents[1] / "golden"  # packages/nn/tests/golden
 GOLDEN_FILE = GOLDEN_DIR / "smollm2-135m-instruct-q4_1.json"
 
 def pytest_configure(config: pytest.Config) -> None:
