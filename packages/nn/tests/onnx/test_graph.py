@@ -153,3 +153,39 @@ def test_command_line_prints_outputs(tmp_path, capsys):
   out = capsys.readouterr().out
   assert "y: shape (2, 3) dtypes.float" in out and "s: shape () dtypes.float" in out
   with pytest.raises(OnnxError, match="NAME=FILE.npy"): main([str(path), "--input", "x.npy"])
+
+def _loop_model(scan_shape):
+  body = helper.make_graph(
+    [helper.make_node("Add", ["acc", "x"], ["acc_out"]), helper.make_node("Identity", ["c"], ["c_out"]),
+     helper.make_node("Cast", ["acc_out"], ["scan_out"], to=TensorProto.DOUBLE)], "body",
+    [helper.make_tensor_value_info("i", TensorProto.INT64, ()),
+     helper.make_tensor_value_info("c", TensorProto.BOOL, ()), vi("acc")],
+    [helper.make_tensor_value_info("c_out", TensorProto.BOOL, ()), vi("acc_out"),
+     helper.make_tensor_value_info("scan_out", TensorProto.DOUBLE, scan_shape)])
+  return model([helper.make_node("Loop", ["m", "", "x"], ["loop_acc", "loop_scan"], body=body)],
+               [vi("x"), helper.make_tensor_value_info("m", TensorProto.INT64, ())],
+               [vi("loop_acc"), helper.make_tensor_value_info("loop_scan", TensorProto.DOUBLE, None)], opset=16)
+
+@pytest.mark.parametrize("scan_shape", [(2, 3), None, ("n", None)])
+@pytest.mark.parametrize("trips", [0, 2])
+def test_loop_scan_outputs_of_zero_iterations_match_onnxruntime(ort_run, scan_shape, trips):
+  # zero iterations: the scan output is (0, *the body's output shape) whether or not the body declares that shape
+  m = _loop_model(scan_shape)
+  feeds = {"x": np.arange(6, dtype=np.float32).reshape(2, 3), "m": np.array(trips, np.int64)}
+  want, got = ort_run(m, feeds), load(m)(**feeds)
+  for k, v in want.items():
+    assert got[k].shape == v.shape and got[k].numpy().dtype == v.dtype, k
+    np.testing.assert_allclose(got[k].numpy(), v, err_msg=k)
+
+def test_scan_over_zero_steps_keeps_the_state_and_gives_empty_outputs():
+  # (ONNX Runtime rejects a zero-length Scan input; the spec's answer: the initial state, outputs empty on the axis)
+  body = helper.make_graph(
+    [helper.make_node("Add", ["s", "row"], ["s2"]), helper.make_node("Mul", ["s2", "row"], ["o"])], "scan",
+    [vi("s", shape=(3,)), vi("row", shape=(3,))], [vi("s2", shape=(3,)), vi("o", shape=(3,))])
+  m = model([helper.make_node("Scan", ["s0", "xs"], ["final", "rows"], body=body, num_scan_inputs=1,
+                              scan_output_axes=[1])],
+            [vi("s0", shape=(3,)), vi("xs", shape=(None, 3))], [vi("final", shape=(3,)), vi("rows", shape=None)])
+  s0 = np.array([1, 2, 3], np.float32)
+  got = load(m)(s0=s0, xs=np.zeros((0, 3), np.float32))
+  np.testing.assert_array_equal(got["final"].numpy(), s0)
+  assert got["rows"].shape == (3, 0) and got["rows"].numpy().dtype == np.float32

@@ -6,7 +6,7 @@ optional is None."""
 from __future__ import annotations
 from typing import Any
 from ember import Tensor, dtypes
-from ember.errors import ShapeError
+from ember.errors import EmberError, ShapeError
 from ember.nn.onnx.errors import UnsupportedOpError
 from ember.nn.onnx.registry import NodeContext, onnx_op
 from ember.nn.onnx.ops.common import dim, axis as norm_axis, ints, scalar
@@ -30,11 +30,25 @@ def loop(trip_count: Tensor | None, cond: Tensor | None, *carried: Any, body: An
     if scans is None: scans = [[] for _ in out[1 + n_carried:]]
     for acc, t in zip(scans, out[1 + n_carried:]): acc.append(t)
     i += 1
-  n_scan = len(ctx.outputs) - n_carried
-  if scans is None and n_scan:
-    raise UnsupportedOpError("Loop that runs zero iterations but has scan outputs (their shape is unknown)")
-  stacked = [acc[0].stack(*acc[1:], dim=0) for acc in (scans or [])]
-  return [*values, *stacked]
+  if scans is None: return [*values, *_empty_scans(body, values, len(ctx.outputs) - n_carried, ctx)]
+  return [*values, *[acc[0].stack(*acc[1:], dim=0) for acc in scans]]
+
+def _empty_scans(body: Any, carried: list[Any], n_scan: int, ctx: NodeContext) -> list[Tensor]:
+  """The scan outputs of a Loop that ran no iteration: (0, *shape) of what the body would emit, as ONNX Runtime
+  infers it. The body is traced once, lazily (nothing of it is computed unless it reads a value to decide); where
+  that fails, the shapes the body declares are used if they are fully known."""
+  if not n_scan: return []
+  specs = body.outputs[-n_scan:]
+  try:
+    out = ctx.run_graph(body, [Tensor(0, dtype=dtypes.int64, device=ctx.device),
+                               Tensor(True, dtype=dtypes.bool, device=ctx.device), *carried], ctx.scope)
+    return [Tensor.zeros(0, *t.shape, dtype=t.dtype, device=ctx.device) for t in out[-n_scan:]]
+  except EmberError as e:
+    if all(s.shape is not None and s.dtype is not None and all(isinstance(d, int) for d in s.shape) for s in specs):
+      return [Tensor.zeros(0, *s.shape, dtype=s.dtype, device=ctx.device) for s in specs]
+    raise UnsupportedOpError(f"Loop ran zero iterations and the shape of its scan outputs is unknown: tracing its "
+                             f"body failed ({e}) and the body declares no full shape for "
+                             f"{[s.name for s in specs]}") from e
 
 @onnx_op("Scan", since=9, ctx=True)
 def scan(*inputs: Tensor, body: Any, num_scan_inputs: int, scan_input_axes: list[int] | None = None,
@@ -57,6 +71,13 @@ def scan(*inputs: Tensor, body: Any, num_scan_inputs: int, scan_input_axes: list
     state = res[:n_state]
     if not outs: outs = [[] for _ in res[n_state:]]
     for acc, v in zip(outs, res[n_state:]): acc.append(v)
+  if n == 0:  # no step ran: the final state is the initial one and each scan output is empty along its axis
+    sample = [Tensor.zeros(*[d for k, d in enumerate(x.shape) if k != a], dtype=x.dtype, device=ctx.device)
+              for x, a in zip(xs, in_axes)]
+    ys = ctx.run_graph(body, [*state, *sample], ctx.scope)[n_state:]  # traced lazily, for the shapes only
+    axes = [norm_axis(a, y.ndim + 1) for a, y in zip(scan_output_axes or [0] * len(ys), ys)]
+    return [*state, *[Tensor.zeros(*y.shape[:a], 0, *y.shape[a:], dtype=y.dtype, device=ctx.device)
+                      for y, a in zip(ys, axes)]]
   out_axes = scan_output_axes or [0] * len(outs)
   out_dirs = scan_output_directions or [0] * len(outs)
   stacked = []
