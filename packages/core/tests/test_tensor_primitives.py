@@ -340,6 +340,23 @@ def test_symbolic_slices_with_bound_variables():
     np.testing.assert_allclose(Tensor(x)[:v].sum(0).numpy(), x[:n].sum(0))
     np.testing.assert_allclose(Tensor(x)[1:v, 2].sum().numpy(), x[1:n, 2].sum())
 
+def test_symbolic_views_materialised_and_reshaped_with_a_symbolic_size():
+  # a permuted or flattened view over a bound Variable's dim is stored contiguous (its strides and flat index hold
+  # the variable), and reshape/expand take a symbolic size given alone, not only in a tuple
+  from ember import Variable
+  x = np.arange(40, dtype=np.float32).reshape(10, 4)
+  w = np.linspace(-1, 1, 4, dtype=np.float32)
+  for n in (1, 3, 10):
+    v = Variable("n", 1, 10).bind(n)
+    xs = Tensor(x)[:v]
+    t = xs.permute(1, 0).contiguous()  # (4, n)
+    np.testing.assert_allclose((t * t).sum(1).numpy(), (x[:n].T ** 2).sum(1))
+    np.testing.assert_allclose(t.max(1).numpy(), x[:n].max(0))
+    flat = xs.contiguous().reshape(v * 4)
+    np.testing.assert_allclose((flat.reshape(v, 4) * Tensor(w)).sum(0).numpy(), (x[:n] * w).sum(0), rtol=1e-6)
+    assert flat.shape[0] is not None and Tensor(x)[:v].reshape(v * 4).sum().item() == x[:n].sum()
+    np.testing.assert_allclose(Tensor(w).reshape(4, 1).expand(4, v).sum(1).numpy(), w * n, rtol=1e-6)
+
 def test_concrete_indexing_of_a_symbolic_dim_is_a_shape_error():
   # int indices, int-bounded slices, tensor indices and assignments need the dim's size: a typed error naming the
   # indexing, not a TypeError from comparing with a UOp

@@ -247,6 +247,9 @@ def lower_kernel(node: UOp, out_buf: UOp, realized: dict[UOp, UOp]) -> tuple[UOp
     val = lower(node, ranges, None, ctx)
     store = out_param.index(flat_index(ranges, shape)).store(val)
   ends = tuple(r for r in ranges if r.op is Ops.RANGE)
-  return UOp(Ops.SINK, dtypes.void, (store,), arg=KernelInfo(len(ends))), ctx.bufs, ctx.var_vals
+  sink = UOp(Ops.SINK, dtypes.void, (store,), arg=KernelInfo(len(ends)))
+  # a kernel over symbolic sizes: index math built from the views' shapes (strides, the output's flat index) still
+  # holds their BINDs; the kernel reads each variable as a DEFINE_VAR whose value comes with the launch
+  return (_unbind(sink, ctx) if ctx.var_vals else sink), ctx.bufs, ctx.var_vals
 
 def kernel_size(shape: tuple[sint, ...]) -> sint: return prod(shape)

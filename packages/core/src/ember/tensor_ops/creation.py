@@ -32,7 +32,7 @@ class CreationMixin:
   def full(shape: Any, fill_value: Any, device: str | None = None, dtype: DType | str | None = None,
            **kwargs: Any) -> Tensor:
     if isinstance(device, tuple): return _multi_create(Tensor.full, device, shape, fill_value, dtype=dtype, **kwargs)
-    shp = _new_shape(_shape_arg((shape,) if isinstance(shape, int) else tuple(shape)), "full")
+    shp = _new_shape(_shape_arg((shape,)), "full")
     dt = to_dtype(dtype) if dtype is not None else strong_dtype(dtypes.from_py(fill_value))
     return Tensor(_const_uop(fill_value, dt, _canon_device(device), shp), **kwargs)
   @staticmethod

@@ -22,7 +22,7 @@ class MovementMixin:
   __slots__ = ()  # Tensor's own slots stay the only instance fields
   # ** movement **
   def reshape(self: Tensor, shape: Any, *args: Any) -> Tensor:
-    new_shape = _shape_arg((shape, *args) if args else ((shape,) if isinstance(shape, int) else tuple(shape)))
+    new_shape = _shape_arg((shape, *args))
     if (neg := [i for i, s in enumerate(new_shape) if s == -1]):
       if len(neg) > 1: raise ShapeError(f"reshape {self.shape} -> {new_shape}: only one dimension can be -1")
       known = prod(s for s in new_shape if s != -1)
@@ -47,7 +47,7 @@ class MovementMixin:
     if self.sharding is not None: return self.sharding.permute(self, perm)
     return Tensor(UOp(Ops.PERMUTE, self.dtype, (self.uop,), perm), requires_grad=self.requires_grad)
   def expand(self: Tensor, shape: Any = (), *args: Any) -> Tensor:
-    new_shape = _shape_arg((shape, *args) if args else ((shape,) if isinstance(shape, int) else tuple(shape)))
+    new_shape = _shape_arg((shape, *args))
     if len(new_shape) < self.ndim: raise ShapeError(f"cannot expand {self.shape} to fewer dims {new_shape}")
     base = self.reshape((1,) * (len(new_shape) - self.ndim) + self.shape) if len(new_shape) > self.ndim else self
     lead = len(new_shape) - self.ndim
@@ -218,7 +218,7 @@ class MovementMixin:
     >>> Tensor([1, 2]).repeat(2, 2).tolist()
     [[1, 2, 1, 2], [1, 2, 1, 2]]
     """
-    reps = _shape_arg((repeats, *args) if args else ((repeats,) if isinstance(repeats, int) else tuple(repeats)))
+    reps = _shape_arg((repeats, *args))
     if len(reps) < self.ndim:
       raise ShapeError(f"repeat needs at least {self.ndim} repeats for shape {self.shape}, got {reps}")
     base = self.reshape((1,) * (len(reps) - self.ndim) + self.shape)
