@@ -288,3 +288,33 @@ def test_random_draws_in_a_body_draw_anew_each_call_as_plain_code_does(precompil
   assert len(fn.traces) == 1
   for a, b in zip(got, plain): np.testing.assert_array_equal(a, b)
   assert len({a.tobytes() for a in got}) == 4
+
+class _Scale:
+  def __init__(self, k: float): self.w = Tensor([k, 2 * k])
+  @ember.function
+  def __call__(self, x: Tensor) -> Tensor: return x * self.w
+
+class _Slotted:
+  __slots__ = ("w",)
+  def __init__(self, k: float): self.w = Tensor([k, k])
+  @ember.function
+  def __call__(self, x: Tensor) -> Tensor: return x + self.w
+
+def test_a_method_traces_per_instance_and_lets_the_instance_go():
+  import gc
+  import weakref
+  x = Tensor([1.0, 3.0])
+  a, b = _Scale(1.0), _Scale(10.0)
+  np.testing.assert_allclose(a(x).numpy(), [1.0, 6.0])
+  np.testing.assert_allclose(b(x).numpy(), [10.0, 60.0])
+  np.testing.assert_allclose(a(x).numpy(), [1.0, 6.0])  # a's own trace, not b's
+  assert len(a.__call__.traces) == 1 and len(b.__call__.traces) == 1
+  gone = weakref.ref(a)
+  del a
+  gc.collect()
+  assert gone() is None and len(_Scale.__call__._by_instance) == 1  # b's traces only
+  # an instance without __weakref__ is part of the signature of the function's own traces
+  s, t = _Slotted(1.0), _Slotted(5.0)
+  np.testing.assert_allclose(s(x).numpy(), [2.0, 4.0])
+  np.testing.assert_allclose(t(x).numpy(), [6.0, 8.0])
+  assert len(_Slotted.__call__.traces) == 2

@@ -17,6 +17,7 @@ Calls inside another function's trace take the lazy path.
 """
 from __future__ import annotations
 import functools
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence, TypeVar, overload
 from ember.device.base import Buffer
@@ -221,6 +222,7 @@ class Function:
     self.fxn, self.precompile, self.allow_implicit = fxn, precompile, allow_implicit
     self.precompile_backward = precompile_backward  # the backward of a precompiled call is replayed too
     self._traces = _Traces()
+    self._by_instance: dict[int, _Traces] = {}  # a method's traces per live instance (see __get__)
     functools.update_wrapper(self, fxn)
 
   @property
@@ -229,14 +231,24 @@ class Function:
     return self._traces.by_signature
 
   def __get__(self, obj: Any, objtype: Any = None) -> Any:
-    """As a method (`@function def __call__(self, x)`): bound to the instance, which is part of the signature."""
-    return self if obj is None else functools.partial(self.__call__, obj)
+    """As a method (`@function def __call__(self, x)`): bound to the instance, whose traces are its own and go
+    with it (an instance that cannot be weakly referenced is part of the signature of the function's traces)."""
+    return self if obj is None else BoundFunction(self, obj)
 
-  def __call__(self, *args: Any, **kwargs: Any) -> Any:
-    sig = _signature(args, kwargs)
+  def _instance_traces(self, obj: Any) -> _Traces | None:
+    if (t := self._by_instance.get(key := id(obj))) is not None: return t
+    try: weakref.finalize(obj, self._by_instance.pop, key, None)
+    except TypeError: return None
+    t = self._by_instance[key] = _Traces()
+    return t
+
+  def __call__(self, *args: Any, **kwargs: Any) -> Any: return self._call(self._traces, args, kwargs, args)
+
+  def _call(self, traces: _Traces, args: tuple[Any, ...], kwargs: dict[str, Any], keyed: tuple[Any, ...]) -> Any:
+    sig = _signature(keyed, kwargs)
     tensors = [a for a in (*args, *(kwargs[k] for k in sorted(kwargs))) if isinstance(a, Tensor)]
-    if (trace := self.traces.get(sig)) is None:
-      trace = self.traces[sig] = self._trace(args, kwargs)
+    if (trace := traces.by_signature.get(sig)) is None:
+      trace = traces.by_signature[sig] = self._trace(args, kwargs)
       # the trace ran over placeholders: this call's outputs (and state updates) are the graph over its arguments
       return _result(trace.lazy(tensors), trace.single)
     if self.precompile and not _tracing[0] and trace.updates_in_place():
@@ -273,6 +285,20 @@ class Function:
       t.uop = before[id(t)][1] if id(t) in before else u.src[0]
     return _Trace([p if p.op is not Ops.CAST else p.src[0] for p in params], [o.uop for o in outs], single,
                   effects=effects, nodes=set(graph))
+
+class BoundFunction:
+  """A `Function` used as a method of one instance: calls pass the instance first; `traces` are this instance's."""
+  __slots__ = ("function", "instance")
+  def __init__(self, function: Function, instance: Any): self.function, self.instance = function, instance
+  @property
+  def traces(self) -> dict[tuple[Any, ...], _Trace]:
+    own = self.function._instance_traces(self.instance)
+    return (own or self.function._traces).by_signature
+  def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    f, obj = self.function, self.instance
+    own = f._instance_traces(obj)
+    return f._call(own or f._traces, (obj, *args), kwargs, args if own is not None else (obj, *args))
+  def __repr__(self) -> str: return f"<bound ember.function {self.function.__qualname__} of {self.instance!r}>"
 
 @overload
 def function(fxn: F, *, precompile: bool = False, precompile_backward: bool = False,
