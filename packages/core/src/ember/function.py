@@ -298,7 +298,8 @@ class BoundFunction:
     f, obj = self.function, self.instance
     own = f._instance_traces(obj)
     return f._call(own or f._traces, (obj, *args), kwargs, args if own is not None else (obj, *args))
-  def __repr__(self) -> str: return f"<bound ember.function {self.function.__qualname__} of {self.instance!r}>"
+  def __repr__(self) -> str:
+    return f"<bound ember.function {getattr(self.function.fxn, '__qualname__', '?')} of {self.instance!r}>"
 
 @overload
 def function(fxn: F, *, precompile: bool = False, precompile_backward: bool = False,
