@@ -42,3 +42,35 @@ def test_graph_qmds_outlive_the_qmd_ring(mock_nv) -> None:
     xn = np.arange(8, dtype=np.float32)
     np.testing.assert_array_equal(f(Tensor(xn, device="NV").realize()).numpy(), xn * 2 + 1)
   finally: mock_nv._qmds, mock_nv._qmd_ptr = ring, ptr
+
+def test_dropped_graphs_give_their_memory_back(mock_nv, monkeypatch) -> None:
+  """Kernel arguments, timestamps and the QMD blocks of a TinyJit's graph are unmapped once the jit is gone: capturing
+  and dropping graphs again and again keeps the device's host memory flat."""
+  import gc
+  import numpy as np
+  from ember import Tensor, TinyJit
+  live: set[int] = set()
+  def counted(alloc):
+    def wrapped(size):
+      buf = alloc(size)
+      live.add(buf.va_addr)
+      return buf
+    return wrapped
+  free = mock_nv._host_free
+  def freed(buf) -> None:
+    live.discard(buf.va_addr)
+    free(buf)
+  monkeypatch.setattr(mock_nv, "_host_alloc", counted(mock_nv._host_alloc))
+  monkeypatch.setattr(mock_nv, "_command_memory", counted(mock_nv._command_memory))
+  monkeypatch.setattr(mock_nv, "_host_free", freed)
+  held = []
+  for i in range(4):
+    @TinyJit
+    def f(x: Tensor) -> Tensor: return ((x * 2 + 1).exp2() - x).realize()
+    for k in range(3):
+      xn = np.full(8, i + k, np.float32)
+      np.testing.assert_allclose(f(Tensor(xn, device="NV").realize()).numpy(), np.exp2(xn * 2 + 1) - xn, rtol=1e-6)
+    del f
+    gc.collect()
+    held.append(len(live))
+  assert held[1:] == held[:1] * 3, held

@@ -541,6 +541,7 @@ class AMDKFDDevice(HCQCompiled):
   def _host_alloc(self, size: int) -> HCQBuffer:
     """Kernargs and staging: GTT the CPU writes and the GPU reads."""
     return self.alloc_memory(size, MEM_GTT)
+  def _host_free(self, buf: HCQBuffer) -> None: self.free_memory(buf)
 
   # ** queues **
   def _create_queue(self, queue_type: int) -> KFDRing:

@@ -131,7 +131,8 @@ _MAP_PRIVATE, _MAP_ANONYMOUS, _MAP_32BIT, _PROT_RW = 0x02, 0x20, 0x40, 0x3
 
 def host_pages(size: int, low: bool = False) -> HCQBuffer:
   """Page-aligned anonymous host memory, below 2 GiB when `low` (Linux x86-64 MAP_32BIT): MOCK pushbuffers and QMDs
-  must sit below 2^40 (see the module docstring). Never unmapped: rings live as long as the device."""
+  must sit below 2^40 (see the module docstring). Rings live as long as the device; a graph's memory goes back with
+  `host_pages_free`."""
   libc = ctypes.CDLL(None, use_errno=True)
   libc.mmap.restype = ctypes.c_void_p
   libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
@@ -140,6 +141,12 @@ def host_pages(size: int, low: bool = False) -> HCQBuffer:
     raise DeviceError(f"MOCK+NV could not map {size} bytes{' below 2^40' if low else ''} (errno {ctypes.get_errno()}); "
                       "MOCK+NV needs Linux on x86-64")
   return HCQBuffer(addr, size)
+
+def host_pages_free(buf: HCQBuffer) -> None:
+  libc = ctypes.CDLL(None, use_errno=True)
+  libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+  if libc.munmap(ctypes.c_void_p(buf.va_addr), buf.size) != 0:
+    raise DeviceError(f"MOCK+NV could not unmap {buf.size} bytes at {buf.va_addr:#x} (errno {ctypes.get_errno()})")
 
 class NVMockProgram(NVLaunchable):
   """MOCK+NV: the host-shim shared object uploaded to memory; the QMD's program address points at its first byte, and
@@ -181,6 +188,7 @@ class NVMockDevice(NVHCQDevice):
   def _host_alloc(self, size: int) -> HCQBuffer:
     """Page-aligned host memory (QMD 4.0 needs constant buffers 64-byte aligned)."""
     return host_pages(-(-max(size, 1) // 4096) * 4096)
+  def _host_free(self, buf: HCQBuffer) -> None: host_pages_free(buf)
   def arg_layout(self, name: str, lib: bytes) -> tuple[list[tuple[int, int]], int]:
     """The parameter block of a host-shim kernel, from the source its compiler remembers."""
     return shim_arg_layout(self.compiler, name, lib)

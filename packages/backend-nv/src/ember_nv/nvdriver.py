@@ -466,6 +466,7 @@ class NVDriverDevice(NVHCQDevice):
     self.sys.munmap(buf.va_addr, size)
     self.va.release(buf.va_addr, size, align)
   def _host_alloc(self, size: int) -> HCQBuffer: return self.alloc_memory(size, host=True)
+  def _host_free(self, buf: HCQBuffer) -> None: self.free_memory(buf)
   # -- programs
   def _program(self, name: str, lib: bytes) -> NVCubinProgram:
     return NVCubinProgram(self, name, lib, *cubin_param_layout(lib, name))

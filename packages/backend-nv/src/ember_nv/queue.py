@@ -239,7 +239,7 @@ class NVComputeQueue(NVQueue):
     dev = prg.device
     if not isinstance(dev, NVHCQDevice): raise DeviceError(f"an NV program belongs to an NV device, not {dev!r}")
     layout = dev.qmd_layout
-    qmd = dev.qmd_alloc(layout.size, persistent=self.persistent)
+    qmd = dev.qmd_alloc(layout.size, self if self.persistent else None)
     words = (ctypes.c_uint32 * (layout.size // 4)).from_address(qmd.va_addr)
     ctypes.memset(qmd.va_addr, 0, layout.size)
     build_qmd(layout, words, prg.program_address, global_size, local_size, (args.buf.va_addr, prg.cbuf0_size),
@@ -296,8 +296,6 @@ class NVHCQDevice(HCQCompiled):
   QMD_CHUNK = 64  # QMDs per block of memory kept for graphs
   def _rings(self, cmd: HCQBuffer, qmds: HCQBuffer, gpfifos: dict[str, GPFifo]) -> None:
     self._cmd, self._cmd_ptr, self._qmds, self._qmd_ptr, self.gpfifos = cmd, 0, qmds, 0, gpfifos
-    self._kept_qmds: HCQBuffer | None = None
-    self._kept_ptr = 0
   def _command_memory(self, size: int) -> HCQBuffer:
     """Host-visible memory below 2^40 for QMDs the device keeps (see the module docstring)."""
     return self._host_alloc(size)
@@ -308,15 +306,17 @@ class NVHCQDevice(HCQCompiled):
       self.synchronize()  # everything submitted so far has run: the ring can be reused from its start
       ptr = 0
     return ptr
-  def qmd_alloc(self, size: int, persistent: bool = False) -> HCQBuffer:
-    """A 256-byte aligned QMD (QMD addresses are sent >> 8) from the QMD ring; `persistent` (a graph's launch, replayed
-    any number of times): from memory that is never reused."""
-    if persistent:
+  def qmd_alloc(self, size: int, owner: HWQueue | None = None) -> HCQBuffer:
+    """A 256-byte aligned QMD (QMD addresses are sent >> 8) from the QMD ring; for a persistent queue `owner` (a
+    graph's launch, replayed any number of times): from blocks of QMD_CHUNK slots the queue keeps (`owner.kept`),
+    which are never reused while it lives."""
+    if owner is not None:
       slot = -(-size // 256) * 256
-      if self._kept_qmds is None or self._kept_ptr + slot > self._kept_qmds.size:
-        self._kept_qmds, self._kept_ptr = self._command_memory(slot * self.QMD_CHUNK), 0
-      self._kept_ptr += slot
-      return self._kept_qmds.offset(self._kept_ptr - slot, size)
+      if not owner.kept or owner.kept_used + slot > owner.kept[-1].size:
+        owner.kept.append(self._command_memory(slot * self.QMD_CHUNK))
+        owner.kept_used = 0
+      owner.kept_used += slot
+      return owner.kept[-1].offset(owner.kept_used - slot, size)
     at = self._qmd_ptr = self._ring_slot(self._qmds, self._qmd_ptr, size, 256)
     self._qmd_ptr += size
     return self._qmds.offset(at, size)

@@ -121,3 +121,31 @@ def test_graph_replay_is_one_submission_and_keeps_its_arguments_out_of_the_kerna
   assert list((ctypes.c_int32 * n).from_address(out.va_addr)) == [3, 6, 9, 12]
   (start, end), = graph.kernel_times_ns()
   assert start == end == 12345  # HostQueue's timer
+
+def test_graph_gives_its_memory_back_when_closed_or_collected():
+  import gc
+  dev = HostDevice()
+  n = 4
+  a, out = dev.allocator.alloc(4 * n), dev.allocator.alloc(4 * n)
+  dev.allocator._copyin(a, memoryview(bytes((ctypes.c_int32 * n)(1, 2, 3, 4))))
+  prg = HostProgram(dev)
+  held = len(dev._host_keep)
+  graph = HCQGraph(dev, [(prg, [out, a], (3,), (1, 1, 1), (n, 1, 1))] * 3)
+  assert len(dev._host_keep) == held + 2  # its kernel arguments and timestamps
+  graph({})
+  graph.close()
+  assert len(dev._host_keep) == held
+  assert list((ctypes.c_int32 * n).from_address(out.va_addr)) == [3, 6, 9, 12]  # the replay finished first
+  with pytest.raises(DeviceError, match="closed"): graph({})
+  graph.close()  # twice is fine
+  for _ in range(3):  # graphs that are dropped without close() give theirs back too
+    HCQGraph(dev, [(prg, [out, a], (3,), (1, 1, 1), (n, 1, 1))])({})
+  gc.collect()
+  assert len(dev._host_keep) == held
+
+def test_outgrown_staging_memory_is_given_back():
+  dev = HostDevice()
+  small = dev.staging(16)
+  assert small.va_addr in dev._host_keep
+  big = dev.staging(small.size + 1)
+  assert small.va_addr not in dev._host_keep and big.va_addr in dev._host_keep and dev.staging(8) is big

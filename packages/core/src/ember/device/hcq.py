@@ -52,8 +52,11 @@ class HWQueue(ABC):
   def __init__(self) -> None:
     self.commands: list[tuple[str, tuple[Any, ...]]] = []  # what was enqueued, for graphs and debugging
     # set before enqueuing when the queue is submitted again and again (a graph): whatever a command keeps in device
-    # memory beside the queue's own words (an NV launch's QMD) is then allocated for good, not from a reused ring
+    # memory beside the queue's own words (an NV launch's QMD) is then allocated for the queue, not from a reused
+    # ring, and listed in `kept`, which the queue's owner gives back (`HCQCompiled._host_free`) when done with it
     self.persistent = False
+    self.kept: list[HCQBuffer] = []
+    self.kept_used = 0  # bytes used of the last block in `kept`
   def _record(self, name: str, *args: Any) -> HWQueue:
     self.commands.append((name, args))
     return self
@@ -228,15 +231,23 @@ class HCQCompiled(Compiled):
     self._kernargs_ptr += size
     return buf
   def staging(self, size: int) -> HCQBuffer:
-    if self._staging is None or self._staging.size < size: self._staging = self._host_alloc(max(size, 1 << 20))
+    if self._staging is None or self._staging.size < size:
+      if self._staging is not None:  # outgrown: given back once no copy in flight reads it
+        self.synchronize()
+        self._host_free(self._staging)
+      self._staging = self._host_alloc(max(size, 1 << 20))
     return self._staging
   def _progress(self) -> None:
     """Called while waiting on a signal: hardware needs nothing, a MOCK executes submitted work here."""
   def _host_alloc(self, size: int) -> HCQBuffer:
     """Host-visible memory the GPU can read (kernargs, staging); the default is plain host memory."""
     mem = (ctypes.c_uint8 * size)()
-    self._host_keep = getattr(self, "_host_keep", []) + [mem]
+    if not hasattr(self, "_host_keep"): self._host_keep: dict[int, Any] = {}
+    self._host_keep[ctypes.addressof(mem)] = mem
     return HCQBuffer(ctypes.addressof(mem), size, mem)
+  def _host_free(self, buf: HCQBuffer) -> None:
+    """Give back memory of `_host_alloc` (or a backend's `_command_memory`) that no submitted work reads any more."""
+    getattr(self, "_host_keep", {}).pop(buf.va_addr, None)
 
 class HCQGraph:
   """Kernel launches batched into one prebuilt compute queue. Every kernel's arguments live in the graph's own kernarg
@@ -265,8 +276,19 @@ class HCQGraph:
       self.queue.exec(prg, args, _dim3(grid), _dim3(block)).memory_barrier().timestamp(stamp)
     self.queue.signal(device.timeline_signal, 0)
     self.last_value = 0  # the timeline value the latest replay signals
+    self._memory: list[HCQBuffer] | None = [self.kernargs, stamps]
+  def close(self) -> None:
+    """Give the graph's device memory back (its kernel arguments, timestamps and what its queue kept, e.g. NV QMDs)
+    once its latest replay has finished; a closed graph cannot be replayed. Runs when the graph is collected."""
+    if self._memory is None: return
+    self.wait_idle()
+    for buf in (*self._memory, *self.queue.kept): self.device._host_free(buf)
+    self._memory, self.queue.kept = None, []
+  def __del__(self) -> None:
+    if getattr(self, "_memory", None) is not None: self.close()
   def __call__(self, replace: dict[int, HCQBuffer]) -> None:
     """Replay with buffers swapped: `replace` maps id() of a captured buffer to its replacement."""
+    if self._memory is None: raise DeviceError("this HCQ graph was closed; capture the work again")
     self.wait_idle()
     for k, bufs in enumerate(self.bufs):
       for i, b in enumerate(bufs):
