@@ -4,8 +4,8 @@ from __future__ import annotations
 from typing import Any, Callable
 import numpy as np
 import pytest
-from ember import Tensor
-from ember.errors import AxisError, EmptyReductionError, ShapeError
+from ember import Tensor, Variable
+from ember.errors import ArgumentError, AxisError, EmptyReductionError, IndexingError, ShapeError
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -114,6 +114,16 @@ BAD_CALLS: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
   "std_oob": (lambda: E(3).std(1), lambda: T(3).std(1)),
   "sdpa_mismatch": (lambda: E(1,2,4).scaled_dot_product_attention(E(1,2,3), E(1,2,3)),
     lambda: F.scaled_dot_product_attention(T(1,2,4), T(1,2,3), T(1,2,3))),
+  "index_str": (lambda: E(3)["a"], lambda: T(3)["a"]),
+  "index_step0": (lambda: E(3)[::0], lambda: T(3)[::0]),
+  "randint_empty": (lambda: Tensor.randint(3, low=5, high=2), lambda: torch.randint(5, 2, (3,))),
+  "dropout_p": (lambda: E(3).dropout(1.5), lambda: F.dropout(T(3), 1.5)),
+  "interpolate_zero": (lambda: E(1,1,3,4).interpolate((0, 2)), lambda: F.interpolate(T(1,1,3,4), (0, 2))),
+  "interpolate_scale_neg": (lambda: E(1,1,3,4).interpolate(scale_factor=-1.0),
+    lambda: F.interpolate(T(1,1,3,4), scale_factor=-1.0)),
+  "bce_reduction": (lambda: E(3).sigmoid().binary_crossentropy(E(3), reduction="avg"),
+    lambda: F.binary_cross_entropy(T(3).sigmoid(), T(3), reduction="avg")),
+  "gelu_approximate": (lambda: E(3).gelu(approximate="fast"), lambda: F.gelu(T(3), approximate="fast")),
 }
 
 @pytest.mark.parametrize("name", list(BAD_CALLS))
@@ -125,6 +135,15 @@ def test_error_classes_subclass_the_builtins_in_the_docs() -> None:
   assert issubclass(AxisError, IndexError) and issubclass(AxisError, ValueError)
   assert issubclass(EmptyReductionError, IndexError) and issubclass(EmptyReductionError, RuntimeError)
   assert all(issubclass(AxisError, base) for base in np.exceptions.AxisError.__bases__)
+  assert issubclass(ArgumentError, ValueError) and issubclass(ArgumentError, RuntimeError)
+  assert all(issubclass(IndexingError, b) for b in (IndexError, TypeError, ValueError))
+
+def test_unsupported_index_and_argument_values_are_typed() -> None:
+  # where torch takes the call or raises another class, ember's stricter refusal is still typed and says why
+  with pytest.raises(IndexingError, match="single ellipsis"): E(2, 3)[..., ...]
+  with pytest.raises(IndexingError, match="data-dependent"): E(3)[E(3) > 0]
+  with pytest.raises(ArgumentError, match="interpolate mode must be"): E(1, 1, 3, 4).interpolate((2, 2), mode="cubic")
+  with pytest.raises(ArgumentError, match="out of range"): Variable("n", 1, 4).bind(9)
 
 def test_cat_called_on_an_instance_keeps_self() -> None:
   a, b = Tensor([[1.0, 2.0]]), Tensor([[3.0, 4.0], [5.0, 6.0]])

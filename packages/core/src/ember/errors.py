@@ -19,6 +19,16 @@ class EmptyReductionError(ShapeError, IndexError):
   """max/min/argmax over zero elements: there is no identity element to return. torch raises IndexError when a dim
   is given and RuntimeError without one, numpy ValueError: this is all three."""
 
+class ArgumentError(EmberError, ValueError, RuntimeError):
+  """An argument outside what the op accepts: an unknown mode or option name, a probability outside [0, 1], an empty
+  range (randint with low >= high), a Variable bound outside its range. torch raises ValueError or RuntimeError for
+  these: this is both."""
+
+class IndexingError(EmberError, IndexError, TypeError, ValueError):
+  """A tensor index ember cannot take: an unsupported index type (str, float), two ellipses, a zero slice step, a
+  boolean mask (its result's shape depends on the data). torch raises IndexError or TypeError (ValueError for a zero
+  step): this is all three."""
+
 class DTypeError(EmberError, TypeError, RuntimeError):
   """A dtype cannot be used here (bitwise ops on floats, a float index, unknown dtype names ...). torch raises
   RuntimeError for an unsupported dtype and TypeError for a wrong Python type: this is both."""
@@ -50,6 +60,6 @@ class VizError(EmberError, ValueError):
 class ProfileError(EmberError, ValueError, RuntimeError):
   """`ember.profile` used the wrong way: a trace path whose folder does not exist, a profile entered twice."""
 
-__all__ = ["EmberError", "ShapeError", "AxisError", "EmptyReductionError", "DTypeError", "DeviceError", "PluginError",
-           "CompileError", "MemoryAccessError", "JitError", "GradientError", "ShardingError", "VizError",
-           "ProfileError"]
+__all__ = ["EmberError", "ShapeError", "AxisError", "EmptyReductionError", "ArgumentError", "IndexingError",
+           "DTypeError", "DeviceError", "PluginError", "CompileError", "MemoryAccessError", "JitError", "GradientError",
+           "ShardingError", "VizError", "ProfileError"]

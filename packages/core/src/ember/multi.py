@@ -36,7 +36,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from ember.device import Device
 from ember.dtype import DType, dtypes, least_upper_dtype, strong_dtype
-from ember.errors import ShapeError, GradientError, ShardingError
+from ember.errors import ArgumentError, ShapeError, GradientError, ShardingError
 from ember.helpers import ContextVar, prod
 from ember.tensor import Tensor, all_tensors, broadcast_shape, sharded_tensors
 from ember.uop.ops import Ops, UOp, int_size
@@ -77,7 +77,7 @@ def _on_device(t: Tensor, device: str) -> Tensor:
 
 def _use_ring(algorithm: str | None) -> bool:
   algo = algorithm if algorithm is not None else ("ring" if RING.value else "naive")
-  if algo not in ("naive", "ring"): raise ValueError(f"collective algorithm must be 'naive' or 'ring', got {algo!r}")
+  if algo not in ("naive", "ring"): raise ArgumentError(f"collective algorithm must be 'naive' or 'ring', got {algo!r}")
   return algo == "ring"
 
 def _check_collective(tensors: Sequence[Tensor], what: str) -> tuple[str, ...]:

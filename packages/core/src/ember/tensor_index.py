@@ -1,7 +1,7 @@
 """`Tensor.__getitem__`: ints, slices with steps, None, Ellipsis and tensor/list indices, as movement ops + gathers."""
 from __future__ import annotations
 from typing import Any, TYPE_CHECKING
-from ember.errors import AxisError
+from ember.errors import AxisError, IndexingError
 from ember.dtype import dtypes
 from ember.uop.ops import Ops, UOp, int_size
 if TYPE_CHECKING:
@@ -9,7 +9,7 @@ if TYPE_CHECKING:
 
 def _norm_index(indices: Any) -> list[Any]:
   idx = list(indices) if isinstance(indices, tuple) else [indices]
-  if sum(1 for i in idx if i is Ellipsis) > 1: raise IndexError("an index can only have a single ellipsis ('...')")
+  if sum(1 for i in idx if i is Ellipsis) > 1: raise IndexingError("an index can only have a single ellipsis ('...')")
   return idx
 
 def _strided(x: Tensor, dim: int, start: int, stop: int, step: int) -> Tensor:
@@ -49,17 +49,17 @@ def getitem(x: Tensor, indices: Any) -> Tensor:
       dim += 1
     elif isinstance(i, slice) and any(isinstance(v, UOp) for v in (i.start, i.stop)):
       # symbolic bounds (a bound Variable): a plain shrink, e.g. the filled part of a KV cache `cache[:, :pos+1]`
-      if i.step not in (None, 1): raise IndexError("a slice with symbolic bounds must have step 1")
+      if i.step not in (None, 1): raise IndexingError("a slice with symbolic bounds must have step 1")
       lo, hi = (0 if i.start is None else i.start), (out.shape[dim] if i.stop is None else i.stop)
       out = out.shrink(tuple((lo, hi) if k == dim else (0, s) for k, s in enumerate(out.shape)))
       dim += 1
     elif isinstance(i, slice):
+      if i.step == 0: raise IndexingError("slice step cannot be zero")
       start, stop, step = i.indices(int_size(out.shape[dim], "a slice with int bounds"))
-      if step == 0: raise ValueError("slice step cannot be zero")
       out = _strided(out, dim, start, stop, step)
       dim += 1
     elif isinstance(i, bool) or (isinstance(i, Tensor) and i.dtype is dtypes.bool):
-      raise IndexError("boolean mask indexing has a data-dependent shape; use masked_select or where")
+      raise IndexingError("boolean mask indexing has a data-dependent shape; use masked_select or where")
     elif isinstance(i, int) or (hasattr(i, "__index__") and not isinstance(i, (Tensor, list, tuple))):
       n = int_size(out.shape[dim], "an int index")
       v = int(i)
@@ -78,7 +78,8 @@ def getitem(x: Tensor, indices: Any) -> Tensor:
       squeeze.append(dim)
       dim += 1
     else:
-      raise IndexError(f"unsupported index type {type(i).__name__}")
+      raise IndexingError(f"unsupported index type {type(i).__name__}: index with ints, slices, None, ..., lists or "
+                          "int/bool Tensors")
   if tensor_dims: out = _gather_dims(out, tensor_dims, squeeze)
   elif squeeze: out = out.reshape(tuple(s for k, s in enumerate(out.shape) if k not in squeeze))
   return out

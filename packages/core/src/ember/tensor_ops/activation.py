@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 from ember.dtype import DType
+from ember.errors import ArgumentError
 
 if TYPE_CHECKING:
   from ember.tensor import (PyFloat, PyInt, Tensor)
@@ -73,7 +74,7 @@ class ActivationMixin:
     """
     if approximate == "tanh":
       return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
-    if approximate != "none": raise ValueError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
+    if approximate != "none": raise ArgumentError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
     return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
   def quick_gelu(self: Tensor) -> Tensor:
     """x * sigmoid(1.702 * x).

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 from ember.dtype import DType, dtypes, strong_dtype, to_dtype
-from ember.errors import DTypeError, ShapeError
+from ember.errors import ArgumentError, DTypeError, ShapeError
 from ember.helpers import prod
 from ember.uop.ops import Ops, UOp, sint
 
@@ -227,7 +227,7 @@ class CreationMixin:
     >>> Tensor.manual_seed(0); Tensor.randint(4, low=0, high=3).shape
     (4,)
     """
-    if high <= low: raise ValueError(f"randint needs low < high, got low={low}, high={high}")
+    if high <= low: raise ArgumentError(f"randint needs low < high, got low={low}, high={high}")
     dt = to_dtype(dtype) if dtype is not None else dtypes.int32
     if not dtypes.is_int(dt): raise DTypeError(f"randint needs an int dtype, got {dt!r}")
     wide = high - low > 2 ** 22  # float32 has 23 random bits: wider ranges draw in float64

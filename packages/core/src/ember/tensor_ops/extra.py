@@ -13,7 +13,7 @@ import re
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 from ember.dtype import DType, dtypes, to_dtype
-from ember.errors import DTypeError, ShapeError
+from ember.errors import ArgumentError, DTypeError, ShapeError
 from ember.helpers import prod
 from ember.uop.ops import int_size
 if TYPE_CHECKING:
@@ -210,7 +210,7 @@ class ExtraMixin:
     """
     from ember.device.base import BufferSpec
     from ember.schedule import buffer_of
-    if not isinstance(ptr, int) or ptr <= 0: raise ValueError(f"from_blob needs a non-null int address, got {ptr!r}")
+    if not isinstance(ptr, int) or ptr <= 0: raise ArgumentError(f"from_blob needs a non-null int address, got {ptr!r}")
     t = Tensor.empty(*shape, **kwargs)
     buf = buffer_of(t.uop)
     buf.options = BufferSpec(external_ptr=ptr)  # freeing the tensor then never frees, or caches, the foreign memory
@@ -493,12 +493,12 @@ def _jacobi_svd(b: Tensor, max_sweeps: int = 30) -> tuple[Tensor, Tensor, Tensor
 def _keccak(t: Tensor, cfg: str | tuple[int, int]) -> Tensor:
   if isinstance(cfg, str):
     if cfg not in KECCAK_CONFIGS:
-      raise ValueError(f"unknown keccak config {cfg!r}; use one of {sorted(KECCAK_CONFIGS)}")
+      raise ArgumentError(f"unknown keccak config {cfg!r}; use one of {sorted(KECCAK_CONFIGS)}")
     rate, dsbyte = KECCAK_CONFIGS[cfg]
   else: rate, dsbyte = cfg
   if not (0 < rate < 200 and rate % 8 == 0 and 0 < dsbyte < 0x80):
-    raise ValueError(f"keccak config (rate={rate}, domain byte={dsbyte:#x}): rate must be a multiple of 8 in (0, 200) "
-                     "and the domain byte in (0, 0x80)")
+    raise ArgumentError(f"keccak config (rate={rate}, domain byte={dsbyte:#x}): rate must be a multiple of 8 in "
+                        "(0, 200) and the domain byte in (0, 0x80)")
   if t.ndim == 0: raise ShapeError("keccak hashes the last dim: give a tensor of at least 1 dim")
   data = t if t.dtype is dtypes.uint8 else t.contiguous().bitcast(dtypes.uint8)
   batch, length = data.shape[:-1], int_size(data.shape[-1], "keccak")

@@ -7,7 +7,7 @@ import functools
 import math
 from typing import TYPE_CHECKING, Sequence
 from ember.dtype import dtypes, least_upper_dtype, strong_dtype, sum_acc_dtype
-from ember.errors import DTypeError, ShapeError
+from ember.errors import ArgumentError, DTypeError, ShapeError
 from ember.helpers import prod
 from ember.uop.ops import int_shape, int_size, sint
 
@@ -348,17 +348,21 @@ class NNMixin:
     nd = self.ndim - 2
     if nd < 1: raise ShapeError(f"interpolate needs (N, C, *spatial) input, got shape {self.shape}")
     if mode not in ("linear", "bilinear", "trilinear", "nearest", "nearest-exact"):
-      raise ValueError(f"interpolate mode must be linear, bilinear, trilinear, nearest or nearest-exact, got {mode!r}")
+      raise ArgumentError(f"interpolate mode must be linear, bilinear, trilinear, nearest or nearest-exact, got "
+                          f"{mode!r}")
     ins = list(int_shape(self.shape[2:], "interpolate"))
     if size is not None:
       outs = [int(size)] * nd if isinstance(size, int) else [int(v) for v in size]
-      scales = [i / o for i, o in zip(ins, outs)]
+      scales = [i / o if o > 0 else 0.0 for i, o in zip(ins, outs)]  # (a size <= 0 is refused below)
     elif scale_factor is not None:
       sf = [float(scale_factor)] * nd if isinstance(scale_factor, (int, float)) else [float(v) for v in scale_factor]
+      if not all(f > 0 for f in sf): raise ArgumentError(f"interpolate scale_factor {sf} must be positive in every dim")
       outs = [int(math.floor(i * f)) for i, f in zip(ins, sf)]
       scales = [1 / f for f in sf]
-    else: raise ValueError("interpolate needs size or scale_factor")
+    else: raise ArgumentError("interpolate needs size or scale_factor")
     if len(outs) != nd: raise ShapeError(f"interpolate size {outs} needs {nd} entries for input shape {self.shape}")
+    if any(o <= 0 for o in outs):
+      raise ShapeError(f"interpolate of {self.shape} to spatial size {outs}: every output size must be positive")
     x = self if mode.startswith("nearest") else self._float()
     for j, (i, o, sc) in enumerate(zip(ins, outs, scales)):
       ax = 2 + j
@@ -384,7 +388,7 @@ class NNMixin:
     >>> Tensor.ones(3).dropout(0.5).tolist()  # not training: unchanged
     [1.0, 1.0, 1.0]
     """
-    if not 0 <= p <= 1: raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+    if not 0 <= p <= 1: raise ArgumentError(f"dropout probability must be in [0, 1], got {p}")
     if not (Tensor.is_training() if training is None else training) or p == 0: return self
     if p == 1: return self * 0
     keep = Tensor.rand(*self.shape, device=self.device) >= p
@@ -419,7 +423,7 @@ class NNMixin:
     if reduction == "none": return self
     if reduction == "sum": return self.sum()
     if reduction == "mean": return self.mean()
-    raise ValueError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
+    raise ArgumentError(f"reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
   def binary_crossentropy(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:
     """-(y log p + (1 - y) log(1 - p)) for probabilities p = self, logs clamped at -100 like torch.
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 import numpy as np
 from ember.dtype import dtypes
-from ember.errors import EmberError, ShapeError
+from ember.errors import ArgumentError, EmberError, ShapeError
 from ember import Tensor, function
 from ember.nn.layers import Embedding, LayerNorm, Linear
 from ember.nn.state import load_state_dict, safe_load
@@ -221,9 +221,9 @@ class BertModel:
     # a lazy backward alone was slower, 1.2-1.6 s). Per model, so its traces go with it
     self._encode = function(self._forward, precompile=True, precompile_backward=True)
   def __call__(self, ids: Tensor, attention_mask: Tensor | None = None, token_types: Tensor | None = None) -> Tensor:
-    if ids.ndim != 2: raise ValueError(f"BertModel expects (batch, seq) token ids, got shape {ids.shape}")
+    if ids.ndim != 2: raise ShapeError(f"BertModel expects (batch, seq) token ids, got shape {ids.shape}")
     if _seq_len(ids) > self.config.max_position_embeddings:
-      raise ValueError(f"BertModel: {ids.shape[1]} tokens exceed max_position_embeddings "
+      raise ShapeError(f"BertModel: {ids.shape[1]} tokens exceed max_position_embeddings "
                        f"{self.config.max_position_embeddings}; truncate the input")
     if token_types is None: token_types = Tensor.zeros(*ids.shape, dtype=dtypes.int32, device=ids.device)
     if attention_mask is None: attention_mask = Tensor.ones(*ids.shape, dtype=dtypes.float32, device=ids.device)
@@ -298,7 +298,7 @@ class SentenceEmbedder:
   def encode(self, texts: Sequence[str] | str) -> Tensor:
     """L2-normalised mean-pooled embeddings (B, hidden) of `texts`."""
     if isinstance(texts, str): texts = [texts]
-    if not texts: raise ValueError("encode needs at least one text")
+    if not texts: raise ArgumentError("encode needs at least one text")
     hidden, mask = self.hidden(texts)
     pooled = (hidden * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True).maximum(1e-9)
     return pooled / (pooled.square().sum(-1, keepdim=True).sqrt().maximum(1e-12))

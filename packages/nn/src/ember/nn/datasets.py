@@ -17,7 +17,7 @@ import subprocess
 from typing import Any, Iterator
 import numpy as np
 from ember.dtype import dtypes
-from ember.errors import EmberError
+from ember.errors import EmberError, ShapeError
 from ember import Tensor
 
 class DatasetError(EmberError, FileNotFoundError):
@@ -115,7 +115,7 @@ def synthetic_classification(n: int, features: int = 16, classes: int = 4, seed:
 def batches(x: np.ndarray, y: np.ndarray, batch_size: int, shuffle: bool = False, seed: int = 0,
             drop_last: bool = False, device: str | None = None) -> Iterator[tuple[Tensor, Tensor]]:
   """(inputs, labels) Tensor batches over the first dim; labels become int32. `shuffle` permutes with `seed`."""
-  if len(x) != len(y): raise ValueError(f"batches: {len(x)} inputs but {len(y)} labels")
+  if len(x) != len(y): raise ShapeError(f"batches: {len(x)} inputs but {len(y)} labels")
   order = np.random.default_rng(seed).permutation(len(x)) if shuffle else np.arange(len(x))
   stop = len(x) - len(x) % batch_size if drop_last else len(x)
   for start in range(0, stop, batch_size):

@@ -8,7 +8,7 @@ import math
 from typing import Any, Callable, Sequence
 from ember import Tensor
 from ember.dtype import dtypes
-from ember.errors import DTypeError, ShapeError
+from ember.errors import ArgumentError, DTypeError, ShapeError
 from ember.nn import functional as F
 from ember.nn.functional import static_shape
 
@@ -207,7 +207,7 @@ class Embedding:
 class Dropout:
   """Zero elements with probability p in training mode (scaling the rest by 1/(1-p)); the identity in eval mode."""
   def __init__(self, p: float = 0.5):
-    if not 0 <= p <= 1: raise ValueError(f"Dropout probability must be in [0, 1], got {p}")
+    if not 0 <= p <= 1: raise ArgumentError(f"Dropout probability must be in [0, 1], got {p}")
     self.p = p
   def __call__(self, x: Tensor) -> Tensor: return F.dropout(x, self.p, training=Tensor.is_training())
 
