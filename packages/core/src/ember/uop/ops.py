@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any, Callable
 from ember.dtype import DType, PtrDType, AnyDType, dtypes, as_const, least_upper_dtype
-from ember.errors import DTypeError, ShapeError
+from ember.errors import ArgumentError, DTypeError, ShapeError
 
 class Ops(Enum):
   # defs
@@ -214,12 +214,12 @@ class UOp(metaclass=UOpMetaClass):
   @staticmethod
   def variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.int32) -> UOp:
     """A symbolic integer in [min_val, max_val]; `.bind(value)` gives it a value for one run."""
-    if min_val > max_val: raise ValueError(f"Variable {name}: min {min_val} > max {max_val}")
+    if min_val > max_val: raise ArgumentError(f"Variable {name}: min {min_val} > max {max_val}")
     return UOp(Ops.DEFINE_VAR, dtype, arg=(name, min_val, max_val))
   def bind(self, value: int) -> UOp:
     if self.op is not Ops.DEFINE_VAR: raise ValueError(f"only a Variable can be bound, not {self.op}")
     if not self.arg[1] <= value <= self.arg[2]:
-      raise ValueError(f"value {value} is out of range [{self.arg[1]}, {self.arg[2]}] of Variable {self.arg[0]!r}")
+      raise ArgumentError(f"value {value} is out of range [{self.arg[1]}, {self.arg[2]}] of Variable {self.arg[0]!r}")
     return UOp(Ops.BIND, self.dtype, (self, UOp.const(self.dtype, value)))
   def unbind(self) -> tuple[UOp, int]:
     if self.op is not Ops.BIND: raise ValueError(f"unbind needs a BIND, not {self.op}")
