@@ -156,3 +156,20 @@ def test_parameters_are_realized_buffers_with_dtype():
   assert bn.num_batches_tracked.dtype is dtypes.int64 and bn.num_batches_tracked.shape == ()
   assert bn.weight.requires_grad and not bn.running_mean.requires_grad
   assert all(t.uop.is_realized for t in get_state_dict(bn).values())
+
+@pytest.mark.parametrize("make, torch_make", [
+  (lambda: Linear(-1, 3), lambda: torch.nn.Linear(-1, 3)),
+  (lambda: Conv2d(3, 4, 3, groups=0), lambda: torch.nn.Conv2d(3, 4, 3, groups=0)),
+  (lambda: Conv2d(3, -4, 3), lambda: torch.nn.Conv2d(3, -4, 3)),
+  (lambda: Embedding(-5, 2), lambda: torch.nn.Embedding(-5, 2)),
+  (lambda: BatchNorm2d(-3), lambda: torch.nn.BatchNorm2d(-3)),
+  (lambda: LSTMCell(4, -2), lambda: torch.nn.LSTMCell(4, -2)),
+])
+def test_layers_with_bad_sizes_raise_a_shape_error_like_torch(make, torch_make):
+  # torch refuses these too; ember names the layer and the size (it raised math or ZeroDivision errors before)
+  with pytest.raises(Exception) as want: torch_make()
+  with pytest.raises(ShapeError, match="must be a positive int") as got: make()
+  assert isinstance(got.value, type(want.value)), (type(want.value), want.value)
+
+def test_group_norm_with_zero_groups_is_a_shape_error():
+  with pytest.raises(ShapeError, match="num_groups must be a positive int"): GroupNorm(0, 4)  # (torch: ZeroDivision)

@@ -13,6 +13,13 @@ from ember.nn import functional as F
 from ember.nn.functional import static_shape
 
 def _param(t: Tensor) -> Tensor: return t.requires_grad_(True)
+
+def _positive(layer: str, **sizes: Any) -> None:
+  """A layer's sizes (features, channels, kernel dims, groups) are ints >= 1: a typed error naming the bad one."""
+  for name, v in sizes.items():
+    for x in (v if isinstance(v, (tuple, list)) else (v,)):
+      if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+        raise ShapeError(f"{layer}: {name} must be a positive int (or ints), got {v!r}")
 def _buffer(t: Tensor) -> Tensor: return t.requires_grad_(False)
 
 class Linear:
@@ -22,6 +29,7 @@ class Linear:
   (4, 2)
   """
   def __init__(self, in_features: int, out_features: int, bias: bool = True):
+    _positive("Linear", in_features=in_features, out_features=out_features)
     bound = 1 / math.sqrt(in_features)
     self.weight = _param(F.kaiming_uniform(out_features, in_features))
     self.bias = _param(F.uniform(out_features, low=-bound, high=bound)) if bias else None
@@ -36,6 +44,8 @@ class _ConvNd:
   def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int],
                stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
                groups: int = 1, bias: bool = True):
+    _positive(type(self).__name__, in_channels=in_channels, out_channels=out_channels, kernel_size=kernel_size,
+              groups=groups)
     if in_channels % groups or out_channels % groups:
       raise ShapeError(f"{type(self).__name__}: groups={groups} must divide in_channels={in_channels} "
                        f"and out_channels={out_channels}")
@@ -70,6 +80,8 @@ class _ConvTransposeNd:
                stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
                output_padding: int | Sequence[int] = 0, groups: int = 1, bias: bool = True,
                dilation: int | Sequence[int] = 1):
+    _positive(type(self).__name__, in_channels=in_channels, out_channels=out_channels, kernel_size=kernel_size,
+              groups=groups)
     if in_channels % groups or out_channels % groups:
       raise ShapeError(f"{type(self).__name__}: groups={groups} must divide in_channels={in_channels} "
                        f"and out_channels={out_channels}")
@@ -116,6 +128,7 @@ class BatchNorm:
   """
   def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = True,
                track_running_stats: bool = True):
+    _positive(type(self).__name__, num_features=num_features)
     self.num_features, self.eps, self.momentum = num_features, eps, momentum
     self.track_running_stats = track_running_stats
     self.weight = _param(F.filled((num_features,), 1.0)) if affine else None
@@ -158,6 +171,7 @@ class LayerNorm:
   def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5, elementwise_affine: bool = True,
                bias: bool = True):
     self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    _positive("LayerNorm", normalized_shape=self.normalized_shape)
     self.eps = eps
     self.weight = _param(F.filled(self.normalized_shape, 1.0)) if elementwise_affine else None
     self.bias = _param(F.filled(self.normalized_shape, 0.0)) if elementwise_affine and bias else None
@@ -167,6 +181,7 @@ class LayerNorm:
 class RMSNorm:
   """x / sqrt(mean(x^2) + eps) * weight over the last dim (torch.nn.RMSNorm, eps defaulting to 1e-6)."""
   def __init__(self, dim: int, eps: float = 1e-6, elementwise_affine: bool = True):
+    _positive("RMSNorm", dim=dim)
     self.eps = eps
     self.weight = _param(F.filled((dim,), 1.0)) if elementwise_affine else None
   def __call__(self, x: Tensor) -> Tensor: return F.rms_norm(x, self.weight, self.eps)
@@ -174,6 +189,7 @@ class RMSNorm:
 class GroupNorm:
   """Normalise each of `num_groups` channel groups of (N, C, ...) inputs, then an affine per channel."""
   def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True):
+    _positive("GroupNorm", num_groups=num_groups, num_channels=num_channels)
     if num_channels % num_groups:
       raise ShapeError(f"GroupNorm: num_groups={num_groups} must divide num_channels={num_channels}")
     self.num_groups, self.eps = num_groups, eps
@@ -184,6 +200,7 @@ class GroupNorm:
 class InstanceNorm:
   """Normalise each channel of each sample over its spatial dims (torch's InstanceNorm1d/2d without running stats)."""
   def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = False):
+    _positive("InstanceNorm", num_features=num_features)
     self.num_features, self.eps = num_features, eps
     self.weight = _param(F.filled((num_features,), 1.0)) if affine else None
     self.bias = _param(F.filled((num_features,), 0.0)) if affine else None
@@ -196,6 +213,7 @@ class Embedding:
   (1, 3, 4)
   """
   def __init__(self, vocab_size: int, embed_size: int):
+    _positive("Embedding", vocab_size=vocab_size, embed_size=embed_size)
     self.vocab_size, self.embed_size = vocab_size, embed_size
     self.weight = _param(F.normal(vocab_size, embed_size))
   def __call__(self, idx: Tensor) -> Tensor:
@@ -214,6 +232,7 @@ class Dropout:
 class LSTMCell:
   """One LSTM step (torch.nn.LSTMCell): (x, (h, c)) -> (h', c'), gates ordered input, forget, cell, output."""
   def __init__(self, input_size: int, hidden_size: int, bias: bool = True):
+    _positive("LSTMCell", input_size=input_size, hidden_size=hidden_size)
     bound = 1 / math.sqrt(hidden_size)
     self.hidden_size = hidden_size
     self.weight_ih = _param(F.uniform(4 * hidden_size, input_size, low=-bound, high=bound))
