@@ -5,6 +5,7 @@ State-dict keys match PyTorch's (`weight`, `bias`, `running_mean`, `running_var`
 """
 from __future__ import annotations
 import math
+import numbers
 from typing import Any, Callable, Sequence
 from ember import Tensor
 from ember.dtype import dtypes
@@ -18,7 +19,7 @@ def _positive(layer: str, **sizes: Any) -> None:
   """A layer's sizes (features, channels, kernel dims, groups) are ints >= 1: a typed error naming the bad one."""
   for name, v in sizes.items():
     for x in (v if isinstance(v, (tuple, list)) else (v,)):
-      if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+      if isinstance(x, bool) or not isinstance(x, numbers.Integral) or x < 1:
         raise ShapeError(f"{layer}: {name} must be a positive int (or ints), got {v!r}")
 def _buffer(t: Tensor) -> Tensor: return t.requires_grad_(False)
 
