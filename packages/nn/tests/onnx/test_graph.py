@@ -189,3 +189,9 @@ def test_scan_over_zero_steps_keeps_the_state_and_gives_empty_outputs():
   got = load(m)(s0=s0, xs=np.zeros((0, 3), np.float32))
   np.testing.assert_array_equal(got["final"].numpy(), s0)
   assert got["rows"].shape == (3, 0) and got["rows"].numpy().dtype == np.float32
+
+def test_bytes_or_a_file_that_is_not_onnx_is_an_onnx_error(tmp_path):
+  bad = tmp_path / "bad.onnx"
+  bad.write_bytes(b"not an onnx model at all")
+  for source in (b"not an onnx model", str(bad)):
+    with pytest.raises(OnnxError, match="not a serialized ONNX model"): load(source)

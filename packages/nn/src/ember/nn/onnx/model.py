@@ -10,7 +10,7 @@ import functools
 import inspect
 import os
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 from ember import Device, Tensor, dtypes
 from ember.dtype import DType
@@ -23,6 +23,7 @@ from ember.nn.onnx import ops as _ops  # noqa: F401  (fills the op table)
 try:
   import onnx
   from onnx import numpy_helper
+  from google.protobuf.message import DecodeError  # onnx's own dependency
 except ImportError as e:  # pragma: no cover - the extra is documented; the error says how to get it
   raise ImportError("ember.nn.onnx parses models with the `onnx` package: pip install 'ember-nn[onnx]'") from e
 
@@ -294,11 +295,17 @@ def load(path_or_bytes: str | os.PathLike[str] | bytes, device: str | None = Non
   >>> outputs = model(x=np.ones((1, 3)))  # doctest: +SKIP
   """
   if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
-    proto, base_dir = onnx.load_from_string(bytes(path_or_bytes)), None
+    what, base_dir = f"the {len(path_or_bytes)} bytes given", None
+    parse: Callable[[], onnx.ModelProto] = lambda: onnx.load_from_string(bytes(path_or_bytes))  # noqa: E731
   else:
     path = os.fspath(path_or_bytes)
     if not os.path.isfile(path): raise OnnxError(f"no ONNX model at {path!r}")
-    proto, base_dir = onnx.load(path, load_external_data=False), os.path.dirname(os.path.abspath(path))
+    what, base_dir = repr(path), os.path.dirname(os.path.abspath(path))
+    parse = lambda: onnx.load(path, load_external_data=False)  # noqa: E731
+  try: proto = parse()
+  except DecodeError as e:
+    raise OnnxError(f"{what} are not a serialized ONNX model (protobuf: {e}); export it with torch.onnx.export or "
+                    "onnx.save") from e
   return OnnxModel(proto, device, base_dir)
 
 def load_proto(proto: onnx.ModelProto, device: str | None = None, base_dir: str | None = None) -> OnnxModel:
