@@ -27,8 +27,10 @@ def test_context_restores_values_even_on_error():
   assert DEBUG.value == before
 
 def test_context_rejects_unknown_keys():
-  with pytest.raises(KeyError, match="NOT_A_FLAG"):
+  from ember.errors import ContextKeyError
+  with pytest.raises(KeyError, match="NOT_A_FLAG") as e:
     Context(NOT_A_FLAG=1).__enter__()
+  assert isinstance(e.value, ContextKeyError)
 
 def test_diskcache_round_trip(cachedb: Path):
   assert diskcache_get("t", "k") is None

@@ -24,6 +24,9 @@ class ArgumentError(EmberError, ValueError, RuntimeError):
   range (randint with low >= high), a Variable bound outside its range. torch raises ValueError or RuntimeError for
   these: this is both."""
 
+class ContextKeyError(ArgumentError, KeyError):
+  """`Context(...)` given a setting name ember does not know (a KeyError, as a failed dict lookup is)."""
+
 class IndexingError(EmberError, IndexError, TypeError, ValueError):
   """A tensor index ember cannot take: an unsupported index type (str, float), two ellipses, a zero slice step, a
   boolean mask (its result's shape depends on the data). torch raises IndexError or TypeError (ValueError for a zero
@@ -60,6 +63,6 @@ class VizError(EmberError, ValueError):
 class ProfileError(EmberError, ValueError, RuntimeError):
   """`ember.profile` used the wrong way: a trace path whose folder does not exist, a profile entered twice."""
 
-__all__ = ["EmberError", "ShapeError", "AxisError", "EmptyReductionError", "ArgumentError", "IndexingError",
-           "DTypeError", "DeviceError", "PluginError", "CompileError", "MemoryAccessError", "JitError", "GradientError",
-           "ShardingError", "VizError", "ProfileError"]
+__all__ = ["EmberError", "ShapeError", "AxisError", "EmptyReductionError", "ArgumentError", "ContextKeyError",
+           "IndexingError", "DTypeError", "DeviceError", "PluginError", "CompileError", "MemoryAccessError", "JitError",
+           "GradientError", "ShardingError", "VizError", "ProfileError"]

@@ -52,7 +52,8 @@ class Context(contextlib.ContextDecorator):
     self.old: dict[str, Any] = {}
     for k, v in self.kwargs.items():
       if k not in ContextVar._cache:
-        raise KeyError(f"unknown Context key {k!r}; known keys: {sorted(ContextVar._cache)}")
+        from ember.errors import ContextKeyError
+        raise ContextKeyError(f"unknown Context key {k!r}; known keys: {sorted(ContextVar._cache)}")
       var = ContextVar._cache[k]
       self.old[k] = var.value
       if k in ("DEFAULT_FLOAT", "DEFAULT_INT"): v = _check_default_dtype(k, v)
