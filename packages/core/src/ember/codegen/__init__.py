@@ -76,14 +76,23 @@ THREAD_MIN_WORK = 1 << 15  # loop iterations from which a reduction kernel runs 
 # elements, 14 us on one thread and 34 on two)
 THREAD_MIN_ELEMENTS = 1 << 18
 
+def range_trips(r: UOp) -> int:
+  """A RANGE's trip count, or for one of symbolic trip count (a bound Variable's) the most it can be."""
+  end = r.src[0]
+  return end.arg if end.op is Ops.CONST else max(int(end.vmax), 1)
+
 def apply_opts(ast: UOp, renderer: Renderer, work: int, threads: int | None = None) -> tuple[UOp, list[int] | None]:
-  """Kernel optimisations (the hook BEAM and hand-coded opts plug into). CPU: split the outermost range over threads."""
+  """Kernel optimisations (the hook BEAM and hand-coded opts plug into). CPU: split the outermost range over threads.
+
+  The renderers compute each thread's share of a THREAD range when the kernel runs (`ceil(end / num_cores)` rows from
+  `core_id`'s), so a range of symbolic trip count (a decode step's position) splits too: its threads are as many as
+  its largest value allows, and a thread whose share starts past the bound value's end runs no iteration."""
   if NOOPT.value or not renderer.has_threads: return ast, None
   ranges = global_ranges(ast)
-  if not ranges or ranges[0].src[0].op is not Ops.CONST: return ast, None
+  if not ranges: return ast, None
   nthreads = threads or NUM_CPU_THREADS.value or (renderer.global_max[0] if renderer.global_max else 1)
   first = ranges[0]
-  n = min(nthreads, first.src[0].arg)
+  n = min(nthreads, range_trips(first))
   reduces = any(x.op is Ops.REDUCE for x in ast.toposort())
   if n < 2 or (threads is None and work < (THREAD_MIN_WORK if reduces else THREAD_MIN_ELEMENTS)): return ast, None
   return ast.substitute({first: first.replace(arg=(first.arg[0], AxisType.THREAD))}), [n, 1, 1]
@@ -153,7 +162,7 @@ def full_rewrite(ast: UOp, renderer: Renderer,
     sink = simplify_kernel(ast)
     # a row's exp stored by the loop of its sum, reloaded by the loop of the stores (outputs run as loops only)
     if not renderer.has_local: sink = reuse_row_values(sink)
-  work = prod(r.src[0].arg if r.src[0].op is Ops.CONST else 1 for r in sink.toposort() if r.op is Ops.RANGE)
+  work = prod(range_trips(r) for r in sink.toposort() if r.op is Ops.RANGE)  # symbolic: at their largest
   with timed_pass("choose opts"):
     if opts is None: opts = [] if NOOPT.value else hand_coded_opts(sink, renderer)  # register blocking, partial sums
   with timed_pass("apply opts"): sink = apply_opts_list(sink, opts)
