@@ -177,6 +177,21 @@ def test_float_constants_round_to_their_format():
 
 # ** items 3-10, 13, 14, 16: dtypes of Tensors built from Python values and literals **
 
+def test_python_ints_the_default_int_cannot_hold_widen_or_raise():
+  # int64, else uint64 (numpy's choice for one value; a list mixing them numpy makes float64, ember keeps exact),
+  # never a silently wrapped value; an asked-for dtype that cannot hold the value is a typed error (torch, numpy 2)
+  from ember.errors import ArgumentError
+  for v in (2**31, -2**31 - 1, 2**40, -2**62, 2**63, 2**64 - 1):
+    for data in (v, [v], [[1, v], [2, 3]]):
+      want = np.array(data, dtype=np.int64 if v < 2**63 else np.uint64)
+      got = Tensor(data).numpy()
+      assert got.dtype == want.dtype and (got == want).all() and got.ravel()[-1 if np.ndim(data) < 2 else 1] == v, data
+  for data, dt in ((2**64, None), ([2**64], None), (-2**63 - 1, None), (300, dtypes.uint8), ([300], dtypes.uint8),
+                   (-1, dtypes.uint32), ([2**31], dtypes.int32)):
+    with pytest.raises(ArgumentError, match="does not fit"): Tensor(data, dtype=dt)
+  assert Tensor(2**70, dtype=dtypes.float32).item() == np.float32(2**70)
+  assert Tensor(7).dtype is dtypes.weakint and (Tensor(7) + Tensor([1, 2], dtype=dtypes.int16)).dtype is dtypes.int16
+
 def test_tensor_from_python_values():
   assert Tensor(True).dtype is dtypes.bool
   assert Tensor(None).dtype is dtypes.weakfloat

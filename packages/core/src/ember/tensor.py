@@ -9,7 +9,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TypeAlias
 import numpy as np
 from ember.dtype import DType, dtypes, least_upper_dtype, least_upper_float, strong_dtype, to_dtype
-from ember.errors import (DTypeError, GradientError, ShapeError, DeviceError,
+from ember.errors import (ArgumentError, DTypeError, GradientError, ShapeError, DeviceError,
                           ShardingError)
 from ember.helpers import prod, SEED, TRAINING
 from ember.tensor_ops.extra import ExtraMixin
@@ -113,7 +113,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, MathMixin, Activati
     elif data is None:
       uop = _const_uop(0.0, dt or dtypes.weakfloat, dev)
     elif isinstance(data, (bool, int, float)):
-      uop = _const_uop(data, dtypes.from_py(data), dev)
+      uop = _const_uop(data, _int_scalar_dtype(data, dt) if type(data) is int else dtypes.from_py(data), dev)
     elif isinstance(data, bytes):
       uop = _from_numpy(np.frombuffer(data, dtype=np.uint8), dev)
     elif isinstance(data, (list, tuple)):
@@ -124,6 +124,14 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, MathMixin, Activati
       try: arr = np.array(data, dtype=np_dt)
       except (ValueError, TypeError) as e:
         raise ShapeError(f"cannot build a Tensor from a ragged or mixed list: {e}") from e
+      except OverflowError as e:  # ints the default int cannot hold: int64 or uint64 where none was asked for
+        wider = next((w for w in (dtypes.int64, dtypes.uint64) if dt is None and dtypes.is_int(target)
+                      and _fits(data, w)), None)
+        if wider is None:
+          raise ArgumentError(f"a value of the list does not fit {target!r} ({e}); pass dtype= a wider one, or "
+                              "smaller values") from e
+        target = wider
+        arr = np.array(data, dtype=target.fmt)
       uop = _from_numpy(arr, dev, target if target.fmt is not None else None)
       if target.fmt is None: uop = _cast_uop(uop, target)  # bfloat16/fp8: numpy holds float32, the device rounds
     elif isinstance(data, np.ndarray) or np.isscalar(data):
@@ -617,6 +625,21 @@ def _cast_uop(u: UOp, dt: DType) -> UOp:
 
 def _reshape(u: UOp, shape: tuple[sint, ...]) -> UOp:
   return u if u.shape == shape else UOp(Ops.RESHAPE, u.dtype, (u,), tuple(shape))
+
+def _fits(data: Any, dt: DType) -> bool:
+  """Every int of a nested list within `dt`'s range."""
+  if isinstance(data, (list, tuple)): return all(_fits(x, dt) for x in data)
+  return not isinstance(data, int) or dtypes.min(dt) <= data <= dtypes.max(dt)
+
+def _int_scalar_dtype(v: int, dt: DType | None) -> DType:
+  """A Python int's dtype: weak where the default int holds it, else int64 or uint64 (numpy's choice); a value the
+  asked-for integer dtype, or no integer dtype, can hold is an ArgumentError rather than a wrapped number."""
+  if dt is not None and dtypes.is_int(dt) and not dtypes.min(dt) <= v <= dtypes.max(dt):
+    raise ArgumentError(f"{v} does not fit {dt!r} (range {dtypes.min(dt)}..{dtypes.max(dt)}); pass a wider dtype")
+  if dt is not None and dtypes.is_float(dt): return dtypes.weakfloat  # (2**70 as a float32 is fine)
+  if dt is not None or dtypes.min(dtypes.default_int) <= v <= dtypes.max(dtypes.default_int): return dtypes.weakint
+  if wide := next((w for w in (dtypes.int64, dtypes.uint64) if dtypes.min(w) <= v <= dtypes.max(w)), None): return wide
+  raise ArgumentError(f"{v} does not fit any integer dtype (int64 or uint64); pass it as a float")
 
 def _shape_arg(shape: tuple[Any, ...]) -> tuple[sint, ...]:
   if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
