@@ -192,6 +192,14 @@ def test_python_ints_the_default_int_cannot_hold_widen_or_raise():
   assert Tensor(2**70, dtype=dtypes.float32).item() == np.float32(2**70)
   assert Tensor(7).dtype is dtypes.weakint and (Tensor(7) + Tensor([1, 2], dtype=dtypes.int16)).dtype is dtypes.int16
 
+def test_full_and_arange_widen_for_ints_the_default_int_cannot_hold():
+  from ember.errors import ArgumentError
+  np.testing.assert_array_equal(Tensor.full((2,), 2**40).numpy(), np.full(2, 2**40, np.int64))
+  np.testing.assert_array_equal(Tensor.arange(2**31 - 1, 2**31 + 2).numpy(), np.arange(2**31 - 1, 2**31 + 2))
+  np.testing.assert_array_equal(Tensor.arange(0, -2**33, -2**31).numpy(), np.arange(0, -2**33, -2**31))
+  assert Tensor.full((2,), 7).dtype is dtypes.default_int and Tensor.arange(5).dtype is dtypes.default_int
+  with pytest.raises(ArgumentError, match="does not fit"): Tensor.full((2,), 300, dtype=dtypes.uint8)
+
 def test_tensor_from_python_values():
   assert Tensor(True).dtype is dtypes.bool
   assert Tensor(None).dtype is dtypes.weakfloat

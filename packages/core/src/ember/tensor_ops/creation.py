@@ -11,11 +11,11 @@ from ember.helpers import prod
 from ember.uop.ops import Ops, UOp, sint
 
 if TYPE_CHECKING:
-  from ember.tensor import (Tensor, _buffer_uop, _canon_device, _const_uop, _multi_create, _new_shape, _reshape,
-                            _rng_seed, _rng_states, _rng_words, _shape_arg, _tensor_seq)
+  from ember.tensor import (Tensor, _buffer_uop, _canon_device, _const_uop, _int_scalar_dtype, _multi_create,
+                            _new_shape, _reshape, _rng_seed, _rng_states, _rng_words, _shape_arg, _tensor_seq)
 
-LATE_NAMES = ('Tensor', '_buffer_uop', '_canon_device', '_const_uop', '_multi_create', '_new_shape', '_reshape',
-              '_rng_seed', '_rng_states', '_rng_words', '_shape_arg', '_tensor_seq')
+LATE_NAMES = ('Tensor', '_buffer_uop', '_canon_device', '_const_uop', '_int_scalar_dtype', '_multi_create',
+              '_new_shape', '_reshape', '_rng_seed', '_rng_states', '_rng_words', '_shape_arg', '_tensor_seq')
 
 class CreationMixin:
   __slots__ = ()  # Tensor's own slots stay the only instance fields
@@ -33,7 +33,10 @@ class CreationMixin:
            **kwargs: Any) -> Tensor:
     if isinstance(device, tuple): return _multi_create(Tensor.full, device, shape, fill_value, dtype=dtype, **kwargs)
     shp = _new_shape(_shape_arg((shape,)), "full")
-    dt = to_dtype(dtype) if dtype is not None else strong_dtype(dtypes.from_py(fill_value))
+    dt = to_dtype(dtype) if dtype is not None else None
+    if type(fill_value) is int: _int_scalar_dtype(fill_value, dt)  # a value dt cannot hold is refused, not wrapped
+    if dt is None:
+      dt = strong_dtype(_int_scalar_dtype(fill_value, None) if type(fill_value) is int else dtypes.from_py(fill_value))
     return Tensor(_const_uop(fill_value, dt, _canon_device(device), shp), **kwargs)
   @staticmethod
   def zeros(*shape: Any, **kwargs: Any) -> Tensor:
@@ -56,7 +59,10 @@ class CreationMixin:
     n = max(math.ceil((stop - start) / step), 0)
     if kwargs.get("dtype") is not None: dt = to_dtype(kwargs.pop("dtype"))
     elif any(isinstance(v, float) for v in (start, stop, step)): dt = dtypes.default_float
-    else: dt = dtypes.default_int
+    else:  # the default int where it holds every value, else int64 (as torch's default int is)
+      last = start + (n - 1) * step if n else start
+      dt = dtypes.default_int if all(dtypes.min(dtypes.default_int) <= v <= dtypes.max(dtypes.default_int)
+                                     for v in (start, last)) else dtypes.int64
     if n == 0: return Tensor.empty(0, dtype=dt, **kwargs)
     if isinstance(kwargs.get("device"), tuple):
       return _multi_create(Tensor.arange, kwargs.pop("device"), start, stop, step, dtype=dt, **kwargs)
