@@ -172,6 +172,28 @@ def test_graph_rewrite_shared_nodes_rewrite_once():
   assert out is (x * 11) + (y * 11)
   assert calls.count((5, 6)) == 1
 
+def test_graph_rewrite_remembers_what_nodes_became():
+  # a later rewrite with the same table (the kernel's next opt, the next kernel) takes the nodes it walked before as
+  # done: its rules run on the new nodes only, and the result is what a fresh walk gives
+  tried = []
+  def fold(a, b):
+    tried.append((a.arg, b.arg))
+    return UOp.const(dtypes.int32, a.arg + b.arg)
+  pm = PatternMatcher([(UPat(Ops.ADD, src=(UPat.cvar("a"), UPat.cvar("b"))), fold)])
+  first = x * (c(20) + c(1))
+  assert graph_rewrite(first, pm) is x * 21
+  bigger = first + (c(30) + c(2))
+  assert graph_rewrite(bigger, pm) is x * 21 + 32
+  assert tried == [(20, 1), (30, 2)]
+  assert graph_rewrite(bigger, PatternMatcher(pm.patterns)) is x * 21 + 32  # another table walks it all again
+  assert tried == [(20, 1), (30, 2), (20, 1), (30, 2)]
+
+def test_graph_rewrite_with_ctx_walks_every_time():
+  # rules that read ctx may give another result for the same node under another ctx: nothing is remembered
+  pm = PatternMatcher([(UPat(Ops.DEFINE_VAR, name="v"), lambda ctx, v: ctx.get(v.arg[0]))])
+  assert graph_rewrite(x + y, pm, ctx={"x": c(2)}) is c(2) + y
+  assert graph_rewrite(x + y, pm, ctx={"x": c(3)}) is c(3) + y
+
 def test_graph_rewrite_passes_ctx():
   pm = PatternMatcher([(UPat(Ops.DEFINE_VAR, name="v"), lambda ctx, v: ctx.get(v.arg[0]))])
   assert graph_rewrite(x + y, pm, ctx={"x": c(2)}) is c(2) + y

@@ -128,10 +128,17 @@ def _arg_eq(pat_arg: Any, arg: Any) -> bool:
 RewriteFn = Callable[..., UOp | None]
 TryHook = Callable[["UPat", RewriteFn, UOp, UOp | None, float], None]
 
+_memo_ids = itertools.count()
+
 class PatternMatcher:
-  """A table of rewrite rules, indexed by the root op so a node is only tried against rules that can match it."""
+  """A table of rewrite rules, indexed by the root op so a node is only tried against rules that can match it.
+
+  A rule's result depends on the node it matched alone (and on `ctx`, for rules that take it): a graph_rewrite without
+  ctx remembers what each node it walked became (see `graph_rewrite`)."""
   def __init__(self, patterns: list[tuple[UPat, RewriteFn]]):
     self.patterns = patterns
+    # the attribute under which a node keeps what this table's graph_rewrite made of it
+    self.memo = f"_rewritten_{next(_memo_ids)}"
     self.pdict: dict[Ops, list[tuple[UPat, RewriteFn, bool, frozenset[Ops]]]] = {}
     self.any_op: list[tuple[UPat, RewriteFn, bool, frozenset[Ops]]] = []
     for pat, fn in patterns:
@@ -190,13 +197,22 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
   Top-down (default): every node is rebuilt from its rewritten sources, then `pm` is applied until it returns None,
   rewriting each result in full. `bottom_up=True` applies `pm` to a node before descending into its sources. `name`
   labels the pass in VIZ and in errors.
+
+  A top-down rewrite without ctx is a function of each node's subgraph (UOps are hash-consed): every node walked keeps
+  its result, and a later rewrite with the same table (the next opt of the kernel, the next kernel) takes a node it
+  meets again as done, without walking below it. A register-blocked kernel is rewritten once per opt, each time mostly
+  the same nodes.
   """
   if TRACER is not None: return TRACER.graph_rewrite(sink, pm, ctx, bottom_up, name)
-  return rewrite_walk(sink, pm.rewrite, ctx, bottom_up, name)
+  return rewrite_walk(sink, pm.rewrite, ctx, bottom_up, name, pm.memo if ctx is None and not bottom_up else None)
+
+_SAME: Any = object()  # a memo entry: the node rewrites to itself (the node itself would make a reference cycle)
 
 def rewrite_walk(sink: UOp, rewrite: Callable[[UOp, Any], UOp | None], ctx: Any, bottom_up: bool,
-                 name: str | None) -> UOp:
-  """graph_rewrite's walk, applying `rewrite(node, ctx)` (a PatternMatcher's `rewrite`, or a traced one)."""
+                 name: str | None, memo: str | None = None) -> UOp:
+  """graph_rewrite's walk, applying `rewrite(node, ctx)` (a PatternMatcher's `rewrite`, or a traced one); `memo`
+  names the node attribute holding a node's result from earlier walks with the same rules, read and written."""
+  if memo is not None and (done := sink.__dict__.get(memo)) is not None: return sink if done is _SAME else done
   replace: dict[UOp, UOp] = {}
   in_progress: set[UOp] = set()
   # stack entries: (original, stage, working node)
@@ -208,6 +224,9 @@ def rewrite_walk(sink: UOp, rewrite: Callable[[UOp, Any], UOp | None], ctx: Any,
     orig, stage, node = stack.pop()
     if stage == 0:
       if orig in replace: continue
+      if memo is not None and (done := orig.__dict__.get(memo)) is not None:
+        replace[orig] = orig if done is _SAME else done
+        continue
       if bottom_up:
         for _ in range(1000):
           nxt = rewrite(node, ctx)
@@ -233,6 +252,8 @@ def rewrite_walk(sink: UOp, rewrite: Callable[[UOp, Any], UOp | None], ctx: Any,
     else:
       replace[orig] = replace.get(node, node)
       in_progress.discard(orig)
+  if memo is not None:
+    for k, v in replace.items(): k.__dict__[memo] = _SAME if v is k else v
   return replace[sink]
 
 def substitute(sink: UOp, mapping: dict[UOp, UOp]) -> UOp:
