@@ -56,6 +56,9 @@ class Ops(Enum):
   # custom_gradient); the scheduler computes src[0] and never reads the other sources through it
   CUSTOM_GRAD = auto()
   def __repr__(self) -> str: return f"Ops.{self.name}"
+  # members hash by identity, in C: Enum's __hash__ hashes the name in Python, and an op is hashed for every UOp
+  # built (the hash-consing key) and every rule tried (pattern tables are indexed by op)
+  __hash__ = object.__hash__
 
 class GroupOp:
   Unary = {Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.TRUNC}
@@ -77,6 +80,7 @@ class AxisType(Enum):
   GLOBAL = auto(); THREAD = auto(); LOOP = auto(); REDUCE = auto(); UPCAST = auto(); UNROLL = auto()  # noqa: E702
   LOCAL = auto()
   def __repr__(self) -> str: return f"AxisType.{self.name}"
+  __hash__ = object.__hash__  # as Ops': a range's arg is part of its hash-consing key
 
 class AddrSpace(Enum):
   """Where a hand-written kernel's placeholder buffer lives: GLOBAL device memory (a kernel argument), LOCAL memory
