@@ -126,6 +126,7 @@ class ClangRenderer(CStyleLanguage):
   device = "CPU"
   suffix = "c"
   has_threads = True
+  has_qdot = True
   simd_width = 16
   infinity = "__builtin_inff()"
   nan = '__builtin_nanf("")'
@@ -159,6 +160,7 @@ class CPULLVMRenderer(LLVMRenderer):
   device = "CPU"
   suffix = "ll"
   has_threads = True
+  has_qdot = True
   simd_width = 16
   extra_matcher = pm_cpu
   vector_reduce_ops = frozenset({Ops.MAX})  # as int maxima (pm_cpu) they vectorise unsplit: no SPLIT opt

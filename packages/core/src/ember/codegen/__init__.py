@@ -128,6 +128,7 @@ def estimate(uops: list[UOp]) -> Estimates:
       mult *= max(n, 1)
     elif u.op is Ops.END and stack: mult //= max(stack.pop(), 1)
     elif u.op is Ops.MULACC: ops += 2 * mult  # a multiply and an add
+    elif u.op is Ops.QDOT: ops += 64 * u.arg[0] * u.arg[3] * mult  # a multiply-add per code, block and plane
     elif u.op in GroupOp.ALU and not dtypes.is_int(u.dtype): ops += mult
   params = [u.dtype for u in uops if u.op is Ops.PARAM and isinstance(u.dtype, PtrDType) and u.dtype.size > 0]
   mem = sum(p.size * p.base.itemsize for p in params)

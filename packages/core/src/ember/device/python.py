@@ -43,7 +43,7 @@ from ember.uop.ops import AxisType, GroupOp, Ops, UOp, render_expr
 MAX_LANES = 1 << 22
 PARALLEL_AXES = frozenset({AxisType.GLOBAL, AxisType.THREAD, AxisType.LOOP, AxisType.UPCAST})
 LINEAR_OPS = frozenset({Ops.PARAM, Ops.DEFINE_VAR, Ops.CONST, Ops.RANGE, Ops.END, Ops.DEFINE_ACC, Ops.ASSIGN, Ops.INDEX,
-                        Ops.LOAD, Ops.STORE, Ops.CAST, Ops.BITCAST}) | GroupOp.ALU
+                        Ops.LOAD, Ops.STORE, Ops.CAST, Ops.BITCAST, Ops.QDOT}) | GroupOp.ALU
 FLOAT_ONLY_OPS = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.TRUNC, Ops.FDIV})
 INT_ONLY_OPS = frozenset({Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR})
 # arithmetic on bools runs in int8 and converts back with != 0 (C's int promotion followed by a bool conversion)
@@ -220,6 +220,7 @@ def _comment(u: UOp, names: list[str], i: int) -> str:
   if u.op is Ops.LOAD: return f"{me} = *{names[0]}"
   if u.op is Ops.STORE: return f"*{names[0]} = {names[1]}"
   if u.op in (Ops.CAST, Ops.BITCAST): return f"{me} = {u.op.name.lower()}<{u.dtype.name}>({names[0]})"
+  if u.op is Ops.QDOT: return f"{me} = qdot{u.arg!r}({', '.join(names)})"
   return f"{me} = {PythonRenderer.code_for_op[u.op](*names)}"
 
 def decode_program(src: str) -> list[UOp]:
@@ -247,6 +248,7 @@ class PythonRenderer(Renderer):
   has_local = False
   has_shared = False
   has_threads = False
+  has_qdot = True
   native_floats = frozenset({dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2})  # rounded after every op (above)
   code_for_op: dict[Ops, Callable[..., str]] = {
     Ops.NEG: lambda x: f"-{x}", Ops.EXP2: lambda x: f"exp2({x})", Ops.LOG2: lambda x: f"log2({x})",
@@ -386,6 +388,7 @@ class _Run:
       if op in GroupOp.ALU:
         self.values[i] = exec_numpy_alu(op, self.dtypes[i], self.dtypes[srcs[-1]], [self.values[s] for s in srcs])
       elif op is Ops.LOAD: self.values[i] = self.load(i, active)
+      elif op is Ops.QDOT: self.values[i] = self.qdot(i, active)
       elif op is Ops.STORE: self.store(i, active)
       elif op is Ops.INDEX: self.values[i] = [self.values[s] for s in srcs[1:]]
       elif op is Ops.CAST: self.values[i] = cast_values(self.values[srcs[0]], self.dtypes[srcs[0]], self.dtypes[i])
@@ -456,6 +459,30 @@ class _Run:
     if not mask.any(): return zero  # every lane is gated off: memory is not touched at all
     self._check_bounds(i, slot, buf, idx, mask)
     return np.where(mask, from_storage(buf[np.where(mask, idx, 0)], dt), zero)
+
+  def _block_rows(self, i: int, pos: int, per_block: int, active: np.ndarray | None) -> np.ndarray:
+    """QDOT source `pos`: each lane's `blocks` * `per_block` elements from its address, (lanes..., blocks, per_block),
+    bounds-checked for the active lanes."""
+    blocks = self.uops[i].arg[0]
+    slot, buf, idx, mask = self._lanes(self.srcs[i][pos], active)
+    if mask is not None: idx = np.where(mask, idx, 0)
+    span = np.arange(blocks * per_block)
+    for end in (idx, idx + span[-1]): self._check_bounds(i, slot, buf, np.asarray(end), mask)
+    values = from_storage(buf[np.asarray(idx)[..., None] + span], self.plan.params[slot])
+    return values.reshape(*values.shape[:-1], blocks, per_block)
+
+  def qdot(self, i: int, active: np.ndarray | None) -> np.ndarray:
+    """QDOT (UOp.qdot): integer dot products per block, scaled and summed in float64, rounded to float32."""
+    _, bits, zero, planes = self.uops[i].arg
+    raw = self._block_rows(i, 0, 16 if bits == 4 else 32, active).astype(np.int64)
+    codes = np.concatenate([raw & 15, raw >> 4], axis=-1) if bits == 4 else raw
+    scale, xq, xd, xs = (self._block_rows(i, p, n, active) for p, n in ((1, 1), (2, 32 * planes), (3, 1), (4, 1)))
+    xq = xq.reshape(*xq.shape[:-1], planes, 32).astype(np.int64)
+    ints = (codes[..., None, :] * xq).sum(-1) * 256 ** np.arange(planes - 1, -1, -1)  # exact, as in int32
+    dots = ints.sum(-1, keepdims=True).astype(np.float64) / 256 ** (planes - 1)
+    per_block = scale.astype(np.float64) * (xd * dots - zero * xs.astype(np.float64))
+    if len(self.srcs[i]) == 6: per_block = per_block + self._block_rows(i, 5, 1, active).astype(np.float64) * xs
+    return per_block.sum(axis=(-2, -1)).astype(np.float32)
 
   def store(self, i: int, active: np.ndarray | None) -> None:
     slot, buf, idx, mask = self._lanes(self.srcs[i][0], active)

@@ -62,6 +62,8 @@ class Renderer(ABC):
   pack_operands: bool = False
   # reduce ops the target's compiler vectorises as written (no SPLIT into partial lanes needed)
   vector_reduce_ops: frozenset[Ops] = frozenset()
+  # the target renders QDOT (UOp.qdot, a quantised row dot product): decode matvecs of quantised weights use it
+  has_qdot: bool = False
   # ops the target computes natively; codegen decomposes the transcendental ones that are missing here
   code_for_op: dict[Ops, Callable[..., str]] = {}
   extra_matcher: Any = None

@@ -27,7 +27,7 @@ from ember.uop.rewrite import PatternMatcher, UPat
 
 # ** shared by the C-style and LLVM renderers **
 
-_generated_name = re.compile(r"^(data|ridx|acc|val|alu|cast|shfl|temp|wmma)\d+(_\w*)?$")
+_generated_name = re.compile(r"^(data|ridx|acc|val|alu|cast|shfl|temp|wmma|qdot)\d+(_\w*)?$")
 
 def var_name(name: str, reserved: frozenset[str] = frozenset()) -> str:
   """A DEFINE_VAR's name as an identifier that cannot collide with a keyword or the names renderers generate."""
@@ -148,6 +148,74 @@ def _wmma(ctx: _Ctx, x: UOp) -> str:
     ctx.emit(f"{fn}({out}, {', '.join(ctx[s] for s in x.src)});")
   return f"{out}[{index}]"
 
+# QDOT (UOp.qdot) as a call of a helper per (code bits, zero point, offset). x86 CPUs with VNNI multiply a block's
+# unsigned codes by its signed activations 32 at a time (vpdpbusd into 8 int32 lanes), convert those to float once
+# per block and accumulate them, scaled, in one float vector: the horizontal sum runs once per row. Elsewhere the
+# block's integer dot product is a plain loop.
+_QDOT_PRELUDE = """#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#include <immintrin.h>
+#define EMBER_DPBUSD _mm256_dpbusd_epi32
+#elif defined(__AVXVNNI__)
+#include <immintrin.h>
+#define EMBER_DPBUSD _mm256_dpbusd_avx_epi32
+#endif"""
+
+def qdot_helper(r: CStyleLanguage, bits: int, zero: int, offset: bool, planes: int) -> tuple[str, str]:
+  """The name and C definition of the helper that computes QDOT for these codes (see UOp.qdot)."""
+  name = f"ember_qdot{bits}_z{zero}_p{planes}{'_m' if offset else ''}"
+  ptr = lambda t, n: f"{r.buffer_prefix}const {t}* {n}"  # noqa: E731
+  params = [ptr("unsigned char", "w"), ptr("float", "sc"), ptr("signed char", "xq"), ptr("float", "xd"),
+            ptr("float", "xs"), *([ptr("float", "mo")] if offset else []), "int nb"]
+  per_block = [*(["zs += sc[b]*xs[b];"] if zero else []), *(["ms += mo[b]*xs[b];"] if offset else [])]
+  step, unit = 32 * planes, f"*{float32_literal(256.0 ** (1 - planes))}f" if planes > 1 else ""
+  if bits == 4:
+    codes = ["__m128i raw = _mm_loadu_si128((const __m128i*)(w+16*b));",
+             "__m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(15));"]
+    plain = [f"for (int j = 0; j < 16; j++) s{p} += (w[16*b+j]&15)*xq[{step}*b+{32 * p}+j] + "
+             f"(w[16*b+j]>>4)*xq[{step}*b+{32 * p + 16}+j];" for p in range(planes)]
+  else:
+    codes = ["__m256i u = _mm256_loadu_si256((const __m256i*)(w+32*b));"]
+    plain = [f"for (int j = 0; j < 32; j++) s{p} += w[32*b+j]*xq[{step}*b+{32 * p}+j];" for p in range(planes)]
+  dots = ["__m256i dot = EMBER_DPBUSD(_mm256_setzero_si256(), u, _mm256_loadu_si256((const __m256i*)(xq+"
+          f"{step}*b)));"]
+  dots += [f"dot = EMBER_DPBUSD(_mm256_slli_epi32(dot, 8), u, _mm256_loadu_si256((const __m256i*)(xq+{step}*b+"
+           f"{32 * p})));" for p in range(1, planes)]
+  combined = "s0" if planes == 1 else "s0*256+s1"
+  tail = "".join([f" - {zero}.0f*zs" if zero else "", " + ms" if offset else ""])
+  body = [
+    "float zs = 0.0f, ms = 0.0f;",
+    "#ifdef EMBER_DPBUSD",
+    "__m256 acc = _mm256_setzero_ps();",
+    "for (int b = 0; b < nb; b++) {",
+    *("  " + c for c in codes + dots),
+    f"  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(sc[b]*xd[b]{unit}), acc);",
+    *("  " + p for p in per_block),
+    "}",
+    "__m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));",
+    "h = _mm_add_ps(h, _mm_movehl_ps(h, h));",
+    "float dot = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));",
+    "#else",
+    "float dot = 0.0f;",
+    "for (int b = 0; b < nb; b++) {",
+    f"  int {', '.join(f's{p} = 0' for p in range(planes))};",
+    *("  " + p for p in plain),
+    f"  dot += (float)({combined})*(sc[b]*xd[b]{unit});",
+    *("  " + p for p in per_block),
+    "}",
+    "#endif",
+    "(void)zs; (void)ms;",
+    f"return dot{tail};"]
+  lines = [line if line.startswith("#") else "  " + line for line in body]
+  return name, f"{r.helper_prefix}float {name}({', '.join(params)}) {{\n" + "\n".join(lines) + "\n}"
+
+def _qdot(ctx: _Ctx, x: UOp) -> str:
+  if not ctx.renderer.has_qdot: _missing(ctx, "QDOT", "set has_qdot where its helper compiles, or keep it out")
+  blocks, bits, zero, planes = x.arg
+  name, definition = qdot_helper(ctx.renderer, bits, zero, len(x.src) == 6, planes)
+  ctx.helpers.setdefault("ember_qdot_prelude", _QDOT_PRELUDE)
+  ctx.helpers.setdefault(name, definition)
+  return f"{name}({', '.join(f'&{ctx[s]}' for s in x.src)}, {blocks})"
+
 def _load(ctx: _Ctx, x: UOp) -> str:
   if (gate := ctx.gate(x.src[0])) is None: return ctx[x.src[0]]
   return f"({gate} ? {ctx[x.src[0]]} : {ctx.renderer.render_const(0, value_dtype(x))})"  # a gated-off load reads 0
@@ -184,6 +252,7 @@ pm_render_c = text_rules([
   (UPat(Ops.BARRIER), lambda ctx: ctx.renderer.barrier or _missing(ctx, "BARRIER", "set barrier for GPU targets")),
   (UPat(Ops.SHUFFLE_XOR, name="x"), _shuffle),
   (UPat(Ops.WMMA, name="x"), _wmma),
+  (UPat(Ops.QDOT, name="x"), _qdot),
   (UPat(Ops.INDEX, name="x"), lambda ctx, x: f"{ctx[x.src[0]]}[{ctx[x.src[1]]}]"),  # a gate is read by its LOAD/STORE
   (UPat(Ops.LOAD, name="x"), _load),
   (UPat(Ops.STORE, name="x"), _store),
@@ -203,7 +272,7 @@ _expressions = (Ops.CONST, Ops.INDEX, Ops.WMMA)
 # values declared `T name = text;`: named above, or fresh with this prefix (unless inlined into their one user)
 _declared = (Ops.SPECIAL, Ops.DEFINE_ACC)
 _value_prefix = {Ops.LOAD: "val", Ops.SHUFFLE_XOR: "shfl", Ops.CAST: "cast", Ops.BITCAST: "cast",
-                 **{op: "alu" for op in GroupOp.ALU}}
+                 Ops.QDOT: "qdot", **{op: "alu" for op in GroupOp.ALU}}
 
 class CStyleLanguage(Renderer):
   """Renders a linear program as one C-like function. Subclasses set the class attributes below and put their own

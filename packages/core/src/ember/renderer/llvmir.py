@@ -233,6 +233,62 @@ def _wmma(ctx: _Ctx, x: UOp) -> str:
   ctx.emit(f"{ret}.d{index} = extractelement {acc_t} {ret}, i32 {index}")
   return f"{ret}.d{index}"
 
+_IOTA32 = f"<{', '.join(f'i32 {i}' for i in range(32))}>"
+
+def _splat(n: int, t: str, v: int) -> str: return f"<{', '.join([f'{t} {v}'] * n)}>"
+
+def qdot_ir(bits: int, zero: int, offset: bool, planes: int) -> tuple[str, str]:
+  """The name and IR definition of a function computing QDOT (UOp.qdot) for these codes: a loop over the blocks, each
+  block's 32 codes times each plane of its activations as one vector of int32 products summed to a scalar."""
+  name = f"ember_qdot{bits}_z{zero}_p{planes}{'_m' if offset else ''}"
+  params = ["ptr %w", "ptr %sc", "ptr %xq", "ptr %xd", "ptr %xs", *(["ptr %mo"] if offset else []), "i32 %nb"]
+  if bits == 4:
+    codes = ["%wo = mul i64 %b64, 16", "%wp = getelementptr i8, ptr %w, i64 %wo",
+             "%raw = load <16 x i8>, ptr %wp, align 1", f"%lo = and <16 x i8> %raw, {_splat(16, 'i8', 15)}",
+             f"%hi = lshr <16 x i8> %raw, {_splat(16, 'i8', 4)}",
+             f"%u = shufflevector <16 x i8> %lo, <16 x i8> %hi, <32 x i32> {_IOTA32}"]
+  else:
+    codes = ["%wo = mul i64 %b64, 32", "%wp = getelementptr i8, ptr %w, i64 %wo",
+             "%u = load <32 x i8>, ptr %wp, align 1"]
+  codes += [f"%qo = mul i64 %b64, {32 * planes}", "%u32 = zext <32 x i8> %u to <32 x i32>"]
+  for p in range(planes):
+    codes += [f"%qo{p} = add i64 %qo, {32 * p}", f"%qp{p} = getelementptr i8, ptr %xq, i64 %qo{p}",
+              f"%q{p} = load <32 x i8>, ptr %qp{p}, align 1", f"%q{p}w = sext <32 x i8> %q{p} to <32 x i32>",
+              f"%p{p} = mul <32 x i32> %u32, %q{p}w",
+              f"%s{p} = call i32 @llvm.vector.reduce.add.v32i32(<32 x i32> %p{p})"]
+  codes += ["%s = add i32 %s0, 0"] if planes == 1 else ["%s0h = mul i32 %s0, 256", "%s = add i32 %s0h, %s1"]
+  terms = ["%xsp = getelementptr float, ptr %xs, i64 %b64", "%xsv = load float, ptr %xsp"]
+  terms += ["%zt = fmul float %scv, %xsv", "%zs.next = fadd float %zs, %zt"] if zero else \
+    ["%zs.next = fadd float %zs, 0.0"]
+  terms += ["%mp = getelementptr float, ptr %mo, i64 %b64", "%mv = load float, ptr %mp", "%mt = fmul float %mv, %xsv",
+            "%ms.next = fadd float %ms, %mt"] if offset else ["%ms.next = fadd float %ms, 0.0"]
+  body = [
+    "entry:", "br label %loop", "loop:",
+    "%b = phi i32 [ 0, %entry ], [ %b.next, %body ]", "%dot = phi float [ 0.0, %entry ], [ %dot.next, %body ]",
+    "%zs = phi float [ 0.0, %entry ], [ %zs.next, %body ]", "%ms = phi float [ 0.0, %entry ], [ %ms.next, %body ]",
+    "%more = icmp slt i32 %b, %nb", "br i1 %more, label %body, label %exit", "body:", "%b64 = sext i32 %b to i64",
+    *codes, "%sf = sitofp i32 %s to float",
+    "%scp = getelementptr float, ptr %sc, i64 %b64", "%scv = load float, ptr %scp",
+    "%xdp = getelementptr float, ptr %xd, i64 %b64", "%xdv = load float, ptr %xdp", "%f0 = fmul float %scv, %xdv",
+    f"%f = fmul float %f0, {lconst(256.0 ** (1 - planes), dtypes.float32)}",
+    "%t = fmul float %sf, %f", "%dot.next = fadd float %dot, %t", *terms,
+    "%b.next = add i32 %b, 1", "br label %loop", "exit:",
+    f"%zz = fmul float %zs, {lconst(float(zero), dtypes.float32)}", "%r0 = fsub float %dot, %zz",
+    "%r = fadd float %r0, %ms", "ret float %r"]
+  lines = [line if line.endswith(":") else "  " + line for line in body]
+  return name, f"define internal float @{name}({', '.join(params)}) nounwind {{\n" + "\n".join(lines) + "\n}"
+
+def _qdot(ctx: _Ctx, x: UOp) -> str:
+  if not ctx.renderer.has_qdot: _missing(ctx, "QDOT", "set has_qdot where its IR compiles, or keep it out")
+  blocks, bits, zero, planes = x.arg
+  name, definition = qdot_ir(bits, zero, len(x.src) == 6, planes)
+  ctx.helpers.setdefault("llvm.vector.reduce.add.v32i32", "declare i32 @llvm.vector.reduce.add.v32i32(<32 x i32>)")
+  ctx.helpers.setdefault(name, definition)
+  ret = ctx.fresh("qdot")
+  args = ", ".join(f"{ctx.ptr_types.get(s, ctx.renderer.buffer_type)} {ctx[s]}" for s in x.src)
+  ctx.emit(f"{ret} = call float @{name}({args}, i32 {blocks})")
+  return ret
+
 def _index(ctx: _Ctx, x: UOp) -> str:
   buf, idx_dt = x.src[0], _dt(x.src[1])
   idx = ctx.convert(ctx[x.src[1]], idx_dt, dtypes.int64 if _signed(idx_dt) else dtypes.uint64)
@@ -315,6 +371,7 @@ pm_render_llvm = text_rules([
   (UPat(Ops.BARRIER), lambda ctx: ctx.emit(ctx.renderer.barrier_ir or _missing(ctx, "BARRIER", "set barrier_ir"))),
   (UPat(Ops.SHUFFLE_XOR, name="x"), _shuffle),
   (UPat(Ops.WMMA, name="x"), _wmma),
+  (UPat(Ops.QDOT, name="x"), _qdot),
   (UPat(Ops.INDEX, name="x"), _index),
   (UPat(Ops.LOAD, name="x"), _load),
   (UPat(Ops.STORE, name="x"), _store),

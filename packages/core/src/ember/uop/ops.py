@@ -50,6 +50,8 @@ class Ops(Enum):
   GROUP = auto(); AFTER = auto(); DEFINE_REG = auto(); PROGRAM = auto(); SOURCE = auto(); BINARY = auto()  # noqa: E702
   # a per-thread REG buffer seen as the whole tile the threads of LOCAL ranges hold together (UOp.unshard)
   UNSHARD = auto()
+  # a quantised dot product (UOp.qdot): one row of blocks of 32 weight codes with int8-quantised activations
+  QDOT = auto()
   # tensor level: a custom kernel run over its inputs' buffers (Tensor.custom_kernel)
   CUSTOM_KERNEL = auto()
   # tensor level: src[0]'s value, whose gradient with respect to src[1:] is given by a function (ember.gradient's
@@ -437,6 +439,33 @@ class UOp(metaclass=UOpMetaClass):
                        f"{len(b)}")
     srcs = tuple(_value(x).cast(tc.dtype_in) for x in (*a, *b))
     return tuple(UOp(Ops.WMMA, tc.dtype_acc, srcs, (name, i, tc.elements[2])) for i in range(tc.elements[2]))
+  @staticmethod
+  def qdot(codes: UOp, scale: UOp, xq: UOp, xd: UOp, xs: UOp, blocks: int, bits: int, zero: int = 0,
+           offset: UOp | None = None, planes: int = 1) -> UOp:
+    """The float32 dot product of one row of `blocks` blocks of 32 quantised weights with int8-quantised activations
+    (llama.cpp's q8_1 arithmetic, optionally with a second int8 plane for the remainder). Every source is the address
+    of the row's or the vector's first element (`buf[i, 0]`):
+
+    * `codes` uint8, 16 bytes a block for `bits` 4 (byte j: element j in the low nibble, j + 16 in the high one) or
+      32 for `bits` 8; `scale` (and `offset`) float32 per block: weight e of block b is scale[b] * (code - zero) +
+      offset[b];
+    * `xq` int8, 32 * `planes` a block (plane p at 32p), activation e of block b being xd[b] * sum_p xq[b, p, e] /
+      256**p; `xd` float32 per block; `xs` float32 per block, the block's sum of activations.
+
+    The value is sum_b scale[b] * (xd[b] * sum_p sum_e code[b, e] * xq[b, p, e] / 256**p - zero * xs[b]) +
+    offset[b] * xs[b], the integer sums exact (int32)."""
+    if bits not in (4, 8): raise ValueError(f"qdot codes are 4 or 8 bits, not {bits}")
+    if planes not in (1, 2): raise ValueError(f"qdot activations have 1 or 2 int8 planes, not {planes}")
+    if not (isinstance(blocks, int) and blocks > 0): raise ShapeError(f"qdot needs a block count > 0, got {blocks!r}")
+    want = {"codes": dtypes.uint8, "scale": dtypes.float32, "xq": dtypes.int8, "xd": dtypes.float32,
+            "xs": dtypes.float32, "offset": dtypes.float32}
+    srcs = {"codes": codes, "scale": scale, "xq": xq, "xd": xd, "xs": xs}
+    if offset is not None: srcs["offset"] = offset
+    for name, src in srcs.items():
+      if src.op is not Ops.INDEX or not isinstance(src.dtype, PtrDType) or src.dtype.base is not want[name]:
+        raise DTypeError(f"qdot's {name} is the address of a {want[name]!r} buffer element (buf[i, 0]), got "
+                         f"{src.op} of {src.dtype!r}")
+    return UOp(Ops.QDOT, dtypes.float32, tuple(srcs.values()), (blocks, bits, zero, planes))
   @staticmethod
   def placeholder(shape: tuple[int, ...] | int, dtype: AnyDType, slot: int,
                   addrspace: AddrSpace = AddrSpace.GLOBAL) -> UOp:

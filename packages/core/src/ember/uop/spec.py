@@ -22,6 +22,17 @@ def _alu_ok(x: UOp) -> bool:
   if x.op in float_only and not dtypes.is_float(x.dtype): return False
   return all(s.dtype is x.dtype for s in x.src)
 
+# the element dtypes of QDOT's sources (UOp.qdot): codes, scale, xq, xd, xs and the optional offset
+_QDOT_SRCS = (dtypes.uint8, dtypes.float32, dtypes.int8, dtypes.float32, dtypes.float32, dtypes.float32)
+
+def _qdot_ok(x: UOp) -> bool:
+  if x.dtype is not dtypes.float32 or len(x.src) not in (5, 6): return False
+  if not (isinstance(x.arg, tuple) and len(x.arg) == 4 and all(isinstance(a, int) for a in x.arg)): return False
+  blocks, bits, _, planes = x.arg
+  srcs_ok = all(s.op is Ops.INDEX and isinstance(s.dtype, PtrDType) and s.dtype.base is dt
+                for s, dt in zip(x.src, _QDOT_SRCS))
+  return blocks > 0 and bits in (4, 8) and planes in (1, 2) and srcs_ok
+
 def check_kernel_node(x: UOp) -> bool:
   """Spec of kernel ASTs and linear programs."""
   if x.op in GroupOp.ALU: return _alu_ok(x)
@@ -50,6 +61,7 @@ def check_kernel_node(x: UOp) -> bool:
   if x.op is Ops.WMMA:  # arg: (instruction name, this output element, output elements per lane)
     return dtypes.is_float(x.dtype) and len(x.src) >= 2 and all(not isinstance(s.dtype, PtrDType) for s in x.src) \
       and isinstance(x.arg, tuple) and len(x.arg) == 3 and isinstance(x.arg[0], str) and 0 <= x.arg[1] < x.arg[2]
+  if x.op is Ops.QDOT: return _qdot_ok(x)
   if x.op is Ops.AFTER: return x.dtype is x.src[0].dtype and all(s.op is Ops.STORE for s in x.src[1:])
   if x.op in (Ops.END, Ops.DEFINE_ACC, Ops.ASSIGN): return True
   return False
