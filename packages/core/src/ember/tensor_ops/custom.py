@@ -71,16 +71,23 @@ class CustomMixin:
     if (weak := next((t for t in tensors if t.dtype.weak), None)) is not None:
       raise DTypeError(f"custom_kernel: an input of weak dtype {weak.dtype!r} has no buffer; cast it to a concrete "
                        "dtype first")
-    bufs = [t if _is_contiguous_buffer(t.uop) else t.contiguous() for t in tensors]
+    # a buffer, or another custom kernel's output (its input's buffer after that kernel) as it is: no copy
+    bufs = [t if _is_contiguous_buffer(_under_after(t.uop)) else t.contiguous() for t in tensors]
     # an input given twice (custom_kernel(x, x, ...)) is one kernel argument: buffers of a kernel never overlap
     slot: dict[UOp, int] = {}
-    for i, t in enumerate(bufs): slot.setdefault(t.uop.base, i)
-    placeholders = [UOp.placeholder(int_shape(t.shape, "custom_kernel"), t.dtype, slot[t.uop.base]) for t in bufs]
+    for i, t in enumerate(bufs): slot.setdefault(_under_after(t.uop).base, i)
+    placeholders = [UOp.placeholder(int_shape(t.shape, "custom_kernel"), t.dtype, slot[_under_after(t.uop).base])
+                    for t in bufs]
     ast = _named(fxn(*placeholders), fxn)
     device = str(next(iter(devices)))
     kernel = UOp(Ops.CUSTOM_KERNEL, dtypes.void, tuple(t.uop for t in bufs), CustomKernel(ast, device, grad_fxn))
     # output i is input i's buffer after the kernel: later reads of it are ordered after the kernel's writes
     return tuple(Tensor(UOp(Ops.AFTER, t.dtype, (t.uop, kernel))) for t in bufs)
+
+def _under_after(u: UOp) -> UOp:
+  """The tensor under custom kernels' outputs (AFTER chains)."""
+  while u.op is Ops.AFTER: u = u.src[0]
+  return u
 
 def _per_shard(tensors: tuple[Tensor, ...], fxn: Callable[..., UOp], grad_fxn: Callable[..., Any] | None) \
     -> tuple[Tensor, ...]:
