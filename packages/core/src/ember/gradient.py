@@ -70,9 +70,29 @@ def _expand_grad(g, node: UOp):
   acc = dtypes.float32 if g.dtype in (dtypes.float16, dtypes.bfloat16) else g.dtype
   return (g.cast(acc).sum(axes, keepdim=True).cast(g.dtype),)
 
+ROW_LANES = 16  # float32 lanes of a 64-byte line (an AVX-512 register): a kernel's stores vectorise along its rows
+
+def _sum_in_permuted_order(shape: tuple, order: tuple[int, ...]) -> bool:
+  """Whether a gradient sum of `shape` followed by the permute back to `order`'s source is better computed in that
+  order: where the rows it would then store are whole lines (a multiple of ROW_LANES) or no shorter than its own.
+  A weight of 10 columns keeps its sum in the (10, n) order and the small transposing copy: stored 10 to a row, the
+  sum's multiply-adds stayed scalar (0.7 ms against 0.03 ms + 4 us for a (512, 10) weight gradient)."""
+  inv = [0] * len(order)
+  for i, p in enumerate(order): inv[p] = i
+  old, new = shape[-1], shape[inv[-1]]
+  if not isinstance(old, int) or not isinstance(new, int): return False
+  return new % ROW_LANES == 0 or new >= old
+
 def _permute_grad(g, node: UOp):
   inv = [0] * len(node.arg)
   for i, p in enumerate(node.arg): inv[p] = i
+  if g.uop.op is Ops.REDUCE_AXIS and _sum_in_permuted_order(g.uop.shape, node.arg):
+    # a sum arriving here (an expand's gradient: a matmul's weight, whose forward read it transposed) is computed in
+    # the permuted order instead of being permuted after: its kernel stores the gradient in the layout its consumer
+    # (the optimizer, of the weight's shape) reads, with no transposing copy after it
+    op, axes = g.uop.arg
+    src = _t(g.uop.src[0]).permute(inv).uop
+    return (_t(UOp(Ops.REDUCE_AXIS, g.uop.dtype, (src,), (op, tuple(sorted(node.arg[a] for a in axes))))),)
   return (g.permute(inv),)
 
 LN2 = math.log(2)
