@@ -165,8 +165,11 @@ def _rope_half(x: np.ndarray, theta: float) -> np.ndarray:
   rot = np.concatenate([-x[..., D // 2:], x[..., :D // 2]], -1)
   return x * cos + rot * sin
 
-def _reference_logits(hf: dict[str, np.ndarray], cfg: dict, ids: list[int]) -> np.ndarray:
-  """Logits of every position (T, vocab), float64."""
+def _reference_logits(hf: dict[str, np.ndarray], cfg: dict, ids: list[int],
+                      kv_dtype: type | None = np.float16) -> np.ndarray:
+  """Logits of every position (T, vocab), float64; the keys (after RoPE) and values rounded to `kv_dtype`, as the KV
+  cache holds them (float16, the model's default; None: unrounded)."""
+  kv_round = (lambda a: a) if kv_dtype is None else (lambda a: a.astype(kv_dtype).astype(np.float64))
   hd, rep = cfg["dim"] // cfg["n_heads"], cfg["n_heads"] // cfg["n_kv_heads"]
   x = hf["token_embd.weight"][ids].astype(np.float64)
   T = len(ids)
@@ -175,8 +178,8 @@ def _reference_logits(hf: dict[str, np.ndarray], cfg: dict, ids: list[int]) -> n
     w = {k.split(".", 2)[2].rsplit(".", 1)[0]: v.astype(np.float64) for k, v in hf.items() if k.startswith(f"blk.{i}.")}
     h = _rms(x, w["attn_norm"], cfg["eps"])
     q = _rope_half((h @ w["attn_q"].T).reshape(T, cfg["n_heads"], hd), cfg["theta"])
-    k = _rope_half((h @ w["attn_k"].T).reshape(T, cfg["n_kv_heads"], hd), cfg["theta"])
-    v = (h @ w["attn_v"].T).reshape(T, cfg["n_kv_heads"], hd)
+    k = kv_round(_rope_half((h @ w["attn_k"].T).reshape(T, cfg["n_kv_heads"], hd), cfg["theta"]))
+    v = kv_round((h @ w["attn_v"].T).reshape(T, cfg["n_kv_heads"], hd))
     out = np.empty((T, cfg["n_heads"], hd))
     for head in range(cfg["n_heads"]):
       s = q[:, head] @ k[:, head // rep].T / np.sqrt(hd) + causal
@@ -190,7 +193,7 @@ def _reference_logits(hf: dict[str, np.ndarray], cfg: dict, ids: list[int]) -> n
 
 @pytest.fixture(scope="session")
 def reference_logits() -> Callable[[dict[str, np.ndarray], dict, list[int]], np.ndarray]:
-  """The numpy oracle: (hf weights, config, ids) -> logits of every position (T, vocab), float64."""
+  """The numpy oracle: (hf weights, config, ids[, kv_dtype]) -> logits of every position (T, vocab), float64."""
   return _reference_logits
 
 # ** the real model **

@@ -107,7 +107,8 @@ def test_architecture_and_weight_type_match_transformers(tmp_path, arch, kind):
   tied = arch != "qwen2"  # qwen2 with its own LM head, the others tied to the embedding
   path = write_model(tmp_path / f"{arch}-{kind}.gguf", arch, kind, tied)
   ref_logits, ref_greedy = reference(path, IDS, 5)
-  model = Llama.from_gguf(path, max_context=32)
+  # a float32 cache: transformers keeps its keys and values unrounded (test_model checks the float16 cache)
+  model = Llama.from_gguf(path, max_context=32, kv_dtype="float32")
   assert isinstance(model.layers[0].qkv, HalfWeight if kind in ("F16", "BF16") else QuantWeight)  # kept as stored
   np.testing.assert_allclose(model.forward(IDS[:4]), ref_logits[3], rtol=1e-3, atol=1e-3)
   for t in range(4, len(IDS)):  # the captured decode step, one token at a time

@@ -72,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--weights", choices=WEIGHT_VARIANTS, default="quantized", help="quantized (default): Q4_0/Q4_1/"
                  "Q8_0 matrices stay quantised and are dequantised inside the matmul kernels; float32: dequantised at "
                  "load (4-5x the bytes per token, slower)")
+  p.add_argument("--kv-cache", choices=("float16", "float32"), default="float16", help="what the KV cache stores: "
+                 "float16 (default: half the memory and of the bytes a decode step reads at long contexts) or float32")
   p.add_argument("--benchmark", action="store_true", help="at each of --contexts: time the prefill of a prompt of "
                  "that many tokens (--prompt repeated) and --max-tokens greedy decode tokens after it (median of "
                  "--runs runs), with the bytes a decode step reads and their rate; then the memory-bandwidth bound")
@@ -178,7 +180,7 @@ def run(args: argparse.Namespace, inp: TextIO, out: TextIO, err: TextIO) -> int:
     max_context = args.max_context
     if args.benchmark and args.concurrency <= 1: max_context = max(max_context, max(args.contexts) + args.max_tokens)
     model = Llama.from_gguf(gguf, max_context=max_context, device=args.device,
-                            quantized=args.weights == "quantized", progress=progress)
+                            quantized=args.weights == "quantized", progress=progress, kv_dtype=args.kv_cache)
     if args.stats: err.write(f"[loaded {path.name} in {time.perf_counter() - t0:.1f} s]\n")
     if args.benchmark:
       prompt = args.prompt if args.prompt is not None else "Once upon a time"

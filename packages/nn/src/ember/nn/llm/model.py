@@ -5,8 +5,8 @@ Grouped-query attention shares each KV head between n_heads / n_kv_heads query h
 
 Kernels per step are kept few: Wq|Wk|Wv is one (dim + 2·kv, dim) matmul and Wg|Wu one (2·ffn, dim) matmul; the
 RMSNorm scale is applied to the matmul's output rows; RoPE is one elementwise kernel over the query and key heads
-together; each layer's cache is one (max_context, 2·kv) tensor (keys then values); the residual stream is stored
-after each add.
+together; each layer's cache is one (max_context, 2·kv) tensor (keys then values; float16 unless
+kv_dtype="float32", widened inside the attention kernels); the residual stream is stored after each add.
 
 Weights: by default Q4_0, Q4_1 and Q8_0 matrices stay quantised on the device (`QuantWeight`: packed quants plus
 per-block scales, ~5.3 bits per weight for Q4_1 instead of 32) and are dequantised inside the matmul kernel, with the
@@ -221,11 +221,14 @@ def rope_tables(positions: np.ndarray, head_dim: int, theta: float) -> tuple[np.
   sin = np.stack([-np.sin(ang), np.sin(ang)], axis=-1).reshape(len(positions), head_dim)
   return cos.astype(np.float32), sin.astype(np.float32)
 
+KV_DTYPES = {"float16": np.float16, "float32": np.float32}  # what a KV cache may store (Llama's kv_dtype)
+
 @dataclass
 class KVCache:
-  """The keys and values of `slots` independent sequences: per layer a (slots, max_context, 2·kv_dim) float32 tensor,
-  keys in the first kv_dim columns; `pos[s]` is the number of positions slot s has filled. Rows at or past a slot's
-  position are never read before being written (a batched decode step masks them)."""
+  """The keys and values of `slots` independent sequences: per layer a (slots, max_context, 2·kv_dim) tensor of the
+  model's `kv_dtype` (float16 by default), keys in the first kv_dim columns; `pos[s]` is the number of positions slot s
+  has filled. Rows at or past a slot's position are never read before being written (a batched decode step masks
+  them)."""
   layers: list[Tensor]
   max_context: int
   pos: list[int] = field(default_factory=list)
@@ -238,9 +241,9 @@ class KVCache:
   def slots(self) -> int: return _layer_shape(self.layers[0])[0] if self.layers else len(self.pos) or 1
 
   def write_rows(self, rows: Iterable[np.ndarray], slot: int, pos: int) -> None:
-    """Store `rows` (per layer a (T, 2·kv_dim) array: an (n_layers, T, 2·kv_dim) array, or an iterable that makes
-    them one at a time) at positions pos..pos+T-1 of `slot`: a host copy into the device buffers (an array view of
-    host memory where the device has one, else a copy into a view of the buffer)."""
+    """Store `rows` (per layer a (T, 2·kv_dim) float32 array: an (n_layers, T, 2·kv_dim) array, or an iterable that
+    makes them one at a time) at positions pos..pos+T-1 of `slot`, rounded to the cache's dtype: a host copy into the
+    device buffers (an array view of host memory where the device has one, else a copy into a view of the buffer)."""
     if self._rows is None: self._rows = [_host_rows(t) for t in self.layers]
     for layer, host, new in zip(self.layers, self._rows, rows):
       T = new.shape[0]
@@ -248,7 +251,8 @@ class KVCache:
       else:
         width = _layer_shape(layer)[2]
         at = (slot * self.max_context + pos) * width * layer.dtype.itemsize
-        layer.buffer().view(T * width, layer.dtype, at).copyin(np.ascontiguousarray(new, np.float32).data)
+        host_rows = np.ascontiguousarray(new, _np_dtype(layer))
+        layer.buffer().view(T * width, layer.dtype, at).copyin(host_rows.data)
 
 def _layer_shape(t: Tensor) -> tuple[int, ...]:
   """A cache layer's (slots, max_context, 2·kv_dim): a buffer of fixed size, so never symbolic."""
@@ -256,9 +260,12 @@ def _layer_shape(t: Tensor) -> tuple[int, ...]:
   if len(shape) != t.ndim: raise ModelError(f"a KV cache layer needs concrete sizes, got the shape {t.shape}")
   return shape
 
+def _np_dtype(t: Tensor) -> np.dtype:
+  return np.dtype(t.dtype.fmt)
+
 def _host_rows(t: Tensor) -> np.ndarray | None:
   mv = t.buffer().as_buffer()
-  return None if mv is None else np.frombuffer(mv, np.float32).reshape(_layer_shape(t))
+  return None if mv is None else np.frombuffer(mv, _np_dtype(t)).reshape(_layer_shape(t))
 
 @dataclass
 class LlamaLayer:
@@ -272,8 +279,10 @@ class LlamaLayer:
   down: Weight
   cfg: LlamaConfig = field(repr=False)
 
-  def _qkv(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
-    """The roped queries (T, q_dim) and the new cache rows (T, 2kv): roped keys, then values."""
+  def _qkv(self, x: Tensor, cos: Tensor, sin: Tensor, cache: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The roped queries (T, q_dim), the new cache rows (T, 2kv) in the cache's dtype (roped keys, then values) and
+    those rows as float32 (what attention reads for them: every position's keys and values as the cache holds
+    them, so a token's result does not depend on whether its keys were cached before or computed in its step)."""
     cfg = self.cfg
     T, hd, qd, kv = x.shape[0], cfg.head_dim, cfg.q_dim, cfg.kv_dim
     qkv = self.qkv.matmul(x * self.attn_norm) * rms_scale(x, cfg.rms_eps)  # (T, q_dim + 2kv)
@@ -281,7 +290,8 @@ class LlamaLayer:
     heads = qkv[:, :qd + kv].reshape(T, cfg.n_heads + cfg.n_kv_heads, hd)
     if self.qk_norm is not None: heads = heads * rms_scale(heads, cfg.rms_eps) * self.qk_norm
     qk = rope_interleaved(heads, cos, sin).reshape(T, qd + kv)
-    return qk[:, :qd], Tensor.cat(qk[:, qd:], qkv[:, qd + kv:], dim=1)
+    rows = Tensor.cat(qk[:, qd:], qkv[:, qd + kv:], dim=1).cast(cache.dtype)
+    return qk[:, :qd], rows, rows.float()
 
   def _finish(self, x: Tensor, attn: Tensor) -> Tensor:
     """The attention output projection and the feed-forward block, with their residuals."""
@@ -300,17 +310,18 @@ class LlamaLayer:
     T, hd, n_kv, kv = x.shape[0], cfg.head_dim, cfg.n_kv_heads, cfg.kv_dim
     S = cache.shape[0]
     rep = cfg.n_heads // n_kv
-    q, new_rows = self._qkv(x, cos, sin)
+    q, new_rows, new = self._qkv(x, cos, sin, cache)
     # the position is the leading dim of everything symbolic: buffers of these shapes then have constant strides
-    keys = cache.shrink(((0, S), (0, n), (0, kv))).permute(1, 0, 2)  # (n, S, kv)
-    values = cache.shrink(((0, S), (0, n), (kv, 2 * kv))).permute(1, 0, 2)
+    # float16 rows are widened to float32 inside the kernels that read them
+    keys = cache.shrink(((0, S), (0, n), (0, kv))).permute(1, 0, 2).float()  # (n, S, kv)
+    values = cache.shrink(((0, S), (0, n), (kv, 2 * kv))).permute(1, 0, 2).float()
     if S > 1:  # this sequence's rows, (n, 1, kv)
       chosen = slot.reshape(1, S, 1)
       keys, values = (chosen.where(t, 0.0).sum(1, keepdim=True) for t in (keys, values))
     keys, values = keys.reshape(n, n_kv, 1, 1, hd), values.reshape(n, n_kv, 1, 1, hd)
     q = q.reshape(T, n_kv, rep, hd).permute(1, 2, 0, 3)  # (n_kv, rep, T, hd)
-    k_new = new_rows[:, :kv].reshape(T, n_kv, 1, hd).permute(1, 2, 3, 0)  # (n_kv, 1, hd, T)
-    v_new = new_rows[:, kv:].reshape(T, n_kv, 1, hd).permute(1, 2, 0, 3)  # (n_kv, 1, T, hd)
+    k_new = new[:, :kv].reshape(T, n_kv, 1, hd).permute(1, 2, 3, 0)  # (n_kv, 1, hd, T)
+    v_new = new[:, kv:].reshape(T, n_kv, 1, hd).permute(1, 2, 0, 3)  # (n_kv, 1, T, hd)
     scale = 1.0 / math.sqrt(hd)
     # one softmax over the cached scores and the chunk's own, without concatenating them
     s_old = (keys * q).sum(-1) * scale + mask.shrink(((0, n), (0, T))).reshape(n, 1, 1, T)  # (n, n_kv, rep, T)
@@ -330,12 +341,13 @@ class LlamaLayer:
     cfg = self.cfg
     S, hd, n_kv, kv = x.shape[0], cfg.head_dim, cfg.n_kv_heads, cfg.kv_dim
     rep = cfg.n_heads // n_kv
-    q, new_row = self._qkv(x, cos, sin)
+    q, new_row, new = self._qkv(x, cos, sin, cache)
     q = q.reshape(S, n_kv, rep, hd)
     # the position is the leading dim of everything symbolic: buffers of these shapes then have constant strides
-    keys = cache.shrink(((0, S), (0, n), (0, kv))).permute(1, 0, 2).reshape(n, S, n_kv, 1, hd)
-    values = cache.shrink(((0, S), (0, n), (kv, 2 * kv))).permute(1, 0, 2).reshape(n, S, n_kv, 1, hd)
-    k_new, v_new = new_row[:, :kv].reshape(S, n_kv, 1, hd), new_row[:, kv:].reshape(S, n_kv, 1, hd)
+    # float16 rows are widened to float32 inside the kernels that read them
+    keys = cache.shrink(((0, S), (0, n), (0, kv))).permute(1, 0, 2).reshape(n, S, n_kv, 1, hd).float()
+    values = cache.shrink(((0, S), (0, n), (kv, 2 * kv))).permute(1, 0, 2).reshape(n, S, n_kv, 1, hd).float()
+    k_new, v_new = new[:, :kv].reshape(S, n_kv, 1, hd), new[:, kv:].reshape(S, n_kv, 1, hd)
     # one softmax over the cached scores and the new one, without concatenating them
     scale = 1.0 / math.sqrt(hd)
     s_old = (keys * q).sum(-1) * scale + mask.shrink(((0, n), (0, S))).reshape(n, S, 1, 1)  # (n, S, n_kv, rep)
@@ -354,9 +366,14 @@ class Llama:
   >>> logits = model.forward([6403, 1980, 253, 655])  # doctest: +SKIP  (vocab,) float32 of the last position
   """
   def __init__(self, cfg: LlamaConfig, sources: dict[str, _Source | np.ndarray], max_context: int = 512,
-               device: str | None = None, quantized: bool = True, progress: Progress | None = None):
-    """`progress(stage, done, total)` is told of each layer built (ember-llm's progress bar)."""
-    self.cfg, self.device, self.quantized = cfg, device, quantized
+               device: str | None = None, quantized: bool = True, progress: Progress | None = None,
+               kv_dtype: str = "float16"):
+    """`progress(stage, done, total)` is told of each layer built (ember-llm's progress bar). `kv_dtype` is what the
+    KV cache stores: "float16" (half the memory and the bytes a decode step reads at long contexts, as llama.cpp's
+    default) or "float32"; either way attention computes in float32."""
+    if kv_dtype not in KV_DTYPES:
+      raise ModelError(f"kv_dtype must be one of {sorted(KV_DTYPES)}, got {kv_dtype!r}")
+    self.cfg, self.device, self.quantized, self.kv_dtype = cfg, device, quantized, kv_dtype
     self.max_context = min(max_context, cfg.context_length)
     if self.max_context <= 0: raise ModelError(f"max_context must be positive, got {max_context}")
     src = {k: v if isinstance(v, _Source) else _Source(tuple(v.shape), array=np.asarray(v, np.float32))
@@ -414,10 +431,11 @@ class Llama:
 
   @classmethod
   def from_gguf(cls, source: str | GGUFFile, max_context: int = 512, device: str | None = None,
-                quantized: bool = True, progress: Progress | None = None) -> Llama:
+                quantized: bool = True, progress: Progress | None = None, kv_dtype: str = "float16") -> Llama:
     """Build the model from a GGUF file; matrices of the block types in `ember.nn.llm.quant.KEPT` and F16/BF16 stay
     in their type unless `quantized=False`, which dequantises every matrix to float32 at load. `progress(stage,
-    done, total)` is told of each tensor read and each layer built."""
+    done, total)` is told of each tensor read and each layer built; `kv_dtype` ("float16" or "float32") is what the
+    KV cache stores."""
     f = source if isinstance(source, GGUFFile) else GGUFFile(source)
     emb = f.tensors.get("token_embd.weight")
     if emb is None: raise ModelError(f"{f.path}: no token_embd.weight tensor; is this a llama-family GGUF?")
@@ -429,7 +447,8 @@ class Llama:
                                 ggml_type=info.ggml_type)
       else: sources[name] = f.tensor(name)
       if progress is not None: progress("reading tensors", done, len(f.tensors))
-    return cls(cfg, sources, max_context=max_context, device=device, quantized=quantized, progress=progress)
+    return cls(cfg, sources, max_context=max_context, device=device, quantized=quantized, progress=progress,
+               kv_dtype=kv_dtype)
 
   def _embedding_rows(self) -> tuple[np.ndarray | _FileRows, Callable[[Tensor], Tensor]]:
     """The token embedding as a host table of rows (float32, or the GGUF's raw bytes of each row, gathered on the
@@ -455,13 +474,14 @@ class Llama:
 
   def decode_bytes(self, position: int) -> int:
     """Bytes a one-token decode step at `position` reads: the weights, and the keys and values of the `position`
-    cached rows of every layer (float32)."""
-    return self.weight_bytes + self.cfg.n_layers * position * 2 * self.cfg.kv_dim * 4
+    cached rows of every layer (of the cache's dtype)."""
+    itemsize = np.dtype(KV_DTYPES[self.kv_dtype]).itemsize
+    return self.weight_bytes + self.cfg.n_layers * position * 2 * self.cfg.kv_dim * itemsize
 
   def new_cache(self, slots: int = 1) -> KVCache:
     """An empty KV cache of `slots` independent sequences (the captured steps serve every cache of that size)."""
     if slots < 1: raise ModelError(f"a KV cache needs at least one slot, got {slots}")
-    zeros = np.zeros((slots, self.max_context, 2 * self.cfg.kv_dim), np.float32)
+    zeros = np.zeros((slots, self.max_context, 2 * self.cfg.kv_dim), KV_DTYPES[self.kv_dtype])
     return KVCache([Tensor(zeros, device=self.device).realize() for _ in self.layers], self.max_context)
 
   # the default cache, for single-sequence use (CLI, generate(model, ...))
