@@ -33,6 +33,25 @@ def test_constants_that_compare_equal_in_python_stay_distinct():
   nan1, nan2 = UOp(Ops.CONST, dtypes.float32, arg=math.nan), UOp(Ops.CONST, dtypes.float32, arg=float("nan"))
   assert nan1 is nan2  # NaN is one constant even though nan != nan
 
+def test_dead_nodes_leave_the_table():
+  # the table holds nodes weakly: one nobody holds is gone from it, also when it died in a reference cycle (collected
+  # by the garbage collector), and building it again gives a live node
+  import gc
+  from ember.uop.ops import UOpMetaClass
+  gc.collect()
+  before = len(UOpMetaClass.ucache)
+  a = UOp(Ops.CONST, dtypes.int32, arg=918273645)
+  b = UOp(Ops.NEG, dtypes.int32, (a,))
+  assert len(UOpMetaClass.ucache) == before + 2
+  del a, b
+  assert len(UOpMetaClass.ucache) == before
+  c = UOp(Ops.CONST, dtypes.int32, arg=918273646)
+  c.__dict__["cycle"] = c
+  del c
+  gc.collect()
+  assert len(UOpMetaClass.ucache) == before
+  assert UOp(Ops.CONST, dtypes.int32, arg=918273646).arg == 918273646
+
 def test_replace_without_change_returns_self_and_with_change_is_consed():
   x = Variable("x", 0, 10)
   y = x + 1

@@ -118,13 +118,17 @@ class KernelInfo:
     return f"KernelInfo(name={self.name!r})" if self.name is not None else f"KernelInfo(n_global={self.n_global})"
 
 class UOpMetaClass(type):
-  ucache: weakref.WeakValueDictionary[tuple, UOp] = weakref.WeakValueDictionary()
+  # the live UOps by (op, dtype, src, arg, tag), held weakly: a UOp leaves when it dies (UOp.__del__). A dict of plain
+  # weak references, not a WeakValueDictionary, whose entries (KeyedRef) are built in Python: hash-consing is paid
+  # for every node any pass builds
+  ucache: dict[tuple, weakref.ReferenceType[UOp]] = {}
   def __call__(cls, op: Ops, dtype: AnyDType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
                tag: Any = None) -> UOp:
-    key = (op, dtype, src, _arg_key(arg), tag)
-    if (ret := UOpMetaClass.ucache.get(key)) is not None: return ret
+    key = (op, dtype, src, arg if arg is None or type(arg) is int else _arg_key(arg), tag)
+    if (ref := UOpMetaClass.ucache.get(key)) is not None and (ret := ref()) is not None: return ret
     ret = super().__call__(op, dtype, src, arg, tag)
-    UOpMetaClass.ucache[key] = ret
+    ret._ukey = key
+    UOpMetaClass.ucache[key] = weakref.ref(ret)
     return ret
 
 _unique_id = [0]
@@ -133,10 +137,16 @@ def next_unique() -> int:
   return _unique_id[0]
 
 class UOp(metaclass=UOpMetaClass):
-  __slots__ = ("op", "dtype", "src", "arg", "tag", "__weakref__", "__dict__")
+  __slots__ = ("op", "dtype", "src", "arg", "tag", "_ukey", "__weakref__", "__dict__")
   def __init__(self, op: Ops, dtype: AnyDType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
                tag: Any = None):
     self.op, self.dtype, self.src, self.arg, self.tag = op, dtype, src, arg, tag
+  _ukey: tuple  # its key in UOpMetaClass.ucache
+  def __del__(self, ucache: dict[tuple, weakref.ReferenceType[UOp]] = UOpMetaClass.ucache) -> None:
+    # leave the hash-consing table, unless the entry is already another live UOp's (one built after this one's weak
+    # reference was cleared, which a garbage collection does before it finalizes); the table is bound here, as a
+    # default, so UOps that die while the interpreter shuts down still find it
+    if (ref := ucache.get(key := self._ukey)) is not None and ((live := ref()) is None or live is self): del ucache[key]
   def __reduce__(self) -> Any: return UOp, (self.op, self.dtype, self.src, self.arg, self.tag)
   def replace(self, **kwargs: Any) -> UOp:
     new = {"op": self.op, "dtype": self.dtype, "src": self.src, "arg": self.arg, "tag": self.tag, **kwargs}
