@@ -21,7 +21,8 @@ def _definition_site() -> tuple[str, int]:
   return frame.f_code.co_filename, frame.f_lineno
 
 class UPat:
-  __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "match_arg", "early_reject", "_any", "location")
+  __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "match_arg", "early_reject", "_any", "location",
+               "_matcher")
   def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: AnyDType | Iterable[AnyDType] | None = None,
                src: UPat | tuple[UPat, ...] | list[UPat] | None = None, arg: Any = None, name: str | None = None,
                allow_any_len: bool = False, match_arg: bool | None = None):
@@ -34,6 +35,7 @@ class UPat:
     self.arg, self.name, self.allow_any_len = arg, name, allow_any_len
     self.match_arg = (arg is not None) if match_arg is None else match_arg
     self._any: tuple[UPat, ...] | None = None
+    self._matcher: MatchFn | None = None  # built by the first match (`_compile`)
     self.location = _definition_site()  # VIZ and TRACK_MATCH_STATS name a rule by where it is written
     # early reject: ops that must appear among the sources
     srcs = src if isinstance(src, (tuple, list)) else ()
@@ -87,38 +89,63 @@ class UPat:
 
   def match(self, uop: UOp, store: dict[str, UOp]) -> list[dict[str, UOp]]:
     """Every way `uop` matches this pattern, each as a dict of captures extending `store`."""
-    if self._any is not None:
+    return _matcher(self)(uop, store)
+
+MatchFn = Callable[[UOp, dict[str, UOp]], list[dict[str, UOp]]]
+
+def _compile(pat: UPat) -> MatchFn:
+  """`pat`'s matcher: a closure over the pattern's fields, which reads none of the UPat's attributes per node (nor
+  builds the permutations of a commutative pattern's sources each time). A pattern's fields must not change once it
+  has matched. `_any`: the alternatives' matches in turn; `src` a tuple: in order, a list: in every order, one UPat:
+  every source matches it."""
+  if pat._any is not None:
+    alts, any_name = [_matcher(p) for p in pat._any], pat.name
+    def match_any(uop: UOp, store: dict[str, UOp]) -> list[dict[str, UOp]]:
       out: list[dict[str, UOp]] = []
-      for p in self._any:
-        for m in p.match(uop, dict(store)):
-          if self.name is not None:
-            if self.name in m and m[self.name] is not uop: continue
-            m[self.name] = uop
+      for alt in alts:
+        for m in alt(uop, dict(store)):
+          if any_name is not None:
+            if any_name in m and m[any_name] is not uop: continue
+            m[any_name] = uop
           out.append(m)
       return out
-    if self.op is not None and uop.op not in self.op: return []
-    if self.dtype is not None and uop.dtype not in self.dtype:
-      if not (isinstance(uop.dtype, PtrDType) and uop.dtype.base in self.dtype): return []
-    if self.match_arg and not _arg_eq(self.arg, uop.arg): return []
-    if self.name is not None:
-      if (prev := store.get(self.name)) is not None and prev is not uop: return []
-      store = {**store, self.name: uop}
-    if self.src is None: return [store]
-    if isinstance(self.src, UPat):
+    return match_any
+  ops, dts, arg, name, any_len = pat.op, pat.dtype, pat.arg, pat.name, pat.allow_any_len
+  match_arg = pat.match_arg
+  every = _matcher(pat.src) if isinstance(pat.src, UPat) else None
+  orders: list[tuple[MatchFn, ...]] = []
+  if isinstance(pat.src, (tuple, list)):
+    subs = [_matcher(p) for p in pat.src]
+    orders = list(itertools.permutations(subs)) if isinstance(pat.src, list) else [tuple(subs)]
+  n, has_src = len(pat.src) if isinstance(pat.src, (tuple, list)) else 0, pat.src is not None
+  def match(uop: UOp, store: dict[str, UOp]) -> list[dict[str, UOp]]:
+    if ops is not None and uop.op not in ops: return []
+    if dts is not None and uop.dtype not in dts:
+      if not (isinstance(uop.dtype, PtrDType) and uop.dtype.base in dts): return []
+    if match_arg and not _arg_eq(arg, uop.arg): return []
+    if name is not None:
+      if (prev := store.get(name)) is not None and prev is not uop: return []
+      store = {**store, name: uop}
+    if not has_src: return [store]
+    if every is not None:
       stores = [store]
-      for s in uop.src: stores = [m for st in stores for m in self.src.match(s, st)]
+      for s in uop.src: stores = [m for st in stores for m in every(s, st)]
       return stores
-    pats = self.src
-    if len(pats) != len(uop.src) and not (self.allow_any_len and len(uop.src) >= len(pats)): return []
-    orders: Iterable[Iterable[UPat]] = itertools.permutations(pats) if isinstance(pats, list) else (pats,)
+    src = uop.src
+    if len(src) != n and not (any_len and len(src) >= n): return []
     results: list[dict[str, UOp]] = []
     for order in orders:
       stores = [store]
-      for p, s in zip(order, uop.src):
-        stores = [m for st in stores for m in p.match(s, st)]
+      for sub, s in zip(order, src):
+        stores = [m for st in stores for m in sub(s, st)]
         if not stores: break
       results.extend(stores)
     return results
+  return match
+
+def _matcher(pat: UPat) -> MatchFn:
+  if pat._matcher is None: pat._matcher = _compile(pat)
+  return pat._matcher
 
 def _arg_eq(pat_arg: Any, arg: Any) -> bool:
   if isinstance(pat_arg, float) or isinstance(arg, float): return type(arg) is not bool and pat_arg == arg
@@ -141,21 +168,29 @@ class PatternMatcher:
     self.memo = f"_rewritten_{next(_memo_ids)}"
     self.pdict: dict[Ops, list[tuple[UPat, RewriteFn, bool, frozenset[Ops]]]] = {}
     self.any_op: list[tuple[UPat, RewriteFn, bool, frozenset[Ops]]] = []
+    # the same rules with compiled matchers, which `rewrite` tries: by root op, in table order
+    by_op: dict[Ops, list[tuple[MatchFn, RewriteFn, bool, frozenset[Ops]]]] = {}
+    self.any_rules: list[tuple[MatchFn, RewriteFn, bool, frozenset[Ops]]] = []
     for pat, fn in patterns:
       entry = (pat, fn, "ctx" in inspect.signature(fn).parameters, pat.early_reject)
-      if pat.op is None: self.any_op.append(entry)
+      rule = (_matcher(pat), fn, entry[2], entry[3])
+      if pat.op is None:
+        self.any_op.append(entry)
+        self.any_rules.append(rule)
       else:
-        for op in pat.op: self.pdict.setdefault(op, []).append(entry)
+        for op in pat.op:
+          self.pdict.setdefault(op, []).append(entry)
+          by_op.setdefault(op, []).append(rule)
     # the rules a node with each op is tried against, in that order (most nodes of a pass's graph have none: they
     # return before building anything)
-    self.rules = {op: entries + self.any_op for op, entries in self.pdict.items()}
+    self.rules = {op: rules + self.any_rules for op, rules in by_op.items()}
   def __add__(self, other: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.patterns + other.patterns)
   def rewrite(self, uop: UOp, ctx: Any = None) -> UOp | None:
-    if not (rules := self.rules.get(uop.op, self.any_op)): return None
+    if not (rules := self.rules.get(uop.op, self.any_rules)): return None
     src_ops = {s.op for s in uop.src}
-    for pat, fn, wants_ctx, reject in rules:
+    for match_fn, fn, wants_ctx, reject in rules:
       if not reject <= src_ops: continue
-      for match in pat.match(uop, {}):
+      for match in match_fn(uop, {}):
         ret = fn(ctx=ctx, **match) if wants_ctx else fn(**match)
         if ret is not None and ret is not uop: return ret
     return None
