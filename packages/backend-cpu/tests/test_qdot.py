@@ -11,7 +11,7 @@ from ember.device import Device
 from ember.dtype import dtypes
 from ember.errors import DTypeError, ShapeError
 from ember.testing.hostshim import selected_device
-from ember.uop.ops import AxisType, Ops
+from ember.uop.ops import AxisType, Ops, QDOT_PLANE
 from ember.uop.spec import check_kernel_node
 from ember_cpu.compiler import _is_x86
 
@@ -48,7 +48,7 @@ def oracle(arrays: list[np.ndarray], bits: int, zero: int, planes: int) -> np.nd
   rows, blocks, vectors = scale.shape[0], scale.shape[1], xq.shape[0]
   codes = np.concatenate([packed & 15, packed >> 4], axis=-1) if bits == 4 else packed
   q = xq.astype(np.float64).reshape(vectors, blocks, planes, 32)
-  q = (q * (256.0 ** -np.arange(planes)).reshape(1, 1, planes, 1)).sum(2)
+  q = (q * (float(QDOT_PLANE) ** -np.arange(planes)).reshape(1, 1, planes, 1)).sum(2)
   dots = np.einsum("rbe,vbe->vrb", codes.reshape(rows, blocks, 32).astype(np.float64), q)
   per_block = scale * (xd[:, None] * dots - zero * xs[:, None])
   if len(arrays) == 6: per_block = per_block + arrays[5].astype(np.float64) * xs[:, None]
@@ -67,7 +67,7 @@ def run_qdot(arrays: list[np.ndarray], blocks: int, bits: int, zero: int, planes
 
 @pytest.mark.parametrize("bits, zero, offset", [(4, 8, False), (4, 0, True), (8, 128, False), (8, 3, True)],
                          ids=["q4_0", "q4_1", "q8_0", "q8_zero_and_offset"])
-@pytest.mark.parametrize("planes", [1, 2])
+@pytest.mark.parametrize("planes", [1, 2, 3])
 def test_qdot_matches_numpy(device: str, bits: int, zero: int, offset: bool, planes: int) -> None:
   for rows, blocks, vectors, seed in ((37, 1, 1, 0), (5, 18, 3, 1), (67, 7, 2, 2)):
     arrays = qdot_case(rows, blocks, bits, offset, planes, vectors, seed)
@@ -77,12 +77,12 @@ def test_qdot_matches_numpy(device: str, bits: int, zero: int, offset: bool, pla
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6 * scale * blocks)
 
 def test_qdot_extreme_codes_do_not_overflow(device: str) -> None:
-  """The largest codes times the largest activations in both planes: the int32 block sums stay exact."""
-  arrays = qdot_case(3, 4, 8, False, 2, 1, 3)
+  """The largest codes times the largest activations in every plane: the int32 block sums stay exact."""
+  arrays = qdot_case(3, 4, 8, False, 3, 1, 3)
   arrays[0][:] = 255
   for q in (127, -127):
     arrays[2][:] = q
-    np.testing.assert_allclose(run_qdot(arrays, 4, 8, 0, 2, device), oracle(arrays, 8, 0, 2), rtol=1e-6)
+    np.testing.assert_allclose(run_qdot(arrays, 4, 8, 0, 3, device), oracle(arrays, 8, 0, 3), rtol=1e-6)
 
 def test_qdot_rows_split_over_threads() -> None:
   """A matvec big enough to split: its row loop becomes the CPU's THREAD range (the op counts as its multiply-adds)."""
@@ -115,7 +115,7 @@ def test_qdot_spec_and_errors() -> None:
     UOp.qdot(srcs[0].load(), *srcs[1:], blocks=2, bits=4)
   with pytest.raises(ValueError, match="4 or 8 bits"):
     UOp.qdot(*srcs, blocks=2, bits=6)
-  with pytest.raises(ValueError, match="1 or 2 int8 planes"):
-    UOp.qdot(*srcs, blocks=2, bits=4, planes=3)
+  with pytest.raises(ValueError, match="1 to 3 int8 planes"):
+    UOp.qdot(*srcs, blocks=2, bits=4, planes=4)
   with pytest.raises(ShapeError, match="block count"):
     UOp.qdot(*srcs, blocks=0, bits=4)

@@ -37,7 +37,7 @@ from ember.device.base import Allocator, BufferSpec, Compiled, Compiler
 from ember.dtype import DType, PtrDType, AnyDType, dtypes, as_const, to_dtype
 from ember.errors import CompileError, DeviceError, MemoryAccessError
 from ember.renderer import Renderer
-from ember.uop.ops import AxisType, GroupOp, Ops, UOp, render_expr
+from ember.uop.ops import AxisType, GroupOp, Ops, QDOT_PLANE, UOp, render_expr
 
 # a vectorised loop nest never holds more lanes than this; beyond it the innermost ranges run as Python loops
 MAX_LANES = 1 << 22
@@ -478,8 +478,8 @@ class _Run:
     codes = np.concatenate([raw & 15, raw >> 4], axis=-1) if bits == 4 else raw
     scale, xq, xd, xs = (self._block_rows(i, p, n, active) for p, n in ((1, 1), (2, 32 * planes), (3, 1), (4, 1)))
     xq = xq.reshape(*xq.shape[:-1], planes, 32).astype(np.int64)
-    ints = (codes[..., None, :] * xq).sum(-1) * 256 ** np.arange(planes - 1, -1, -1)  # exact, as in int32
-    dots = ints.sum(-1, keepdims=True).astype(np.float64) / 256 ** (planes - 1)
+    ints = (codes[..., None, :] * xq).sum(-1) * QDOT_PLANE ** np.arange(planes - 1, -1, -1)  # exact, as in int32
+    dots = ints.sum(-1, keepdims=True).astype(np.float64) / QDOT_PLANE ** (planes - 1)
     per_block = scale.astype(np.float64) * (xd * dots - zero * xs.astype(np.float64))
     if len(self.srcs[i]) == 6: per_block = per_block + self._block_rows(i, 5, 1, active).astype(np.float64) * xs
     return per_block.sum(axis=(-2, -1)).astype(np.float32)

@@ -22,7 +22,7 @@ from ember.dtype import DType, PtrDType, AnyDType, dtypes
 from ember.errors import CompileError
 from ember.renderer import Renderer
 from ember.renderer.emulate import EmulatedFloat, emulate_floats, emulated_floats
-from ember.uop.ops import Ops, UOp, AxisType, GroupOp
+from ember.uop.ops import Ops, UOp, AxisType, GroupOp, QDOT_PLANE
 from ember.uop.rewrite import PatternMatcher, UPat
 
 # ** shared by the C-style and LLVM renderers **
@@ -167,7 +167,11 @@ def qdot_helper(r: CStyleLanguage, bits: int, zero: int, offset: bool, planes: i
   params = [ptr("unsigned char", "w"), ptr("float", "sc"), ptr("signed char", "xq"), ptr("float", "xd"),
             ptr("float", "xs"), *([ptr("float", "mo")] if offset else []), "int nb"]
   per_block = [*(["zs += sc[b]*xs[b];"] if zero else []), *(["ms += mo[b]*xs[b];"] if offset else [])]
-  step, unit = 32 * planes, f"*{float32_literal(256.0 ** (1 - planes))}f" if planes > 1 else ""
+  # planes pair up into exact int32 sums (p0 * 254 + p1 stays below 2**31), each pair's sum converted to float
+  groups = [list(range(g, min(g + 2, planes))) for g in range(0, planes, 2)]
+  step, top = 32 * planes, groups[0][-1]
+  unit = f"*{float32_literal(float(QDOT_PLANE) ** -top)}f" if top else ""
+  load = lambda p: f"_mm256_loadu_si256((const __m256i*)(xq+{step}*b+{32 * p}))"  # noqa: E731
   if bits == 4:
     codes = ["__m128i raw = _mm_loadu_si128((const __m128i*)(w+16*b));",
              "__m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(15));"]
@@ -176,11 +180,17 @@ def qdot_helper(r: CStyleLanguage, bits: int, zero: int, offset: bool, planes: i
   else:
     codes = ["__m256i u = _mm256_loadu_si256((const __m256i*)(w+32*b));"]
     plain = [f"for (int j = 0; j < 32; j++) s{p} += w[32*b+j]*xq[{step}*b+{32 * p}+j];" for p in range(planes)]
-  dots = ["__m256i dot = EMBER_DPBUSD(_mm256_setzero_si256(), u, _mm256_loadu_si256((const __m256i*)(xq+"
-          f"{step}*b)));"]
-  dots += [f"dot = EMBER_DPBUSD(_mm256_slli_epi32(dot, 8), u, _mm256_loadu_si256((const __m256i*)(xq+{step}*b+"
-           f"{32 * p})));" for p in range(1, planes)]
-  combined = "s0" if planes == 1 else "s0*256+s1"
+  dots, sums = [], []
+  for g, planes_g in enumerate(groups):
+    dots.append(f"__m256i d{g} = EMBER_DPBUSD(_mm256_setzero_si256(), u, {load(planes_g[0])});")
+    dots += [f"d{g} = EMBER_DPBUSD(_mm256_mullo_epi32(d{g}, _mm256_set1_epi32({QDOT_PLANE})), u, {load(p)});"
+             for p in planes_g[1:]]
+    factor = float32_literal(float(QDOT_PLANE) ** (top - planes_g[-1])) + "f"
+    if g == 0: dots.append("__m256 f = _mm256_cvtepi32_ps(d0);")
+    else: dots.append(f"f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d{g}), _mm256_set1_ps({factor}), f);")
+    pair = f"s{planes_g[0]}*{QDOT_PLANE}+s{planes_g[-1]}" if len(planes_g) == 2 else f"s{planes_g[0]}"
+    term = f"(float)({pair})"
+    sums.append(term if g == 0 else f"{term}*{factor}")
   tail = "".join([f" - {zero}.0f*zs" if zero else "", " + ms" if offset else ""])
   body = [
     "float zs = 0.0f, ms = 0.0f;",
@@ -188,7 +198,7 @@ def qdot_helper(r: CStyleLanguage, bits: int, zero: int, offset: bool, planes: i
     "__m256 acc = _mm256_setzero_ps();",
     "for (int b = 0; b < nb; b++) {",
     *("  " + c for c in codes + dots),
-    f"  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(sc[b]*xd[b]{unit}), acc);",
+    f"  acc = _mm256_fmadd_ps(f, _mm256_set1_ps(sc[b]*xd[b]{unit}), acc);",
     *("  " + p for p in per_block),
     "}",
     "__m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));",
@@ -199,7 +209,7 @@ def qdot_helper(r: CStyleLanguage, bits: int, zero: int, offset: bool, planes: i
     "for (int b = 0; b < nb; b++) {",
     f"  int {', '.join(f's{p} = 0' for p in range(planes))};",
     *("  " + p for p in plain),
-    f"  dot += (float)({combined})*(sc[b]*xd[b]{unit});",
+    f"  dot += ({' + '.join(sums)})*(sc[b]*xd[b]{unit});",
     *("  " + p for p in per_block),
     "}",
     "#endif",

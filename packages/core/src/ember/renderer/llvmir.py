@@ -18,7 +18,7 @@ from ember.errors import CompileError
 from ember.renderer import Renderer
 from ember.renderer.cstyle import ptr_dtype, text_rules, value_dtype as _dt, var_name
 from ember.renderer.emulate import EmulatedFloat, bits_to_float, emulate_floats, float_to_bits
-from ember.uop.ops import Ops, UOp, AxisType, GroupOp
+from ember.uop.ops import Ops, UOp, AxisType, GroupOp, QDOT_PLANE
 from ember.uop.rewrite import PatternMatcher, UPat
 
 def ltype(dt: AnyDType) -> str:
@@ -233,6 +233,10 @@ def _wmma(ctx: _Ctx, x: UOp) -> str:
   ctx.emit(f"{ret}.d{index} = extractelement {acc_t} {ret}, i32 {index}")
   return f"{ret}.d{index}"
 
+def _f32_const(v: float) -> str:
+  """A float constant rounded to float32 (LLVM rejects a float constant that float cannot hold)."""
+  return lconst(struct.unpack("f", struct.pack("f", v))[0], dtypes.float32)
+
 _IOTA32 = f"<{', '.join(f'i32 {i}' for i in range(32))}>"
 
 def _splat(n: int, t: str, v: int) -> str: return f"<{', '.join([f'{t} {v}'] * n)}>"
@@ -256,7 +260,17 @@ def qdot_ir(bits: int, zero: int, offset: bool, planes: int) -> tuple[str, str]:
               f"%q{p} = load <32 x i8>, ptr %qp{p}, align 1", f"%q{p}w = sext <32 x i8> %q{p} to <32 x i32>",
               f"%p{p} = mul <32 x i32> %u32, %q{p}w",
               f"%s{p} = call i32 @llvm.vector.reduce.add.v32i32(<32 x i32> %p{p})"]
-  codes += ["%s = add i32 %s0, 0"] if planes == 1 else ["%s0h = mul i32 %s0, 256", "%s = add i32 %s0h, %s1"]
+  # planes pair up into exact int32 sums (p0 * 254 + p1 stays below 2**31), each pair's sum converted to float
+  groups = [list(range(g, min(g + 2, planes))) for g in range(0, planes, 2)]
+  top, prev = groups[0][-1], ""
+  for g, planes_g in enumerate(groups):
+    if len(planes_g) == 1: codes += [f"%g{g} = add i32 %s{planes_g[0]}, 0"]
+    else: codes += [f"%g{g}h = mul i32 %s{planes_g[0]}, {QDOT_PLANE}", f"%g{g} = add i32 %g{g}h, %s{planes_g[1]}"]
+    codes += [f"%g{g}f = sitofp i32 %g{g} to float",
+              f"%g{g}s = fmul float %g{g}f, {_f32_const(float(QDOT_PLANE) ** (top - planes_g[-1]))}"]
+    if prev: codes += [f"%g{g}t = fadd float {prev}, %g{g}s"]
+    prev = f"%g{g}t" if prev else f"%g{g}s"
+  codes += [f"%sf = fadd float {prev}, 0.0"]
   terms = ["%xsp = getelementptr float, ptr %xs, i64 %b64", "%xsv = load float, ptr %xsp"]
   terms += ["%zt = fmul float %scv, %xsv", "%zs.next = fadd float %zs, %zt"] if zero else \
     ["%zs.next = fadd float %zs, 0.0"]
@@ -267,10 +281,10 @@ def qdot_ir(bits: int, zero: int, offset: bool, planes: int) -> tuple[str, str]:
     "%b = phi i32 [ 0, %entry ], [ %b.next, %body ]", "%dot = phi float [ 0.0, %entry ], [ %dot.next, %body ]",
     "%zs = phi float [ 0.0, %entry ], [ %zs.next, %body ]", "%ms = phi float [ 0.0, %entry ], [ %ms.next, %body ]",
     "%more = icmp slt i32 %b, %nb", "br i1 %more, label %body, label %exit", "body:", "%b64 = sext i32 %b to i64",
-    *codes, "%sf = sitofp i32 %s to float",
+    *codes,
     "%scp = getelementptr float, ptr %sc, i64 %b64", "%scv = load float, ptr %scp",
     "%xdp = getelementptr float, ptr %xd, i64 %b64", "%xdv = load float, ptr %xdp", "%f0 = fmul float %scv, %xdv",
-    f"%f = fmul float %f0, {lconst(256.0 ** (1 - planes), dtypes.float32)}",
+    f"%f = fmul float %f0, {_f32_const(float(QDOT_PLANE) ** -top)}",
     "%t = fmul float %sf, %f", "%dot.next = fadd float %dot, %t", *terms,
     "%b.next = add i32 %b, 1", "br label %loop", "exit:",
     f"%zz = fmul float %zs, {lconst(float(zero), dtypes.float32)}", "%r0 = fsub float %dot, %zz",

@@ -117,6 +117,10 @@ class KernelInfo:
   def __repr__(self) -> str:
     return f"KernelInfo(name={self.name!r})" if self.name is not None else f"KernelInfo(n_global={self.n_global})"
 
+# each int8 activation plane of QDOT after the first is this many times finer: a remainder in [-1/2, 1/2] of the plane
+# before it times 254 fits int8 without clamping, and two planes' integer dot products combine exactly in int32
+QDOT_PLANE = 254
+
 class UOpMetaClass(type):
   # the live UOps by (op, dtype, src, arg, tag), held weakly: a UOp leaves when it dies (UOp.__del__). A dict of plain
   # weak references, not a WeakValueDictionary, whose entries (KeyedRef) are built in Python: hash-consing is paid
@@ -453,19 +457,19 @@ class UOp(metaclass=UOpMetaClass):
   def qdot(codes: UOp, scale: UOp, xq: UOp, xd: UOp, xs: UOp, blocks: int, bits: int, zero: int = 0,
            offset: UOp | None = None, planes: int = 1) -> UOp:
     """The float32 dot product of one row of `blocks` blocks of 32 quantised weights with int8-quantised activations
-    (llama.cpp's q8_1 arithmetic, optionally with a second int8 plane for the remainder). Every source is the address
+    (llama.cpp's q8_1 arithmetic, optionally with more int8 planes for the remainders). Every source is the address
     of the row's or the vector's first element (`buf[i, 0]`):
 
     * `codes` uint8, 16 bytes a block for `bits` 4 (byte j: element j in the low nibble, j + 16 in the high one) or
       32 for `bits` 8; `scale` (and `offset`) float32 per block: weight e of block b is scale[b] * (code - zero) +
       offset[b];
     * `xq` int8, 32 * `planes` a block (plane p at 32p), activation e of block b being xd[b] * sum_p xq[b, p, e] /
-      256**p; `xd` float32 per block; `xs` float32 per block, the block's sum of activations.
+      QDOT_PLANE**p; `xd` float32 per block; `xs` float32 per block, the block's sum of activations.
 
-    The value is sum_b scale[b] * (xd[b] * sum_p sum_e code[b, e] * xq[b, p, e] / 256**p - zero * xs[b]) +
+    The value is sum_b scale[b] * (xd[b] * sum_p sum_e code[b, e] * xq[b, p, e] / QDOT_PLANE**p - zero * xs[b]) +
     offset[b] * xs[b], the integer sums exact (int32)."""
     if bits not in (4, 8): raise ValueError(f"qdot codes are 4 or 8 bits, not {bits}")
-    if planes not in (1, 2): raise ValueError(f"qdot activations have 1 or 2 int8 planes, not {planes}")
+    if planes not in (1, 2, 3): raise ValueError(f"qdot activations have 1 to 3 int8 planes, not {planes}")
     if not (isinstance(blocks, int) and blocks > 0): raise ShapeError(f"qdot needs a block count > 0, got {blocks!r}")
     want = {"codes": dtypes.uint8, "scale": dtypes.float32, "xq": dtypes.int8, "xd": dtypes.float32,
             "xs": dtypes.float32, "offset": dtypes.float32}

@@ -31,7 +31,7 @@ def _qdot_ok(x: UOp) -> bool:
   blocks, bits, _, planes = x.arg
   srcs_ok = all(s.op is Ops.INDEX and isinstance(s.dtype, PtrDType) and s.dtype.base is dt
                 for s, dt in zip(x.src, _QDOT_SRCS))
-  return blocks > 0 and bits in (4, 8) and planes in (1, 2) and srcs_ok
+  return blocks > 0 and bits in (4, 8) and planes in (1, 2, 3) and srcs_ok
 
 def check_kernel_node(x: UOp) -> bool:
   """Spec of kernel ASTs and linear programs."""
