@@ -13,15 +13,27 @@ from the GGUF blocks on the host once, at load (`block_codes`), and packed for t
 so lane j of a block (j < 16) multiplies elements j and j+16, which share a byte. Bits per weight stay close to the
 file's: Q4_K 4 + 2 (scale and offset per 32) instead of 4.5, Q6_K 6 + 2 instead of 6.56, Q4_1 and Q8_0 as in the file.
 F16 and BF16 matrices stay 16-bit (`HalfWeight`) and are widened inside the matmul.
+
+Decode matvecs of 4-bit codes with one scale per block (Q4_0, Q4_1, Q4_K) and of 8-bit ones (Q8_0) run on QDOT
+(`UOp.qdot`) where the device's renderer has it: the activations quantised per block of 32 to two int8 planes
+(`quantise_activations`), each block's codes times them as integer dot products (vpdpbusd on x86 with VNNI).
 """
 from __future__ import annotations
 import numpy as np
-from ember import Tensor, dtypes
+from ember import Tensor, UOp, dtypes
+from ember.device import Device
+from ember.uop.ops import AxisType, KernelInfo, Ops, QDOT_PLANE, int_shape
 from ember.errors import EmberError
 from ember.nn.gguf import BLOCK_LAYOUT, QK_K, GGMLType
 
 BLOCK = 32
 DENSE_ROWS = 16  # a matmul of this many rows or more dequantises the matrix first (QuantWeight.matmul)
+# int8 planes of the activations a decode matvec multiplies the codes with (QuantWeight.qdot): llama.cpp's one plane
+# leaves an error of up to 1/254 of a block's largest value in every activation, which over SmolLM2's 30 layers moved
+# its logits by up to 2 and changed its greedy replies; each further plane (the remainder, QDOT_PLANE = 254 times
+# finer) divides that by 254: three carry float32's 24 bits of the block's largest value, so decode matches the float
+# matmul
+ACT_PLANES = 3
 DENSE_PIECE = 1 << 20  # at most this many elements of a matrix are dequantised into one temporary (QuantWeight.pieces)
 
 class QuantError(EmberError, ValueError):
@@ -181,18 +193,41 @@ class QuantWeight:
     n = next((k for k in range(least, min(2 * least, out_dim) + 1) if out_dim % k == 0), least)
     return [(i * out_dim // n, (i + 1) * out_dim // n) for i in range(n)]
 
+  def qdot_ok(self) -> bool:
+    """Whether decode runs on QDOT: 4-bit codes with one scale per block (Q4_0, Q4_1, Q4_K) or 8-bit ones (Q8_0), on a
+    device whose renderer has it."""
+    plain = self.bits == 8 or (self.bits == 4 and self.tensors["scale"].shape[-1] == 1)
+    return plain and Device[self.tensors["scale"].device].renderer.has_qdot
+
+  def qdot(self, xq: tuple[Tensor, Tensor, Tensor]) -> Tensor:
+    """The matvec of quantised activations (`quantise_activations` of x (T, in)) as one kernel of QDOTs: a loop over
+    the output rows (split over the CPU's threads), the T activation vectors inside. Returns (T, out) float32."""
+    (T, width), (out_dim, in_dim) = int_shape(xq[0].shape, "QuantWeight.qdot"), self.shape
+    nb, bits, zero, t, planes = in_dim // BLOCK, self.bits, self.zero, self.tensors, width // in_dim
+    codes, offset = t["q" if bits == 8 else "nib"], t.get("offset")
+    def kernel(out: UOp, codes: UOp, scale: UOp, q: UOp, d: UOp, s: UOp, *offset: UOp) -> UOp:
+      row, i = UOp.range(out_dim, 0, AxisType.GLOBAL), UOp.range(T, 1, AxisType.LOOP)
+      value = UOp.qdot(codes[row, 0, 0], scale[row, 0, 0], q[i, 0], d[i, 0], s[i, 0], nb, bits, zero,
+                       offset[0][row, 0, 0] if offset else None, planes)
+      return out[i, row].store(value).end(i, row).sink(arg=KernelInfo(name=f"qdot{bits}x{planes}_{T}_{out_dim}_{nb}"))
+    out = Tensor.empty(T, out_dim, device=codes.device, dtype=dtypes.float32)
+    return Tensor.custom_kernel(out, codes, t["scale"], *xq, *([offset] if offset is not None else []),
+                                fxn=kernel)[0]
+
   def matmul(self, x: Tensor) -> Tensor:
     """x (T, in) @ W.T -> (T, out). For T >= DENSE_ROWS (prefill chunks) the matrix is dequantised once, in `pieces`
     of rows, into float32 temporaries and multiplied by the packed, register-blocked matmul: the fused form below
     dequantises every weight again for each of the T rows (32 x 3072 x 576 on one core: 7.7 ms fused, 4.1 ms
-    dequantised first; 128 rows: 25 ms and 7.5 ms). Otherwise (decode) the dequantisation is fused into the reduce:
-    per block the scale multiplies the dot product of x with the codes and the offset the block's sum of x. The first
-    kernel keeps one partial sum per lane of 16 over the blocks (gcc turns them into one vector accumulator), the
-    second sums the lanes."""
+    dequantised first; 128 rows: 25 ms and 7.5 ms). Otherwise (decode), where `qdot_ok`, x is quantised to int8
+    (`quantise_activations`) and multiplied with the codes by integer dot products (`qdot`). Elsewhere the
+    dequantisation is fused into the reduce: per block the scale multiplies the dot product of x with the codes and
+    the offset the block's sum of x; the first kernel keeps one partial sum per lane of 16 over the blocks (gcc turns
+    them into one vector accumulator), the second sums the lanes."""
     T, nb = x.shape[0], self.shape[1] // BLOCK
     if isinstance(T, int) and T >= DENSE_ROWS:
       parts = [x @ self.dense(rows).T for rows in self.pieces()]
       return parts[0] if len(parts) == 1 else Tensor.cat(*parts, dim=-1)
+    if isinstance(T, int) and self.qdot_ok(): return self.qdot(quantise_activations(x))
     xb = x.reshape(T, 1, nb, BLOCK)  # (T, 1, blocks, 32) broadcasts against the weight's (out, blocks, ...)
     xl, xh = xb[..., :16], xb[..., 16:]
     lo, hi = self._lanes()
@@ -204,6 +239,42 @@ class QuantWeight:
       lanes = xl * lo * scale[..., 0:1] + xh * hi * scale[..., 1:2]
       if offset is not None: lanes = lanes + xl * offset[..., 0:1] + xh * offset[..., 1:2]
     return lanes.sum(-2).sum(-1)  # (T, out, 16) partial sums over the blocks, then (T, out)
+
+def _round_away(v: UOp) -> UOp:
+  """Round to the nearest integer, halves away from zero (C's roundf), as int8 (|v| <= 127.5)."""
+  return (v < 0.0).where(v - 0.5, v + 0.5).cast(dtypes.int8)
+
+def quantise_activations(x: Tensor, planes: int = ACT_PLANES) -> tuple[Tensor, Tensor, Tensor]:
+  """x (T, n) as QDOT's int8 activations, per block of 32: the scale d = max|x| / 127, the codes q0 = round(x / d)
+  (halves away from zero; all 0 where the block is 0), each further plane the remainder's q_p = round(r_p) (r_1 =
+  254 * (x / d - q0), r_p+1 = 254 * (r_p - q_p): within +-127), and the block's sum s = d * sum_p sum(q_p) / 254**p.
+  One kernel, a loop over the blocks. Returns q (T, n * planes) int8 (block b's plane p at 32 * (planes * b + p)), d
+  and s (T, n/32) float32."""
+  T, n = x.shape
+  nb = n // BLOCK
+  blocks = T * nb
+  def quantise(q: UOp, d: UOp, s: UOp, x: UOp) -> UOp:
+    q, d, s, x = q.reshape(blocks, planes, BLOCK), d.reshape(blocks), s.reshape(blocks), x.reshape(blocks, BLOCK)
+    b, j = UOp.range(blocks, 0, AxisType.GLOBAL), UOp.range(BLOCK, 1, AxisType.REDUCE)
+    amax = x[b, j].load().maximum(-x[b, j].load()).reduce(j, arg=Ops.MAX)
+    inv = (amax > 0.0).where(127.0 / amax, 0.0)
+    def codes(k: UOp) -> list[UOp]:
+      rest, out = x[b, k].load() * inv, []
+      for p in range(planes):  # each plane the remainder of those before, QDOT_PLANE times finer
+        if p: rest = (rest - out[-1].cast(dtypes.float32)) * float(QDOT_PLANE)
+        out.append(_round_away(rest))
+      return out
+    k, m = UOp.range(BLOCK, 2, AxisType.LOOP), UOp.range(BLOCK, 3, AxisType.REDUCE)
+    value = UOp.const(dtypes.float32, 0.0)
+    for p, c in enumerate(codes(m)): value = value + c.cast(dtypes.float32) * (1.0 / QDOT_PLANE ** p)
+    scale = amax / 127.0
+    stores = [q[b, p, k].store(c) for p, c in enumerate(codes(k))]
+    stmts = UOp.group(UOp.group(*stores).end(k), d[b].store(scale), s[b].store(scale * value.reduce(m)))
+    return stmts.end(b).sink(arg=KernelInfo(name=f"quantise_q8x{planes}_{blocks}"))
+  q, d, s = (Tensor.empty(T, size, dtype=dt, device=x.device)
+             for size, dt in ((n * planes, dtypes.int8), (nb, dtypes.float32), (nb, dtypes.float32)))
+  q, d, s, _ = Tensor.custom_kernel(q, d, s, x.cast(dtypes.float32), fxn=quantise)
+  return q, d, s
 
 class HalfWeight:
   """An (out, in) F16 or BF16 matrix kept as its 16-bit words and widened to float32 inside the matmul."""
