@@ -167,10 +167,10 @@ def qdot_helper(r: CStyleLanguage, bits: int, zero: int, offset: bool, planes: i
   params = [ptr("unsigned char", "w"), ptr("float", "sc"), ptr("signed char", "xq"), ptr("float", "xd"),
             ptr("float", "xs"), *([ptr("float", "mo")] if offset else []), "int nb"]
   per_block = [*(["zs += sc[b]*xs[b];"] if zero else []), *(["ms += mo[b]*xs[b];"] if offset else [])]
-  # planes pair up into exact int32 sums (p0 * 254 + p1 stays below 2**31), each pair's sum converted to float
-  groups = [list(range(g, min(g + 2, planes))) for g in range(0, planes, 2)]
-  step, top = 32 * planes, groups[0][-1]
-  unit = f"*{float32_literal(float(QDOT_PLANE) ** -top)}f" if top else ""
+  # a plane's integer dot product (below 2**21 in all, 2**17 in a lane) converts to float exactly; with VNNI each
+  # plane has a float vector accumulator of its own (independent chains), combined with its factor after the loop
+  step = 32 * planes
+  factor = [float32_literal(float(QDOT_PLANE) ** -p) + "f" for p in range(planes)]
   load = lambda p: f"_mm256_loadu_si256((const __m256i*)(xq+{step}*b+{32 * p}))"  # noqa: E731
   if bits == 4:
     codes = ["__m128i raw = _mm_loadu_si128((const __m128i*)(w+16*b));",
@@ -180,28 +180,22 @@ def qdot_helper(r: CStyleLanguage, bits: int, zero: int, offset: bool, planes: i
   else:
     codes = ["__m256i u = _mm256_loadu_si256((const __m256i*)(w+32*b));"]
     plain = [f"for (int j = 0; j < 32; j++) s{p} += w[32*b+j]*xq[{step}*b+{32 * p}+j];" for p in range(planes)]
-  dots, sums = [], []
-  for g, planes_g in enumerate(groups):
-    dots.append(f"__m256i d{g} = EMBER_DPBUSD(_mm256_setzero_si256(), u, {load(planes_g[0])});")
-    dots += [f"d{g} = EMBER_DPBUSD(_mm256_mullo_epi32(d{g}, _mm256_set1_epi32({QDOT_PLANE})), u, {load(p)});"
-             for p in planes_g[1:]]
-    factor = float32_literal(float(QDOT_PLANE) ** (top - planes_g[-1])) + "f"
-    if g == 0: dots.append("__m256 f = _mm256_cvtepi32_ps(d0);")
-    else: dots.append(f"f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d{g}), _mm256_set1_ps({factor}), f);")
-    pair = f"s{planes_g[0]}*{QDOT_PLANE}+s{planes_g[-1]}" if len(planes_g) == 2 else f"s{planes_g[0]}"
-    term = f"(float)({pair})"
-    sums.append(term if g == 0 else f"{term}*{factor}")
+  dots = ["__m256 f = _mm256_set1_ps(sc[b]*xd[b]);"]
+  dots += [f"acc{p} = _mm256_fmadd_ps(_mm256_cvtepi32_ps(EMBER_DPBUSD(_mm256_setzero_si256(), u, {load(p)})), f, "
+           f"acc{p});" for p in range(planes)]
+  combine = [f"acc0 = _mm256_fmadd_ps(acc{p}, _mm256_set1_ps({factor[p]}), acc0);" for p in range(1, planes)]
+  sums = " + ".join(f"(float)s{p}" + (f"*{factor[p]}" if p else "") for p in range(planes))
   tail = "".join([f" - {zero}.0f*zs" if zero else "", " + ms" if offset else ""])
   body = [
     "float zs = 0.0f, ms = 0.0f;",
     "#ifdef EMBER_DPBUSD",
-    "__m256 acc = _mm256_setzero_ps();",
+    f"__m256 {', '.join(f'acc{p} = _mm256_setzero_ps()' for p in range(planes))};",
     "for (int b = 0; b < nb; b++) {",
     *("  " + c for c in codes + dots),
-    f"  acc = _mm256_fmadd_ps(f, _mm256_set1_ps(sc[b]*xd[b]{unit}), acc);",
     *("  " + p for p in per_block),
     "}",
-    "__m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));",
+    *combine,
+    "__m128 h = _mm_add_ps(_mm256_castps256_ps128(acc0), _mm256_extractf128_ps(acc0, 1));",
     "h = _mm_add_ps(h, _mm_movehl_ps(h, h));",
     "float dot = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));",
     "#else",
@@ -209,7 +203,7 @@ def qdot_helper(r: CStyleLanguage, bits: int, zero: int, offset: bool, planes: i
     "for (int b = 0; b < nb; b++) {",
     f"  int {', '.join(f's{p} = 0' for p in range(planes))};",
     *("  " + p for p in plain),
-    f"  dot += ({' + '.join(sums)})*(sc[b]*xd[b]{unit});",
+    f"  dot += ({sums})*(sc[b]*xd[b]);",
     *("  " + p for p in per_block),
     "}",
     "#endif",
