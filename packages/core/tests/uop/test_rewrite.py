@@ -188,6 +188,23 @@ def test_graph_rewrite_remembers_what_nodes_became():
   assert graph_rewrite(bigger, PatternMatcher(pm.patterns)) is x * 21 + 32  # another table walks it all again
   assert tried == [(20, 1), (30, 2), (20, 1), (30, 2)]
 
+def test_ops_under_and_the_walk_it_saves():
+  # a table's rules match a few root ops; a subgraph holding none of them is left unwalked, one holding them deep down
+  # is still rewritten
+  from ember.uop.rewrite import ops_under
+  e = (x // 2 + 1) * 3
+  assert ops_under(e) == sum(1 << op.value for op in (Ops.MUL, Ops.ADD, Ops.IDIV, Ops.DEFINE_VAR, Ops.CONST))
+  assert ops_under(x) == 1 << Ops.DEFINE_VAR.value
+  tried = []
+  def halve(a):
+    tried.append(a)
+    return a * 5
+  pm = PatternMatcher([(UPat(Ops.IDIV, src=(UPat.var("a"), UPat.const(dtypes.int32, 2))), halve)])
+  assert pm.root_ops == 1 << Ops.IDIV.value
+  assert graph_rewrite(e, pm) is (x * 5 + 1) * 3
+  assert graph_rewrite(y * 7 + z, pm) is y * 7 + z
+  assert tried == [x]
+
 def test_graph_rewrite_with_ctx_walks_every_time():
   # rules that read ctx may give another result for the same node under another ctx: nothing is remembered
   pm = PatternMatcher([(UPat(Ops.DEFINE_VAR, name="v"), lambda ctx, v: ctx.get(v.arg[0]))])

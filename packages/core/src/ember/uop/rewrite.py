@@ -184,6 +184,9 @@ class PatternMatcher:
     # the rules a node with each op is tried against, in that order (most nodes of a pass's graph have none: they
     # return before building anything)
     self.rules = {op: rules + self.any_rules for op, rules in by_op.items()}
+    # the ops a rule can match at its root, as a bit mask (None: a rule matches any op): a graph none of whose nodes
+    # has one of them is a fixed point, which graph_rewrite leaves without walking it
+    self.root_ops: int | None = None if self.any_op else sum(1 << op.value for op in self.pdict)
   def __add__(self, other: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.patterns + other.patterns)
   def rewrite(self, uop: UOp, ctx: Any = None) -> UOp | None:
     if not (rules := self.rules.get(uop.op, self.any_rules)): return None
@@ -239,18 +242,32 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
   the same nodes.
   """
   if TRACER is not None: return TRACER.graph_rewrite(sink, pm, ctx, bottom_up, name)
-  return rewrite_walk(sink, pm.rewrite, ctx, bottom_up, name, pm.memo if ctx is None and not bottom_up else None)
+  return rewrite_walk(sink, pm.rewrite, ctx, bottom_up, name, pm.memo if ctx is None and not bottom_up else None,
+                      pm.root_ops)
+
+def ops_under(node: UOp) -> int:
+  """The ops of every node under `node`, itself included, as a bit mask (1 << op.value); kept on each node."""
+  if (mask := node.__dict__.get("_ops_under")) is not None: return mask
+  for n in node.toposort(gate=lambda n: "_ops_under" not in n.__dict__):
+    if "_ops_under" not in n.__dict__:
+      mask = 1 << n.op.value
+      for s in n.src: mask |= s.__dict__["_ops_under"]
+      n.__dict__["_ops_under"] = mask
+  return node.__dict__["_ops_under"]
 
 _SAME: Any = object()  # a memo entry: the node rewrites to itself (the node itself would make a reference cycle)
 
 def rewrite_walk(sink: UOp, rewrite: Callable[[UOp, Any], UOp | None], ctx: Any, bottom_up: bool,
-                 name: str | None, memo: str | None = None) -> UOp:
+                 name: str | None, memo: str | None = None, root_ops: int | None = None) -> UOp:
   """graph_rewrite's walk, applying `rewrite(node, ctx)` (a PatternMatcher's `rewrite`, or a traced one); `memo`
-  names the node attribute holding a node's result from earlier walks with the same rules, read and written."""
+  names the node attribute holding a node's result from earlier walks with the same rules, read and written;
+  `root_ops` (a mask of ops, see `ops_under`): a node with none of them under it is left as it is."""
   if memo is not None and (done := sink.__dict__.get(memo)) is not None: return sink if done is _SAME else done
+  if root_ops is not None and not ops_under(sink) & root_ops: return sink
   replace: dict[UOp, UOp] = {}
   in_progress: set[UOp] = set()
-  # stack entries: (original, stage, working node)
+  walked: list[UOp] = []  # the nodes this walk rewrote (the ones found in the memo are not walked below)
+  # stack entries: (original, stage, working node); a node is looked up in the memo before it is pushed
   stack: list[tuple[UOp, int, UOp]] = [(sink, 0, sink)]
   steps = 0
   while stack:
@@ -259,9 +276,6 @@ def rewrite_walk(sink: UOp, rewrite: Callable[[UOp, Any], UOp | None], ctx: Any,
     orig, stage, node = stack.pop()
     if stage == 0:
       if orig in replace: continue
-      if memo is not None and (done := orig.__dict__.get(memo)) is not None:
-        replace[orig] = orig if done is _SAME else done
-        continue
       if bottom_up:
         for _ in range(1000):
           nxt = rewrite(node, ctx)
@@ -271,7 +285,10 @@ def rewrite_walk(sink: UOp, rewrite: Callable[[UOp, Any], UOp | None], ctx: Any,
       in_progress.add(orig)
       stack.append((orig, 1, node))
       for s in reversed(node.src):
-        if s not in replace and s not in in_progress: stack.append((s, 0, s))
+        if s in replace or s in in_progress: continue
+        if memo is not None and (done := s.__dict__.get(memo)) is not None: replace[s] = s if done is _SAME else done
+        elif root_ops is not None and not ops_under(s) & root_ops: replace[s] = s
+        else: stack.append((s, 0, s))
     elif stage == 1:
       new_src = tuple([replace.get(s, s) for s in node.src])
       # UOps are hash-consed and compare by identity (no __eq__): `==` of the tuples is the identity check, in C
@@ -280,15 +297,21 @@ def rewrite_walk(sink: UOp, rewrite: Callable[[UOp, Any], UOp | None], ctx: Any,
       if nxt is None:
         replace[orig] = rebuilt
         in_progress.discard(orig)
+        walked.append(orig)
       else:
         # rewrite the replacement fully, then map the original to its final form
         stack.append((orig, 2, nxt))
-        if nxt not in replace and nxt not in in_progress: stack.append((nxt, 0, nxt))
+        if nxt in replace or nxt in in_progress: continue
+        if memo is not None and (done := nxt.__dict__.get(memo)) is not None:
+          replace[nxt] = nxt if done is _SAME else done
+        elif root_ops is not None and not ops_under(nxt) & root_ops: replace[nxt] = nxt
+        else: stack.append((nxt, 0, nxt))
     else:
       replace[orig] = replace.get(node, node)
       in_progress.discard(orig)
+      walked.append(orig)
   if memo is not None:
-    for k, v in replace.items(): k.__dict__[memo] = _SAME if v is k else v
+    for k in walked: k.__dict__[memo] = _SAME if (v := replace[k]) is k else v
   return replace[sink]
 
 def substitute(sink: UOp, mapping: dict[UOp, UOp]) -> UOp:
