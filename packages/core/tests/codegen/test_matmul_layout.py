@@ -92,3 +92,55 @@ def test_block_needs_a_divisible_span_and_contiguous_stores() -> None:
   assert matmul_opts(ast, 16, 2, 8) == []  # the stores would be a row apart: no block
   assert all(o.op != "UPCAST_OUTER" for o in hand_coded_opts(ast, Device[Device.DEFAULT].renderer))
   np.testing.assert_allclose((a.T @ b).numpy(), a.numpy().T @ b.numpy(), rtol=1e-4, atol=1e-4)
+
+class _Simd16:
+  """A renderer's codegen settings as hand_coded_opts and plan_packing read them: 16 lanes, packing on."""
+  simd_width = 16
+  pack_operands = True
+
+def _run_opts(ast: UOp, opts: list[Opt], inputs: dict[int, np.ndarray]) -> np.ndarray:
+  from ember.codegen.search import _compile
+  from ember.device.base import Buffer
+  runner = _compile(ast, Device[Device.DEFAULT].renderer, Device.DEFAULT, opts)
+  params = sorted((u for u in runner.spec.uops if u.op is Ops.PARAM), key=lambda u: u.arg)
+  bufs = []
+  for p in params:
+    buf = Buffer(Device.DEFAULT, p.dtype.size, p.dtype.base).ensure_allocated()
+    if p.arg in inputs: buf.copyin(np.ascontiguousarray(inputs[p.arg]).data.cast("B"))
+    bufs.append(buf)
+  runner(bufs, {}, wait=True)
+  out = np.empty(bufs[0].size, np.float32)
+  bufs[0].copyout(memoryview(out).cast("B"))
+  return out
+
+# B contiguous over 4 vectors of columns and small enough for L2: no pack kernel, 4 rows x 64 columns per block
+@pytest.mark.parametrize("m,k,n,mode", [(12, 40, 64, ""), (36, 24, 128, ""), (8, 96, 192, ""), (20, 32, 64, "aT"),
+                                        (12, 16, 256, "aT")])
+def test_resident_operand_is_read_in_place_by_wide_blocks(m: int, k: int, n: int, mode: str) -> None:
+  from ember.codegen.pack import plan_packing
+  a_np, b_np = _np(*((k, m) if mode == "aT" else (m, k))), _np(k, n, seed=1)
+  a, b = Tensor(a_np).realize(), Tensor(b_np).realize()
+  ast = _kernels((a.T if mode == "aT" else a) @ b)[-1]
+  assert plan_packing(ast, _Simd16()) is None
+  opts = hand_coded_opts(ast, _Simd16())
+  assert opts[0].op == "UPCAST_OUTER" and opts[0].amt == 64 and opts[1:] and opts[1].amt == 4
+  got = _run_opts(ast, opts, {1: a_np.reshape(-1), 2: b_np.reshape(-1)}).reshape(m, n)
+  np.testing.assert_allclose(got, (a_np.T if mode == "aT" else a_np) @ b_np, rtol=1e-4, atol=1e-4)
+
+@pytest.mark.parametrize("m", [10, 37])
+def test_rows_no_wide_block_divides_keep_two_vector_blocks(m: int) -> None:
+  # 10 rows in blocks of 4 would run 2 at a time: they keep 2 vectors of columns x 5 rows (37: x 1)
+  a_np, b_np = _np(m, 160), _np(160, 128, seed=1)
+  ast = _kernels(Tensor(a_np).realize() @ Tensor(b_np).realize())[-1]
+  opts = hand_coded_opts(ast, _Simd16())
+  assert opts[0].amt == 32 and [o.amt for o in opts[1:]] == ([5] if m == 10 else [])
+  got = _run_opts(ast, opts, {1: a_np.reshape(-1), 2: b_np.reshape(-1)}).reshape(m, 128)
+  np.testing.assert_allclose(got, a_np @ b_np, rtol=1e-4, atol=1e-4)
+
+def test_operands_past_l2_or_strided_are_still_packed() -> None:
+  from ember.codegen.pack import plan_packing
+  big = _kernels(Tensor.empty(64, 1024) @ Tensor.empty(1024, 512))[-1]  # 2 MB of B: packed in 2-vector blocks
+  assert (plan := plan_packing(big, _Simd16())) is not None and plan.size == 1024 * 512
+  assert hand_coded_opts(graph_rewrite(plan.main, symbolic), _Simd16())[0].amt == 32
+  strided = _kernels(Tensor.empty(64, 128) @ Tensor.empty(256, 128).T)[-1]  # W.T: columns a row apart
+  assert plan_packing(strided, _Simd16()) is not None

@@ -267,6 +267,26 @@ def column_spans(end: int, width: int, cols: int = MATMUL_COLS) -> list[int]:
   if not out: out = [w for w in (width // 2, width // 4) if w >= 4 and end % w == 0]
   return list(dict.fromkeys(out))
 
+RESIDENT_ELEMENTS = 1 << 18  # elements of a matmul's B (1 MB of float32) up to which it is read where it lies
+
+def resident_column(ast: UOp, width: int) -> int | None:
+  """The output range (an index into `output_ranges`) a matmul's B is read along, where B is contiguous over
+  WIDE_COLS vectors of those columns, small enough (RESIDENT_ELEMENTS) to stay in L2 as it lies, and the rows are a
+  multiple of WIDE_ROWS: codegen/pack.py leaves such a B unpacked and the kernel takes 4 rows x 4 vectors of columns.
+  On the 2-core development VM (one thread, CPU time of the programs, medians of 3 alternating runs) 256^3 ran
+  0.49 -> 0.40 ms, 512^3 4.5 -> 3.5 ms, 2048x256x256 4.6 -> 3.7 ms against B packed in 2-vector blocks of 8 rows; a
+  B of 784 x 512 stayed faster packed (1.7-2.7 against 3.7-4.2 ms), and 10 rows blocked 2 at a time were slower
+  than 5. None where B does not qualify."""
+  if (axes := matmul_axes(ast, width, wide := WIDE_COLS * width)) is None: return None
+  rngs = output_ranges(ast)
+  if axes[1] is not None and _const_end(rngs[axes[1]]) % WIDE_ROWS: return None
+  col = rngs[axes[0]]
+  reds = [n for n in ast.toposort() if n.op is Ops.REDUCE]
+  idxs = dict.fromkeys(n.src[0].src[1] for r in reds for n in r.src[0].toposort() if n.op is Ops.LOAD)
+  sizes = [prod(_const_end(x) for x in i.toposort() if x.op is Ops.RANGE) for i in idxs
+           if _lane_stride(i, col, wide) == 1]
+  return axes[0] if sizes and max(sizes) <= RESIDENT_ELEMENTS else None
+
 def block_columns(end: int, width: int) -> int | None:
   """The default columns per register block (the first of `column_spans`), None if no block of 4+ lanes divides."""
   return next(iter(column_spans(end, width)), None)
@@ -401,8 +421,10 @@ def hand_coded_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
   # 2 vectors of columns x 8 rows: B's rows are a power-of-two stride apart, so its panel does not stay in cache;
   # 8 rows per B load halve that traffic against 4x4 (2x16 and 4x8 are ~15% faster still, but unroll twice as many
   # accumulators: 4x the first-call time of a transformer block, spent rewriting the unrolled graph)
+  # A B small enough to stay in L2 unpacked (`resident_column`) takes 4 rows x 4 vectors, read where it lies
   if (axes := matmul_axes(ast, width)) is not None:
-    if block_columns(_const_end(output_ranges(ast)[axes[0]]), width) == WIDE_COLS * width:
+    if block_columns(_const_end(output_ranges(ast)[axes[0]]), width) == WIDE_COLS * width or \
+       resident_column(ast, width) == axes[0]:
       return matmul_opts(ast, width, WIDE_COLS, WIDE_ROWS, axes)
     if (mm := matmul_opts(ast, width, MATMUL_COLS, 8, axes)): return mm
   # reductions the target's compiler vectorises as they are (`Renderer.vector_reduce_ops`, e.g. the CPU's MAX as an

@@ -21,7 +21,7 @@ from ember.dtype import DType, PtrDType
 from ember.helpers import NOOPT, prod
 from ember.renderer import Renderer
 from ember.uop.ops import Ops, UOp, AxisType, KernelInfo
-from ember.codegen.opt import output_ranges, block_columns, _const_end, _lane_stride
+from ember.codegen.opt import output_ranges, block_columns, resident_column, _const_end, _lane_stride
 
 PACK_MIN_ROWS = 32  # outputs sharing each column block of B (rows of a matmul, pixels of a convolution)
 PACK_MIN_ELEMENTS = 1 << 14  # elements of B (64 KB of float32): smaller operands stay in L1/L2 as they are
@@ -96,6 +96,8 @@ def plan_packing(ast: UOp, renderer: Renderer) -> PackPlan | None:
   # a small B stays as it is where its block's columns are contiguous already; strided ones (a conv's weight in its
   # (Cout, *kernel, Cin) order, W.T) give the unpacked kernel no column block at all
   if size < PACK_MIN_ELEMENTS and _lane_stride(idx, col, span) == 1: return None
+  # a B that stays in L2 as it lies is read there by 4 x 4-vector blocks (opt.resident_column): no pack kernel
+  if resident_column(sink, width) == output_ranges(sink).index(col): return None
   assert isinstance(param.dtype, PtrDType)
   dtype = param.dtype.base
   # the pack kernel: one output range per packed dim, in layout order (its stores run contiguously)
