@@ -18,11 +18,19 @@ def reduce_identity(op: Ops, dtype) -> object:
   if op is Ops.MAX: return dtypes.min(dtype)
   raise CompileError(f"unknown reduce op {op}")
 
+_NONE: frozenset = frozenset()
+
+def _union(sets: list[frozenset[UOp]]) -> frozenset[UOp]:
+  """The union of `sets`, without building a new set where one of them is it (most nodes of an unrolled kernel)."""
+  sets = [x for x in sets if x]
+  if not sets: return _NONE
+  return sets[0] if all(x is sets[0] for x in sets) else frozenset().union(*sets)
+
 def range_deps(sink: UOp) -> dict[UOp, frozenset[UOp]]:
   """Per node under `sink`, the ranges it moves with (a reduction's own ranges excluded)."""
   deps: dict[UOp, frozenset[UOp]] = {}
   for n in sink.toposort():
-    d = frozenset().union(*(deps[s] for s in n.src)) if n.src else frozenset()
+    d = _union([deps[s] for s in n.src])
     if n.op is Ops.RANGE: d = d | {n}
     if n.op is Ops.REDUCE: d = d - frozenset(n.src[1:])
     deps[n] = d
@@ -85,7 +93,7 @@ def linearize(sink: UOp) -> list[UOp]:
   # the reductions under each node, itself included (a reduction's input holds the ones that feed it), in one walk
   reduces_under: dict[UOp, frozenset[UOp]] = {}
   for n in topo:
-    under = frozenset().union(*[reduces_under[s] for s in n.src]) if n.src else frozenset()
+    under = _union([reduces_under[s] for s in n.src])
     reduces_under[n] = under | {n} if n.op is Ops.REDUCE else under
   def feeds_from(r: UOp) -> frozenset[UOp]: return reduces_under[r.src[0]]
 
@@ -129,14 +137,14 @@ def linearize(sink: UOp) -> list[UOp]:
   globals_ = sorted((n for n in topo if n.op is Ops.RANGE and n.arg[1] in outer_types),
                     key=lambda r: r.arg[0])
   opened: list[UOp] = []
-  from_reduce: set[UOp] = set()
+  from_reduce: dict[UOp, None] = {}  # in topo order
   for n in topo:
-    if n.op is Ops.REDUCE or (n.op is not Ops.STORE and any(s in from_reduce for s in n.src)): from_reduce.add(n)
+    if n.op is Ops.REDUCE or (n.op is not Ops.STORE and any(s in from_reduce for s in n.src)): from_reduce[n] = None
   for r in globals_:
     # values of reductions that move with neither this loop nor an inner one are computed before it opens: a row's
     # statistics once per row in a kernel that writes the rows it reduced (softmax), not once per element
-    for n in topo:
-      if n in from_reduce and n not in done and deps[n] <= open_ranges: emit(n)
+    for n in from_reduce:
+      if n not in done and deps[n] <= open_ranges: emit(n)
     emit(r.src[0])
     lin_r = r if done[r.src[0]] is r.src[0] else r.replace(src=(done[r.src[0]],))
     done[r] = lin_r

@@ -184,9 +184,11 @@ class PatternMatcher:
     # the rules a node with each op is tried against, in that order (most nodes of a pass's graph have none: they
     # return before building anything)
     self.rules = {op: rules + self.any_rules for op, rules in by_op.items()}
-    # the ops a rule can match at its root, as a bit mask (None: a rule matches any op): a graph none of whose nodes
-    # has one of them is a fixed point, which graph_rewrite leaves without walking it
-    self.root_ops: int | None = None if self.any_op else sum(1 << op.value for op in self.pdict)
+    # the ops a rule can match at its root, as a bit mask: a graph none of whose nodes has one of them is a fixed
+    # point, which graph_rewrite leaves without walking it. None where a rule matches any op or sums (index math
+    # is sums: such a table skips nothing, and the masks would cost more than they save)
+    skips = not self.any_op and Ops.ADD not in self.pdict
+    self.root_ops: int | None = sum(1 << op.value for op in self.pdict) if skips else None
   def __add__(self, other: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.patterns + other.patterns)
   def rewrite(self, uop: UOp, ctx: Any = None) -> UOp | None:
     if not (rules := self.rules.get(uop.op, self.any_rules)): return None
