@@ -5,7 +5,7 @@ and PYTHON devices, and which types and devices use it."""
 from __future__ import annotations
 import numpy as np
 import pytest
-from ember import Tensor
+from ember import GlobalCounters, Tensor
 from ember.nn.gguf import BLOCK_LAYOUT, GGMLType
 from ember.nn.llm.quant import ACT_PLANES, DENSE_ROWS, QuantWeight, block_codes, quantise_activations
 from ember.uop.ops import Ops, QDOT_PLANE
@@ -96,3 +96,19 @@ def test_qdot_only_where_it_applies() -> None:
   q4 = QuantWeight(GGMLType.Q4_1, random_blocks(GGMLType.Q4_1, (8, 64), 4), (8, 64), None)
   prefill = q4.matmul(Tensor(activations(DENSE_ROWS, 64, 5)))
   assert not any(n.op is Ops.CUSTOM_KERNEL for n in prefill.uop.toposort())
+
+@pytest.mark.parametrize("T", [2, DENSE_ROWS])
+def test_norm_weight_and_residual_fused(T: int) -> None:
+  """matmul(x, scale, add) = (x * scale) @ W.T + add: on QDOT the scale is applied by the quantiser and the residual
+  added by the QDOT kernel (no kernels of their own); prefill-sized, by the dense path."""
+  raw = random_blocks(GGMLType.Q4_1, (48, 96), 6)
+  w = QuantWeight(GGMLType.Q4_1, raw, (48, 96), None)
+  x, g = activations(T, 96, 7), np.random.default_rng(8).uniform(0.5, 2, 96).astype(np.float32)
+  add = np.random.default_rng(9).standard_normal((T, 48)).astype(np.float32)
+  inputs = [Tensor(a).realize() for a in (x, g, add)]
+  GlobalCounters.reset()
+  y = w.matmul(*inputs).realize()
+  if T < DENSE_ROWS: assert GlobalCounters.kernel_count == 2  # the quantiser and the QDOT kernel only
+  W = dequantised(GGMLType.Q4_1, raw, (48, 96))
+  x_used = dequantise(*quantise_oracle(x * g)[:2]) if T < DENSE_ROWS else (x * g).astype(np.float64)
+  np.testing.assert_allclose(y.numpy(), x_used @ W.T + add, rtol=1e-5, atol=1e-5 * np.abs(W).sum(1).max() * 3)

@@ -42,7 +42,7 @@ import numpy as np
 from ember import Tensor, TinyJit, UOp, Variable
 from ember.errors import EmberError
 from ember.nn.gguf import BLOCK_LAYOUT, GGMLType, GGUFFile, dequantize, tensor_nbytes
-from ember.nn.llm.quant import BLOCK, HALF, KEPT, HalfWeight, QuantWeight
+from ember.nn.llm.quant import BLOCK, HALF, KEPT, HalfWeight, QuantWeight, stored_sum
 
 SUPPORTED_ARCHS = ("llama", "mistral", "qwen2", "qwen3")
 NEOX_ROPE_ARCHS = ("qwen2", "qwen3")  # rotate-half RoPE: llama.cpp's converter leaves their q/k rows as they are
@@ -123,7 +123,9 @@ class DenseWeight:
     self.shape = tuple(w.shape)
     self.nbytes = int(w.size) * 4
     self.w = Tensor(np.ascontiguousarray(w, np.float32), device=device).realize()
-  def matmul(self, x: Tensor) -> Tensor: return x @ self.w.T  # reduces along the weight's contiguous rows
+  def matmul(self, x: Tensor, scale: Tensor | None = None, add: Tensor | None = None) -> Tensor:
+    """(x * scale) @ W.T + add, as QuantWeight.matmul; reduces along the weight's contiguous rows."""
+    return stored_sum((x if scale is None else x * scale) @ self.w.T, add)
 
 Weight = QuantWeight | HalfWeight | DenseWeight
 
@@ -287,7 +289,7 @@ class LlamaLayer:
     step's stack of every layer's rows, a kernel that selects each element among 30 sources: 0.3 -> 0.7-1.3 ms.)"""
     cfg = self.cfg
     T, hd, qd, kv = x.shape[0], cfg.head_dim, cfg.q_dim, cfg.kv_dim
-    qkv = self.qkv.matmul(x * self.attn_norm) * rms_scale(x, cfg.rms_eps)  # (T, q_dim + 2kv)
+    qkv = self.qkv.matmul(x, self.attn_norm) * rms_scale(x, cfg.rms_eps)  # (T, q_dim + 2kv)
     if self.qkv_bias is not None: qkv = qkv + self.qkv_bias
     heads = qkv[:, :qd + kv].reshape(T, cfg.n_heads + cfg.n_kv_heads, hd)
     if self.qk_norm is not None: heads = heads * rms_scale(heads, cfg.rms_eps) * self.qk_norm
@@ -299,9 +301,9 @@ class LlamaLayer:
   def _finish(self, x: Tensor, attn: Tensor) -> Tensor:
     """The attention output projection and the feed-forward block, with their residuals."""
     # the residual stream is stored after each add: left lazy, every later kernel would re-add all earlier parts
-    x = (x + self.attn_output.matmul(attn)).contiguous()
-    gate_up = self.gate_up.matmul(x * self.ffn_norm) * rms_scale(x, self.cfg.rms_eps)  # (T, 2ffn)
-    return (x + self.down.matmul(silu(gate_up[:, :self.cfg.ffn_dim]) * gate_up[:, self.cfg.ffn_dim:])).contiguous()
+    x = self.attn_output.matmul(attn, add=x)
+    gate_up = self.gate_up.matmul(x, self.ffn_norm) * rms_scale(x, self.cfg.rms_eps)  # (T, 2ffn)
+    return self.down.matmul(silu(gate_up[:, :self.cfg.ffn_dim]) * gate_up[:, self.cfg.ffn_dim:], add=x)
 
   def __call__(self, x: Tensor, cache: Tensor, cos: Tensor, sin: Tensor, mask: Tensor, causal: Tensor, slot: Tensor,
                n: UOp) -> tuple[Tensor, Tensor]:
@@ -584,7 +586,7 @@ class Llama:
     for layer, cache in zip(self.layers, caches):
       x, row = layer.decode(x, cache, cos, sin, mask, n)
       rows.append(row)
-    logits = self.lm_head.matmul(x * self.norm) * rms_scale(x, self.cfg.rms_eps)  # (S, vocab)
+    logits = self.lm_head.matmul(x, self.norm) * rms_scale(x, self.cfg.rms_eps)  # (S, vocab)
     new_rows = Tensor.stack(*rows)  # (n_layers, S, 2kv)
     Tensor.realize(logits, new_rows)
     return logits, new_rows
@@ -600,7 +602,7 @@ class Llama:
       x, row = layer(x, cache, cos, sin, mask, causal, slot, n)
       rows.append(row)
     last = select @ x  # (1, dim)
-    logits = (self.lm_head.matmul(last * self.norm) * rms_scale(last, self.cfg.rms_eps)).reshape(self.cfg.vocab_size)
+    logits = (self.lm_head.matmul(last, self.norm) * rms_scale(last, self.cfg.rms_eps)).reshape(self.cfg.vocab_size)
     Tensor.realize(logits, *rows)
     return (logits, *rows)
 

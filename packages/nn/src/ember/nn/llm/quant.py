@@ -199,35 +199,39 @@ class QuantWeight:
     plain = self.bits == 8 or (self.bits == 4 and self.tensors["scale"].shape[-1] == 1)
     return plain and Device[self.tensors["scale"].device].renderer.has_qdot
 
-  def qdot(self, xq: tuple[Tensor, Tensor, Tensor]) -> Tensor:
+  def qdot(self, xq: tuple[Tensor, Tensor, Tensor], add: Tensor | None = None) -> Tensor:
     """The matvec of quantised activations (`quantise_activations` of x (T, in)) as one kernel of QDOTs: a loop over
-    the output rows (split over the CPU's threads), the T activation vectors inside. Returns (T, out) float32."""
+    the output rows (split over the CPU's threads), the T activation vectors inside. Returns (T, out) float32, plus
+    `add` (T, out) where given (a residual, added in the same kernel)."""
     (T, width), (out_dim, in_dim) = int_shape(xq[0].shape, "QuantWeight.qdot"), self.shape
     nb, bits, zero, t, planes = in_dim // BLOCK, self.bits, self.zero, self.tensors, width // in_dim
     codes, offset = t["q" if bits == 8 else "nib"], t.get("offset")
-    def kernel(out: UOp, codes: UOp, scale: UOp, q: UOp, d: UOp, s: UOp, *offset: UOp) -> UOp:
+    extra = [e for e in (offset, add) if e is not None]
+    def kernel(out: UOp, codes: UOp, scale: UOp, q: UOp, d: UOp, s: UOp, *extra: UOp) -> UOp:
       row, i = UOp.range(out_dim, 0, AxisType.GLOBAL), UOp.range(T, 1, AxisType.LOOP)
       value = UOp.qdot(codes[row, 0, 0], scale[row, 0, 0], q[i, 0], d[i, 0], s[i, 0], nb, bits, zero,
-                       offset[0][row, 0, 0] if offset else None, planes)
+                       extra[0][row, 0, 0] if offset is not None else None, planes)
+      if add is not None: value = value + extra[-1][i, row]
       return out[i, row].store(value).end(i, row).sink(arg=KernelInfo(name=f"qdot{bits}x{planes}_{T}_{out_dim}_{nb}"))
     out = Tensor.empty(T, out_dim, device=codes.device, dtype=dtypes.float32)
-    return Tensor.custom_kernel(out, codes, t["scale"], *xq, *([offset] if offset is not None else []),
-                                fxn=kernel)[0]
+    return Tensor.custom_kernel(out, codes, t["scale"], *xq, *extra, fxn=kernel)[0]
 
-  def matmul(self, x: Tensor) -> Tensor:
-    """x (T, in) @ W.T -> (T, out). For T >= DENSE_ROWS (prefill chunks) the matrix is dequantised once, in `pieces`
-    of rows, into float32 temporaries and multiplied by the packed, register-blocked matmul: the fused form below
-    dequantises every weight again for each of the T rows (32 x 3072 x 576 on one core: 7.7 ms fused, 4.1 ms
-    dequantised first; 128 rows: 25 ms and 7.5 ms). Otherwise (decode), where `qdot_ok`, x is quantised to int8
-    (`quantise_activations`) and multiplied with the codes by integer dot products (`qdot`). Elsewhere the
-    dequantisation is fused into the reduce: per block the scale multiplies the dot product of x with the codes and
-    the offset the block's sum of x; the first kernel keeps one partial sum per lane of 16 over the blocks (gcc turns
-    them into one vector accumulator), the second sums the lanes."""
+  def matmul(self, x: Tensor, scale: Tensor | None = None, add: Tensor | None = None) -> Tensor:
+    """(x (T, in) * scale (in,)) @ W.T + add (T, out) -> (T, out), stored where `add` is given (`scale` and `add` are
+    optional: a norm's weight and a residual, fused into the kernels). For T >= DENSE_ROWS (prefill chunks) the matrix
+    is dequantised once, in `pieces` of rows, into float32 temporaries and multiplied by the packed, register-blocked
+    matmul: the fused form below dequantises every weight again for each of the T rows (32 x 3072 x 576 on one core:
+    7.7 ms fused, 4.1 ms dequantised first; 128 rows: 25 ms and 7.5 ms). Otherwise (decode), where `qdot_ok`, x is
+    quantised to int8 (`quantise_activations`) and multiplied with the codes by integer dot products (`qdot`).
+    Elsewhere the dequantisation is fused into the reduce: per block the scale multiplies the dot product of x with
+    the codes and the offset the block's sum of x; the first kernel keeps one partial sum per lane of 16 over the
+    blocks (gcc turns them into one vector accumulator), the second sums the lanes."""
     T, nb = x.shape[0], self.shape[1] // BLOCK
+    if isinstance(T, int) and T < DENSE_ROWS and self.qdot_ok(): return self.qdot(quantise_activations(x, scale), add)
+    if scale is not None: x = x * scale
     if isinstance(T, int) and T >= DENSE_ROWS:
       parts = [x @ self.dense(rows).T for rows in self.pieces()]
-      return parts[0] if len(parts) == 1 else Tensor.cat(*parts, dim=-1)
-    if isinstance(T, int) and self.qdot_ok(): return self.qdot(quantise_activations(x))
+      return stored_sum(parts[0] if len(parts) == 1 else Tensor.cat(*parts, dim=-1), add)
     xb = x.reshape(T, 1, nb, BLOCK)  # (T, 1, blocks, 32) broadcasts against the weight's (out, blocks, ...)
     xl, xh = xb[..., :16], xb[..., 16:]
     lo, hi = self._lanes()
@@ -238,28 +242,36 @@ class QuantWeight:
     else:
       lanes = xl * lo * scale[..., 0:1] + xh * hi * scale[..., 1:2]
       if offset is not None: lanes = lanes + xl * offset[..., 0:1] + xh * offset[..., 1:2]
-    return lanes.sum(-2).sum(-1)  # (T, out, 16) partial sums over the blocks, then (T, out)
+    return stored_sum(lanes.sum(-2).sum(-1), add)  # (T, out, 16) partial sums over the blocks, then (T, out)
+
+def stored_sum(y: Tensor, add: Tensor | None) -> Tensor:
+  """A matmul's result with its residual added, stored (the residual stream is stored after each add: left lazy, every
+  later kernel would re-add all earlier parts)."""
+  return y if add is None else (add + y).contiguous()
 
 def _round_away(v: UOp) -> UOp:
   """Round to the nearest integer, halves away from zero (C's roundf), as int8 (|v| <= 127.5)."""
   return (v < 0.0).where(v - 0.5, v + 0.5).cast(dtypes.int8)
 
-def quantise_activations(x: Tensor, planes: int = ACT_PLANES) -> tuple[Tensor, Tensor, Tensor]:
-  """x (T, n) as QDOT's int8 activations, per block of 32: the scale d = max|x| / 127, the codes q0 = round(x / d)
-  (halves away from zero; all 0 where the block is 0), each further plane the remainder's q_p = round(r_p) (r_1 =
-  254 * (x / d - q0), r_p+1 = 254 * (r_p - q_p): within +-127), and the block's sum s = d * sum_p sum(q_p) / 254**p.
-  One kernel, a loop over the blocks. Returns q (T, n * planes) int8 (block b's plane p at 32 * (planes * b + p)), d
-  and s (T, n/32) float32."""
+def quantise_activations(x: Tensor, scale: Tensor | None = None, planes: int = ACT_PLANES
+                         ) -> tuple[Tensor, Tensor, Tensor]:
+  """x (T, n), times `scale` (n,) where given (in the same kernel), as QDOT's int8 activations, per block of 32: the
+  scale d = max|x| / 127, the codes q0 = round(x / d) (halves away from zero; all 0 where the block is 0), each
+  further plane the remainder's q_p = round(r_p) (r_1 = 254 * (x / d - q0), r_p+1 = 254 * (r_p - q_p): within
+  +-127), and the block's sum s = d * sum_p sum(q_p) / 254**p. One kernel, a loop over the blocks. Returns q (T, n *
+  planes) int8 (block b's plane p at 32 * (planes * b + p)), d and s (T, n/32) float32."""
   T, n = x.shape
   nb = n // BLOCK
   blocks = T * nb
-  def quantise(q: UOp, d: UOp, s: UOp, x: UOp) -> UOp:
+  def quantise(q: UOp, d: UOp, s: UOp, x: UOp, *g: UOp) -> UOp:
     q, d, s, x = q.reshape(blocks, planes, BLOCK), d.reshape(blocks), s.reshape(blocks), x.reshape(blocks, BLOCK)
     b, j = UOp.range(blocks, 0, AxisType.GLOBAL), UOp.range(BLOCK, 1, AxisType.REDUCE)
-    amax = x[b, j].load().maximum(-x[b, j].load()).reduce(j, arg=Ops.MAX)
+    def value_at(e: UOp) -> UOp:
+      return x[b, e].load() * g[0].reshape(nb, BLOCK)[b % nb, e].load() if g else x[b, e].load()
+    amax = value_at(j).maximum(-value_at(j)).reduce(j, arg=Ops.MAX)
     inv = (amax > 0.0).where(127.0 / amax, 0.0)
     def codes(k: UOp) -> list[UOp]:
-      rest, out = x[b, k].load() * inv, []
+      rest, out = value_at(k) * inv, list[UOp]()
       for p in range(planes):  # each plane the remainder of those before, QDOT_PLANE times finer
         if p: rest = (rest - out[-1].cast(dtypes.float32)) * float(QDOT_PLANE)
         out.append(_round_away(rest))
@@ -273,7 +285,8 @@ def quantise_activations(x: Tensor, planes: int = ACT_PLANES) -> tuple[Tensor, T
     return stmts.end(b).sink(arg=KernelInfo(name=f"quantise_q8x{planes}_{blocks}"))
   q, d, s = (Tensor.empty(T, size, dtype=dt, device=x.device)
              for size, dt in ((n * planes, dtypes.int8), (nb, dtypes.float32), (nb, dtypes.float32)))
-  q, d, s, _ = Tensor.custom_kernel(q, d, s, x.cast(dtypes.float32), fxn=quantise)
+  g = [] if scale is None else [scale.cast(dtypes.float32)]
+  q, d, s, *_ = Tensor.custom_kernel(q, d, s, x.cast(dtypes.float32), *g, fxn=quantise)
   return q, d, s
 
 class HalfWeight:
@@ -284,7 +297,8 @@ class HalfWeight:
     self.nbytes = words.nbytes
     self.w = Tensor(np.ascontiguousarray(words), device=device).realize()
 
-  def matmul(self, x: Tensor) -> Tensor:
+  def matmul(self, x: Tensor, scale: Tensor | None = None, add: Tensor | None = None) -> Tensor:
+    """(x * scale) @ W.T + add, as QuantWeight.matmul."""
     if self.ggml_type is GGMLType.BF16: w = (self.w.cast(dtypes.uint32) << 16).bitcast(dtypes.float32)
     else: w = self.w.bitcast(dtypes.float16).cast(dtypes.float32)
-    return x @ w.T
+    return stored_sum((x if scale is None else x * scale) @ w.T, add)
