@@ -171,8 +171,9 @@ def markdown(results: dict[str, dict[str, Any]], contexts: list[int], tokens: in
               f"{ll['prefill_ms'] / e['prefill_ms']:.2f}x"
     lines.append(line + " |")
   lines.append("")
-  lines.append("Peak RSS: " + ", ".join(f"{IMPLEMENTATIONS[n]} {results[n]['peak_rss_mb']:.0f} MB" for n in names) +
-               ".")
+  # each process holds one cache for the longest context and its tokens (ember's max_context, llama.cpp's n_ctx)
+  lines.append(f"Peak RSS (the whole process, a KV cache of {max(contexts) + tokens} positions): " +
+               ", ".join(f"{IMPLEMENTATIONS[n]} {results[n]['peak_rss_mb']:.0f} MB" for n in names) + ".")
   ember = results["ember"]["contexts"]
   lines.append("ember's decode reads " + ", ".join(
     f"{ember[str(c)]['bytes_per_token'] / 1e6:.1f} MB per token at context {c} "
