@@ -5,10 +5,15 @@ and PYTHON devices, and which types and devices use it."""
 from __future__ import annotations
 import numpy as np
 import pytest
-from ember import GlobalCounters, Tensor
+from typing import Iterator
+from ember import Context, GlobalCounters, Tensor
 from ember.nn.gguf import BLOCK_LAYOUT, GGMLType
 from ember.nn.llm.quant import ACT_PLANES, DENSE_ROWS, QuantWeight, block_codes, quantise_activations
 from ember.uop.ops import Ops, QDOT_PLANE
+
+@pytest.fixture(autouse=True)
+def qdot_on() -> Iterator[None]:
+  with Context(QDOT=1): yield
 
 SCALE_BYTES = {GGMLType.Q4_0: (0,), GGMLType.Q4_1: (0, 2), GGMLType.Q8_0: (0,), GGMLType.Q4_K: (0, 2),
                GGMLType.Q5_0: (0,)}
@@ -90,9 +95,11 @@ def test_decode_matmul_matches_numpy(gtype: GGMLType, device: str) -> None:
     assert np.all(np.abs(got - x @ W.T.astype(np.float64)) <= bound.T + 1e-4 * np.abs(exact).max())
 
 def test_qdot_only_where_it_applies() -> None:
-  """5-bit codes and prefill-sized matmuls keep the float path."""
+  """5-bit codes, prefill-sized matmuls and QDOT=0 keep the float path."""
   q5 = QuantWeight(GGMLType.Q5_0, random_blocks(GGMLType.Q5_0, (8, 64), 3), (8, 64), None)
   assert not q5.qdot_ok()
+  with Context(QDOT=0):
+    assert not QuantWeight(GGMLType.Q4_1, random_blocks(GGMLType.Q4_1, (8, 64), 4), (8, 64), None).qdot_ok()
   q4 = QuantWeight(GGMLType.Q4_1, random_blocks(GGMLType.Q4_1, (8, 64), 4), (8, 64), None)
   prefill = q4.matmul(Tensor(activations(DENSE_ROWS, 64, 5)))
   assert not any(n.op is Ops.CUSTOM_KERNEL for n in prefill.uop.toposort())

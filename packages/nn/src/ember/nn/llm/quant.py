@@ -14,14 +14,15 @@ so lane j of a block (j < 16) multiplies elements j and j+16, which share a byte
 file's: Q4_K 4 + 2 (scale and offset per 32) instead of 4.5, Q6_K 6 + 2 instead of 6.56, Q4_1 and Q8_0 as in the file.
 F16 and BF16 matrices stay 16-bit (`HalfWeight`) and are widened inside the matmul.
 
-Decode matvecs of 4-bit codes with one scale per block (Q4_0, Q4_1, Q4_K) and of 8-bit ones (Q8_0) run on QDOT
-(`UOp.qdot`) where the device's renderer has it: the activations quantised per block of 32 to two int8 planes
+With QDOT=1, decode matvecs of 4-bit codes with one scale per block (Q4_0, Q4_1, Q4_K) and of 8-bit ones (Q8_0) run
+on QDOT (`UOp.qdot`) where the device's renderer has it: the activations quantised per block of 32 to two int8 planes
 (`quantise_activations`), each block's codes times them as integer dot products (vpdpbusd on x86 with VNNI).
 """
 from __future__ import annotations
 import numpy as np
 from ember import Tensor, UOp, dtypes
 from ember.device import Device
+from ember.helpers import ContextVar
 from ember.uop.ops import AxisType, KernelInfo, Ops, QDOT_PLANE, int_shape
 from ember.errors import EmberError
 from ember.nn.gguf import BLOCK_LAYOUT, QK_K, GGMLType
@@ -34,6 +35,10 @@ DENSE_ROWS = 16  # a matmul of this many rows or more dequantises the matrix fir
 # finer) divides that by 254: three carry float32's 24 bits of the block's largest value, so decode matches the float
 # matmul
 ACT_PLANES = 3
+# QDOT=1: decode matvecs run on QDOT (`QuantWeight.qdot_ok`). Off by default: on the 2-core development VM, loaded, a
+# decode step ran at 0.92-1.3x (median 0.96x) the fused float matvec's speed, the matvecs being bound by memory there
+# and the quantiser's kernels costing what QDOT saves (docs/llm.md)
+QDOT = ContextVar("QDOT", 0)
 DENSE_PIECE = 1 << 20  # at most this many elements of a matrix are dequantised into one temporary (QuantWeight.pieces)
 
 class QuantError(EmberError, ValueError):
@@ -194,10 +199,10 @@ class QuantWeight:
     return [(i * out_dim // n, (i + 1) * out_dim // n) for i in range(n)]
 
   def qdot_ok(self) -> bool:
-    """Whether decode runs on QDOT: 4-bit codes with one scale per block (Q4_0, Q4_1, Q4_K) or 8-bit ones (Q8_0), on a
-    device whose renderer has it."""
+    """Whether decode runs on QDOT: with QDOT=1, for 4-bit codes with one scale per block (Q4_0, Q4_1, Q4_K) or 8-bit
+    ones (Q8_0), on a device whose renderer has it."""
     plain = self.bits == 8 or (self.bits == 4 and self.tensors["scale"].shape[-1] == 1)
-    return plain and Device[self.tensors["scale"].device].renderer.has_qdot
+    return bool(QDOT.value) and plain and Device[self.tensors["scale"].device].renderer.has_qdot
 
   def qdot(self, xq: tuple[Tensor, Tensor, Tensor], add: Tensor | None = None) -> Tensor:
     """The matvec of quantised activations (`quantise_activations` of x (T, in)) as one kernel of QDOTs: a loop over
