@@ -144,3 +144,15 @@ def test_operands_past_l2_or_strided_are_still_packed() -> None:
   assert hand_coded_opts(graph_rewrite(plan.main, symbolic), _Simd16())[0].amt == 32
   strided = _kernels(Tensor.empty(64, 128) @ Tensor.empty(256, 128).T)[-1]  # W.T: columns a row apart
   assert plan_packing(strided, _Simd16()) is not None
+
+def test_symbolic_reduction_is_never_resident() -> None:
+  # attention's probs @ V over a decode step's context: B's size is symbolic, so no footprint to keep in L2
+  from ember import Variable
+  from ember.codegen.pack import plan_packing
+  a_np, v_np = _np(8, 64), _np(64, 128, seed=1)
+  pos = Variable("pos", 1, 64).bind(24)
+  out = Tensor(a_np).realize()[:, :pos] @ Tensor(v_np).realize()[:pos]
+  ast = _kernels(out)[-1]
+  opts = hand_coded_opts(ast, _Simd16())
+  assert opts and opts[0].amt == 32 and plan_packing(ast, _Simd16()) is None
+  np.testing.assert_allclose(out.numpy(), a_np[:, :24] @ v_np[:24], rtol=1e-4, atol=1e-4)

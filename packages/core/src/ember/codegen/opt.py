@@ -283,9 +283,10 @@ def resident_column(ast: UOp, width: int) -> int | None:
   col = rngs[axes[0]]
   reds = [n for n in ast.toposort() if n.op is Ops.REDUCE]
   idxs = dict.fromkeys(n.src[0].src[1] for r in reds for n in r.src[0].toposort() if n.op is Ops.LOAD)
-  sizes = [prod(_const_end(x) for x in i.toposort() if x.op is Ops.RANGE) for i in idxs
-           if _lane_stride(i, col, wide) == 1]
-  return axes[0] if sizes and max(sizes) <= RESIDENT_ELEMENTS else None
+  b_rngs = [[x for x in i.toposort() if x.op is Ops.RANGE] for i in idxs if _lane_stride(i, col, wide) == 1]
+  # a B with a symbolic size (a decode step's context) has no fixed footprint: not resident
+  if not b_rngs or any(x.src[0].op is not Ops.CONST for rs in b_rngs for x in rs): return None
+  return axes[0] if max(prod(_const_end(x) for x in rs) for rs in b_rngs) <= RESIDENT_ELEMENTS else None
 
 def block_columns(end: int, width: int) -> int | None:
   """The default columns per register block (the first of `column_spans`), None if no block of 4+ lanes divides."""
