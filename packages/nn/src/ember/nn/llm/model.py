@@ -361,9 +361,10 @@ class LlamaLayer:
     e_old, e_new = (s_old - top).exp(), (s_new - top).exp()
     weighted = (e_old.unsqueeze(-1) * values).sum(0) + e_new.unsqueeze(-1) * v_new  # (S, n_kv, rep, hd)
     attn = weighted / (e_old.sum(0) + e_new).unsqueeze(-1)
-    # stored in its own shape: the decode matvec's quantiser reads a buffer, and computed flattened to (S, q_dim) its
-    # kernel indexed the cached values through a division by the heads per group (unvectorised, ~20x slower)
-    return self._finish(x, attn.contiguous().reshape(S, cfg.q_dim)), new_row
+    # for a QDOT matvec stored in its own shape first: its quantiser reads a buffer, and computed flattened to
+    # (S, q_dim) that buffer's kernel indexed the cached values through a division by the heads per group (~20x slower)
+    if isinstance(self.attn_output, QuantWeight) and self.attn_output.qdot_ok(): attn = attn.contiguous()
+    return self._finish(x, attn.reshape(S, cfg.q_dim)), new_row
 
 class Llama:
   """A llama-family model (llama, mistral, qwen2, qwen3) with a default one-slot KV cache of `max_context` positions;
