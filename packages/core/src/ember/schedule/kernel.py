@@ -78,14 +78,13 @@ def flat_index(idxs: tuple[UOp, ...], shape: tuple[sint, ...]) -> UOp:
     ret = ret + i * _to_uop(st, dt) if not (isinstance(st, int) and st == 1) else ret + i
   return ret
 
+def _unbound(b: UOp, ctx: KernelCtx) -> UOp:
+  """A BIND's variable, its value recorded for the launch."""
+  ctx.var_vals[b.src[0].arg[0]] = b.src[1].arg
+  return b.src[0]
+
 def _unbind(s: sint, ctx: KernelCtx) -> sint:
-  if isinstance(s, UOp):
-    def strip(u: UOp) -> UOp:
-      if u.op is Ops.BIND:
-        ctx.var_vals[u.src[0].arg[0]] = u.src[1].arg
-        return u.src[0]
-      return u
-    return s.substitute({b: strip(b) for b in s.toposort() if b.op is Ops.BIND})
+  if isinstance(s, UOp): return s.substitute({b: _unbound(b, ctx) for b in s.toposort() if b.op is Ops.BIND})
   return s
 
 class KernelCtx:
@@ -250,6 +249,7 @@ def lower_kernel(node: UOp, out_buf: UOp, realized: dict[UOp, UOp]) -> tuple[UOp
   sink = UOp(Ops.SINK, dtypes.void, (store,), arg=KernelInfo(len(ends)))
   # a kernel over symbolic sizes: index math built from the views' shapes (strides, the output's flat index) still
   # holds their BINDs; the kernel reads each variable as a DEFINE_VAR whose value comes with the launch
-  return (_unbind(sink, ctx) if ctx.var_vals else sink), ctx.bufs, ctx.var_vals
+  if ctx.var_vals: sink = sink.substitute({b: _unbound(b, ctx) for b in sink.toposort() if b.op is Ops.BIND})
+  return sink, ctx.bufs, ctx.var_vals
 
 def kernel_size(shape: tuple[sint, ...]) -> sint: return prod(shape)

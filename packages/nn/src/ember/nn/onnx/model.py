@@ -23,7 +23,7 @@ from ember.nn.onnx import ops as _ops  # noqa: F401  (fills the op table)
 try:
   import onnx
   from onnx import numpy_helper
-  from google.protobuf.message import DecodeError  # onnx's own dependency
+  from google.protobuf.message import DecodeError  # type: ignore[import-untyped]  # onnx's own dependency
 except ImportError as e:  # pragma: no cover - the extra is documented; the error says how to get it
   raise ImportError("ember.nn.onnx parses models with the `onnx` package: pip install 'ember-nn[onnx]'") from e
 
