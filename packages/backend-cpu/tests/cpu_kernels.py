@@ -1,13 +1,15 @@
 """Building hand-written linear programs and running them on the CPU device, for the tests of this package."""
 from __future__ import annotations
+import contextlib
 import functools
-from typing import Any
+from typing import Any, Iterator
 import numpy as np
 from ember.plugin import AxisType, DType, Ops, UOp, dtypes
 from ember_cpu.compiler import ClangCompiler, LLVMCompiler, _is_x86
 from ember_cpu.device import CPUDevice
 from ember_cpu.renderer import ClangRenderer, CPULLVMRenderer
 from ember.testing import format_values
+from ember.testing.hostshim import selected_device
 from ember.testing.programs import end, linear, param
 
 RENDERERS = ("C", "LLVM")
@@ -101,3 +103,16 @@ def encode(values: np.ndarray, dt: DType) -> np.ndarray:
 def as_values(a: np.ndarray, dt: DType) -> np.ndarray:
   """Buffer contents as comparable numbers (emulated dtypes decoded)."""
   return decode(a, dt) if dt in EMULATED else a
+
+@contextlib.contextmanager
+def reopened_cpu(renderer: str) -> Iterator[Any]:
+  """The CPU device reopened with `renderer` ("CPU:C" or "CPU:LLVM", and so its runtime) for the block; the devices
+  opened before are restored after it."""
+  from ember.device import Device
+  opened = dict(Device._opened)
+  Device._opened.pop("CPU", None)
+  try:
+    with selected_device(renderer, "CPU") as dev: yield dev
+  finally:
+    Device._opened.clear()
+    Device._opened.update(opened)

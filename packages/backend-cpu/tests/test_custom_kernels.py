@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Iterator
 import numpy as np
 import pytest
+from cpu_kernels import reopened_cpu
 from ember import Context, Tensor, UOp
 from ember.codegen import get_program
 from ember.device import Device
 from ember.testing.custom_kernels import check_custom_kernels, load_example, placeholders
-from ember.testing.hostshim import selected_device
 from ember.tensor_ops.custom import _named
 from ember.uop.ops import KernelInfo, Ops
 
@@ -19,13 +19,7 @@ pytestmark = pytest.mark.skipif(not EXAMPLES.is_dir(), reason=f"{EXAMPLES} is ab
 
 @pytest.fixture(params=["CPU:C", "CPU:LLVM"])
 def cpu(request: pytest.FixtureRequest) -> Iterator[str]:
-  opened = dict(Device._opened)
-  Device._opened.pop("CPU", None)  # reopen CPU with the renderer (and so the runtime) that DEV selects
-  try:
-    with selected_device(request.param, "CPU"): yield "CPU"
-  finally:
-    Device._opened.clear()
-    Device._opened.update(opened)
+  with reopened_cpu(request.param): yield "CPU"
 
 def test_example_kernels_match_numpy(cpu: str) -> None:
   check_custom_kernels(cpu, EXAMPLES)

@@ -4,22 +4,15 @@ from __future__ import annotations
 from typing import Iterator
 import numpy as np
 import pytest
+from cpu_kernels import reopened_cpu
 from ember import Tensor, TinyJit, Variable, Context
-from ember.device import Device
-from ember.testing.hostshim import selected_device
 from ember_cpu.graph import CPUGraph
 
 @pytest.fixture(params=["CPU:C", "CPU:LLVM"])
 def cpu(request: pytest.FixtureRequest) -> Iterator[str]:
-  opened = dict(Device._opened)
-  Device._opened.pop("CPU", None)  # reopen CPU with the renderer (and so the runtime) that DEV selects
-  try:
-    with selected_device(request.param, "CPU") as dev:
-      assert type(dev.renderer).__name__ == ("ClangRenderer" if request.param == "CPU:C" else "CPULLVMRenderer")
-      yield "CPU"
-  finally:
-    Device._opened.clear()
-    Device._opened.update(opened)
+  with reopened_cpu(request.param) as dev:
+    assert type(dev.renderer).__name__ == ("ClangRenderer" if request.param == "CPU:C" else "CPULLVMRenderer")
+    yield "CPU"
 
 def test_replays_match_numpy_with_swapped_inputs_and_threads(cpu: str) -> None:
   rng = np.random.default_rng(0)

@@ -6,21 +6,15 @@ from __future__ import annotations
 from typing import Iterator
 import numpy as np
 import pytest
+from cpu_kernels import reopened_cpu
 from ember import Tensor
 from ember.codegen import get_program
-from ember.device import Device
 from ember.dtype import dtypes
 from ember.testing.hostshim import selected_device
 
 @pytest.fixture(params=["CPU:C", "CPU:LLVM"])
 def cpu(request: pytest.FixtureRequest) -> Iterator[str]:
-  opened = dict(Device._opened)
-  Device._opened.pop("CPU", None)  # reopen CPU with the renderer that DEV selects
-  try:
-    with selected_device(request.param, "CPU"): yield request.param
-  finally:
-    Device._opened.clear()
-    Device._opened.update(opened)
+  with reopened_cpu(request.param): yield request.param
 
 ALL_HALVES = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
 

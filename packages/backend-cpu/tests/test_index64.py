@@ -8,8 +8,7 @@ import ember.schedule.kernel
 from ember import Tensor
 from ember.codegen import get_program
 from ember.device import Device
-from ember.testing.hostshim import selected_device
-from cpu_kernels import device
+from cpu_kernels import device, reopened_cpu
 
 BIG = 2 ** 31 + 8
 
@@ -30,13 +29,7 @@ def test_big_kernels_compile_with_64bit_indices(kind: str) -> None:
 def cpu(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
   """CPU with each renderer, every kernel over more than 50 elements indexing with int64."""
   monkeypatch.setattr(ember.schedule.kernel, "INT32_MAX", 50)
-  opened = dict(Device._opened)
-  Device._opened.pop("CPU", None)
-  try:
-    with selected_device(request.param, "CPU"): yield "CPU"
-  finally:
-    Device._opened.clear()
-    Device._opened.update(opened)
+  with reopened_cpu(request.param): yield "CPU"
 
 def test_int64_indexed_kernels_match_numpy(cpu: str) -> None:
   rng = np.random.default_rng(0)

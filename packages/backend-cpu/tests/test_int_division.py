@@ -8,24 +8,17 @@ import sys
 from typing import Any, Callable, Iterator
 import numpy as np
 import pytest
+from cpu_kernels import reopened_cpu
 from ember import Tensor, dtypes
-from ember.device import Device
 from ember.dtype import DType
 from ember.testing import division_operands, trunc_div
-from ember.testing.hostshim import selected_device
 
 INTS = [dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64,
         dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64]
 
 @pytest.fixture(params=["CPU:C", "CPU:LLVM"])
 def cpu(request: pytest.FixtureRequest) -> Iterator[str]:
-  opened = dict(Device._opened)
-  Device._opened.pop("CPU", None)  # reopen CPU with the renderer that DEV selects
-  try:
-    with selected_device(request.param, "CPU"): yield request.param
-  finally:
-    Device._opened.clear()
-    Device._opened.update(opened)
+  with reopened_cpu(request.param): yield request.param
 
 OPS: dict[str, tuple[Callable[[Any, Any], Any], Callable[[np.ndarray, np.ndarray], np.ndarray]]] = {
   "floordiv": (lambda a, b: a // b, lambda a, b: a // b),

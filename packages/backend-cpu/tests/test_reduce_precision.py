@@ -5,19 +5,12 @@ from __future__ import annotations
 from typing import Iterator
 import numpy as np
 import pytest
+from cpu_kernels import reopened_cpu
 from ember import Tensor
-from ember.device import Device
-from ember.testing.hostshim import selected_device
 
 @pytest.fixture(params=["CPU:C", "CPU:LLVM"])
 def cpu(request: pytest.FixtureRequest) -> Iterator[str]:
-  opened = dict(Device._opened)
-  Device._opened.pop("CPU", None)  # reopen CPU with the renderer that DEV selects
-  try:
-    with selected_device(request.param, "CPU"): yield "CPU"
-  finally:
-    Device._opened.clear()
-    Device._opened.update(opened)
+  with reopened_cpu(request.param): yield "CPU"
 
 def test_ones_sum_is_exact_up_to_2_24(cpu: str) -> None:
   for n in (2 ** 24, 2 ** 24 + 7, 3 * 2 ** 23 + 5):

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Callable, Iterator
 import numpy as np
 import pytest
+from cpu_kernels import reopened_cpu
 from ember import Tensor, TinyJit, Variable, Context
 from ember.codegen import get_program
 from ember.device import Device
-from ember.testing.hostshim import selected_device
 from ember_cpu.graph import CPUGraph
 
 THREADS = 4
@@ -18,13 +18,7 @@ VALUES = (1, 2, 3, THREADS, 5, 7, 1000, ROWS)
 
 @pytest.fixture(params=["CPU:C", "CPU:LLVM"])
 def cpu(request: pytest.FixtureRequest) -> Iterator[str]:
-  opened = dict(Device._opened)
-  Device._opened.pop("CPU", None)  # reopen CPU with the renderer (and so the runtime) that DEV selects
-  try:
-    with selected_device(request.param, "CPU"), Context(NUM_CPU_THREADS=THREADS): yield "CPU"
-  finally:
-    Device._opened.clear()
-    Device._opened.update(opened)
+  with reopened_cpu(request.param), Context(NUM_CPU_THREADS=THREADS): yield "CPU"
 
 # kernel bodies over the first n rows of x (n, COLS): the symbolic loop outermost (elementwise, a reduction of each
 # row), or inside a constant one (a reduction over the rows)

@@ -90,13 +90,17 @@ def test_signal_wait_times_out_with_both_values():
   with pytest.raises(DeviceError, match="reach 5 \\(it is 3\\)"):
     HCQSignal(ctypes.addressof(sig_mem)).wait(5, timeout_s=0.01)
 
-def test_graph_replays_with_patched_timeline_and_swapped_inputs():
-  dev = HostDevice()
-  n = 4
-  a, b, out = dev.allocator.alloc(4 * n), dev.allocator.alloc(4 * n), dev.allocator.alloc(4 * n)
+def _tripling() -> tuple[HostDevice, HostProgram, HCQBuffer, HCQBuffer, int]:
+  """A host device, its program multiplying by 3, an input [1, 2, 3, 4] and an output of 4 int32s."""
+  dev, n = HostDevice(), 4
+  a, out = dev.allocator.alloc(4 * n), dev.allocator.alloc(4 * n)
   dev.allocator._copyin(a, memoryview(bytes((ctypes.c_int32 * n)(1, 2, 3, 4))))
+  return dev, HostProgram(dev), a, out, n
+
+def test_graph_replays_with_patched_timeline_and_swapped_inputs():
+  dev, prg, a, out, n = _tripling()
+  b = dev.allocator.alloc(4 * n)
   dev.allocator._copyin(b, memoryview(bytes((ctypes.c_int32 * n)(10, 20, 30, 40))))
-  prg = HostProgram(dev)
   graph = HCQGraph(dev, [(prg, [out, a], (3,), (1, 1, 1), (n, 1, 1))])
   graph({})
   dev.synchronize()
@@ -106,11 +110,7 @@ def test_graph_replays_with_patched_timeline_and_swapped_inputs():
   assert list((ctypes.c_int32 * n).from_address(out.va_addr)) == [30, 60, 90, 120]
 
 def test_graph_replay_is_one_submission_and_keeps_its_arguments_out_of_the_kernarg_ring():
-  dev = HostDevice()
-  n = 4
-  a, out = dev.allocator.alloc(4 * n), dev.allocator.alloc(4 * n)
-  dev.allocator._copyin(a, memoryview(bytes((ctypes.c_int32 * n)(1, 2, 3, 4))))
-  prg = HostProgram(dev)
+  dev, prg, a, out, n = _tripling()
   graph = HCQGraph(dev, [(prg, [out, a], (3,), (1, 1, 1), (n, 1, 1))])
   for _ in range(5): dev.kernargs_alloc(256)  # the 1024-byte ring wraps: a graph argument block there is overwritten
   ctypes.memset(dev._kernargs.va_addr, 0xff, dev._kernargs.size)
@@ -124,11 +124,7 @@ def test_graph_replay_is_one_submission_and_keeps_its_arguments_out_of_the_kerna
 
 def test_graph_gives_its_memory_back_when_closed_or_collected():
   import gc
-  dev = HostDevice()
-  n = 4
-  a, out = dev.allocator.alloc(4 * n), dev.allocator.alloc(4 * n)
-  dev.allocator._copyin(a, memoryview(bytes((ctypes.c_int32 * n)(1, 2, 3, 4))))
-  prg = HostProgram(dev)
+  dev, prg, a, out, n = _tripling()
   held = len(dev._host_keep)
   graph = HCQGraph(dev, [(prg, [out, a], (3,), (1, 1, 1), (n, 1, 1))] * 3)
   assert len(dev._host_keep) == held + 2  # its kernel arguments and timestamps
