@@ -65,11 +65,11 @@ from ember.device.registration import (PLUGIN_API_VERSION, PROJECT_NAME, Backend
 from ember.dtype import DType, PtrDType, dtypes
 from ember.errors import (AxisError, CompileError, DeviceError, DTypeError, EmberError, GradientError, JitError,
                           MemoryAccessError, PluginError, ShapeError)
-from ember.helpers import NUM_CPU_THREADS, Target, getenv
+from ember.helpers import NUM_CPU_THREADS, QDOT, Target, getenv
 from ember.renderer import Estimates, ProgramSpec, Renderer
 from ember.renderer.cstyle import CStyleLanguage, ptr_dtype, text_rules, value_dtype
 from ember.renderer.llvmir import JIT_RUNTIME_SYMBOLS, LLVMRenderer, jit_runtime_ir
-from ember.uop.ops import AxisType, GroupOp, Ops, UOp
+from ember.uop.ops import AxisType, GroupOp, KernelInfo, Ops, QDOT_PLANE, UOp
 from ember.uop.rewrite import PatternMatcher, UPat, graph_rewrite
 
 class EmberHookSpec:
@@ -147,6 +147,7 @@ __all__ = [
   "JIT_RUNTIME_SYMBOLS",
   "jit_runtime_ir", "Allocator", "LRUAllocator", "BufferSpec",
   "Buffer", "Compiler", "Compiled", "Program", "from_mv", "mv_address", "UOp", "Ops", "GroupOp", "AxisType", "UPat",
+  "KernelInfo", "QDOT", "QDOT_PLANE",
   "PatternMatcher", "graph_rewrite", "DType", "PtrDType", "dtypes", "EmberError", "ShapeError", "AxisError",
   "DTypeError", "DeviceError", "PluginError", "CompileError", "MemoryAccessError", "JitError", "GradientError",
   "Target", "getenv", "NUM_CPU_THREADS", "HWQueue", "HCQSignal", "HCQBuffer", "HCQArgs", "HCQProgram", "HCQAllocator",

@@ -9,7 +9,7 @@ from typing import Iterator
 from ember import Context, GlobalCounters, Tensor
 from ember.nn.gguf import BLOCK_LAYOUT, GGMLType
 from ember.nn.llm.quant import ACT_PLANES, DENSE_ROWS, QuantWeight, block_codes, quantise_activations
-from ember.uop.ops import Ops, QDOT_PLANE
+from ember.plugin import Ops, QDOT_PLANE
 
 @pytest.fixture(autouse=True)
 def qdot_on() -> Iterator[None]:

@@ -20,11 +20,9 @@ on QDOT (`UOp.qdot`) where the device's renderer has it: the activations quantis
 """
 from __future__ import annotations
 import numpy as np
-from ember import Tensor, UOp, dtypes
-from ember.device import Device
-from ember.helpers import ContextVar
-from ember.uop.ops import AxisType, KernelInfo, Ops, QDOT_PLANE, int_shape
-from ember.errors import EmberError
+from ember import Device, Tensor, UOp, dtypes
+from ember.plugin import QDOT, QDOT_PLANE, AxisType, KernelInfo, Ops
+from ember.errors import EmberError, ShapeError
 from ember.nn.gguf import BLOCK_LAYOUT, QK_K, GGMLType
 
 BLOCK = 32
@@ -35,10 +33,9 @@ DENSE_ROWS = 16  # a matmul of this many rows or more dequantises the matrix fir
 # finer) divides that by 254: three carry float32's 24 bits of the block's largest value, so decode matches the float
 # matmul
 ACT_PLANES = 3
-# QDOT=1: decode matvecs run on QDOT (`QuantWeight.qdot_ok`). Off by default: on the 2-core development VM, loaded, a
-# decode step ran at 0.92-1.3x (median 0.96x) the fused float matvec's speed, the matvecs being bound by memory there
-# and the quantiser's kernels costing what QDOT saves (docs/llm.md)
-QDOT = ContextVar("QDOT", 0)
+# QDOT=1 (ember.plugin.QDOT): decode matvecs run on QDOT (`QuantWeight.qdot_ok`). Off by default: on the 2-core
+# development VM, loaded, a decode step ran at 0.92-1.3x (median 0.96x) the fused float matvec's speed, the matvecs
+# being bound by memory there and the quantiser's kernels costing what QDOT saves (docs/llm.md)
 DENSE_PIECE = 1 << 20  # at most this many elements of a matrix are dequantised into one temporary (QuantWeight.pieces)
 
 class QuantError(EmberError, ValueError):
@@ -208,7 +205,9 @@ class QuantWeight:
     """The matvec of quantised activations (`quantise_activations` of x (T, in)) as one kernel of QDOTs: a loop over
     the output rows (split over the CPU's threads), the T activation vectors inside. Returns (T, out) float32, plus
     `add` (T, out) where given (a residual, added in the same kernel)."""
-    (T, width), (out_dim, in_dim) = int_shape(xq[0].shape, "QuantWeight.qdot"), self.shape
+    (T, width), (out_dim, in_dim) = xq[0].shape, self.shape
+    if not (isinstance(T, int) and isinstance(width, int)):
+      raise ShapeError(f"QuantWeight.qdot needs concrete activation sizes, got {xq[0].shape}")
     nb, bits, zero, t, planes = in_dim // BLOCK, self.bits, self.zero, self.tensors, width // in_dim
     codes, offset = t["q" if bits == 8 else "nib"], t.get("offset")
     extra = [e for e in (offset, add) if e is not None]
