@@ -84,10 +84,13 @@ def tests_nv(session: nox.Session) -> None:
 
 @nox.session(name="tests-amd", venv_backend="venv")
 def tests_amd(session: nox.Session) -> None:
-  """ember-backend-amd without a GPU: code objects for gfx1100/gfx942/gfx950 through llvmlite and our linker, the HIP C
-  through the host shim (g++ from the machine), MOCK+AMD, then the conformance kit on DEV=MOCK+AMD."""
+  """ember-backend-amd without a GPU: code objects for gfx1100/gfx942/gfx950 through llvmlite and our linker (checked
+  against LLVM's ld.lld, apt-installed where missing), the HIP C through the host shim (g++ from the machine),
+  MOCK+AMD, then the conformance kit on DEV=MOCK+AMD."""
   amd = os.path.join(ROOT, "packages", "backend-amd")
   session.install(CORE, amd, "pytest", "numpy")
+  # LLVM's ld.lld: the oracle our code-object linker is checked against (test_linker_agrees_with_lld)
+  if shutil.which("ld.lld") is None: _apt_install(session, "lld", required=False)
   _run_tests(session, os.path.join(amd, "tests"))
   session.run("python", "-m", "pytest", "--pyargs", "ember.testing", "--ember-device=MOCK+AMD", "-q",
               *session.posargs, env={**TEST_ENV, "DEV": "MOCK+AMD"})
