@@ -74,10 +74,10 @@ class CustomMixin:
     # a buffer, or another custom kernel's output (its input's buffer after that kernel) as it is: no copy
     bufs = [t if _is_contiguous_buffer(_under_after(t.uop)) else t.contiguous() for t in tensors]
     # an input given twice (custom_kernel(x, x, ...)) is one kernel argument: buffers of a kernel never overlap
+    bases = [_under_after(t.uop).base for t in bufs]
     slot: dict[UOp, int] = {}
-    for i, t in enumerate(bufs): slot.setdefault(_under_after(t.uop).base, i)
-    placeholders = [UOp.placeholder(int_shape(t.shape, "custom_kernel"), t.dtype, slot[_under_after(t.uop).base])
-                    for t in bufs]
+    for i, b in enumerate(bases): slot.setdefault(b, i)
+    placeholders = [UOp.placeholder(int_shape(t.shape, "custom_kernel"), t.dtype, slot[b]) for t, b in zip(bufs, bases)]
     ast = _named(fxn(*placeholders), fxn)
     device = str(next(iter(devices)))
     kernel = UOp(Ops.CUSTOM_KERNEL, dtypes.void, tuple(t.uop for t in bufs), CustomKernel(ast, device, grad_fxn))
@@ -85,7 +85,8 @@ class CustomMixin:
     return tuple(Tensor(UOp(Ops.AFTER, t.dtype, (t.uop, kernel))) for t in bufs)
 
 def _under_after(u: UOp) -> UOp:
-  """The tensor under custom kernels' outputs (AFTER chains)."""
+  """The tensor under custom kernels' outputs (AFTER chains; codegen.handwritten.buffer_of is the same walk over a
+  kernel's AST, kept apart so that Tensor does not import codegen)."""
   while u.op is Ops.AFTER: u = u.src[0]
   return u
 

@@ -15,8 +15,9 @@ file's: Q4_K 4 + 2 (scale and offset per 32) instead of 4.5, Q6_K 6 + 2 instead 
 F16 and BF16 matrices stay 16-bit (`HalfWeight`) and are widened inside the matmul.
 
 With QDOT=1, decode matvecs of 4-bit codes with one scale per block (Q4_0, Q4_1, Q4_K) and of 8-bit ones (Q8_0) run
-on QDOT (`UOp.qdot`) where the device's renderer has it: the activations quantised per block of 32 to two int8 planes
-(`quantise_activations`), each block's codes times them as integer dot products (vpdpbusd on x86 with VNNI).
+on QDOT (`UOp.qdot`) where the device's renderer has it: the activations quantised per block of 32 to int8 planes
+(`quantise_activations`, ACT_PLANES of them), each block's codes times them as integer dot products (vpdpbusd on
+x86 with VNNI).
 """
 from __future__ import annotations
 import numpy as np
