@@ -3,8 +3,8 @@
   DEV=CPU python examples/custom_softmax.py [--rows 4096 --cols 1024]
 
 Tensor.softmax is three reductions and an elementwise pass that the scheduler may split into kernels; here each row is
-one block (a GLOBAL range) that reads the row three times and writes it once. Prints the largest difference from
-Tensor.softmax and both times.
+one block (a GLOBAL range) that reads the row twice, writes its exponentials and scales them in place. Prints the
+largest difference from Tensor.softmax and both times.
 """
 from __future__ import annotations
 import argparse
@@ -23,12 +23,14 @@ def softmax_kernel(out: UOp, x: UOp) -> UOp:
   j = UOp.range(cols, 1, AxisType.REDUCE)
   row_max = x[r, j].reduce(j, arg=Ops.MAX)
   scale = 1 / math.log(2)  # exp(v) = exp2(v * log2(e))
-  # the sum over k = kk*lanes + lane: one accumulator per lane (UPCAST ranges are unrolled), added up after the loop
+  # the sum over k = kk*lanes + lane: one accumulator per lane (UPCAST ranges are unrolled), added up after the loop.
+  # Each exponential is stored as it is summed (the sum reads it after its store), so the last loop only scales
   kk, lane = UOp.range(cols // lanes, 2, AxisType.REDUCE), UOp.range(lanes, 3, AxisType.UPCAST)
-  total = ((x[r, kk * lanes + lane] - row_max) * scale).exp2().reduce(kk, lane, arg=Ops.ADD)
+  e = ((x[r, kk * lanes + lane] - row_max) * scale).exp2()
+  total = e.after(out[r, kk * lanes + lane].store(e)).reduce(kk, lane, arg=Ops.ADD)
   inv = total.reciprocal()  # once per row: the loop over c multiplies
   c = UOp.range(cols, 4)
-  return out[r, c].store(((x[r, c] - row_max) * scale).exp2() * inv).end(c, r).sink()
+  return out[r, c].store(out.after(total)[r, c] * inv).end(c, r).sink()
 
 def custom_softmax(x: Tensor) -> Tensor:
   """softmax over the last axis of a 2-D float tensor, as one custom kernel."""

@@ -99,6 +99,22 @@ def test_registers_indexed_by_a_loop(device):
   got = Tensor.custom_kernel(Tensor.empty(3, 4, device=device), Tensor(a, device=device), fxn=kernel)[0].numpy()
   np.testing.assert_array_equal(got, a[:, ::-1])
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("lanes", [1, 4])
+def test_reduction_that_stores_each_element_it_sums(device, lanes):
+  # out[r, j] = exp(x[r, j]) stored inside the sum's own loop (the sum reads each value after its store), then the row
+  # scaled in place: the store runs in the reduction's loop, not before it (it was pulled out and left its loop open)
+  def kernel(out: UOp, x: UOp) -> UOp:
+    r = UOp.range(x.shape[0], 0, AxisType.GLOBAL)
+    jj, lane = UOp.range(x.shape[1] // lanes, 1, AxisType.REDUCE), UOp.range(lanes, 2, AxisType.UPCAST)
+    e = x[r, jj * lanes + lane].exp()
+    total = e.after(out[r, jj * lanes + lane].store(e)).reduce(jj, lane)
+    c = UOp.range(x.shape[1], 3)
+    return out[r, c].store(out.after(total)[r, c] / total).end(c, r).sink()
+  a = rand(3, 12)
+  got = Tensor.custom_kernel(Tensor.empty(3, 12, device=device), Tensor(a, device=device), fxn=kernel)[0].numpy()
+  np.testing.assert_allclose(got, np.exp(a) / np.exp(a).sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+
 @pytest.mark.parametrize("devices", [("PYTHON", "PYTHON:1"), (f"{Device.DEFAULT}:0", f"{Device.DEFAULT}:1")])
 def test_kernel_over_sharded_tensors_runs_per_device(devices):  # behaviour 40
   def fill_two(out: UOp) -> UOp:

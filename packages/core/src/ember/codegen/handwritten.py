@@ -397,16 +397,20 @@ class _Linearizer:
     return head + [u for u in self.head if u.op is Ops.CONST] + self.root
 
 def _after_deps(n: UOp) -> list[UOp]:
-  """The statements `n` reads after (its AFTERs' dependencies), not those nested inside them."""
+  """The statements `n` reads after (its AFTERs' dependencies), not those nested inside them, nor those inside the loop
+  of a reduction it reads: a statement that varies with a reduction's range (a store of each element summed) runs in
+  that reduction's loop, where the reduction computes it, not before it."""
   out: list[UOp] = []
-  seen: set[UOp] = set()
-  stack = list(reversed(n.src))
+  seen: set[tuple[UOp, frozenset[UOp]]] = set()
+  stack: list[tuple[UOp, frozenset[UOp]]] = [(s, frozenset()) for s in reversed(n.src)]
   while stack:
-    x = stack.pop()
-    if x in seen or x.op in _STATEMENTS: continue
-    seen.add(x)
-    if x.op is Ops.AFTER: out += [d for d in x.src[1:] if d.op in _STATEMENTS]
-    stack += reversed(x.src[:1] if x.op is Ops.AFTER else x.src)
+    x, inside = stack.pop()
+    if (x, inside) in seen or x.op in _STATEMENTS: continue
+    seen.add((x, inside))
+    if x.op is Ops.AFTER:
+      out += [d for d in x.src[1:] if d.op in _STATEMENTS and not (inside and inside & set(d.toposort()))]
+    if x.op is Ops.REDUCE: inside = inside | frozenset(x.src[1:])
+    stack += [(s, inside) for s in reversed(x.src[:1] if x.op is Ops.AFTER else x.src)]
   return out
 
 def linearize_handwritten(ast: UOp, fission: bool = False, serial: bool = False) -> list[UOp]:
