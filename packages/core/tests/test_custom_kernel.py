@@ -235,3 +235,16 @@ def test_errors_name_what_is_wrong():
     return out[i].store(a[j] + a[i]).end(i).sink()
   with pytest.raises(CompileError, match="still open"):
     Tensor.custom_kernel(Tensor.empty(4), x, fxn=crossed)[0].realize()
+
+def test_linearizer_failures_are_compile_errors_naming_the_kernel(monkeypatch):
+  # a kernel shape the hand-written linearizer mishandles surfaces as a CompileError that names the kernel and keeps
+  # the cause, not as a bare IndexError from its internals
+  import ember.codegen.handwritten as hw
+  def broken(self: object, sink: UOp) -> list[UOp]: raise IndexError("list index out of range")
+  def triple(out: UOp, x: UOp) -> UOp:  # a kernel of its own: no earlier test compiled it
+    i = UOp.range(x.shape[0], 0, AxisType.GLOBAL)
+    return out[i].store(x[i] * 3 - 7).end(i).sink()
+  monkeypatch.setattr(hw._Linearizer, "run", broken)
+  with pytest.raises(CompileError, match="triple.*IndexError") as info:
+    Tensor.custom_kernel(Tensor.empty(5), Tensor(rand(5)), fxn=triple)[0].realize()
+  assert isinstance(info.value.__cause__, IndexError)

@@ -24,7 +24,7 @@ import functools
 import itertools
 from dataclasses import dataclass, field
 from ember.dtype import DType, PtrDType, dtypes
-from ember.errors import CompileError, DTypeError
+from ember.errors import CompileError, DTypeError, EmberError
 from ember.helpers import NUM_CPU_THREADS, SPEC
 from ember.renderer import Renderer, ProgramSpec
 from ember.uop.ops import Ops, UOp, AxisType, GroupOp
@@ -482,7 +482,11 @@ def handwritten_program(ast: UOp, renderer: Renderer, device: str = "") -> Progr
     sink = graph_rewrite(sink, pm_transcendental, ctx=frozenset(renderer.code_for_op), name="decompose transcendentals")
   sink = graph_rewrite(sink, pm_safe_division, name="guard integer division")
   if renderer.extra_matcher is not None: sink = graph_rewrite(sink, renderer.extra_matcher, name="renderer rewrites")
-  uops = linearize_handwritten(sink, fission=not renderer.has_local, serial=serial)
+  try: uops = linearize_handwritten(sink, fission=not renderer.has_local, serial=serial)
+  except EmberError: raise
+  except Exception as e:  # a kernel shape the linearizer does not handle: say which kernel, keep the cause
+    raise CompileError(f"ember's linearizer failed on hand-written kernel {ast.arg.name} ({type(e).__name__}: {e}); "
+                       "this is a bug in ember: report it with the kernel's `sink.pyrender()`") from e
   if not renderer.has_local and not serial: uops, gsize = split_over_threads(uops, renderer)
   if SPEC.value: type_verify(uops, f"hand-written kernel {ast.arg.name}")
   name = ast.arg.name
