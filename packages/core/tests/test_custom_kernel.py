@@ -115,6 +115,23 @@ def test_reduction_that_stores_each_element_it_sums(device, lanes):
   got = Tensor.custom_kernel(Tensor.empty(3, 12, device=device), Tensor(a, device=device), fxn=kernel)[0].numpy()
   np.testing.assert_allclose(got, np.exp(a) / np.exp(a).sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("grouped", [False, True])
+def test_buffer_filled_then_summed_then_scaled(device, grouped):
+  # fill a row (a loop that ENDs), sum it (a reduction reading the filled buffer), scale it in place in a second loop:
+  # the fill and the sum run once per row, before the scaling loop (the sum reopened the fill's ended loop, and ran
+  # again in each iteration of the loop that overwrites what it reads). Ordered with UOp.group or left to the reads
+  def kernel(out: UOp, x: UOp) -> UOp:
+    r, j = UOp.range(x.shape[0], 0, AxisType.GLOBAL), UOp.range(x.shape[1], 1, AxisType.LOOP)
+    fill = out[r, j].store(x[r, j].exp()).end(j)
+    j2, c = UOp.range(x.shape[1], 2, AxisType.REDUCE), UOp.range(x.shape[1], 3)
+    total = out.after(fill)[r, j2].reduce(j2)
+    scale = out[r, c].store(out.after(total)[r, c] / total)
+    return (UOp.group(fill, scale.end(c)).end(r) if grouped else scale.end(c, r)).sink()
+  a = rand(4, 10)
+  got = Tensor.custom_kernel(Tensor.empty(4, 10, device=device), Tensor(a, device=device), fxn=kernel)[0].numpy()
+  np.testing.assert_allclose(got, np.exp(a) / np.exp(a).sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
+
 @pytest.mark.parametrize("devices", [("PYTHON", "PYTHON:1"), (f"{Device.DEFAULT}:0", f"{Device.DEFAULT}:1")])
 def test_kernel_over_sharded_tensors_runs_per_device(devices):  # behaviour 40
   def fill_two(out: UOp) -> UOp:

@@ -209,6 +209,7 @@ class _Linearizer:
     self.done: dict[UOp, UOp] = {}
     self.where: dict[UOp, int] = {}  # node -> depth (number of open loops) it was computed at
     self.stmts: set[UOp] = set()  # statements already emitted (never again, unlike values)
+    self.stmt_at: dict[UOp, tuple[UOp, ...]] = {}  # statement -> the loops open once it ran (their linear RANGEs)
     self.next_axis = max((n.arg[0] for n in ast.toposort() if n.op is Ops.RANGE), default=-1) + 1
     self.opened: set[UOp] = set()
     self.accs = 0
@@ -217,13 +218,16 @@ class _Linearizer:
     self.written = {buffer_of(n.src[0].src[0]) for n in stores}
     self.deps: dict[UOp, frozenset[UOp]] = {}
     self.impure: dict[UOp, bool] = {}
+    self.unordered: dict[UOp, bool] = {}  # reads a written buffer directly, not through an AFTER that orders the read
     for n in ast.toposort():
       d = frozenset().union(*(self.deps[s] for s in n.src)) if n.src else frozenset()
       if n.op is Ops.RANGE: d = d | {n}
-      if n.op is Ops.REDUCE: d = d - frozenset(n.src[1:])
+      if n.op in (Ops.REDUCE, Ops.END): d = d - frozenset(n.src[1:])  # what reads after END is outside its loops
       self.deps[n] = d
       self.impure[n] = (n.op is Ops.LOAD and buffer_of(n.src[0].src[0]) in self.written) or \
         n.op is Ops.DEFINE_REG or any(self.impure[s] for s in n.src if s.op is not Ops.AFTER)
+      self.unordered[n] = (n.op is Ops.LOAD and n.src[0].src[0].op is not Ops.AFTER and self.impure[n]) or \
+        any(self.unordered[s] for s in n.src if s.op is not Ops.AFTER)
     self.reduces: dict[tuple[UOp, ...], list[UOp]] = {}
     self.inner: dict[UOp, frozenset[UOp]] = {}  # the reductions inside each reduction's value
     for n in ast.toposort():
@@ -243,7 +247,8 @@ class _Linearizer:
   def depth_of(self, n: UOp) -> int:
     """The number of open loops value `n` needs: the innermost loop of a range it depends on (all loops for code
     whose value can change inside the current loop: loads of written buffers, registers)."""
-    if self.impure[n]: return len(self.loops)
+    # a reduction that reads written buffers only after named statements runs where those place it (reduce())
+    if self.impure[n] and (n.op is not Ops.REDUCE or self.unordered[n]): return len(self.loops)
     open_at = {lp.orig: i + 1 for i, lp in enumerate(self.loops)}
     return max((open_at.get(r, len(self.loops)) for r in self.deps[n]), default=0)
 
@@ -322,7 +327,9 @@ class _Linearizer:
     for r in sorted(self.deps[n], key=lambda r: r.arg[0]): self.open(r)  # the loops it varies with are outside its own
     group = self.siblings(n)
     computed = max((self.where.get(s, 0) for m in group for s in m.src[0].toposort() if s in self.done), default=0)
-    depth = max([computed] + [self.depth_of(m) for m in group])  # after what it reads that is already computed
+    # after what it reads that is already computed and the statements it reads after; a reduction reading a buffer the
+    # kernel writes still runs once where its ranges and those statements place it, not again in each inner loop
+    depth = max([computed] + [self.depth_of(m) for m in group] + [self.ordered_after(m) for m in group])
     saved, self.loops = self.loops[depth:], self.loops[:depth]  # the accumulator's loops go before the inner ones
     accs = []
     for m in group:
@@ -361,12 +368,34 @@ class _Linearizer:
   def statement(self, n: UOp) -> None:
     if n in self.stmts: return
     self.stmts.add(n)
+    self.emit_statement(n)
+    self.stmt_at[n] = tuple(lp.lin for lp in self.loops)
+  def ordered_after(self, n: UOp) -> int:
+    """The open loops value `n` must be computed in to follow the statements its AFTERs name: those of the loops open
+    when the last of them ran that are still open (the same loop instances)."""
+    lins = [lp.lin for lp in self.loops]
+    depth = 0
+    for x in n.toposort():
+      if x.op is not Ops.AFTER: continue
+      for d in x.src[1:]:
+        if (at := self.stmt_at.get(d)) is None: continue
+        same = next((i for i, (a, b) in enumerate(zip(at, lins)) if a is not b), min(len(at), len(lins)))
+        depth = max(depth, same)
+    return depth
+  def emit_statement(self, n: UOp) -> None:
     if n.op is Ops.GROUP:
       for s in n.src: self.statement(s) if s.op in _STATEMENTS else self.value(s)
     elif n.op is Ops.END:
       # without block-shared memory a loop with a barrier inside runs all threads in each step: threads so far finish
       if self.fission and self.has_barrier[n]: self.close_threads()
-      for r in reversed(n.src[1:]):
+      # a statement the body reads after runs before each serial loop of this END it does not vary with (once, not in
+      # every iteration of a loop that would overwrite what it wrote): a buffer filled, then read inside the loop
+      before = [d for d in _after_deps(n.src[0]) if d not in self.stmts] if n.src[0].op is Ops.STORE else []
+      for i in range(len(n.src) - 1, 0, -1):
+        r, inner = n.src[i], frozenset(n.src[1:i + 1])
+        if r.arg[1] in (AxisType.LOOP, AxisType.REDUCE):
+          for d in before:
+            if not self.deps[d] & inner: self.statement(d)
         if not (self.fission and r.arg[1] is AxisType.LOCAL): self.open(r)
       self.statement(n.src[0]) if n.src[0].op in _STATEMENTS else self.value(n.src[0])
       self.close_ranges(n.src[1:])
