@@ -5,7 +5,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 from ember import Tensor, Variable
-from ember.errors import ArgumentError, AxisError, EmptyReductionError, IndexingError, ShapeError
+from ember.errors import ArgumentError, AxisError, EmptyReductionError, IndexingError, IndexRangeError, ShapeError
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -124,6 +124,21 @@ BAD_CALLS: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
   "bce_reduction": (lambda: E(3).sigmoid().binary_crossentropy(E(3), reduction="avg"),
     lambda: F.binary_cross_entropy(T(3).sigmoid(), T(3), reduction="avg")),
   "gelu_approximate": (lambda: E(3).gelu(approximate="fast"), lambda: F.gelu(T(3), approximate="fast")),
+  # index values held in tensors, out of range: torch checks them (RuntimeError or IndexError), ember's one-hot gathers
+  # would read zeros and its scatters write nowhere
+  "gather_value_oob": (lambda: E(4,3).gather(0, I([[9, 0, 0]])), lambda: T(4,3).gather(0, TI([[9, 0, 0]]))),
+  "gather_value_negative": (lambda: E(4,3).gather(1, I([[-1, 0]])), lambda: T(4,3).gather(1, TI([[-1, 0]]))),
+  "scatter_value_oob": (lambda: E(4,3).scatter(0, I([[5, 0, 0]]), E(1,3)),
+    lambda: T(4,3).scatter(0, TI([[5, 0, 0]]), T(1,3))),
+  "scatter_reduce_value_oob": (lambda: E(4,3).scatter_reduce(1, I([[0, 3]]), E(1,2), "amax"),
+    lambda: T(4,3).scatter_reduce(1, TI([[0, 3]]), T(1,2), "amax")),
+  "one_hot_value_oob": (lambda: I([1, 7]).one_hot(4), lambda: F.one_hot(TI([1, 7]), 4)),
+  "one_hot_value_negative": (lambda: I([-1, 0]).one_hot(4), lambda: F.one_hot(TI([-1, 0]), 4)),
+  "index_select_value_oob": (lambda: E(4,3).index_select(0, I([5])), lambda: T(4,3).index_select(0, TI([5]))),
+  "nll_target_oob": (lambda: E(2,4).log_softmax(1).nll_loss(I([1, 7])),
+    lambda: F.nll_loss(T(2,4).log_softmax(1), TI([1, 7]))),
+  "cross_entropy_target_negative": (lambda: E(2,4).cross_entropy(I([1, -5])),
+    lambda: F.cross_entropy(T(2,4), TI([1, -5]))),
 }
 
 @pytest.mark.parametrize("name", list(BAD_CALLS))
@@ -137,6 +152,23 @@ def test_error_classes_subclass_the_builtins_in_the_docs() -> None:
   assert all(issubclass(AxisError, base) for base in np.exceptions.AxisError.__bases__)
   assert issubclass(ArgumentError, ValueError) and issubclass(ArgumentError, RuntimeError)
   assert all(issubclass(IndexingError, b) for b in (IndexError, TypeError, ValueError))
+  assert all(issubclass(IndexRangeError, b) for b in (AxisError, IndexError, RuntimeError))
+
+def test_index_values_in_range_and_ignored_targets_pass_the_check() -> None:
+  # the check names the offending value; values at the edges, negative tensor indices and ignore_index pass
+  with pytest.raises(IndexRangeError, match="index 7 is out of range"): I([0, 7, 3]).one_hot(4)
+  np.testing.assert_array_equal(E(4, 3).gather(0, I([[3, 0, 2]])).numpy(), np.ones((1, 3), np.float32))
+  np.testing.assert_array_equal(Tensor(np.arange(4.0))[I([-4, 3])].numpy(), [0.0, 3.0])
+  loss = Tensor(np.zeros((2, 4), np.float32)).cross_entropy(I([3, -100]))  # -100: torch's default ignore_index
+  np.testing.assert_allclose(loss.item(), np.log(4), rtol=1e-6)
+
+def test_tinyjit_replays_do_not_read_the_indices() -> None:
+  # the check reads the indices (a sync): a TinyJit capture skips it, and its replays select zeros for such an index
+  from ember import TinyJit
+  table = Tensor(np.arange(12, dtype=np.float32).reshape(4, 3))
+  step = TinyJit(lambda t, i: t.gather(0, i).realize())
+  for k in (1, 2, 3): np.testing.assert_array_equal(step(table, I([[k, 0, 0]])).numpy(), [[3.0 * k, 1, 2]])
+  np.testing.assert_array_equal(step(table, I([[9, 0, 0]])).numpy(), [[0.0, 1, 2]])
 
 def test_unsupported_index_and_argument_values_are_typed() -> None:
   # where torch takes the call or raises another class, ember's stricter refusal is still typed and says why

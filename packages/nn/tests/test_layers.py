@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 from ember import Context, Tensor, dtypes
-from ember.errors import ShapeError, DTypeError
+from ember.errors import ShapeError, DTypeError, IndexRangeError
 from ember.nn import (BatchNorm2d, BatchNorm1d, Conv1d, Conv2d, Dropout, Embedding, GroupNorm, InstanceNorm, LayerNorm,
                       Linear, LSTMCell, RMSNorm, Sequential)
 from ember.nn.state import get_state_dict
@@ -170,6 +170,14 @@ def test_layers_with_bad_sizes_raise_a_shape_error_like_torch(make, torch_make):
   with pytest.raises(Exception) as want: torch_make()
   with pytest.raises(ShapeError, match="must be a positive int") as got: make()
   assert isinstance(got.value, type(want.value)), (type(want.value), want.value)
+
+def test_embedding_ids_out_of_range_raise_like_torch():
+  # torch raises IndexError; ember's one-hot lookup would have returned a row of zeros
+  layer = Embedding(4, 3)
+  with pytest.raises(IndexError) as want: torch.nn.Embedding(4, 3)(torch.tensor([[1, 7]]))
+  with pytest.raises(IndexRangeError, match="Embedding of 4 ids: index 7") as got: layer(Tensor([[1, 7]]))
+  assert isinstance(got.value, type(want.value))
+  with pytest.raises(IndexRangeError, match="index -1"): layer(Tensor([-1]))
 
 def test_group_norm_with_zero_groups_is_a_shape_error():
   with pytest.raises(ShapeError, match="num_groups must be a positive int"): GroupNorm(0, 4)  # (torch: ZeroDivision)

@@ -15,6 +15,11 @@ class ShapeError(EmberError, ValueError, RuntimeError):
 class AxisError(EmberError, IndexError, ValueError):
   """An axis or dimension index is out of range (IndexError as in torch, and ValueError as numpy's AxisError)."""
 
+class IndexRangeError(AxisError, RuntimeError):
+  """An index tensor holds a value outside the dim it indexes (gather, scatter, one_hot, embedding ids, loss targets,
+  `x[idx]`). torch raises IndexError for some of these and RuntimeError for others: this is both (and ValueError, as an
+  AxisError)."""
+
 class EmptyReductionError(ShapeError, IndexError):
   """max/min/argmax over zero elements: there is no identity element to return. torch raises IndexError when a dim
   is given and RuntimeError without one, numpy ValueError: this is all three."""
@@ -63,6 +68,6 @@ class VizError(EmberError, ValueError):
 class ProfileError(EmberError, ValueError, RuntimeError):
   """`ember.profile` used the wrong way: a trace path whose folder does not exist, a profile entered twice."""
 
-__all__ = ["EmberError", "ShapeError", "AxisError", "EmptyReductionError", "ArgumentError", "ContextKeyError",
-           "IndexingError", "DTypeError", "DeviceError", "PluginError", "CompileError", "MemoryAccessError", "JitError",
-           "GradientError", "ShardingError", "VizError", "ProfileError"]
+__all__ = ["EmberError", "ShapeError", "AxisError", "IndexRangeError", "EmptyReductionError", "ArgumentError",
+           "ContextKeyError", "IndexingError", "DTypeError", "DeviceError", "PluginError", "CompileError",
+           "MemoryAccessError", "JitError", "GradientError", "ShardingError", "VizError", "ProfileError"]

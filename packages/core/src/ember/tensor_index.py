@@ -1,7 +1,7 @@
 """`Tensor.__getitem__`: ints, slices with steps, None, Ellipsis and tensor/list indices, as movement ops + gathers."""
 from __future__ import annotations
 from typing import Any, TYPE_CHECKING
-from ember.errors import AxisError, IndexingError
+from ember.errors import AxisError, IndexingError, IndexRangeError
 from ember.dtype import dtypes
 from ember.uop.ops import Ops, UOp, int_size
 if TYPE_CHECKING:
@@ -84,20 +84,31 @@ def getitem(x: Tensor, indices: Any) -> Tensor:
   elif squeeze: out = out.reshape(tuple(s for k, s in enumerate(out.shape) if k not in squeeze))
   return out
 
+def check_index_range(index: Tensor, size: int, what: str, low: int | None = None, skip: int | None = None) -> None:
+  """IndexRangeError when int tensor `index` holds a value outside [low, size) (low defaults to -size: negative
+  indices count from the end), other than `skip` (an ignore_index): what torch checks, where ember's one-hot gathers
+  would read zeros and its scatters write nowhere. The check reads the indices (a sync), so it is skipped while TinyJit
+  captures: replays could not run it, and there such an index selects zeros. `what` starts the message."""
+  from ember.engine.jit import capturing
+  if capturing() or not all(isinstance(s, int) for s in index.shape) or index.numel() == 0: return
+  lo = -size if low is None else low
+  bad = (index < lo) | (index >= size)
+  if skip is not None: bad = bad & (index != skip)
+  if not bad.any().item(): return
+  flat = index.flatten().numpy()
+  value = next(int(v) for v in flat if not lo <= int(v) < size and int(v) != skip)
+  raise IndexRangeError(f"{what}: index {value} is out of range [{lo}, {size})")
+
 def _gather_dims(x: Tensor, tensor_dims: list[tuple[int, Tensor]], squeeze: list[int]) -> Tensor:
   """Advanced indexing: broadcast the index tensors together; the indexed dims are replaced by the index shape,
   placed where the first indexed dim was (numpy rules for adjacent indices) or in front (non-adjacent)."""
   from ember.tensor import Tensor, broadcast_shape
-  from ember.engine.jit import capturing
   dims = [d for d, _ in tensor_dims]
   ishape = broadcast_shape(*(t.shape for _, t in tensor_dims))
   # one-hot select per indexed dim: sum over that dim of (idx == arange) * x
   for d, t in tensor_dims:
     n = int_size(x.shape[d], "a tensor index")
-    valid = ((t >= -n) & (t < n))
-    # a TinyJit capture cannot read the indices (replays would skip the check): out of range, they select zeros
-    if not capturing() and not valid.all().item():
-      raise AxisError(f"index tensor has values out of bounds for dim {d} of size {n}")
+    check_index_range(t, n, f"a tensor index into dim {d} of size {n}")
   others = [k for k in range(x.ndim) if k not in dims]
   xp = x.permute(dims + others)  # (*indexed, *others)
   other_shape = tuple(xp.shape[len(dims):])
@@ -168,5 +179,5 @@ def setitem(x: Tensor, indices: Any, value: Any) -> None:
     n = int_size(x.numel(), "an assignment into a tensor")
     # contiguous: the positions come out of a gather reduction; computing them once keeps the scatter kernel simple
     positions = getitem(Tensor.arange(n, device=x.device, dtype=dtypes.int32).reshape(x.shape), indices).contiguous()
-    new = x.flatten().scatter(0, positions.flatten(), v.flatten()).reshape(x.shape)
+    new = x.flatten()._scatter(0, positions.flatten(), v.flatten()).reshape(x.shape)  # positions lie in x
   x.assign(new.cast(x.dtype))

@@ -10,6 +10,7 @@ from ember.dtype import dtypes, least_upper_dtype, strong_dtype
 from ember.errors import AxisError, DTypeError, ShapeError
 from ember.helpers import prod
 from ember.uop.ops import Ops, UOp, int_shape, int_size, sint
+from ember.tensor_index import check_index_range
 
 if TYPE_CHECKING:
   from ember.tensor import (Tensor, _const_uop, _norm_padding, _reshape, _shape_arg, _sym_eq, _tensor_seq,
@@ -373,6 +374,10 @@ class MovementMixin:
       return self.reshape(1).gather(0, index.reshape(1)).reshape(())
     d = self._resolve_dim(dim)
     self._check_index_tensor(index, d, "gather")
+    check_index_range(index, int_size(self.shape[d], "gather"), f"gather along dim {d}", low=0)
+    return self._gather(d, index)
+  def _gather(self: Tensor, d: int, index: Tensor) -> Tensor:
+    """gather along resolved dim `d` of indices known to lie in it (an index outside selects zero)."""
     n = int_size(self.shape[d], "gather")
     x = self.shrink(tuple((0, n) if i == d else (0, s) for i, s in enumerate(index.shape)))
     xb = x.unsqueeze(-1).transpose(d, -1)  # dim d -> 1, values of dim d on the new last axis
@@ -407,6 +412,10 @@ class MovementMixin:
       return self.scatter_reduce(dim, index, src, mode)
     d = self._resolve_dim(dim)
     self._check_index_tensor(index, d, "scatter")
+    check_index_range(index, int_size(self.shape[d], "scatter"), f"scatter along dim {d}", low=0)
+    return self._scatter(d, index, src)
+  def _scatter(self: Tensor, d: int, index: Tensor, src: Any) -> Tensor:
+    """scatter along resolved dim `d` of indices known to lie in it (an index outside writes nowhere)."""
     values = self._src_like(src, index)
     mask = self._scatter_mask(d, index)  # (*I, n)
     k = int_size(index.shape[d], "scatter")
@@ -428,6 +437,10 @@ class MovementMixin:
       raise ShapeError(f"scatter_reduce reduce must be sum, prod, mean, amax or amin, got {reduce!r}")
     d = self._resolve_dim(dim)
     self._check_index_tensor(index, d, "scatter_reduce")
+    check_index_range(index, int_size(self.shape[d], "scatter_reduce"), f"scatter_reduce along dim {d}", low=0)
+    return self._scatter_reduce(d, index, src, reduce, include_self)
+  def _scatter_reduce(self: Tensor, d: int, index: Tensor, src: Any, reduce: str, include_self: bool) -> Tensor:
+    """scatter_reduce along resolved dim `d` of indices known to lie in it (an index outside writes nowhere)."""
     values = self._src_like(src, index).unsqueeze(-1)
     mask = self._scatter_mask(d, index)
     count = self._scatter_place(d, index, mask.cast(dtypes.int32).sum(d, keepdim=True))
@@ -468,7 +481,15 @@ class MovementMixin:
     """
     if not dtypes.is_int(self.dtype):
       raise DTypeError(f"one_hot needs an int tensor of class indices, got {self.dtype!r}")
-    if num_classes == -1: num_classes = int(self.max().item()) + 1
+    if num_classes == -1:
+      if self.numel() == 0: raise ShapeError("one_hot cannot infer num_classes from an empty tensor; pass num_classes")
+      num_classes = int(self.max().item()) + 1
+    if not isinstance(num_classes, int) or num_classes < 0:
+      raise ShapeError(f"one_hot num_classes must be -1 (the largest index + 1) or a size >= 0, got {num_classes!r}")
+    check_index_range(self, num_classes, f"one_hot with {num_classes} classes", low=0)
+    return self._one_hot(num_classes)
+  def _one_hot(self: Tensor, num_classes: int) -> Tensor:
+    """one_hot of indices known to lie in [0, num_classes) (one outside gives a row of zeros)."""
     dt = strong_dtype(self.dtype)
     return (self.unsqueeze(-1) == Tensor.arange(num_classes, device=self.device, dtype=dt)).cast(dt)
   def masked_fill(self: Tensor, mask: Tensor, value: Any) -> Tensor:

@@ -10,6 +10,7 @@ from ember.dtype import dtypes, least_upper_dtype, strong_dtype, sum_acc_dtype
 from ember.errors import ArgumentError, DTypeError, ShapeError
 from ember.helpers import prod
 from ember.uop.ops import int_shape, int_size, sint
+from ember.tensor_index import check_index_range
 
 if TYPE_CHECKING:
   from ember.tensor import (PyBool, PyFloat, PyInt, Tensor)
@@ -305,11 +306,11 @@ class NNMixin:
                        "output_size max_pool2d's input had")
     flat = Tensor.zeros(*lead, int(prod(spatial)), dtype=strong_dtype(self.dtype), device=self.device)
     idx, values = indices.flatten(len(lead)), self.flatten(len(lead))
-    placed = flat.scatter(len(lead), idx, values.detach())
+    placed = flat._scatter(len(lead), idx, values.detach())  # indices checked above
     if dtypes.is_float(values.dtype):
       # torch's gradient: every value gets the output gradient at its index, also where overlapping windows put several
       # (equal) values on one index and the scatter keeps one: the gradient of a sum-scatter, added as zero
-      summed = flat.scatter_reduce(len(lead), idx, values, "sum", include_self=False)
+      summed = flat._scatter_reduce(len(lead), idx, values, "sum", include_self=False)
       placed = placed + summed.isfinite().where(summed - summed.detach(), 0)
     return placed.reshape(*lead, *spatial)
   def avg_pool2d(self: Tensor, kernel_size: PyInt | Sequence[PyInt] = (2, 2),
@@ -463,6 +464,8 @@ class NNMixin:
       raise ShapeError(f"nll_loss: input {self.shape} needs target shape {logp.shape[:1] + logp.shape[2:]}, got "
                        f"{Y.shape}")
     c = int_size(logp.shape[1], "nll_loss")
+    check_index_range(tgt, c, f"nll_loss target over {c} classes (ignore_index {ignore_index})", low=0,
+                      skip=ignore_index)
     classes = Tensor.arange(c, device=self.device, dtype=tgt.dtype).reshape(1, c, *([1] * (logp.ndim - 2)))
     onehot = tgt.unsqueeze(1) == classes  # (N, C, ...)
     keep = (tgt != ignore_index).cast(logp.dtype)  # (N, ...)

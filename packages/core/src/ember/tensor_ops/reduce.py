@@ -282,7 +282,7 @@ class ReduceMixin:
     hit = in_prefix & ((xw == vw) | (xw.isnan() & vw.isnan()) if dtypes.is_float(x.dtype) else xw == vw)
     idx = hit.where(j, -1).max(-1)
     idx = idx.transpose(ax, -1) if x.ndim > 1 else idx
-    return (src.gather(ax, idx) if dtypes.is_float(src.dtype) else vals), idx
+    return (src._gather(ax, idx) if dtypes.is_float(src.dtype) else vals), idx  # idx lies in the axis
   def cummax(self: Tensor, axis: PyInt = 0) -> tuple[Tensor, Tensor]:
     """Running maximum along `axis` and the int32 index where it was reached (the latest on ties, like torch).
 

@@ -12,6 +12,7 @@ from ember.dtype import dtypes
 from ember.errors import ArgumentError, DTypeError, ShapeError
 from ember.nn import functional as F
 from ember.nn.functional import static_shape
+from ember.tensor_index import check_index_range
 
 def _param(t: Tensor) -> Tensor: return t.requires_grad_(True)
 
@@ -220,8 +221,9 @@ class Embedding:
   def __call__(self, idx: Tensor) -> Tensor:
     if not dtypes.is_int(idx.dtype):
       raise DTypeError(f"Embedding needs integer ids, got {idx.dtype!r}; cast them with .int()")
+    check_index_range(idx, self.vocab_size, f"Embedding of {self.vocab_size} ids", low=0)
     # a one-hot matmul: differentiable with respect to the table, and it fuses into one reduction
-    return idx.one_hot(self.vocab_size).cast(self.weight.dtype) @ self.weight
+    return idx._one_hot(self.vocab_size).cast(self.weight.dtype) @ self.weight
 
 class Dropout:
   """Zero elements with probability p in training mode (scaling the rest by 1/(1-p)); the identity in eval mode."""
