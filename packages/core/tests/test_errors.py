@@ -139,6 +139,13 @@ BAD_CALLS: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
     lambda: F.nll_loss(T(2,4).log_softmax(1), TI([1, 7]))),
   "cross_entropy_target_negative": (lambda: E(2,4).cross_entropy(I([1, -5])),
     lambda: F.cross_entropy(T(2,4), TI([1, -5]))),
+  # weights torch's multinomial refuses: the draws would be silently wrong
+  "multinomial_negative": (lambda: Tensor([0.5, -0.1, 0.6]).multinomial(1),
+    lambda: torch.multinomial(torch.tensor([0.5, -0.1, 0.6]), 1)),
+  "multinomial_nan": (lambda: Tensor([float("nan"), 1.0]).multinomial(1, replacement=True),
+    lambda: torch.multinomial(torch.tensor([float("nan"), 1.0]), 1, replacement=True)),
+  "multinomial_zero_row": (lambda: Tensor([[1.0, 2.0], [0.0, 0.0]]).multinomial(1),
+    lambda: torch.multinomial(torch.tensor([[1.0, 2.0], [0.0, 0.0]]), 1)),
 }
 
 @pytest.mark.parametrize("name", list(BAD_CALLS))

@@ -263,6 +263,7 @@ class ExtraMixin:
                        "pass replacement=True or fewer samples")
     w = (self if self.ndim == 2 else self.unsqueeze(0)).float()
     rows = int_size(w.shape[0], "multinomial")
+    _check_multinomial_weights(w)
     if replacement or num_samples == 1:
       cw = w.cumsum(1)
       cdf = cw / cw[:, -1:]  # (rows, n); the last entry is exactly 1
@@ -637,3 +638,13 @@ def _rearrange(t: Tensor, formula: str, sizes: dict[str, int]) -> Tensor:
     if grouped: out.append(prod(axis_size[a] for a in expand(g)))
     else: out.extend(axis_size[a] for a in expand(g))
   return x.reshape(tuple(out))
+
+def _check_multinomial_weights(w: Tensor) -> None:
+  """ArgumentError for weights torch refuses (negative, NaN or infinite ones, a row summing to zero): the draws would be
+  silently wrong. One read of two flags (a sync), skipped while TinyJit captures, as the index checks are."""
+  from ember.engine.jit import capturing
+  from ember.tensor import Tensor
+  if capturing() or w.numel() == 0: return
+  negative, empty_row = Tensor.stack(((w < 0) | w.isnan() | w.isinf()).any(), (w.sum(1) <= 0).any()).tolist()
+  if negative: raise ArgumentError("multinomial weights must be finite and >= 0; got a negative, NaN or infinite one")
+  if empty_row: raise ArgumentError("multinomial weights of a row sum to 0: there is nothing to draw from")
