@@ -69,7 +69,7 @@ from ember.helpers import NUM_CPU_THREADS, QDOT, Target, getenv
 from ember.renderer import Estimates, ProgramSpec, Renderer
 from ember.renderer.cstyle import CStyleLanguage, ptr_dtype, text_rules, value_dtype
 from ember.renderer.llvmir import JIT_RUNTIME_SYMBOLS, LLVMRenderer, jit_runtime_ir
-from ember.uop.ops import AxisType, GroupOp, KernelInfo, Ops, QDOT_PLANE, UOp
+from ember.uop.ops import AddrSpace, AxisType, GroupOp, KernelInfo, Ops, QDOT_PLANE, UOp
 from ember.uop.rewrite import PatternMatcher, UPat, graph_rewrite
 
 class EmberHookSpec:
@@ -147,7 +147,7 @@ __all__ = [
   "JIT_RUNTIME_SYMBOLS",
   "jit_runtime_ir", "Allocator", "LRUAllocator", "BufferSpec",
   "Buffer", "Compiler", "Compiled", "Program", "from_mv", "mv_address", "UOp", "Ops", "GroupOp", "AxisType", "UPat",
-  "KernelInfo", "QDOT", "QDOT_PLANE",
+  "KernelInfo", "AddrSpace", "QDOT", "QDOT_PLANE",
   "PatternMatcher", "graph_rewrite", "DType", "PtrDType", "dtypes", "EmberError", "ShapeError", "AxisError",
   "DTypeError", "DeviceError", "PluginError", "CompileError", "MemoryAccessError", "JitError", "GradientError",
   "Target", "getenv", "NUM_CPU_THREADS", "HWQueue", "HCQSignal", "HCQBuffer", "HCQArgs", "HCQProgram", "HCQAllocator",

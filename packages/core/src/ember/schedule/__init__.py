@@ -318,14 +318,19 @@ def lower_schedule(targets: list[UOp]) -> tuple[list[LoweredCall], dict[UOp, UOp
   return calls, becomes, bitcast_views
 
 def _custom_call(node: UOp, realized: dict[UOp, UOp]) -> LoweredCall:
-  """A custom kernel over its inputs' buffers, plus the scratch buffers its target needs (ember.codegen.handwritten)."""
+  """A custom kernel over its inputs' buffers, plus the scratch buffers its target needs (ember.codegen.handwritten).
+  A bound Variable in the kernel (a loop over a decode step's positions) is read as its variable, valued at launch:
+  one program serves every value, as for a scheduler kernel."""
   from ember.device import Device
   from ember.codegen.handwritten import scratch_buffers
   info = node.arg
-  sink = info.ast if info.ast.op is Ops.SINK else info.ast.src[0]
+  binds = {b: b.src[0] for b in info.ast.toposort() if b.op is Ops.BIND}
+  ast = info.ast.substitute(binds) if binds else info.ast
+  sink = ast if ast.op is Ops.SINK else ast.src[0]
   scratch = [UOp(Ops.BUFFER, sc.dtype, (), BufferArg(next_unique(), info.device, sc.size))
              for sc in scratch_buffers(sink, Device[info.device].renderer)]
-  return LoweredCall(CallKind.KERNEL, info.device, [realized.get(s, s.base) for s in node.src] + scratch, info.ast)
+  var_vals = {b.src[0].arg[0]: b.src[1].arg for b in binds}
+  return LoweredCall(CallKind.KERNEL, info.device, [realized.get(s, s.base) for s in node.src] + scratch, ast, var_vals)
 
 def bind_buffers(calls: list[LoweredCall], bitcast_views: list[UOp]) -> tuple[list[ScheduleItem], set[int]]:
   """Each BUFFER UOp gets its device Buffer; a copy of a slice reads a view of its source, a size-changing bitcast's

@@ -20,7 +20,9 @@ this model applies that interleaved-pair rotation to the weights as stored.
 
 Decode (one token at position p > 0): the step takes p as a bound `Variable`, so TinyJit captures it once and
 replays it at every position; attention reads only the p cached rows (`cache[:p]`, symbolic) plus the new key and
-value, one softmax over both without concatenating them, so a step costs O(p), not O(max_context). The step returns
+value, one softmax over both without concatenating them, so a step costs O(p), not O(max_context): on devices that
+run kernel blocks as loops (CPU, PYTHON) one hand-written kernel per layer (`ember.nn.llm.attention`), elsewhere four
+scheduled ones. The step returns
 the new keys/values of every layer, and `KVCache.write_rows` stores them at row p on the host (a view of the
 device's host memory where it has one): the captured kernels only read the cache.
 
@@ -43,6 +45,7 @@ from ember import Tensor, TinyJit, UOp, Variable
 from ember.errors import EmberError
 from ember.nn.gguf import BLOCK_LAYOUT, GGMLType, GGUFFile, dequantize, tensor_nbytes
 from ember.nn.llm.quant import BLOCK, HALF, KEPT, HalfWeight, QuantWeight, stored_sum
+from ember.nn.llm.attention import decode_attention, fused_decode_attention
 
 SUPPORTED_ARCHS = ("llama", "mistral", "qwen2", "qwen3")
 NEOX_ROPE_ARCHS = ("qwen2", "qwen3")  # rotate-half RoPE: llama.cpp's converter leaves their q/k rows as they are
@@ -342,11 +345,16 @@ class LlamaLayer:
     """One token per slot (x is (S, dim)), slot s at position p_s attending over its p_s cached rows and itself: the
     first n = max p_s rows of every slot are read, `mask` (C, S) is -inf at the rows at or past a slot's position.
     O(n) work, n a bound Variable. The cache is only read; returns (x, the new (S, 2kv) rows), which the caller stores
-    at row p_s of slot s."""
+    at row p_s of slot s. Where blocks run as loops, attention is `decode_attention`'s fused kernel."""
     cfg = self.cfg
     S, hd, n_kv, kv = x.shape[0], cfg.head_dim, cfg.n_kv_heads, cfg.kv_dim
     rep = cfg.n_heads // n_kv
     q, new_row, new = self._qkv(x, cos, sin, cache)
+    if fused_decode_attention(x.device):
+      attn = decode_attention(q.reshape(S, cfg.n_heads, hd), cache, mask, new[:, :kv].reshape(S, n_kv, hd),
+                              new[:, kv:].reshape(S, n_kv, hd), n, rep)
+      if isinstance(self.attn_output, QuantWeight) and self.attn_output.qdot_ok(): attn = attn.contiguous()
+      return self._finish(x, attn.reshape(S, cfg.q_dim)), new_row
     q = q.reshape(S, n_kv, rep, hd)
     # the position is the leading dim of everything symbolic: buffers of these shapes then have constant strides
     # float16 rows are widened to float32 inside the kernels that read them
