@@ -30,8 +30,12 @@ def inputs(S: int, n_kv: int, rep: int, D: int, C: int, dtype: type, seed: int =
   k_new, v_new = rng.standard_normal((2, S, n_kv, D)).astype(np.float32)
   return q, cache, k_new, v_new
 
+def rows(k_new: np.ndarray, v_new: np.ndarray) -> np.ndarray:
+  """The step's own cache rows (S, 2 * kv): keys, then values."""
+  return np.concatenate([k_new.reshape(len(k_new), -1), v_new.reshape(len(v_new), -1)], axis=1)
+
 def run(q, cache, mask, k_new, v_new, n, rep, C):
-  return decode_attention(*(Tensor(a) for a in (q, cache, mask, k_new, v_new)), Variable("pos", 1, C).bind(n),
+  return decode_attention(*(Tensor(a) for a in (q, cache, mask, rows(k_new, v_new))), Variable("pos", 1, C).bind(n),
                           rep).numpy()
 
 LONG = CHUNKS * BLOCK + 45  # two blocks per chunk, the last chunks past the end
@@ -61,13 +65,13 @@ def test_slots_masked_at_their_own_positions():
 
 def test_one_capture_serves_every_position():
   # the kernel reads the position as its Variable, valued at each launch: a TinyJit replay at other positions
-  C, rep = LONG, 2
+  C, rep = LONG + 1, 2
   q, cache, k_new, v_new = inputs(1, 2, rep, 32, C, np.float16, seed=2)
   mask = np.zeros((C, 1), np.float32)
-  step = TinyJit(lambda *a: decode_attention(*a[:5], a[5], rep).realize())
+  step = TinyJit(lambda *a: decode_attention(*a[:4], a[4], rep).realize())
   var = Variable("pos", 1, C)
-  tensors = [Tensor(a) for a in (q, cache, mask, k_new, v_new)]
-  for n in (5, 6, 300, 1, LONG - 1, 17):
+  tensors = [Tensor(a) for a in (q, cache, mask, rows(k_new, v_new))]
+  for n in (5, 6, LONG, 1, LONG - 1, 17):
     got = step(*tensors, var.bind(n)).numpy()
     np.testing.assert_allclose(got, oracle(q, cache, mask, k_new, v_new, n, rep), rtol=2e-5, atol=2e-5)
 

@@ -24,7 +24,7 @@ from ember import Device, Tensor, UOp, dtypes
 from ember.errors import ShapeError
 from ember.plugin import AddrSpace, AxisType, Ops
 
-CHUNKS = 16  # chunks of the cached positions: the unit the threads split (and that the combine reads)
+CHUNKS = 8  # chunks of the cached positions: the unit the threads split (and that the combine reads)
 BLOCK = 16  # a chunk holds a multiple of this many positions: the exponentials' vector width
 LOG2E = 1 / math.log(2)
 EMPTY = -1e30  # a chunk's max before any score (finite: a chunk with every position masked rescales by exp2(0))
@@ -55,13 +55,14 @@ def decode_attention_kernel(part: UOp, sc: UOp, q: UOp, cache: UOp, mask: UOp, n
   kv = _ints(cache.shape)[2] // 2
   hd, n_kv = width - 2, H // rep
   lanes = _lanes(hd)
-  c, s, g = UOp.range(chunks, 0, AxisType.GLOBAL), UOp.range(S, 1), UOp.range(n_kv, 2)
+  c, s = UOp.range(chunks, 0, AxisType.GLOBAL), UOp.range(S, 1)
   blocks = (n + (chunks * BLOCK - 1)) // (chunks * BLOCK)  # per chunk
   length = blocks * BLOCK
   start = c * length
-  # 1. scores: position j of the chunk (clamped to a cached row; past n it scores -inf) for the group's rep heads, each
-  # key element loaded (and widened) once for all of them
-  j = UOp.range(length, 3)
+  # 1. scores: position j of the chunk (clamped to a cached row; past n it scores -inf) for each KV head g's rep query
+  # heads, each key element loaded (and widened) once for all of them; the KV heads innermost, so that each cached row
+  # is read in order, once
+  j, g = UOp.range(length, 3), UOp.range(n_kv, 2)
   at = start + j
   row = at.minimum(n - 1)
   ko = UOp.range(hd // lanes, 5, AxisType.REDUCE)
@@ -72,10 +73,11 @@ def decode_attention_kernel(part: UOp, sc: UOp, q: UOp, cache: UOp, mask: UOp, n
     # lane w sums elements w, w + lanes, ...: the same arithmetic in every lane, which the compiler does in vectors
     parts = [(q[s, g * rep + r, ko * lanes + w] * key[w]).reduce(ko) for w in range(lanes)]
     stores.append(sc[s, g * rep + r, at].store((at < n).where(_halving(Ops.ADD, parts) + bias, -math.inf)))
-  step1 = UOp.group(*stores).end(j)
+  step1 = UOp.group(*stores).end(g, j)
   # 2. per head, the max, then the exponentials in place and their sum: BLOCK lanes (registers) over the chunk's
   # blocks, so the compiler does them in vectors, then combined by halving trees
   stats = []
+  g = UOp.range(n_kv, 4)
   for r in range(rep):
     h = g * rep + r
     tm = UOp.placeholder((BLOCK,), dtypes.float32, 2 * r, AddrSpace.REG)
@@ -92,24 +94,42 @@ def decode_attention_kernel(part: UOp, sc: UOp, q: UOp, cache: UOp, mask: UOp, n
     total = _halving(Ops.ADD, [te.after(summed)[w] for w in range(BLOCK)])
     # the registers' initial values are stored before the loops (an AFTER reached first inside a loop runs there)
     stats += [init, seen, summed, part[c, s, h, hd].store(top), part[c, s, h, hd + 1].store(total)]
-  done2 = UOp.group(*stats)
+  done2 = UOp.group(*stats).end(g)
   # 3. the weighted sum of the value rows, into the chunk's output rows (a loop over the head dim: in vectors)
-  z, zr = UOp.range(hd, 6 + 6 * rep), UOp.range(rep, 7 + 6 * rep)
-  zero = part[c, s, g * rep + zr, z].store(0.0).end(z, zr)
-  j3, d = UOp.range(length, 8 + 6 * rep), UOp.range(hd, 9 + 6 * rep)
+  z, zh = UOp.range(hd, 6 + 6 * rep), UOp.range(H, 7 + 6 * rep)
+  zero = part[c, s, zh, z].store(0.0).end(z, zh)
+  j3, g, d = UOp.range(length, 8 + 6 * rep), UOp.range(n_kv, 9 + 6 * rep), UOp.range(hd, 10 + 6 * rep)
   at3 = start + j3
   value = cache[s, at3.minimum(n - 1), kv + g * hd + d].cast(dtypes.float32)
   acc = part.after(zero)
   step3 = UOp.group(*(part[c, s, g * rep + r, d].store(acc[c, s, g * rep + r, d] +
                                                        sc.after(done2)[s, g * rep + r, at3] * value)
-                      for r in range(rep))).end(d, j3)
-  return UOp.group(step1, done2, zero, step3).end(g, s, c).sink()
+                      for r in range(rep))).end(d, g, j3)
+  return UOp.group(step1, done2, zero, step3).end(s, c).sink()
 
-def decode_attention(q: Tensor, cache: Tensor, mask: Tensor, k_new: Tensor, v_new: Tensor, n: UOp,
-                     rep: int) -> Tensor:
-  """softmax(q . [cached keys, k_new] / sqrt(D)) . [cached values, v_new] for q (S, H, D) float32, cache (S, C, 2 * kv)
-  (keys then values of H / rep KV heads; float16 or float32), mask (C, S) added to the cached rows' scores, k_new and
-  v_new (S, H / rep, D) float32, over the first n cached rows (n a bound Variable). Returns (S, H, D) float32."""
+def decode_combine_kernel(out: UOp, part: UOp, q: UOp, new: UOp, rep: int) -> UOp:
+  """out (S, H, D) <- the chunks of `part` (decode_attention_kernel's) and the new position (q (S, H, D) scaled as the
+  kernel's, new (S, 2 * kv) its key and value rows) combined: each chunk's output and sum rescaled by exp2 of its max
+  against the overall one."""
+  chunks, S, H, width = _ints(part.shape)
+  hd, kv = width - 2, _ints(new.shape)[1] // 2
+  s, g, r = UOp.range(S, 0), UOp.range(H // rep, 1), UOp.range(rep, 2)
+  h = g * rep + r
+  dd = UOp.range(hd, 3, AxisType.REDUCE)
+  score = (q[s, h, dd] * new[s, g * hd + dd]).reduce(dd)
+  best = _halving(Ops.MAX, [part[c, s, h, hd] for c in range(chunks)]).maximum(score)
+  weights = [(part[c, s, h, hd] - best).exp2() for c in range(chunks)]
+  mine = (score - best).exp2()
+  inv = (_halving(Ops.ADD, [w * part[c, s, h, hd + 1] for c, w in enumerate(weights)]) + mine).reciprocal()
+  d = UOp.range(hd, 4)
+  total = _halving(Ops.ADD, [w * part[c, s, h, d] for c, w in enumerate(weights)]) + mine * new[s, kv + g * hd + d]
+  return out[s, h, d].store(total * inv).end(d).end(r, g, s).sink()
+
+def decode_attention(q: Tensor, cache: Tensor, mask: Tensor, new: Tensor, n: UOp, rep: int) -> Tensor:
+  """softmax(q . [cached keys, new key] / sqrt(D)) . [cached values, new value] for q (S, H, D) float32, cache (S, C,
+  2 * kv) (keys then values of H / rep KV heads; float16 or float32), mask (C, S) added to the cached rows' scores,
+  new (S, 2 * kv) float32 each slot's own key and value, over the first n cached rows (n a bound Variable). Returns
+  (S, H, D) float32."""
   S, H, hd = _ints(q.shape)
   C = _ints(cache.shape)[1]
   scaled = (q * (LOG2E / math.sqrt(hd))).contiguous()
@@ -118,14 +138,10 @@ def decode_attention(q: Tensor, cache: Tensor, mask: Tensor, k_new: Tensor, v_ne
   def attention_decode(part: UOp, sc: UOp, q: UOp, cache: UOp, mask: UOp) -> UOp:
     return decode_attention_kernel(part, sc, q, cache, mask, n, rep)
   part = Tensor.custom_kernel(part, sc, scaled, cache, mask, fxn=attention_decode)[0]
-  acc, top, total = part[..., :hd], part[..., hd], part[..., hd + 1]  # (CHUNKS, S, H, ...)
-  k_rep = k_new.reshape(S, H // rep, 1, hd).expand(S, H // rep, rep, hd).reshape(S, H, hd)
-  v_rep = v_new.reshape(S, H // rep, 1, hd).expand(S, H // rep, rep, hd).reshape(S, H, hd)
-  s_new = (scaled * k_rep).sum(-1)  # (S, H)
-  best = top.max(0).maximum(s_new)
-  w, e_new = (top - best).exp2(), (s_new - best).exp2()
-  num = (w.unsqueeze(-1) * acc).sum(0) + e_new.unsqueeze(-1) * v_rep
-  return num / ((w * total).sum(0) + e_new).unsqueeze(-1)
+  def attention_combine(out: UOp, part: UOp, q: UOp, new: UOp) -> UOp:
+    return decode_combine_kernel(out, part, q, new, rep)
+  out = Tensor.empty(S, H, hd, device=q.device)
+  return Tensor.custom_kernel(out, part, scaled, new, fxn=attention_combine)[0]
 
 def fused_decode_attention(device: str | tuple[str, ...]) -> bool:
   """Whether a decode step on `device` attends with `decode_attention`: where kernels run their blocks as loops (CPU,

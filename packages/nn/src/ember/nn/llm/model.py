@@ -351,8 +351,7 @@ class LlamaLayer:
     rep = cfg.n_heads // n_kv
     q, new_row, new = self._qkv(x, cos, sin, cache)
     if fused_decode_attention(x.device):
-      attn = decode_attention(q.reshape(S, cfg.n_heads, hd), cache, mask, new[:, :kv].reshape(S, n_kv, hd),
-                              new[:, kv:].reshape(S, n_kv, hd), n, rep)
+      attn = decode_attention(q.reshape(S, cfg.n_heads, hd), cache, mask, new, n, rep)
       if isinstance(self.attn_output, QuantWeight) and self.attn_output.qdot_ok(): attn = attn.contiguous()
       return self._finish(x, attn.reshape(S, cfg.q_dim)), new_row
     q = q.reshape(S, n_kv, rep, hd)
