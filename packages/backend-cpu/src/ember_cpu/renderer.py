@@ -10,6 +10,7 @@ import os
 from typing import Any, Callable
 from ember.plugin import (CStyleLanguage, LLVMRenderer, DType, Ops, UOp, UPat, PatternMatcher, dtypes, NUM_CPU_THREADS,
                           text_rules, value_dtype)
+from ember_cpu import vectorize
 
 ARGFMT_SUFFIX = "_argfmt"
 
@@ -150,6 +151,15 @@ class ClangRenderer(CStyleLanguage):
   pack_operands = True  # a matmul's B in its register block's layout (ember.codegen.pack)
   def __init__(self, arch: str = "") -> None:
     self.arch, self.global_max = arch, (cpu_threads(),)
+  def plan_render(self, uops: list[UOp], ctx: Any) -> None:
+    # register blocks and upcast lanes as GCC vector code (ember_cpu.vectorize): what gcc's SLP vectoriser would
+    # rebuild from the unrolled scalars, at a fraction of its compile time
+    if (plan := vectorize.plan(uops, ctx.inlined, self.simd_width * 4)) is not None:
+      ctx.plan, ctx.inlined = plan, plan.inlined
+  def render_uop(self, u: UOp, ctx: Any) -> None:
+    plan = ctx.plan
+    if plan is None or u not in plan.lane_of: return super().render_uop(u, ctx)
+    if (group := plan.emit_at.get(u)) is not None: vectorize.emit_group(ctx, plan, group, plan.block[u])
   def render(self, uops: list[UOp], name: str = "kernel") -> str:
     src = super().render(uops, name)
     return src + f'const char {name}{ARGFMT_SUFFIX}[] = "{kernel_argfmt(uops, self.has_threads)}";\n'

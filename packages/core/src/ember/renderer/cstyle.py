@@ -78,6 +78,7 @@ class _Ctx:
   helpers: dict[str, str] = field(default_factory=dict)
   wmma: dict[tuple[UOp, ...], str] = field(default_factory=dict)  # sources of a matrix instruction -> its result array
   depth: int = 1
+  plan: object = None  # what a target's `plan_render` worked out for this program (the C renderer's vector lanes)
   def __getitem__(self, u: UOp) -> str:
     """The string of a source: its name, its inlined expression, or a constant's literal."""
     if u in self.names: return self.names[u]
@@ -403,6 +404,7 @@ class CStyleLanguage(Renderer):
     uops = emulate_floats(uops, self)
     ctx = _Ctx(self)
     ctx.inlined = self._plan_inlining(uops)
+    self.plan_render(uops, ctx)
     reserved = frozenset(self.thread_args) | frozenset(self.type_map.values()) | _c_keywords
     written = {u.src[0].src[0] for u in uops if u.op is Ops.STORE}
     params: list[str] = []
@@ -420,6 +422,10 @@ class CStyleLanguage(Renderer):
     for u in uops: self.render_uop(u, ctx)
     if ctx.depth != 1: raise CompileError(f"{type(self).__name__}: kernel {name} has a RANGE without its END")
     return self.render_kernel(name, params, ctx.lines, list(ctx.helpers.values()))
+
+  def plan_render(self, uops: list[UOp], ctx: _Ctx) -> None:
+    """A target's own look at the whole program once inlining is planned, before any uop renders: it may set
+    `ctx.plan` and change `ctx.inlined` (none here)."""
 
   def render_kernel(self, name: str, params: list[str], body: list[str], helpers: list[str]) -> str:
     """The whole source: helpers, then the kernel function."""

@@ -1,0 +1,417 @@
+"""Lane groups: isomorphic scalar uops of a linear program that the C renderer prints once, as GCC vector code.
+
+Register blocks and upcast loops reach the renderer unrolled: a 4 x 64 matmul block is 256 scalar accumulators and
+256 `fmaf` lines a k step, which gcc's SLP vectoriser then re-discovers at 0.1-0.5 s of compile time per kernel. `plan`
+finds the same work as groups of 16 (8, 4) lanes and the C renderer prints each group as one statement on a
+`vector_size` type: 16 vector fmas a k step, compiled in a fraction of the time into the same machine code.
+
+A group is seeded by a run of stores to consecutive addresses (lanes in address order), then by a run of accumulator
+updates, and grows over its operands lane for lane:
+
+| the operand's lanes | become |
+| --- | --- |
+| one value | a broadcast (`splat`) |
+| constants | a vector constant |
+| loads of consecutive addresses of one buffer, under one gate | one unaligned vector load |
+| one ALU op (`_FLOAT_OPS`, `_INT_OPS`), CAST or BITCAST; accumulators; their updates | a group, grown further |
+| anything else | a vector built from the scalars (`gather`) |
+
+Each lane computes what its scalar uop did, in the same order (a fused multiply-add stays one per lane), so the
+program's results are the scalar program's bit for bit. A scalar still read elsewhere is its vector's lane (`v[i]`).
+
+A group is printed where its last lane was. `plan` keeps only groups for which that moves no read of an accumulator
+or of memory across a write to it, and no use of a value before its definition. A seed whose tree is mostly gathers,
+or gathers loads, stays scalar (gcc's vectorisers do as well or better on those).
+"""
+from __future__ import annotations
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+from ember.plugin import DType, Ops, UOp, dtypes, value_dtype
+
+# dtypes a vector is made of: the narrow ones compute in int or float in C, which a vector op does not
+_VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64})
+# the ops printed on vectors, whose C operators mean on each lane what they mean on a scalar (comparisons give -1 on
+# a vector, MAX reads NaNs and WHERE is a select, IDIV/MOD carry guards: those stay scalar)
+_FLOAT_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG, Ops.RECIPROCAL, Ops.MULACC})
+_INT_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR})
+# groups made of the program's uops (the others stand for operands: splat, const, gather)
+_OWNING = frozenset({"load", "store", "alu", "cast", "bitcast", "acc", "assign"})
+# sources defined for the whole of their scope, whatever moves: no use of them can come before their definition
+_ALWAYS_DEFINED = (Ops.CONST, Ops.PARAM, Ops.DEFINE_VAR, Ops.RANGE, Ops.SPECIAL, Ops.INDEX, Ops.DEFINE_LOCAL)
+
+@dataclass(eq=False)
+class Lanes:
+  """A group of `len(uops)` lanes: `kind` says what the vector is (see the module docstring), `srcs` its operands."""
+  kind: str
+  uops: tuple[UOp, ...]
+  dtype: DType
+  srcs: tuple[Lanes, ...] = ()
+  @property
+  def owns(self) -> bool: return self.kind in _OWNING
+
+@dataclass
+class VectorPlan:
+  """The groups the C renderer prints: `lane_of` each grouped uop's group and lane, `emit_at` the uop whose place a
+  group's statement takes, `inlined` the scalar inlining that stays (an operand of a group is named)."""
+  lane_of: dict[UOp, tuple[Lanes, int]]
+  emit_at: dict[UOp, Lanes]
+  inlined: set[UOp]
+  block: dict[UOp, int]
+  names: dict[Lanes, str] = field(default_factory=dict)
+  splats: dict[tuple[UOp, int, int], str] = field(default_factory=dict)  # (value, lanes, block) -> its broadcast
+
+def lane_widths(dt: DType, vector_bytes: int) -> list[int]:
+  """The lane counts of a group of `dt`: a full vector, then halves down to 16 bytes, at least 4 lanes."""
+  widths, size = [], vector_bytes
+  while size >= 16 and size // dt.itemsize >= 4:
+    widths.append(size // dt.itemsize)
+    size //= 2
+  return widths
+
+def _address(index: UOp) -> tuple[tuple[Any, ...], int]:
+  """An INDEX as (buffer, gate, its non-constant terms) and the sum of its constant terms."""
+  terms: list[UOp] = []
+  const, stack = 0, [index.src[1]]
+  while stack:
+    x = stack.pop()
+    if x.op is Ops.CONST: const += x.arg
+    elif x.op is Ops.ADD: stack.extend(x.src)
+    else: terms.append(x)
+  gate = index.src[2] if len(index.src) == 3 else None
+  return (index.src[0], gate, frozenset(Counter(terms).items())), const
+
+def _reads_acc(u: UOp) -> bool:
+  return any(x.op in (Ops.DEFINE_ACC, Ops.ASSIGN) for x in u.toposort())
+
+class _Grower:
+  """Builds groups from seeds, memoised by their lanes; a seed's new groups can be taken back (`rollback`)."""
+  def __init__(self, uops: list[UOp]) -> None:
+    self.pos = {u: i for i, u in enumerate(uops)}
+    self.block: dict[UOp, int] = {}
+    depth = 0
+    for u in uops:
+      if u.op in (Ops.RANGE, Ops.END): depth += 1
+      self.block[u] = depth  # uops between the same loop boundaries share a block number
+    self.lane_of: dict[UOp, tuple[Lanes, int]] = {}
+    self.memo: dict[tuple[UOp, ...], Lanes] = {}
+    self.log: list[tuple[UOp, ...]] = []
+    self.groups: list[Lanes] = []
+    self.addresses: dict[UOp, tuple[tuple[Any, ...], int]] = {}
+
+  def rollback(self, mark: tuple[int, int]) -> None:
+    for key in self.log[mark[0]:]: del self.memo[key]
+    for g in self.groups[mark[1]:]:
+      for u in g.uops: del self.lane_of[u]
+    del self.log[mark[0]:], self.groups[mark[1]:]
+
+  def mark(self) -> tuple[int, int]: return len(self.log), len(self.groups)
+
+  def address(self, index: UOp) -> tuple[tuple[Any, ...], int]:
+    if (hit := self.addresses.get(index)) is None: hit = self.addresses[index] = _address(index)
+    return hit
+
+  def own(self, g: Lanes) -> Lanes:
+    for i, u in enumerate(g.uops): self.lane_of[u] = (g, i)
+    self.groups.append(g)
+    return g
+
+  def grow(self, lanes: tuple[UOp, ...]) -> Lanes:
+    if (hit := self.memo.get(lanes)) is not None: return hit
+    g = self._make(lanes)
+    self.memo[lanes] = g
+    self.log.append(lanes)
+    return g
+
+  def _isomorphic(self, lanes: tuple[UOp, ...]) -> bool:
+    first = lanes[0]
+    return (first.dtype in _VECTOR_DTYPES and len(set(lanes)) == len(lanes)
+            and all(u.op is first.op and u.dtype is first.dtype and len(u.src) == len(first.src)
+                    and (u.arg == first.arg or u.op is Ops.DEFINE_ACC)
+                    and u not in self.lane_of and self.block.get(u) == self.block.get(first) for u in lanes))
+
+  def _make(self, lanes: tuple[UOp, ...]) -> Lanes:
+    first, dt = lanes[0], value_dtype(lanes[0])
+    if all(u is first for u in lanes): return Lanes("const" if first.op is Ops.CONST else "splat", lanes, dt)
+    if all(u.op is Ops.CONST for u in lanes): return Lanes("const", lanes, dt)
+    if not self._isomorphic(lanes): return Lanes("gather", lanes, dt)
+    op = first.op
+    if op is Ops.LOAD and all(u.src[0].op is Ops.INDEX for u in lanes):
+      addresses = [self.address(u.src[0]) for u in lanes]
+      key, base = addresses[0]
+      if all(k == key and c == base + i for i, (k, c) in enumerate(addresses)) and not _reads_acc(first.src[0]):
+        return self.own(Lanes("load", lanes, dt))
+    elif op is Ops.DEFINE_ACC:
+      return self.own(Lanes("acc", lanes, dt, (self.grow(tuple(u.src[0] for u in lanes)),)))
+    elif op is Ops.ASSIGN:
+      accs = tuple(u.src[0] for u in lanes)
+      if (acc := self.grow(accs)).kind == "acc" and acc.uops == accs:
+        return self.own(Lanes("assign", lanes, dt, (acc, self.grow(tuple(u.src[1] for u in lanes)))))
+    elif op in (_FLOAT_OPS if dtypes.is_float(dt) else _INT_OPS) and all(s.dtype is dt for s in first.src):
+      return self.own(Lanes("alu", lanes, dt, tuple(self.grow(tuple(u.src[k] for u in lanes))
+                                                    for k in range(len(first.src)))))
+    elif op in (Ops.CAST, Ops.BITCAST) and (sd := first.src[0].dtype) in _VECTOR_DTYPES and sd.itemsize == dt.itemsize \
+        and all(u.src[0].dtype is sd for u in lanes):
+      return self.own(Lanes(op.name.lower(), lanes, dt, (self.grow(tuple(u.src[0] for u in lanes)),)))
+    return Lanes("gather", lanes, dt)
+
+def _tree(g: Lanes) -> list[Lanes]:
+  seen: dict[int, Lanes] = {}
+  stack = [g]
+  while stack:
+    x = stack.pop()
+    if id(x) not in seen:
+      seen[id(x)] = x
+      stack.extend(x.srcs)
+  return list(seen.values())
+
+def _worth_it(g: Lanes) -> bool:
+  """A seed's groups pay when they are mostly vector work and read no memory lane by lane: strided loads gathered
+  into a vector (a matmul with 10 columns read down a column of B) ran 3.5x slower than gcc's own vectorisation of
+  the scalar program, which vectorises across another loop."""
+  nodes = _tree(g)
+  gathers = [n for n in nodes if n.kind == "gather"]
+  if any(u.op is Ops.LOAD for n in gathers for u in n.uops): return False
+  return 4 * len(gathers) <= sum(n.owns for n in nodes)
+
+def _seed(grower: _Grower, make: Any, lanes: tuple[UOp, ...]) -> bool:
+  if any(u in grower.lane_of for u in lanes): return False
+  mark = grower.mark()
+  g = make(lanes)
+  if g is not None and g.owns and _worth_it(g): return True
+  grower.rollback(mark)
+  return False
+
+def _chunks(run: list[UOp], widths: list[int], make: Any, grower: _Grower) -> None:
+  """Seed groups along a run of lanes, the widest that pays at each place."""
+  i = 0
+  while i + widths[-1] <= len(run):
+    for w in widths:
+      if i + w <= len(run) and _seed(grower, make, tuple(run[i:i + w])): break
+    else:
+      w = widths[-1]
+    i += w
+
+def _store_group(grower: _Grower, lanes: tuple[UOp, ...]) -> Lanes | None:
+  value = grower.grow(tuple(u.src[1] for u in lanes))
+  if value.kind == "gather": return None
+  return grower.own(Lanes("store", lanes, value.dtype, (value,)))
+
+def _first_load(u: UOp) -> UOp | None:
+  """The first load an accumulator update's value reads (depth first, its accumulator left out)."""
+  stack = list(reversed(u.src[1:]))
+  while stack:
+    x = stack.pop()
+    if x.op is Ops.LOAD: return x if x.src[0].op is Ops.INDEX else None
+    if x.op not in (Ops.DEFINE_ACC, Ops.ASSIGN, Ops.RANGE): stack.extend(reversed(x.src))
+  return None
+
+def _by_address(run: list[UOp]) -> list[UOp]:
+  """Accumulator updates ordered by the address their first load reads: a tree of partial sums reads its inputs in
+  bit-reversed lane order (0, 8, 4, 12, ...), which these lanes then load as one vector."""
+  by_key: dict[Any, list[tuple[int, int, UOp]]] = {}
+  for i, u in enumerate(run):
+    if (load := _first_load(u)) is None: by_key.setdefault(None, []).append((i, i, u))
+    else:
+      key, const = _address(load.src[0])
+      by_key.setdefault(key, []).append((const, i, u))
+  return [u for group in by_key.values() for _, _, u in sorted(group, key=lambda t: (t[0], t[1]))]
+
+def _seeds(grower: _Grower, uops: list[UOp], vector_bytes: int) -> None:
+  # runs of stores to consecutive addresses, in one block
+  stores: dict[tuple[Any, ...], dict[int, UOp]] = {}
+  for u in uops:
+    if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and u.src[1].dtype in _VECTOR_DTYPES:
+      key, const = grower.address(u.src[0])
+      stores.setdefault((grower.block[u], u.src[1].dtype, *key), {}).setdefault(const, u)
+  for (_, dt, *_), by_const in stores.items():
+    if not (widths := lane_widths(dt, vector_bytes)): continue
+    consts = sorted(by_const)
+    start = 0
+    for i in range(1, len(consts) + 1):
+      if i == len(consts) or consts[i] != consts[i - 1] + 1:
+        run = [by_const[c] for c in consts[start:i]]
+        _chunks(run, widths, lambda lanes: _store_group(grower, lanes), grower)
+        start = i
+  # the updates of grouped accumulators: the k-th update of each lane in a block
+  assigns: dict[UOp, list[UOp]] = {}
+  for u in uops:
+    if u.op is Ops.ASSIGN: assigns.setdefault(u.src[0], []).append(u)
+  for acc in [g for g in grower.groups if g.kind == "acc"]:
+    per_lane = [assigns.get(u, []) for u in acc.uops]
+    if all(len(a) == len(per_lane[0]) for a in per_lane):
+      for lanes in zip(*per_lane): _seed(grower, grower.grow, tuple(lanes))
+  # runs of accumulator updates not reached from a store (partial sums), in program order
+  updates: dict[tuple[Any, ...], list[UOp]] = {}
+  for u in uops:
+    if u.op is Ops.ASSIGN and u not in grower.lane_of and u.dtype in _VECTOR_DTYPES:
+      updates.setdefault((grower.block[u], u.dtype, u.src[1].op, u.src[1].arg), []).append(u)
+  for (_, dt, *_), run in updates.items():
+    if widths := lane_widths(dt, vector_bytes):
+      _chunks(_by_address(run), widths, grower.grow, grower)
+
+# ** keeping the program's order **
+
+def _points(uops: list[UOp], pos: dict[UOp, int], users: dict[UOp, list[UOp]], inlined: set[UOp],
+            emit: dict[UOp, int]) -> dict[UOp, tuple[int, ...]]:
+  """Where each uop is evaluated: its group's statement, its user's (inlined, or an INDEX at its loads and stores),
+  else its own line."""
+  points: dict[UOp, tuple[int, ...]] = {}
+  for u in reversed(uops):
+    if u in emit: points[u] = (emit[u],)
+    elif u.op is Ops.INDEX or u in inlined: points[u] = tuple(sorted({p for x in users[u] for p in points[x]}))
+    else: points[u] = (pos[u],)
+  return points
+
+def _violations(uops: list[UOp], pos: dict[UOp, int], users: dict[UOp, list[UOp]], old_inlined: set[UOp],
+                inlined: set[UOp], lane_of: dict[UOp, tuple[Lanes, int]], address: Any) -> set[UOp] | None:
+  """The uops of groups whose statements break the program's order (None: a break no group explains)."""
+  last = {id(g): max(pos[x] for x in g.uops) for g, _ in lane_of.values()}
+  emit = {u: last[id(g)] for u, (g, _) in lane_of.items()}
+  new, old = _points(uops, pos, users, inlined, emit), _points(uops, pos, users, old_inlined, {})
+  bad: set[UOp] = set()
+  # a value is defined before every place that reads it
+  for c in uops:
+    if not new[c]: continue
+    for s in c.src:
+      if s.op in _ALWAYS_DEFINED or s in inlined: continue
+      if emit.get(s, pos[s]) >= min(new[c]):
+        if not (culprits := {x for x in (s, c) if x in lane_of}): return None
+        bad |= culprits
+  # reads and writes of one accumulator, and of one buffer where addresses may meet, keep their order
+  events: dict[Any, list[tuple[UOp, bool, Any]]] = {}
+  for u in uops:
+    if u.op in (Ops.ASSIGN, Ops.DEFINE_ACC):
+      events.setdefault(u.src[0] if u.op is Ops.ASSIGN else u, []).append((u, True, None))
+    for k, s in enumerate(u.src):
+      if u.op is Ops.ASSIGN and k == 0: continue
+      if s.op is Ops.DEFINE_ACC: events.setdefault(s, []).append((u, False, None))
+      elif s.op is Ops.ASSIGN: events.setdefault(s.src[0], []).append((u, False, None))
+    if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX:
+      (buf, _, terms), const = address(u.src[0])
+      events.setdefault(buf, []).append((u, u.op is Ops.STORE, (terms, const)))
+    elif u.op is Ops.QDOT: return None
+  for evs in events.values():
+    if not any(w for _, w, _ in evs) or not (moved := [e for e in evs if new[e[0]] != old[e[0]]]): continue
+    # a buffer's accesses by their address's terms: two of the same terms meet only at the same constant offset
+    by_terms: dict[Any, dict[int, list[tuple[UOp, bool, Any]]]] = {}
+    for e in evs:
+      if e[2] is not None: by_terms.setdefault(e[2][0], {}).setdefault(e[2][1], []).append(e)
+    for a, wa, addr_a in moved:
+      if addr_a is None: meets = evs
+      else:
+        meets = []
+        for terms, at in by_terms.items():
+          if terms == addr_a[0]: meets += at.get(addr_a[1], [])
+          else: meets += [e for es in at.values() for e in es]
+      for b, wb, _ in meets:
+        if b is a or not (wa or wb): continue
+        for pa in zip(old[a], new[a]):
+          for pb in zip(old[b], new[b]):
+            before_old = (pa[0], wa) < (pb[0], wb)
+            before_new = (pa[1], wa) < (pb[1], wb)
+            if before_old != before_new:
+              culprits = {x for x in (a, b) if x in lane_of}
+              if not culprits: return None
+              bad |= culprits
+  return bad
+
+def plan(uops: list[UOp], inlined: set[UOp], vector_bytes: int) -> VectorPlan | None:
+  """The lane groups of a linear program (None: none pays), given the renderer's scalar inlining."""
+  grower = _Grower(uops)
+  _seeds(grower, uops, vector_bytes)
+  if not grower.groups: return None
+  users: dict[UOp, list[UOp]] = {u: [] for u in uops}
+  for u in uops:
+    for s in u.src:
+      if s in users: users[s].append(u)
+  alive = {id(g): g for g in grower.groups}
+  while True:
+    lane_of = {u: (g, i) for g in alive.values() for i, u in enumerate(g.uops)}
+    if not lane_of: return None
+    kept = {u for u in inlined if u not in lane_of and not any(x in lane_of for x in users[u])}
+    bad = _violations(uops, grower.pos, users, inlined, kept, lane_of, grower.address)
+    if bad is None: return None
+    if not bad: break
+    for u in bad: alive.pop(id(lane_of[u][0]), None)
+  emit_at = {max(g.uops, key=grower.pos.__getitem__): g for g in alive.values()}
+  return VectorPlan(lane_of, emit_at, kept, grower.block)
+
+# ** printing the groups (ctx: the C renderer's per-render state) **
+
+# a vector fused multiply-add in one instruction where the target has it (gcc and clang share these builtins), else
+# lane by lane; -ffp-contract=off keeps gcc from fusing a plain `a*b + c`, as it should for a MULACC that is not one
+_FMA_BUILTINS: dict[tuple[DType, int], tuple[str, str]] = {
+  (dtypes.float32, 16): ("__AVX512F__", "__builtin_ia32_vfmaddps512_mask(a, b, c, (unsigned short)-1, 4)"),
+  (dtypes.float32, 8): ("__FMA__", "__builtin_ia32_vfmaddps256(a, b, c)"),
+  (dtypes.float32, 4): ("__FMA__", "__builtin_ia32_vfmaddps(a, b, c)"),
+  (dtypes.float64, 8): ("__AVX512F__", "__builtin_ia32_vfmaddpd512_mask(a, b, c, (unsigned char)-1, 4)"),
+  (dtypes.float64, 4): ("__FMA__", "__builtin_ia32_vfmaddpd256(a, b, c)")}
+
+def vector_type(ctx: Any, dt: DType, lanes: int) -> str:
+  """The vector type of `lanes` x `dt` (its unaligned twin, for loads and stores, is the name + `_u`)."""
+  name = f"ember_{dt.name}x{lanes}"
+  if name not in ctx.helpers:
+    scalar, size = ctx.renderer.render_dtype(dt), lanes * dt.itemsize
+    ctx.helpers[name] = f"typedef {scalar} {name} __attribute__((vector_size({size})));"
+    unaligned = f"vector_size({size}), aligned({dt.itemsize}), may_alias"
+    ctx.helpers[name + "_u"] = f"typedef {scalar} {name}_u __attribute__(({unaligned}));"
+  return name
+
+def _fma(ctx: Any, dt: DType, lanes: int) -> str:
+  vt, fn = vector_type(ctx, dt, lanes), f"ember_fma_{dt.name}x{lanes}"
+  if fn not in ctx.helpers:
+    head = f"static inline {vt} {fn}({vt} a, {vt} b, {vt} c)"
+    scalar = "__builtin_fmaf" if dt is dtypes.float32 else "__builtin_fma"
+    loop = f"{head} {{ {vt} r; for (int i = 0; i < {lanes}; i++) r[i] = {scalar}(a[i], b[i], c[i]); return r; }}"
+    if (builtin := _FMA_BUILTINS.get((dt, lanes))) is None: ctx.helpers[fn] = loop
+    else:
+      ctx.helpers[fn] = "\n".join([f"#if defined({builtin[0]})", f"{head} {{ return {builtin[1]}; }}", "#else", loop,
+                                   "#endif"])
+  return fn
+
+def _operand(ctx: Any, vp: VectorPlan, g: Lanes, block: int) -> str:
+  """A group's operand as an expression: a printed group's name, else a vector of the lanes' scalars."""
+  if (name := vp.names.get(g)) is not None and vp.lane_of.get(g.uops[0], (None,))[0] is g: return name
+  vt = vector_type(ctx, g.dtype, len(g.uops))
+  if g.kind == "splat":
+    u = g.uops[0]
+    key = (u, len(g.uops), block)
+    if (name := vp.splats.get(key)) is not None: return name
+    text = f"({vt}){{{', '.join([ctx[u]] * len(g.uops))}}}"
+    if u in vp.lane_of or u.op in (Ops.DEFINE_ACC, Ops.ASSIGN): return text  # read where it is used: it may change
+    name = vp.splats[key] = ctx.fresh("alu") + "_v"
+    ctx.emit(f"{vt} {name} = {text};")
+    return name
+  return f"({vt}){{{', '.join(ctx[u] for u in g.uops)}}}"
+
+def emit_group(ctx: Any, vp: VectorPlan, g: Lanes, block: int) -> None:
+  """Print group `g` as one statement and name its lanes for the scalars that read them."""
+  vt, first = vector_type(ctx, g.dtype, len(g.uops)), g.uops[0]
+  srcs = [_operand(ctx, vp, s, block) for s in g.srcs]
+  if g.kind in ("load", "store"):
+    index = first.src[0]
+    gate = ctx.gate(index)
+    if g.kind == "store":
+      store = f"*({vt}_u*)&{ctx[index]} = {srcs[0]};"
+      ctx.emit(store if gate is None else f"if ({gate}) {store}")
+      return
+    text = f"*(const {vt}_u*)&{ctx[index]}"
+    if gate is not None: text = f"({gate} ? ({vt}){text} : ({vt}){{{', '.join(['0'] * len(g.uops))}}})"
+    name = ctx.fresh("val") + "_v"
+  elif g.kind == "acc":
+    text, name = srcs[0], f"acc{first.arg}_v"
+  elif g.kind == "assign":
+    name = vp.names[g.srcs[0]]
+    ctx.emit(f"{name} = {srcs[1]};")
+  elif g.kind == "alu" and first.op is Ops.MULACC and first.arg == "fma":
+    text, name = f"{_fma(ctx, g.dtype, len(g.uops))}({', '.join(srcs)})", ctx.fresh("alu") + "_v"
+  elif g.kind == "alu":
+    text, name = ctx.renderer.code_for_op[first.op](*srcs, dtype=g.dtype), ctx.fresh("alu") + "_v"
+  elif g.kind == "cast":
+    text, name = f"__builtin_convertvector({srcs[0]}, {vt})", ctx.fresh("cast") + "_v"
+  else:  # bitcast: a vector cast between vectors of one size reinterprets the bits
+    text, name = f"(({vt})({srcs[0]}))", ctx.fresh("cast") + "_v"
+  if g.kind != "assign": ctx.emit(f"{vt} {name} = {text};")
+  vp.names[g] = name
+  for i, u in enumerate(g.uops): ctx.names[u] = f"{name}[{i}]"

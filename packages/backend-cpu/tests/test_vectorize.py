@@ -1,0 +1,200 @@
+"""The C renderer's lane groups (ember_cpu.vectorize): register blocks and upcast lanes printed as GCC vector code.
+
+Each kernel runs twice, as the renderer prints it and with its lane groups turned off (the scalar program): the two
+must agree bit for bit, and both with torch."""
+from __future__ import annotations
+from typing import Any, Callable
+import numpy as np
+import pytest
+import torch
+from ember import Tensor
+from ember.codegen import get_program
+from ember.codegen.pack import plan_packing
+from ember.plugin import AxisType, Ops, PtrDType, UOp, dtypes
+from ember.testing.programs import end, linear, param
+from ember_cpu.compiler import ClangCompiler
+from ember_cpu.device import CPUDevice
+from ember_cpu.renderer import ClangRenderer
+from cpu_kernels import BASELINES, device, np_dtype
+
+class ScalarClangRenderer(ClangRenderer):
+  """The C renderer without lane groups: every uop one scalar line."""
+  def plan_render(self, uops: list[UOp], ctx: Any) -> None: pass
+
+def _last_kernel(t: Tensor) -> tuple[UOp, dict[int, np.ndarray]]:
+  """`t`'s last reduction kernel (else its last kernel) and that kernel's input buffers by slot."""
+  items = [it for it in t.schedule() if it.kind != "copy"]
+  item = next((it for it in reversed(items) if any(u.op is Ops.REDUCE for u in it.ast.toposort())), items[-1])
+  inputs = {}
+  for slot, buf in enumerate(item.bufs[1:], start=1):
+    arr = np.empty(buf.size, np_dtype(buf.dtype))
+    buf.copyout(memoryview(arr).cast("B"))
+    inputs[slot] = arr
+  return item.ast, inputs
+
+def _program(dev: CPUDevice, ast: UOp, inputs: dict[int, np.ndarray]) -> tuple[str, list[np.ndarray]]:
+  spec = get_program(ast, dev.renderer, "")
+  prg = dev.runtime(spec.name, dev.compiler.compile(spec.src))
+  params = sorted((u for u in spec.uops if u.op is Ops.PARAM), key=lambda u: u.arg)
+  arrays, handles = [], []
+  for p in params:
+    assert isinstance(p.dtype, PtrDType)
+    a = np.ascontiguousarray(inputs[p.arg]) if p.arg in inputs else np.zeros(p.dtype.size, np_dtype(p.dtype.base))
+    h = dev.allocator.alloc(a.nbytes)
+    dev.allocator._copyin(h, memoryview(a).cast("B"))
+    arrays.append(a)
+    handles.append(h)
+  prg(*handles, global_size=tuple(spec.global_size or (1, 1, 1)), wait=True)
+  outs = []
+  for slot in spec.outs:
+    out = np.empty_like(arrays[slot])
+    dev.allocator._copyout(memoryview(out).cast("B"), handles[slot])
+    outs.append(out)
+  return spec.src, outs
+
+def _run(renderer: ClangRenderer, ast: UOp, inputs: dict[int, np.ndarray],
+         arch: str = "") -> tuple[str, list[np.ndarray]]:
+  """Codegen, compile and run `ast` as the engine does (B packed first where that pays); the main program's source
+  and the buffers it writes."""
+  dev = CPUDevice("CPU", renderer, ClangCompiler(arch=arch))
+  if (plan := plan_packing(ast, renderer)) is None: return _program(dev, ast, inputs)
+  packed = _program(dev, plan.pack, {1: inputs[plan.src_slot]})[1][0]
+  return _program(dev, plan.main, {**inputs, plan.scratch_slot: packed})
+
+def _check(t: Tensor, want: np.ndarray, vectorised: bool = True, rtol: float = 1e-4, atol: float = 1e-4) -> str:
+  """Run `t`'s last kernel vectorised and scalar: the same bits, and torch's values. Returns the vector source."""
+  ast, inputs = _last_kernel(t)
+  src, got = _run(device("C").renderer, ast, inputs)
+  scalar_src, scalar = _run(ScalarClangRenderer(), ast, inputs)
+  assert ("ember_" in src) == vectorised, src
+  assert "ember_float" not in scalar_src and "ember_int" not in scalar_src
+  for g, s in zip(got, scalar): np.testing.assert_array_equal(g.view(np.uint8), s.view(np.uint8))
+  np.testing.assert_allclose(got[0].reshape(want.shape), want, rtol=rtol, atol=atol)
+  return src
+
+def _rand(*shape: int, seed: int = 0) -> np.ndarray:
+  return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+def _t(x: np.ndarray) -> torch.Tensor: return torch.from_numpy(x)
+
+MATMULS: dict[str, tuple[list[tuple[int, ...]], Callable[..., Any]]] = {
+  "a@b 64x128x64": ([(64, 128), (128, 64)], lambda a, b: a @ b),
+  "a@b 256x256x512": ([(256, 256), (256, 512)], lambda a, b: a @ b),
+  "a@b odd 37x53x29 (no block: stays scalar)": ([(37, 53), (53, 29)], lambda a, b: a @ b),
+  "a@b 40x70x200 (blocks of 8)": ([(40, 70), (70, 200)], lambda a, b: a @ b),
+  "a@b 96x64x10 (partial sums of a column of B: stays scalar)": ([(96, 64), (64, 10)], lambda a, b: a @ b),
+  "a@b.T": ([(64, 96), (80, 96)], lambda a, b: a @ b.transpose(-1, -2) if isinstance(a, Tensor) else a @ b.T),
+  "a.T@b": ([(96, 64), (96, 128)], lambda a, b: a.transpose(-1, -2) @ b if isinstance(a, Tensor) else a.T @ b),
+  "batched": ([(3, 32, 48), (3, 48, 64)], lambda a, b: a @ b),
+  "(a@b + bias) * 0.5": ([(48, 128), (128, 96), (96,)], lambda a, b, c: (a @ b + c) * 0.5),
+}
+
+@pytest.mark.parametrize("name", list(MATMULS))
+def test_matmuls_match_the_scalar_program_and_torch(name: str) -> None:
+  shapes, fn = MATMULS[name]
+  arrays = [_rand(*s, seed=i) for i, s in enumerate(shapes)]
+  want = fn(*[_t(x) for x in arrays]).numpy()
+  _check(fn(*[Tensor(x).realize() for x in arrays]), want, vectorised="stays scalar" not in name)
+
+def test_register_block_prints_as_vectors() -> None:
+  """A 4 x 64 block is 16 vector accumulators and 16 vector fmas a k step, not 256 scalar lines of each."""
+  a, b = _rand(64, 128), _rand(128, 64, seed=1)
+  src = _check(Tensor(a).realize() @ Tensor(b).realize(), a @ b)
+  scalar_src = get_program(_last_kernel(Tensor(a) @ Tensor(b))[0], ScalarClangRenderer(), "").src
+  assert "typedef float ember_float32x16" in src and src.count("ember_fma_float32x16(") >= 16
+  assert "__builtin_fmaf(val" not in src and scalar_src.count("__builtin_fmaf(") >= 256
+  assert src.count("\n") * 4 < scalar_src.count("\n")
+
+def test_fused_epilogues() -> None:
+  a, b, c = _rand(64, 96), _rand(96, 128, seed=1), _rand(128, seed=2)
+  ta, tb, tc = Tensor(a).realize(), Tensor(b).realize(), Tensor(c).realize()
+  _check((ta @ tb - tc) * tc, (a @ b - c) * c)
+  _check((ta @ tb + tc).relu(), a @ b)  # the matmul: the bias and the relu are a kernel of their own
+  # a cast epilogue: the half lanes stay scalar, the block's accumulators are vectors
+  _check((ta @ tb).cast("float16"), (_t(a) @ _t(b)).half().numpy(), rtol=1e-3, atol=1e-3)
+
+def test_half_and_int_inputs() -> None:
+  a, b = _rand(64, 64).astype(np.float16), _rand(64, 96, seed=1).astype(np.float16)
+  want = (_t(a).float() @ _t(b).float()).numpy()
+  _check(Tensor(a).realize().float() @ Tensor(b).realize().float(), want, rtol=1e-3, atol=1e-3)
+  rng = np.random.default_rng(3)
+  ia, ib = rng.integers(-50, 50, (64, 48), dtype=np.int32), rng.integers(-50, 50, (48, 96), dtype=np.int32)
+  _check(Tensor(ia).realize() @ Tensor(ib).realize(), ia @ ib, rtol=0, atol=0)
+
+def test_float64_matmul() -> None:
+  a, b = _rand(32, 40).astype(np.float64), _rand(40, 64, seed=1).astype(np.float64)
+  src = _check(Tensor(a).realize() @ Tensor(b).realize(), a @ b, rtol=1e-10, atol=1e-10)
+  assert "ember_fma_float64x8" in src
+
+def _run_program(renderer: ClangRenderer, prog: list[UOp], bufs: list[np.ndarray]) -> tuple[str, list[np.ndarray]]:
+  dev = device("C")
+  src = renderer.render(prog, "k")
+  prg = dev.runtime("k", dev.compiler.compile(src))
+  handles = []
+  for a in bufs:
+    h = dev.allocator.alloc(a.nbytes)
+    dev.allocator._copyin(h, memoryview(np.ascontiguousarray(a)).cast("B"))
+    handles.append(h)
+  prg(*handles, global_size=(1, 1, 1), wait=True)
+  outs = []
+  for a, h in zip(bufs, handles):
+    out = np.empty_like(a)
+    dev.allocator._copyout(memoryview(out).cast("B"), h)
+    outs.append(out)
+  return src, outs
+
+def test_gated_lanes_load_under_their_gate() -> None:
+  """Lanes loaded under one gate (a padded row) are one vector load under it; a gated-off row reads zeros."""
+  out, x = param(0, dtypes.float32, 16 * 8), param(1, dtypes.float32, 16 * 8)
+  rng = UOp.range(8, 0, AxisType.LOOP)
+  gate = rng.alu(Ops.CMPLT, UOp.const(dtypes.int32, 5))
+  stores = [out.index(rng * 16 + k).store(x.index(rng * 16 + k, gate).load() * 2.0 + 1.0) for k in range(16)]
+  prog = linear(*stores, end(rng))
+  xs, zeros = _rand(16 * 8), np.zeros(16 * 8, np.float32)
+  src, got = _run_program(device("C").renderer, prog, [zeros, xs])
+  assert "ember_float32x16" in src and "?" in src
+  want = np.where(np.arange(16 * 8) < 16 * 5, xs * 2 + 1, np.float32(1))
+  np.testing.assert_array_equal(got[0], want)
+  np.testing.assert_array_equal(got[0], _run_program(ScalarClangRenderer(), prog, [zeros, xs])[1][0])
+
+@pytest.mark.parametrize("shift", [0, 1, -1])
+def test_loads_and_stores_of_one_buffer_keep_their_order(shift: int) -> None:
+  """x[i + shift] = x[i] * 2 lane by lane, each load right before its store: in place (shift 0) and reading ahead
+  (-1) the lanes are one vector load and one store; shift 1 reads what the lane before just wrote, so stays scalar."""
+  n = 16 * 4 + 2
+  buf = param(0, dtypes.float32, n)
+  rng = UOp.range(4, 0, AxisType.LOOP)
+  stores = [buf.index(rng * 16 + k + 1 + shift).store(buf.index(rng * 16 + k + 1).load() * 2.0) for k in range(16)]
+  prog = linear(*stores, end(rng))
+  xs = _rand(n)
+  want = xs.copy()
+  for r in range(4):
+    for k in range(16):
+      i = r * 16 + k + 1
+      want[i + shift] = want[i] * 2
+  src, got = _run_program(device("C").renderer, prog, [xs])
+  np.testing.assert_array_equal(got[0], want)
+  assert ("ember_float32x16" in src) == (shift != 1)
+
+def test_exp_polynomial_lanes() -> None:
+  x = _rand(256, 64)
+  _check(Tensor(x).realize().softmax(axis=1), torch.softmax(_t(x), 1).numpy(), rtol=1e-5, atol=1e-6)
+
+@pytest.mark.parametrize("arch", BASELINES)
+def test_baseline_targets_fall_back_lane_by_lane(arch: str) -> None:
+  """Without AVX-512 (x86-64-v3: 256-bit fma) or without fma at all (x86-64-v2: `__builtin_fmaf` a lane), the vector
+  program still compiles, and gives the host's scalar bits: an fma rounds once wherever it runs."""
+  a, b = _rand(64, 128), _rand(128, 64, seed=1)
+  ast, inputs = _last_kernel(Tensor(a).realize() @ Tensor(b).realize())
+  src, got = _run(ClangRenderer(arch), ast, inputs, arch)
+  assert "ember_fma_float32x16" in src
+  np.testing.assert_array_equal(got[0], _run(ScalarClangRenderer(), ast, inputs)[1][0])
+
+def test_vector_kernels_compile_together() -> None:
+  """A batch of kernels is one translation unit: their vector typedefs repeat, their helpers are written once."""
+  a, b = _rand(64, 128), _rand(128, 64, seed=1)
+  renderer = device("C").renderer
+  srcs = [get_program(_last_kernel(t)[0], renderer, "").src for t in
+          (Tensor(a) @ Tensor(b), Tensor(a).sum(axis=1), Tensor(a).softmax(axis=1))]
+  assert all("ember_float32x16" in s for s in srcs)
+  assert device("C").compiler.compile_together(srcs)
