@@ -139,9 +139,13 @@ def test_rows_no_wide_block_divides_keep_two_vector_blocks(m: int) -> None:
 
 def test_operands_past_l2_or_strided_are_still_packed() -> None:
   from ember.codegen.pack import plan_packing
-  big = _kernels(Tensor.empty(64, 1024) @ Tensor.empty(1024, 512))[-1]  # 2 MB of B: packed in 2-vector blocks
+  # 2 MB of B: packed; its 1024 x 64 panels fit WIDE_PANEL, so 4-vector blocks of 4 rows
+  big = _kernels(Tensor.empty(64, 1024) @ Tensor.empty(1024, 512))[-1]
   assert (plan := plan_packing(big, _Simd16())) is not None and plan.size == 1024 * 512
-  assert hand_coded_opts(graph_rewrite(plan.main, symbolic), _Simd16())[0].amt == 32
+  assert [o.amt for o in hand_coded_opts(graph_rewrite(plan.main, symbolic), _Simd16())] == [64, 4]
+  deep = _kernels(Tensor.empty(64, 2048) @ Tensor.empty(2048, 512))[-1]  # 2048 x 64 panels: 2-vector blocks
+  assert (plan := plan_packing(deep, _Simd16())) is not None
+  assert [o.amt for o in hand_coded_opts(graph_rewrite(plan.main, symbolic), _Simd16())] == [32, 8]
   strided = _kernels(Tensor.empty(64, 128) @ Tensor.empty(256, 128).T)[-1]  # W.T: columns a row apart
   assert plan_packing(strided, _Simd16()) is not None
 

@@ -258,11 +258,12 @@ MATMUL_COLS = 2  # vectors of columns per register block of a matmul (hand_coded
 WIDE_COLS, WIDE_ROWS = 4, 4  # a matmul of exactly 4 vectors of columns takes them all in one block
 
 def column_spans(end: int, width: int, cols: int = MATMUL_COLS) -> list[int]:
-  """Columns per register block of a matmul with `end` output columns, best first: all of them when they are exactly
-  WIDE_COLS vectors (4 rows x 4 vectors of accumulators: A, often a tall im2col matrix, is then read once instead of
-  twice), then `c` vectors (c = cols..1) that divide them, then half or a quarter of a vector (at least 4 lanes: an
-  AVX2 or SSE register) for column counts no whole vector divides (200 = 25 x 8)."""
-  out = [end] if end == WIDE_COLS * width else []
+  """Columns per register block of a matmul with `end` output columns, best first: WIDE_COLS vectors where they divide
+  them (4 rows x 4 vectors of accumulators: each A value loaded serves 4 vectors instead of 2, and A, often a tall
+  im2col matrix or a 4 MB operand streamed from L3 once per column block, is read half as often), then `c` vectors
+  (c = cols..1) that divide them, then half or a quarter of a vector (at least 4 lanes: an AVX2 or SSE register) for
+  column counts no whole vector divides (200 = 25 x 8)."""
+  out = [WIDE_COLS * width] if end % (WIDE_COLS * width) == 0 else []
   out += [c * width for c in range(max(cols, 1), 0, -1) if end % (c * width) == 0]
   if not out: out = [w for w in (width // 2, width // 4) if w >= 4 and end % w == 0]
   return list(dict.fromkeys(out))
@@ -287,6 +288,17 @@ def resident_column(ast: UOp, width: int) -> int | None:
   # a B with a symbolic size (a decode step's context) has no fixed footprint: not resident
   if not b_rngs or any(x.src[0].op is not Ops.CONST for rs in b_rngs for x in rs): return None
   return axes[0] if max(prod(_const_end(x) for x in rs) for rs in b_rngs) <= RESIDENT_ELEMENTS else None
+
+def packed_wide(ast: UOp, width: int, axes: tuple[int, int | None]) -> bool:
+  """Whether a matmul's B is read from a copy packed in blocks of WIDE_COLS vectors (contiguous within each block of
+  columns, not across blocks: `(n//64)*K*64 + k*64 + n%64`). codegen/pack.py packs so where the rows are in fours and
+  a block's panel of B fits its WIDE_PANEL: the kernel then runs 4 rows x 4 vectors, loading each A value once per 64
+  columns instead of 32 (A, streamed from L3 once per column block, is read half as often)."""
+  if matmul_axes(ast, width, WIDE_COLS * width) != axes: return False
+  col = output_ranges(ast)[axes[0]]
+  reds = [n for n in ast.toposort() if n.op is Ops.REDUCE]
+  idxs = dict.fromkeys(n.src[0].src[1] for r in reds for n in r.src[0].toposort() if n.op is Ops.LOAD)
+  return any(_lane_stride(i, col, WIDE_COLS * width) == 1 and _stride(i, col) != 1 for i in idxs)
 
 def block_columns(end: int, width: int) -> int | None:
   """The default columns per register block (the first of `column_spans`), None if no block of 4+ lanes divides."""
@@ -423,9 +435,11 @@ def hand_coded_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
   # 8 rows per B load halve that traffic against 4x4 (2x16 and 4x8 are ~15% faster still, but unroll twice as many
   # accumulators: 4x the first-call time of a transformer block, spent rewriting the unrolled graph)
   # A B small enough to stay in L2 unpacked (`resident_column`) takes 4 rows x 4 vectors, read where it lies
+  # A B that codegen/pack.py copied into blocks of 4 vectors (its columns in 64s) takes 4 rows x 4 vectors too where
+  # the rows are in fours (`packed_wide`)
   if (axes := matmul_axes(ast, width)) is not None:
-    if block_columns(_const_end(output_ranges(ast)[axes[0]]), width) == WIDE_COLS * width or \
-       resident_column(ast, width) == axes[0]:
+    if _const_end(output_ranges(ast)[axes[0]]) == WIDE_COLS * width or resident_column(ast, width) == axes[0] or \
+       packed_wide(ast, width, axes):
       return matmul_opts(ast, width, WIDE_COLS, WIDE_ROWS, axes)
     if (mm := matmul_opts(ast, width, MATMUL_COLS, 8, axes)): return mm
   # reductions the target's compiler vectorises as they are (`Renderer.vector_reduce_ops`, e.g. the CPU's MAX as an
