@@ -40,6 +40,8 @@ UNARY = [
   ("logsigmoid", lambda t: t.logsigmoid() if isinstance(t, Tensor) else F.logsigmoid(t), X * 10),
   ("round", lambda t: (t * 2).round() if isinstance(t, Tensor) else (t * 2).round(), np.round(X * 2) / 2),
   ("round_decimals", lambda t: t.round(1) if isinstance(t, Tensor) else t.round(decimals=1), X),
+  ("log1p", None, UNIT), ("expm1", None, X), ("tanh", None, X),
+  ("mish", lambda t: t.mish() if isinstance(t, Tensor) else F.mish(t), X * 4),
 ]
 
 @pytest.mark.parametrize("name,fn,data", UNARY, ids=[u[0] for u in UNARY])
@@ -58,6 +60,33 @@ def test_unary_special_values() -> None:
     ours = Tensor(specials).isinf(detect_positive=pos, detect_negative=neg).numpy()
     want = (np.isposinf(specials) & pos) | (np.isneginf(specials) & neg)
     np.testing.assert_array_equal(ours, want)
+
+# relative accuracy where a function is tiny or its argument is, against torch in float64 (the exact values of the
+# float32 inputs): what a naive float32 formula loses (tanh(1e-8) was 0 as 2 * sigmoid(2e-8) - 1, softplus(-30) 0 as
+# log(1 + 9e-14), logsigmoid(10) off by 4e-4)
+TAILS = np.array([-100, -30, -20, -12, -10, -3, -1, -0.6, -0.5, -0.3, -1e-3, -1e-8, 0, 1e-10, 1e-6, 2e-4, 0.1, 0.49,
+                  0.5, 1, 3, 10, 20], dtype=np.float32)
+
+@pytest.mark.parametrize("name", ["log1p", "expm1", "tanh", "asinh", "atanh", "softplus", "logsigmoid", "mish",
+                                  "logaddexp"])
+def test_relative_accuracy_in_the_tails(name: str) -> None:
+  x = TAILS
+  if name == "log1p": x = np.concatenate([x[x > -1], [-1.0, np.inf]]).astype(np.float32)
+  if name == "atanh": x = np.concatenate([x[np.abs(x) < 1], [-0.999, 0.9999, 1.0, -1.0]]).astype(np.float32)
+  if name == "expm1": x = x[np.abs(x) <= 12]  # beyond, exp's own rounding (x * log2(e)) is the error
+  t = torch.tensor(x, dtype=torch.float64, requires_grad=True)  # the exact values of float32 inputs
+  ref_fn = {"softplus": F.softplus, "logsigmoid": F.logsigmoid, "mish": F.mish,
+            "logaddexp": lambda v: torch.logaddexp(v, torch.zeros_like(v))}.get(name, getattr(torch, name, None))
+  want = ref_fn(t)
+  want.sum().backward()
+  e = Tensor(x, requires_grad=True)
+  got = e.logaddexp(0.0) if name == "logaddexp" else getattr(e, name)()
+  got.sum().backward()
+  tiny = np.abs(want.detach().numpy()) < 1e-37  # subnormal in float32: relative error means nothing there
+  np.testing.assert_allclose(np.where(tiny, 0, got.numpy()), np.where(tiny, 0, want.detach().numpy()), rtol=2e-6,
+                             atol=0, err_msg=name)
+  # atol: float64 torch rounds 1 - tanh(30)^2 to 0 (the gradient is 3.5e-26)
+  np.testing.assert_allclose(e.grad.numpy(), t.grad.numpy(), rtol=2e-5, atol=1e-15, err_msg=f"{name} gradient")
 
 def test_round_half_to_even() -> None:
   halves = np.arange(-6.5, 7, 1.0, dtype=np.float32)

@@ -118,8 +118,10 @@ pm_render_clang = text_rules([
   (UPat(Ops.INDEX, src=(UPat.var("buf"), UPat(Ops.ADD, name="idx")), allow_any_len=True, name="x"), _index_offsets),
   # a MULACC of kernel opts (ClangRenderer.fused_mulacc) as one fused multiply-add
   (UPat(Ops.MULACC, dtype=(dtypes.float32, dtypes.float64), arg="fma", name="x"), _fma),
-  # EXP2 is not in code_for_op (codegen decomposes it), but a hand-built program's EXP2 still renders, as the builtin
+  # EXP2 and LOG2 are not in code_for_op (codegen decomposes them), but a hand-built program's still render, as the
+  # builtins
   (UPat(Ops.EXP2, name="x"), lambda ctx, x: ctx.alu(x, _builtin("exp2"))),
+  (UPat(Ops.LOG2, name="x"), lambda ctx, x: ctx.alu(x, _builtin("log2"))),
 ])
 
 class ClangRenderer(CStyleLanguage):
@@ -140,11 +142,13 @@ class ClangRenderer(CStyleLanguage):
   # of an epilogue (a residual added to a matmul's result) after the store before it, which split the stores gcc's SLP
   # vectoriser starts from and left such a matmul scalar (15 GFLOP/s instead of 120)
   buffer_suffix = " restrict"
-  # no EXP2 here, so codegen decomposes it (ember.codegen.transcendental: a polynomial and exponent bits, as accurate):
-  # libm's exp2f is a call per element that gcc cannot vectorise, the decomposition is plain arithmetic it does. A
-  # hand-built program's EXP2 still renders, as the builtin (pm_render_clang)
-  code_for_op = {k: v for k, v in CStyleLanguage.code_for_op.items() if k is not Ops.EXP2} | {
-    Ops.LOG2: _builtin("log2"), Ops.SIN: _builtin("sin"), Ops.SQRT: _builtin("sqrt"), Ops.TRUNC: _builtin("trunc")}
+  # no EXP2 or LOG2 here, so codegen decomposes them (ember.codegen.transcendental: a polynomial and exponent bits):
+  # libm's exp2f and log2f are a call per element that gcc cannot vectorise, the decompositions plain arithmetic it
+  # does (log of 4M floats 22.5 -> 6.5 ms, at most 0.54 ulp against log2f's 0.71). SIN stays libm's: its decomposition
+  # reduces large arguments in scalar code (12x slower) and is less accurate. A hand-built program's EXP2 and LOG2
+  # still render, as the builtins (pm_render_clang)
+  code_for_op = {k: v for k, v in CStyleLanguage.code_for_op.items() if k not in (Ops.EXP2, Ops.LOG2)} | {
+    Ops.SIN: _builtin("sin"), Ops.SQRT: _builtin("sqrt"), Ops.TRUNC: _builtin("trunc")}
   string_rewrite = pm_render_clang + CStyleLanguage.string_rewrite
   extra_matcher = pm_clang
   vector_reduce_ops = frozenset({Ops.MAX})  # as int maxima (pm_cpu) they vectorise unsplit: no SPLIT opt
@@ -158,6 +162,7 @@ class ClangRenderer(CStyleLanguage):
       ctx.plan, ctx.inlined = plan, plan.inlined
   def render_uop(self, u: UOp, ctx: Any) -> None:
     plan = ctx.plan
+    if plan is not None and u in plan.unprinted: return
     if plan is None or u not in plan.lane_of: return super().render_uop(u, ctx)
     if (group := plan.emit_at.get(u)) is not None: vectorize.emit_group(ctx, plan, group, plan.block[u])
   def render(self, uops: list[UOp], name: str = "kernel") -> str:

@@ -1,5 +1,6 @@
 """Codegen: one kernel AST -> lowering passes -> a linear program -> source text via the device's renderer."""
 from __future__ import annotations
+import math
 import time
 from collections import defaultdict
 from typing import cast
@@ -134,8 +135,31 @@ def estimate(uops: list[UOp]) -> Estimates:
   mem = sum(p.size * p.base.itemsize for p in params)
   return Estimates(ops, mem)
 
+_ABS_MASK = {2: 0x7FFF, 4: 0x7FFFFFFF, 8: 0x7FFFFFFFFFFFFFFF}
+
+def _abs_bits(x: UOp, b: UOp, z: UOp) -> UOp | None:
+  """`signbit(x) ? -x : x` (Tensor.abs of a float) as x with its sign bit cleared: the same value for every x (-0.0,
+  NaNs and infinities included), one AND instead of an integer compare and a select, which kept gcc from vectorising
+  loops whose masks mixed it with float compares (tanh's, sinh's)."""
+  if not dtypes.is_float(x.dtype) or z.arg != 0 or (mask := _ABS_MASK.get(x.dtype.itemsize)) is None: return None
+  if not dtypes.is_int(b.dtype) or b.dtype.itemsize != x.dtype.itemsize: return None
+  return (b & b.const_like(mask)).bitcast(cast(DType, x.dtype))
+
+def _zero_or_abs(x: UOp, z: UOp, zero: UOp, a: UOp, m: UOp) -> UOp | None:
+  """`x == 0 ? +0.0 : |x|` (abs's zero gradient at 0, in the forward pass) is |x|: a mask without the sign bit gives
+  +0.0 at both zeros."""
+  return a if z.arg == 0 and zero.arg == 0 and math.copysign(1.0, zero.arg) > 0 and m.arg >= 0 else None
+
+pm_float_abs = PatternMatcher([
+  (UPat(Ops.WHERE, src=(UPat(Ops.CMPLT, src=(UPat(Ops.BITCAST, src=(UPat.var("x"),), name="b"), UPat.cvar("z"))),
+                        UPat(Ops.NEG, src=(UPat.var("x"),)), UPat.var("x"))), _abs_bits),
+  (UPat(Ops.WHERE, src=(UPat(Ops.CMPEQ, src=(UPat.var("x"), UPat.cvar("z"))), UPat.cvar("zero"),
+                        UPat(Ops.BITCAST, name="a", src=(UPat(Ops.AND, src=(UPat(Ops.BITCAST, src=(UPat.var("x"),)),
+                                                                             UPat.cvar("m"))),)))), _zero_or_abs),
+])
+
 # built once: joining tables indexes every rule again (an inspect.signature per rule), which every kernel paid
-pm_simplify = symbolic + pm_lower_alu + pm_recombine_divmod + pm_reduce_collapse
+pm_simplify = symbolic + pm_lower_alu + pm_recombine_divmod + pm_reduce_collapse + pm_float_abs
 
 def simplify_kernel(ast: UOp) -> UOp:
   """Fold movement-op index math (a reshape of a permuted view leaves (k//a)*a + k%a chains that recombine to k) and

@@ -15,6 +15,9 @@ if TYPE_CHECKING:
 
 LATE_NAMES = ('PyBool', 'PyFloat', 'PyInt', 'Tensor', '_const_uop')
 
+# expm1's Taylor coefficients 1/k!, k = 9 down to 1 (Horner order)
+_EXPM1_TAYLOR = tuple(1 / math.factorial(k) for k in range(9, 0, -1))
+
 class MathMixin:
   __slots__ = ()  # Tensor's own slots stay the only instance fields
   # ** unary math **
@@ -37,7 +40,19 @@ class MathMixin:
     if self.dtype in (dtypes.float16, dtypes.bfloat16): return self.float().log().cast(self.dtype)
     return self.log2().mul(math.log(2))
   def cos(self: Tensor) -> Tensor: return (math.pi / 2 - self.cast(least_upper_float(self.dtype))).sin()
-  def tanh(self: Tensor) -> Tensor: return 2.0 * (2.0 * self).sigmoid() - 1.0
+  def tanh(self: Tensor) -> Tensor:
+    """Hyperbolic tangent, -expm1(-2|x|) / (2 + expm1(-2|x|)) with x's sign: relative accuracy near 0
+    (2 * sigmoid(2x) - 1 gave tanh(1e-8) = 0), and exp never overflows, so no inf reaches the gradient at large |x|.
+
+    >>> round(Tensor([0.5]).tanh().item(), 5)
+    0.46212
+    """
+    if self.dtype in (dtypes.float16, dtypes.bfloat16): return self.float().tanh().cast(self.dtype)
+    x = self._float()
+    pos = x >= 0
+    em = (pos.where(x, -x) * -2).expm1()  # in (-1, 0]; the gradient of |x| through where is 1, also at 0
+    t = -em / (em + 2)
+    return pos.where(t, -t)
   def sigmoid(self: Tensor) -> Tensor:
     x = self.cast(least_upper_float(self.dtype))
     # with e = exp(-|x|) <= 1: 1 / (1 + e) for x >= 0 and e / (1 + e) below. exp never overflows, so neither the value
@@ -93,6 +108,35 @@ class MathMixin:
     mag = a.abs()
     if dtypes.is_unsigned(a.dtype): return mag
     return b._signbit().where(-mag, mag)
+  def log1p(self: Tensor) -> Tensor:
+    """log(1 + x), accurate where 1 + x rounds (|x| small): log(w) * x / (w - 1) with w = 1 + x cancels w's rounding
+    (Goldberg's correction). The gradient is 1 / (1 + x).
+
+    >>> Tensor([1e-10]).log1p().item()
+    1e-10
+    """
+    if self.dtype in (dtypes.float16, dtypes.bfloat16): return self.float().log1p().cast(self.dtype)
+    x = self._float()
+    w = x + 1
+    naive = w.log()
+    corrected = (w == 1).where(x, naive * x / (w - 1))
+    # the correction as a constant: the value is corrected's, the gradient log(w)'s; where w is 0, inf or NaN (x at
+    # -1, +inf, NaN, or below -1) the plain log is already right
+    return (w.isfinite() & (w > 0)).where(naive + (corrected - naive).detach(), naive)
+  def expm1(self: Tensor) -> Tensor:
+    """exp(x) - 1, accurate near 0 (where exp(x) rounds near 1): its Taylor series to x^9 for |x| < 0.5 (truncation
+    below 1e-8 relative), exp(x) - 1 beyond. The gradient is exp(x).
+
+    >>> Tensor([1e-10]).expm1().item()
+    1e-10
+    """
+    if self.dtype in (dtypes.float16, dtypes.bfloat16): return self.float().expm1().cast(self.dtype)
+    x = self._float()
+    near0 = (x < 0.5) & (x > -0.5)  # (abs's sign-bit select inside this compare kept gcc from vectorising the loop)
+    xs = near0.where(x, 0)  # the series only sees small inputs
+    series: Any = _EXPM1_TAYLOR[0]
+    for c in _EXPM1_TAYLOR[1:]: series = series * xs + c
+    return near0.where(series * xs, x.exp() - 1)
   def logaddexp(self: Tensor, x: Any) -> Tensor:
     """log(exp(self) + exp(x)) without overflow.
 
@@ -101,10 +145,10 @@ class MathMixin:
     """
     a, b = self._broadcasted(x)
     a, b = a._float(), b._float()
-    # any finite shift gives the same value; detaching it keeps the gradient exactly softmax(a, b)
-    m = a.maximum(b).detach()
-    m = m.isinf().where(0, m)
-    return ((a - m).exp() + (b - m).exp()).log() + m
+    # max(a, b) + log1p(exp(-|a - b|)): accurate where the smaller term is below the larger's rounding (softplus(-30) is
+    # 9.4e-14, not 0). Equal arguments (both infinite included) add log(2); the gradient is softmax(a, b)
+    hi, lo = a.maximum(b), a.minimum(b)
+    return hi + (hi == lo).where(0, lo - hi).exp().log1p()
   def lerp(self: Tensor, end: Any, weight: Any) -> Tensor:
     """self + weight * (end - self), evaluated from the nearer end like torch (exact at weight 0 and 1).
 
@@ -260,9 +304,15 @@ class MathMixin:
     0.88137
     """
     x = self._float()
-    ax = x.abs()
-    r = (ax + (ax * ax + 1).sqrt()).log()
-    return x._signbit().where(-r, r)
+    neg = x._signbit()
+    ax = neg.where(-x, x)  # |x| whose gradient is 1 at +0 (abs's is 0 there: asinh'(0) came out 0, not 1)
+    # log1p(|x| + x^2 / (1 + sqrt(1 + x^2))) keeps relative accuracy near 0; past 2^28, sqrt(1 + x^2) is |x| and x^2
+    # may overflow: log(2|x|)
+    big = ax > 2.0 ** 28
+    axs = big.where(0, ax)
+    # each branch sees only its own inputs: log(0)'s infinite gradient times where's 0 would be NaN
+    r = big.where(big.where(ax, 1).log() + math.log(2), (axs + axs * axs / ((axs * axs + 1).sqrt() + 1)).log1p())
+    return neg.where(-r, r)
   def acosh(self: Tensor) -> Tensor:
     """Inverse hyperbolic cosine (NaN below 1).
 
@@ -272,13 +322,15 @@ class MathMixin:
     x = self._float()
     return (x + ((x - 1) * (x + 1)).sqrt()).log()
   def atanh(self: Tensor) -> Tensor:
-    """Inverse hyperbolic tangent, 0.5 * log((1 + x) / (1 - x)).
+    """Inverse hyperbolic tangent, 0.5 * log((1 + x) / (1 - x)) = 0.5 * (log1p(x) - log1p(-x)).
 
     >>> round(Tensor([0.5]).atanh().item(), 5)
     0.54931
     """
     x = self._float()
-    return ((1 + x) / (1 - x)).log() * 0.5
+    # two log1p: relative accuracy near 0 (the terms have opposite signs, nothing cancels), 1 -+ x exact near +-1, and
+    # the gradient 1 / (1 - x^2) is inf at +-1, not inf / inf
+    return (x.log1p() - (-x).log1p()) * 0.5
   def erf(self: Tensor) -> Tensor:
     """Gauss error function: a Maclaurin series for |x| < 1, Abramowitz-Stegun 7.1.26 (abs error < 1.5e-7) beyond.
 
