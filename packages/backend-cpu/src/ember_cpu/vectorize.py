@@ -24,7 +24,6 @@ or of memory across a write to it, and no use of a value before its definition. 
 or gathers loads, stays scalar (gcc's vectorisers do as well or better on those).
 """
 from __future__ import annotations
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 from ember.plugin import DType, Ops, UOp, dtypes, value_dtype
@@ -58,6 +57,7 @@ class VectorPlan:
   emit_at: dict[UOp, Lanes]
   inlined: set[UOp]
   block: dict[UOp, int]
+  unprinted: set[UOp]  # the addresses of lanes after a vector load's or store's first, and what is inlined in them
   names: dict[Lanes, str] = field(default_factory=dict)
   splats: dict[tuple[UOp, int, int], str] = field(default_factory=dict)  # (value, lanes, block) -> its broadcast
 
@@ -79,7 +79,7 @@ def _address(index: UOp) -> tuple[tuple[Any, ...], int]:
     elif x.op is Ops.ADD: stack.extend(x.src)
     else: terms.append(x)
   gate = index.src[2] if len(index.src) == 3 else None
-  return (index.src[0], gate, frozenset(Counter(terms).items())), const
+  return (index.src[0], gate, tuple(sorted(terms, key=id))), const  # the terms as a multiset
 
 def _reads_acc(u: UOp) -> bool:
   return any(x.op in (Ops.DEFINE_ACC, Ops.ASSIGN) for x in u.toposort())
@@ -258,20 +258,49 @@ def _points(uops: list[UOp], pos: dict[UOp, int], users: dict[UOp, list[UOp]], i
   else its own line."""
   points: dict[UOp, tuple[int, ...]] = {}
   for u in reversed(uops):
-    if u in emit: points[u] = (emit[u],)
-    elif u.op is Ops.INDEX or u in inlined: points[u] = tuple(sorted({p for x in users[u] for p in points[x]}))
+    if (at := emit.get(u)) is not None: points[u] = (at,)
+    elif u.op is Ops.INDEX or u in inlined:
+      us = users[u]
+      points[u] = points[us[0]] if len(us) == 1 else tuple(sorted({p for x in us for p in points[x]}))
     else: points[u] = (pos[u],)
   return points
 
-def _violations(uops: list[UOp], pos: dict[UOp, int], users: dict[UOp, list[UOp]], old_inlined: set[UOp],
-                inlined: set[UOp], lane_of: dict[UOp, tuple[Lanes, int]], address: Any) -> set[UOp] | None:
-  """The uops of groups whose statements break the program's order (None: a break no group explains)."""
-  last = {id(g): max(pos[x] for x in g.uops) for g, _ in lane_of.values()}
-  emit = {u: last[id(g)] for u, (g, _) in lane_of.items()}
-  new, old = _points(uops, pos, users, inlined, emit), _points(uops, pos, users, old_inlined, {})
+_Event = tuple[UOp, bool, Any]  # a read or write (True) of a resource by a uop, at an address (buffers)
+
+def _events(uops: list[UOp], users: dict[UOp, list[UOp]],
+            address: Any) -> list[tuple[list[_Event], dict[Any, dict[int, list[_Event]]]]] | None:
+  """The reads and writes of each accumulator and each written buffer, a buffer's indexed by its address's terms and
+  constant (None: a program that reads memory some other way)."""
+  events: dict[Any, list[_Event]] = {}
+  for u in uops:
+    if u.op is Ops.DEFINE_ACC or u.op is Ops.ASSIGN:  # its users read the accumulator by name
+      acc = u if u.op is Ops.DEFINE_ACC else u.src[0]
+      evs = events.setdefault(acc, [])
+      evs.append((u, True, None))
+      evs += [(x, False, None) for x in users[u] if not (x.op is Ops.ASSIGN and x.src[0] is u and x.src[1] is not u)]
+    elif u.op is Ops.LOAD or u.op is Ops.STORE:
+      if u.src[0].op is not Ops.INDEX: return None
+      (buf, _, terms), const = address(u.src[0])
+      events.setdefault(buf, []).append((u, u.op is Ops.STORE, (terms, const)))
+    elif u.op is Ops.QDOT: return None
+  out = []
+  for evs in events.values():
+    if not any(w for _, w, _ in evs): continue
+    by_terms: dict[Any, dict[int, list[_Event]]] = {}
+    for e in evs:
+      if e[2] is not None: by_terms.setdefault(e[2][0], {}).setdefault(e[2][1], []).append(e)
+    out.append((evs, by_terms))
+  return out
+
+def _violations(uops: list[UOp], pos: dict[UOp, int], users: dict[UOp, list[UOp]], old: dict[UOp, tuple[int, ...]],
+                events: list[tuple[list[_Event], dict[Any, dict[int, list[_Event]]]]], inlined: set[UOp],
+                lane_of: dict[UOp, tuple[Lanes, int]], emit: dict[UOp, int]) -> set[UOp] | None:
+  """The uops of groups whose statements break the program's order (None: a break no group explains). `old` is
+  where each uop was evaluated in the scalar program, `emit` where each grouped uop is now."""
+  new = _points(uops, pos, users, inlined, emit)
   bad: set[UOp] = set()
-  # a value is defined before every place that reads it
-  for c in uops:
+  # a value is defined before every place that reads it: only a moved reader or a grouped source can break that
+  for c in {u for u in uops if new[u] != old[u]} | {c for s in lane_of for c in users[s]}:
     if not new[c]: continue
     for s in c.src:
       if s.op in _ALWAYS_DEFINED or s in inlined: continue
@@ -279,27 +308,10 @@ def _violations(uops: list[UOp], pos: dict[UOp, int], users: dict[UOp, list[UOp]
         if not (culprits := {x for x in (s, c) if x in lane_of}): return None
         bad |= culprits
   # reads and writes of one accumulator, and of one buffer where addresses may meet, keep their order
-  events: dict[Any, list[tuple[UOp, bool, Any]]] = {}
-  for u in uops:
-    if u.op in (Ops.ASSIGN, Ops.DEFINE_ACC):
-      events.setdefault(u.src[0] if u.op is Ops.ASSIGN else u, []).append((u, True, None))
-    for k, s in enumerate(u.src):
-      if u.op is Ops.ASSIGN and k == 0: continue
-      if s.op is Ops.DEFINE_ACC: events.setdefault(s, []).append((u, False, None))
-      elif s.op is Ops.ASSIGN: events.setdefault(s.src[0], []).append((u, False, None))
-    if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.INDEX:
-      (buf, _, terms), const = address(u.src[0])
-      events.setdefault(buf, []).append((u, u.op is Ops.STORE, (terms, const)))
-    elif u.op is Ops.QDOT: return None
-  for evs in events.values():
-    if not any(w for _, w, _ in evs) or not (moved := [e for e in evs if new[e[0]] != old[e[0]]]): continue
-    # a buffer's accesses by their address's terms: two of the same terms meet only at the same constant offset
-    by_terms: dict[Any, dict[int, list[tuple[UOp, bool, Any]]]] = {}
-    for e in evs:
-      if e[2] is not None: by_terms.setdefault(e[2][0], {}).setdefault(e[2][1], []).append(e)
-    for a, wa, addr_a in moved:
+  for evs, by_terms in events:
+    for a, wa, addr_a in [e for e in evs if new[e[0]] != old[e[0]]]:
       if addr_a is None: meets = evs
-      else:
+      else:  # two addresses of the same terms meet only at the same constant offset
         meets = []
         for terms, at in by_terms.items():
           if terms == addr_a[0]: meets += at.get(addr_a[1], [])
@@ -308,11 +320,8 @@ def _violations(uops: list[UOp], pos: dict[UOp, int], users: dict[UOp, list[UOp]
         if b is a or not (wa or wb): continue
         for pa in zip(old[a], new[a]):
           for pb in zip(old[b], new[b]):
-            before_old = (pa[0], wa) < (pb[0], wb)
-            before_new = (pa[1], wa) < (pb[1], wb)
-            if before_old != before_new:
-              culprits = {x for x in (a, b) if x in lane_of}
-              if not culprits: return None
+            if ((pa[0], wa) < (pb[0], wb)) != ((pa[1], wa) < (pb[1], wb)):
+              if not (culprits := {x for x in (a, b) if x in lane_of}): return None
               bad |= culprits
   return bad
 
@@ -321,21 +330,32 @@ def plan(uops: list[UOp], inlined: set[UOp], vector_bytes: int) -> VectorPlan | 
   grower = _Grower(uops)
   _seeds(grower, uops, vector_bytes)
   if not grower.groups: return None
+  pos = grower.pos
   users: dict[UOp, list[UOp]] = {u: [] for u in uops}
   for u in uops:
     for s in u.src:
       if s in users: users[s].append(u)
+  if (events := _events(uops, users, grower.address)) is None: return None
+  old = _points(uops, pos, users, inlined, {})
   alive = {id(g): g for g in grower.groups}
+  last = {id(g): max(pos[u] for u in g.uops) for g in grower.groups}
   while True:
     lane_of = {u: (g, i) for g in alive.values() for i, u in enumerate(g.uops)}
     if not lane_of: return None
-    kept = {u for u in inlined if u not in lane_of and not any(x in lane_of for x in users[u])}
-    bad = _violations(uops, grower.pos, users, inlined, kept, lane_of, grower.address)
-    if bad is None: return None
+    emit = {u: last[id(g)] for u, (g, _) in lane_of.items()}
+    operands = {s for u in lane_of for s in u.src}
+    kept = {u for u in inlined if u not in lane_of and u not in operands}
+    if (bad := _violations(uops, pos, users, old, events, kept, lane_of, emit)) is None: return None
     if not bad: break
     for u in bad: alive.pop(id(lane_of[u][0]), None)
-  emit_at = {max(g.uops, key=grower.pos.__getitem__): g for g in alive.values()}
-  return VectorPlan(lane_of, emit_at, kept, grower.block)
+  emit_at = {max(g.uops, key=pos.__getitem__): g for g in alive.values()}
+  unprinted: set[UOp] = set()
+  for u in reversed(uops):
+    if u.op is Ops.INDEX: unused = all((x in lane_of and lane_of[x][1] > 0 and lane_of[x][0].kind in ("load", "store"))
+                                       for x in users[u])
+    else: unused = u in kept and users[u][0] in unprinted
+    if unused and users[u]: unprinted.add(u)
+  return VectorPlan(lane_of, emit_at, kept, grower.block, unprinted)
 
 # ** printing the groups (ctx: the C renderer's per-render state) **
 
