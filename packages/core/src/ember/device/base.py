@@ -92,6 +92,10 @@ class Buffer:
       raise DeviceError(f"cannot allocate a buffer of weak dtype {dtype!r}; cast to a concrete dtype first")
     self.device, self.size, self.dtype, self.options, self.offset = device, size, dtype, options, offset
     self._base = base
+    # writes to the memory (kernel outputs, copies, copy-ins), counted on the base buffer: a copy derived from it (a
+    # matmul operand packed once, ember.schedule.pack_is_fresh) is stale once the count moves. `exposed`: a host view
+    # of the memory was handed out (as_buffer), through which writes go uncounted
+    self.writes, self.exposed = 0, False
     if base is not None and base._base is not None: raise DeviceError("a buffer view must be made from a base buffer")
     if base is not None and offset + self.nbytes > base.nbytes:
       raise DeviceError(f"buffer view [{offset}:{offset + self.nbytes}] is out of range of its base of "
@@ -137,11 +141,14 @@ class Buffer:
   def as_buffer(self) -> memoryview | None:
     """A zero-copy host view of the memory, if the allocator offers one."""
     fn = getattr(self.allocator, "_as_buffer", None)
-    return None if fn is None else fn(self.ensure_allocated()._buf)
+    if fn is None: return None
+    self.base.exposed = True
+    return fn(self.ensure_allocated()._buf)
   def copyin(self, mv: memoryview) -> Buffer:
     mv = mv.cast("B") if mv.nbytes else mv
     if mv.nbytes != self.nbytes: raise DeviceError(f"copyin of {mv.nbytes} bytes into a buffer of {self.nbytes} bytes")
     self.ensure_allocated()
+    self.base.writes += 1
     if mv.nbytes and profiler.enabled:
       with profiler.span("copy", f"copyin {mv.nbytes} B", self.device, "copy", bytes=mv.nbytes):
         self.allocator._copyin(self._buf, mv)

@@ -25,10 +25,12 @@ from ember.device.base import Buffer
 from ember.errors import JitError
 from ember.engine import realize as engine
 from ember.helpers import BEAM, DEBUG, JIT, Context
+from ember.schedule import is_kept, note_packed, pack_is_fresh
 from ember.uop.ops import Ops, UOp
 
 R = TypeVar("R")
 Captured = list[tuple[engine.CompiledRunner | None, list[Buffer], dict[str, int]]]
+Packs = list[tuple[engine.CompiledRunner, list[Buffer], dict[str, int]]]
 
 _capturing: list[str] = []  # the functions TinyJit is capturing now, innermost last
 
@@ -78,6 +80,8 @@ class TinyJit(Generic[R]):
     self.fxn, self.prune = fxn, prune
     self.cnt = 0
     self.captured: Captured = []
+    self.packs: Packs = []  # PACK calls of kept packed weights, run where stale (_kept_packs)
+    self.written: list[Buffer] = []
     self.expected: list[Any] = []
     self.ret: Any = None
     # called with the input buffers, and with the bound Variables too where the runner `takes_var_vals`
@@ -86,6 +90,7 @@ class TinyJit(Generic[R]):
   def __get__(self, obj: Any, objtype: Any = None) -> Any: return functools.partial(self.__call__, obj)
   def reset(self) -> None:
     self.cnt, self.captured, self.expected, self.ret, self.graph = 0, [], [], None, None
+    self.packs, self.written = [], []
   def __call__(self, *args: Any, **kwargs: Any) -> R:
     if self.fxn is None:  # used as @TinyJit(prune=True)
       self.fxn = args[0]
@@ -123,13 +128,23 @@ class TinyJit(Generic[R]):
         engine.capture_hooks.remove(hook)
         _capturing.pop()
       if self.prune: captured = _prune(captured, in_bufs)
+      captured, self.packs = _kept_packs(captured)
       self.captured, self.in_bufs, self.ret = captured, in_bufs, ret
+      # what a device graph's replay writes, for the write counts it does not pass through the runners (Buffer.writes)
+      self.written = [bufs[i] for runner, bufs, _ in captured if runner is not None for i in runner.written]
       self.graph = _device_graph(captured, in_bufs)
       self.cnt += 1
       return ret
     if info != self.expected:
       raise JitError(f"TinyJit inputs changed: expected {self.expected}, got {info}; "
                      "shapes, dtypes and devices must stay the same")
+    swap = {id(old): new for old, new in zip(self.in_bufs, in_bufs)}
+    for pack, bufs, vv in self.packs:  # kept packed weights: packed again once their source was written or swapped
+      scratch, src = bufs[0], swap.get(id(bufs[1]), bufs[1])
+      if pack_is_fresh(scratch, src): continue
+      pack([scratch, src], {**vv, **var_vals})
+      note_packed(scratch, src)
+      engine.GlobalCounters.kernel_count += 1
     # each kernel timed on its own (DEBUG=2, a profile): launched one by one, not as the device's graph, unless the
     # graph times its kernels itself (HCQ: a GPU timestamp around each), which a profile then reads after the replay
     graph_times = getattr(self.graph, "kernel_times_ns", None)
@@ -139,12 +154,12 @@ class TinyJit(Generic[R]):
       start = profiler.now_us() if profiler.enabled else 0.0
       if var_vals: self.graph(in_bufs, var_vals)
       else: self.graph(in_bufs)
+      for b in self.written: swap.get(id(b), b).base.writes += 1
       engine.GlobalCounters.kernel_count += len(self.captured)
       if profiler.enabled and graph_times is not None: self._record_graph_replay(start, graph_times())
       self.cnt += 1
       return self.ret
     start = profiler.now_us() if profiler.enabled else 0.0
-    swap = {id(old): new for old, new in zip(self.in_bufs, in_bufs)}
     for runner, bufs, vv in self.captured:
       real = [swap.get(id(b), b) for b in bufs]
       if runner is None: engine._copy(real[0], real[1])
@@ -197,6 +212,19 @@ def _prune(captured: Captured, in_bufs: list[Buffer]) -> Captured:
     depends |= set().union(*(access[i][1] for i in new))
   if DEBUG.value >= 1: sys.stderr.write(f"TinyJit prune: {len(captured)} -> {len(keep)} calls\n")
   return [call for i, call in enumerate(captured) if i in keep]
+
+def _kept_packs(captured: Captured) -> tuple[Captured, Packs]:
+  """(the other calls, the PACK calls into kept scratch buffers whose source and scratch no other call of the capture
+  writes): a replay runs those only where `pack_is_fresh` says their copy is stale (the source, or the input swapped
+  in for it, was written since), before the other calls."""
+  writes = [_access(runner, bufs)[1] for runner, bufs, _ in captured]
+  def kept(i: int) -> bool:
+    runner, bufs, _ = captured[i]
+    if runner is None or len(bufs) != 2 or not is_kept(bufs[0]): return False
+    return not any(id(b.base) in w for j, w in enumerate(writes) if j != i for b in bufs)
+  packs = {i for i in range(len(captured)) if kept(i)}
+  return [c for i, c in enumerate(captured) if i not in packs], \
+    [(r, bufs, vv) for i, (r, bufs, vv) in enumerate(captured) if i in packs and r is not None]
 
 def _device_graph(captured: Captured, in_bufs: list[Buffer]) -> Callable[..., Any] | None:
   """The device's graph runner for this capture, or None to replay call by call (copies, several devices, no graph)."""

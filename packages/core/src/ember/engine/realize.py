@@ -11,7 +11,7 @@ from ember.device.base import Buffer, Compiler
 from ember.errors import CompileError
 from ember.helpers import BEAM, DEBUG, NOOPT, NUM_CPU_THREADS, GlobalCounters, colored, prod
 from ember.renderer import ProgramSpec
-from ember.schedule import CallKind, ScheduleItem
+from ember.schedule import CallKind, ScheduleItem, note_packed, pack_is_fresh
 from ember.uop.ops import Ops, UOp
 
 @dataclass
@@ -21,7 +21,12 @@ class CompiledRunner:
   lib: bytes
   prg: Any
   device: str
+  @functools.cached_property
+  def written(self) -> list[int]:
+    """Positions in a call's buffers (the kernel's params in order) that the kernel writes."""
+    return [i for i, slot in enumerate(self.spec.globals) if slot in self.spec.outs]
   def __call__(self, bufs: list[Buffer], var_vals: dict[str, int], wait: bool = False) -> float | None:
+    for i in self.written: bufs[i].base.writes += 1
     vals = tuple(var_vals[v.arg[0]] for v in self.spec.vars)
     gsize = tuple(self.spec.global_size) if self.spec.global_size else (1, 1, 1)
     lsize = tuple(self.spec.local_size) if self.spec.local_size else None
@@ -167,6 +172,8 @@ def run_schedule(items: list[ScheduleItem], var_vals: dict[str, int] | None = No
       for hook in capture_hooks: hook(None, it.bufs, {})
       GlobalCounters.global_mem += it.bufs[0].nbytes
       continue
+    # a kept packed copy still fresh: skipped, but never while TinyJit captures (its replay must hold the pack)
+    if it.kind is CallKind.PACK and not capture_hooks and pack_is_fresh(it.bufs[0], it.bufs[1]): continue
     assert (ast := it.program) is not None
     runner = get_runner(it.device, ast)
     # simplification may drop a buffer the value never needs (x*0, x//0): the kernel gets the buffers it declares
@@ -174,6 +181,7 @@ def run_schedule(items: list[ScheduleItem], var_vals: dict[str, int] | None = No
     vv = {**it.var_vals, **(var_vals or {})}
     et = launch_profiled(runner, call_bufs, vv) if profiler.enabled else runner(call_bufs, vv, wait=DEBUG.value >= 2)
     for hook in capture_hooks: hook(runner, call_bufs, vv)
+    if it.kind is CallKind.PACK: note_packed(it.bufs[0], it.bufs[1])
     update_stats(runner, et)
   if DEBUG.value >= 1 and items:
     ms = (time.perf_counter() - st) * 1e3

@@ -364,10 +364,59 @@ def _pack_plan(device: str, ast: UOp, nbufs: int) -> PackPlan | None:
     _pack_plans[key] = plan if plan is not None and plan.scratch_slot == nbufs else None
   return _pack_plans[key]
 
+# A B operand that no call of its schedule writes (a weight between optimizer steps, a frozen layer's) and that has no
+# host view (Buffer.exposed: a KV cache written through numpy) is packed into a scratch buffer kept with it while it
+# lives, and its PACK call is skipped while the copy is fresh: neither the source's write count (Buffer.writes) nor
+# the scratch's moved since the pack ran (a transformer block re-packed 11 MB of weights per call). The engine asks
+# `pack_is_fresh` before a PACK call and says `note_packed` after one; TinyJit runs such packs before a replay, where
+# stale.
+_kept: weakref.WeakKeyDictionary[Buffer, dict[tuple[int, UOp], Buffer]] = weakref.WeakKeyDictionary()
+_kept_ids: weakref.WeakValueDictionary[int, Buffer] = weakref.WeakValueDictionary()
+# id(scratch) -> (the source's base, its writes, the scratch's writes); the source by reference, not by id: a new
+# buffer may take a dead one's id and write count (a JIT input made afresh per call)
+_fresh: dict[int, tuple[weakref.ref[Buffer], int, int]] = {}
+
+def _kept_scratch(src: Buffer, plan: PackPlan) -> Buffer:
+  per = _kept.setdefault(src.base, {})
+  if (scratch := per.get(key := (src.offset, plan.pack))) is None:
+    scratch = per[key] = Buffer(src.device, plan.size, plan.dtype)
+    _kept_ids[id(scratch)] = scratch
+    _fresh.pop(id(scratch), None)  # a record of a dead scratch that had this id
+  return scratch
+
+def is_kept(scratch: Buffer) -> bool:
+  """Whether `scratch` holds a packed copy kept between calls."""
+  return _kept_ids.get(id(scratch)) is scratch
+
+def pack_is_fresh(scratch: Buffer, src: Buffer) -> bool:
+  """Whether the kept `scratch` holds `src` packed as it is now (nothing wrote either since `note_packed`)."""
+  if not is_kept(scratch) or src.base.exposed or (rec := _fresh.get(id(scratch))) is None: return False
+  return rec[0]() is src.base and rec[1:] == (src.base.writes, scratch.base.writes)
+
+def note_packed(scratch: Buffer, src: Buffer) -> None:
+  """A PACK call just copied `src` into `scratch`."""
+  if is_kept(scratch): _fresh[id(scratch)] = (weakref.ref(src.base), src.base.writes, scratch.base.writes)
+
+def _written(items: list[ScheduleItem]) -> set[int]:
+  """The base buffers (ids) the items write: a copy's destination, the params a scheduled kernel stores to, every
+  buffer of a hand-written kernel."""
+  out: set[int] = set()
+  for it in items:
+    ast = it.ast
+    if it.kind is CallKind.COPY or ast is None: out.add(id(it.bufs[0].base))
+    elif ast.op is Ops.SINK and ast.arg.name is None:
+      slots = {n.src[0].src[0].arg for n in ast.toposort() if n.op is Ops.STORE and n.src[0].op is Ops.INDEX
+               and n.src[0].src[0].op is Ops.PARAM}
+      out |= {id(b.base) for i, b in enumerate(it.bufs) if i in slots or not slots}
+    else: out |= {id(b.base) for b in it.bufs}
+  return out
+
 def pack_operands(items: list[ScheduleItem]) -> list[ScheduleItem]:
   """A kernel whose renderer packs its B operand (codegen/pack.py) runs as a PACK call into a scratch buffer, then the
-  kernel over the packed copy; the scratch buffer is an ordinary buffer the memory planner places."""
+  kernel over the packed copy; the scratch buffer is an ordinary buffer the memory planner places, or one kept with
+  a B no item writes (`_kept`)."""
   out: list[ScheduleItem] = []
+  written = _written(items)
   for it in items:
     ast = it.ast if it.kind is CallKind.KERNEL else None
     scheduled = ast is not None and ast.op is Ops.SINK and ast.arg.name is None  # hand-written kernels run as written
@@ -375,7 +424,10 @@ def pack_operands(items: list[ScheduleItem]) -> list[ScheduleItem]:
     if plan is None:
       out.append(it)
       continue
-    scratch = Buffer(it.device, plan.size, plan.dtype)
+    src = it.bufs[plan.src_slot]
+    # a B written by this schedule, or through a host view, is packed into an ordinary scratch buffer every time
+    keep = id(src.base) not in written and not src.base.exposed
+    scratch = _kept_scratch(src, plan) if keep else Buffer(it.device, plan.size, plan.dtype)
     out.append(ScheduleItem(CallKind.PACK, it.device, [scratch, it.bufs[plan.src_slot]], plan.pack))
     out.append(ScheduleItem(CallKind.KERNEL, it.device, [*it.bufs, scratch], it.ast, it.var_vals, packed=plan))
   return out
@@ -389,6 +441,7 @@ def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, U
   items, pinned = bind_buffers(calls, bitcast_views)
   with timed_pass("plan packing"): items = pack_operands(items)
   held = {id(buffer_of(r)) for r in becomes.values() if r.base.op is Ops.BUFFER} | pinned
+  held |= {id(it.bufs[0]) for it in items if it.kind is CallKind.PACK and is_kept(it.bufs[0])}
   return memory_plan(items, held), becomes
 
 # a free pool block serves a smaller buffer only while the buffer fills at least this share of it: a small temporary
