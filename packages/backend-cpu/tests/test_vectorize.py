@@ -105,6 +105,14 @@ def test_register_block_prints_as_vectors() -> None:
   assert "__builtin_fmaf(val" not in src and scalar_src.count("__builtin_fmaf(") >= 256
   assert src.count("\n") * 4 < scalar_src.count("\n")
 
+def test_every_row_of_a_block_is_vectors() -> None:
+  """A residual epilogue whose first lane is computed apart (its load hoisted above the loop) leaves that row's first
+  vector scalar, not the whole block: the other rows keep their vector boundaries, so every fma is a vector one."""
+  x, w, r1, r2 = _rand(128, 2048), _rand(2048, 512, seed=1), _rand(128, 512, seed=2), _rand(128, 512, seed=3)
+  t = Tensor(r1).realize() + Tensor(r2).realize() + Tensor(x).realize() @ Tensor(w).realize()  # residuals first
+  src = _check(t, r1 + r2 + x @ w, rtol=1e-3, atol=1e-3)
+  assert "__builtin_fmaf(val" not in src and src.count("ember_fma_float32x16(") >= 16
+
 def test_fused_epilogues() -> None:
   a, b, c = _rand(64, 96), _rand(96, 128, seed=1), _rand(128, seed=2)
   ta, tb, tc = Tensor(a).realize(), Tensor(b).realize(), Tensor(c).realize()

@@ -183,13 +183,14 @@ def _seed(grower: _Grower, make: Any, lanes: tuple[UOp, ...]) -> bool:
   return False
 
 def _chunks(run: list[UOp], widths: list[int], make: Any, grower: _Grower) -> None:
-  """Seed groups along a run of lanes, the widest that pays at each place."""
+  """Seed groups along a run of lanes: full vectors from the run's start, narrower ones only for its tail. A full
+  vector that does not pay leaves its lanes scalar rather than shifting the later groups off the vector boundaries the
+  other rows of a register block use (their loads of B would then straddle two groups and stay scalar)."""
   i = 0
   while i + widths[-1] <= len(run):
-    for w in widths:
-      if i + w <= len(run) and _seed(grower, make, tuple(run[i:i + w])): break
-    else:
-      w = widths[-1]
+    w = next(w for w in widths if i + w <= len(run))
+    if not _seed(grower, make, tuple(run[i:i + w])) and w != widths[0]:
+      w = next((n for n in widths if n < w and _seed(grower, make, tuple(run[i:i + n]))), widths[-1])
     i += w
 
 def _store_group(grower: _Grower, lanes: tuple[UOp, ...]) -> Lanes | None:
