@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from ember import Device, Tensor, UOp, dtypes
 from ember.errors import ShapeError
-from ember.plugin import AddrSpace, AxisType, Ops
+from ember.plugin import AddrSpace, AxisType, LLVMRenderer, Ops
 
 CHUNKS = 8  # chunks of the cached positions: the unit the threads split (and that the combine reads)
 BLOCK = 16  # a chunk holds a multiple of this many positions: the exponentials' vector width
@@ -144,6 +144,9 @@ def decode_attention(q: Tensor, cache: Tensor, mask: Tensor, new: Tensor, n: UOp
   return Tensor.custom_kernel(out, part, scaled, new, fxn=attention_combine)[0]
 
 def fused_decode_attention(device: str | tuple[str, ...]) -> bool:
-  """Whether a decode step on `device` attends with `decode_attention`: where kernels run their blocks as loops (CPU,
-  PYTHON), split over the cores by chunk. A GPU would run its CHUNKS x slots x heads as few threads."""
-  return isinstance(device, str) and not Device[device].renderer.has_local
+  """Whether a decode step on `device` attends with `decode_attention`: where kernels run their blocks as loops (CPU's
+  C renderer, PYTHON), split over the cores by chunk. Not on GPUs (8 chunks x slots x heads would be a few threads),
+  nor on CPU:LLVM, whose scalar code of the kernel ran slower than the four scheduled kernels (docs/llm.md)."""
+  if not isinstance(device, str): return False
+  renderer = Device[device].renderer
+  return not renderer.has_local and not isinstance(renderer, LLVMRenderer)

@@ -20,11 +20,10 @@ this model applies that interleaved-pair rotation to the weights as stored.
 
 Decode (one token at position p > 0): the step takes p as a bound `Variable`, so TinyJit captures it once and
 replays it at every position; attention reads only the p cached rows (`cache[:p]`, symbolic) plus the new key and
-value, one softmax over both without concatenating them, so a step costs O(p), not O(max_context): on devices that
-run kernel blocks as loops (CPU, PYTHON) one hand-written kernel per layer (`ember.nn.llm.attention`), elsewhere four
-scheduled ones. The step returns
-the new keys/values of every layer, and `KVCache.write_rows` stores them at row p on the host (a view of the
-device's host memory where it has one): the captured kernels only read the cache.
+value, one softmax over both without concatenating them, so a step costs O(p), not O(max_context): on CPU (the C
+renderer) and PYTHON two hand-written kernels per layer (`ember.nn.llm.attention`), elsewhere four scheduled ones.
+The step returns the new keys/values of every layer, and `KVCache.write_rows` stores them at row p on the host (a
+view of the device's host memory where it has one): the captured kernels only read the cache.
 
 Prefill (T > 1 tokens, or a first token): a chunk of T tokens runs as batched matmuls (T rows at once; quantised
 matrices are dequantised once per chunk, `QuantWeight.matmul`), and attends like a decode step: over the chunk's start
@@ -345,7 +344,7 @@ class LlamaLayer:
     """One token per slot (x is (S, dim)), slot s at position p_s attending over its p_s cached rows and itself: the
     first n = max p_s rows of every slot are read, `mask` (C, S) is -inf at the rows at or past a slot's position.
     O(n) work, n a bound Variable. The cache is only read; returns (x, the new (S, 2kv) rows), which the caller stores
-    at row p_s of slot s. Where blocks run as loops, attention is `decode_attention`'s fused kernel."""
+    at row p_s of slot s. Where `fused_decode_attention` says so, attention is `decode_attention`'s kernels."""
     cfg = self.cfg
     S, hd, n_kv, kv = x.shape[0], cfg.head_dim, cfg.n_kv_heads, cfg.kv_dim
     rep = cfg.n_heads // n_kv
