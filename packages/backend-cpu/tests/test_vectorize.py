@@ -184,6 +184,22 @@ def test_loads_and_stores_of_one_buffer_keep_their_order(shift: int) -> None:
   np.testing.assert_array_equal(got[0], want)
   assert ("ember_float32x16" in src) == (shift != 1)
 
+def test_a_scalar_printed_before_its_lanes_vector_keeps_it_scalar() -> None:
+  """An inlined scalar that reads a lane (lane 0's load times 2) stands between that lane and the group's last lane:
+  its text is printed where it stands, before the vector exists, so the loads stay scalar (it raised CompileError:
+  a lane used before it appears)."""
+  out, extra, x = param(0, dtypes.float32, 64), param(1, dtypes.float32, 4), param(2, dtypes.float32, 64)
+  rng = UOp.range(4, 0, AxisType.LOOP)
+  loads = [x.index(rng * 16 + k).load() for k in range(16)]
+  early = loads[0] * 2.0  # single use: inlined into its store, printed here
+  stores = [out.index(rng * 16 + k).store(loads[k] + 1.0) for k in range(16)]
+  prog = linear(loads[0], early, *loads[1:], *stores, extra.index(rng).store(early), end(rng))
+  xs = _rand(64)
+  bufs = [np.zeros(64, np.float32), np.zeros(4, np.float32), xs]
+  _, got = _run_program(device("C").renderer, prog, bufs)
+  np.testing.assert_array_equal(got[0], xs + 1)
+  np.testing.assert_array_equal(got[1], xs[::16] * 2)
+
 def test_exp_polynomial_lanes() -> None:
   x = _rand(256, 64)
   _check(Tensor(x).realize().softmax(axis=1), torch.softmax(_t(x), 1).numpy(), rtol=1e-5, atol=1e-6)

@@ -300,12 +300,14 @@ def _violations(uops: list[UOp], pos: dict[UOp, int], users: dict[UOp, list[UOp]
   where each uop was evaluated in the scalar program, `emit` where each grouped uop is now."""
   new = _points(uops, pos, users, inlined, emit)
   bad: set[UOp] = set()
-  # a value is defined before every place that reads it: only a moved reader or a grouped source can break that
+  # a value is defined before every place that reads it, and before its reader's text is printed (a scalar's where
+  # it stands, inlined or not): only a moved reader or a grouped source can break that
   for c in {u for u in uops if new[u] != old[u]} | {c for s in lane_of for c in users[s]}:
-    if not new[c]: continue
+    printed = emit.get(c, pos[c])
+    read = min(printed, *new[c])
     for s in c.src:
       if s.op in _ALWAYS_DEFINED or s in inlined: continue
-      if emit.get(s, pos[s]) >= min(new[c]):
+      if emit.get(s, pos[s]) >= read:
         if not (culprits := {x for x in (s, c) if x in lane_of}): return None
         bad |= culprits
   # reads and writes of one accumulator, and of one buffer where addresses may meet, keep their order
