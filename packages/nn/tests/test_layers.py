@@ -175,7 +175,7 @@ def test_embedding_ids_out_of_range_raise_like_torch():
   # torch raises IndexError; ember's one-hot lookup would have returned a row of zeros
   layer = Embedding(4, 3)
   with pytest.raises(IndexError) as want: torch.nn.Embedding(4, 3)(torch.tensor([[1, 7]]))
-  with pytest.raises(IndexRangeError, match="Embedding of 4 ids: index 7") as got: layer(Tensor([[1, 7]]))
+  with pytest.raises(IndexRangeError, match="Embedding of 4 ids: .*index 7") as got: layer(Tensor([[1, 7]]))
   assert isinstance(got.value, type(want.value))
   with pytest.raises(IndexRangeError, match="index -1"): layer(Tensor([-1]))
 

@@ -88,9 +88,11 @@ def check_index_range(index: Tensor, size: int, what: str, low: int | None = Non
   """IndexRangeError when int tensor `index` holds a value outside [low, size) (low defaults to -size: negative
   indices count from the end), other than `skip` (an ignore_index): what torch checks, where ember's one-hot gathers
   would read zeros and its scatters write nowhere. The check reads the indices (a sync), so it is skipped while TinyJit
-  captures: replays could not run it, and there such an index selects zeros. `what` starts the message."""
+  captures and while an `ember.function` body is traced (its inputs are placeholders then, their contents arbitrary):
+  replays could not run it, and there such an index selects zeros. `what` starts the message."""
   from ember.engine.jit import capturing
-  if capturing() or not all(isinstance(s, int) for s in index.shape) or index.numel() == 0: return
+  from ember.function import _tracing
+  if capturing() or _tracing[0] or not all(isinstance(s, int) for s in index.shape) or index.numel() == 0: return
   lo = -size if low is None else low
   bad = (index < lo) | (index >= size)
   if skip is not None: bad = bad & (index != skip)

@@ -9,10 +9,9 @@ import numbers
 from typing import Any, Callable, Sequence
 from ember import Tensor
 from ember.dtype import dtypes
-from ember.errors import ArgumentError, DTypeError, ShapeError
+from ember.errors import ArgumentError, DTypeError, IndexRangeError, ShapeError
 from ember.nn import functional as F
 from ember.nn.functional import static_shape
-from ember.tensor_index import check_index_range
 
 def _param(t: Tensor) -> Tensor: return t.requires_grad_(True)
 
@@ -221,9 +220,11 @@ class Embedding:
   def __call__(self, idx: Tensor) -> Tensor:
     if not dtypes.is_int(idx.dtype):
       raise DTypeError(f"Embedding needs integer ids, got {idx.dtype!r}; cast them with .int()")
-    check_index_range(idx, self.vocab_size, f"Embedding of {self.vocab_size} ids", low=0)
-    # a one-hot matmul: differentiable with respect to the table, and it fuses into one reduction
-    return idx._one_hot(self.vocab_size).cast(self.weight.dtype) @ self.weight
+    # a one-hot matmul: differentiable with respect to the table, and it fuses into one reduction. one_hot checks the
+    # ids (torch raises for an id outside the table; a one-hot row of zeros would be a silently wrong embedding)
+    try: onehot = idx.one_hot(self.vocab_size)
+    except IndexRangeError as e: raise IndexRangeError(f"Embedding of {self.vocab_size} ids: {e}") from None
+    return onehot.cast(self.weight.dtype) @ self.weight
 
 class Dropout:
   """Zero elements with probability p in training mode (scaling the rest by 1/(1-p)); the identity in eval mode."""
