@@ -4,7 +4,7 @@ import contextlib
 import functools
 from typing import Any, Iterator
 import numpy as np
-from ember.plugin import AxisType, DType, Ops, UOp, dtypes
+from ember.plugin import AxisType, DType, Ops, PtrDType, UOp, dtypes
 from ember_cpu.compiler import ClangCompiler, LLVMCompiler, _is_x86
 from ember_cpu.device import CPUDevice
 from ember_cpu.renderer import ClangRenderer, CPULLVMRenderer
@@ -32,6 +32,28 @@ def np_dtype(dt: DType) -> Any:
   if dt is dtypes.bfloat16: return np.uint16
   if dt in (dtypes.fp8e4m3, dtypes.fp8e5m2): return np.uint8
   return np.dtype(dt.fmt)
+
+def run_spec(dev: CPUDevice, spec: Any, inputs: dict[int, np.ndarray], threads: bool = True) -> list[np.ndarray]:
+  """Compile and run a ProgramSpec of `dev` with buffer slot s holding inputs[s] (zeros elsewhere); the buffers it
+  writes, in `spec.outs` order."""
+  prg = dev.runtime(spec.name, dev.compiler.compile(spec.src))
+  params = sorted((u for u in spec.uops if u.op is Ops.PARAM), key=lambda u: u.arg)
+  arrays, handles = [], []
+  for p in params:
+    assert isinstance(p.dtype, PtrDType)
+    a = np.ascontiguousarray(inputs[p.arg]) if p.arg in inputs else np.zeros(p.dtype.size, np_dtype(p.dtype.base))
+    h = dev.allocator.alloc(a.nbytes)
+    dev.allocator._copyin(h, memoryview(a).cast("B"))
+    arrays.append(a)
+    handles.append(h)
+  gsize = spec.global_size if threads and spec.global_size else (1, 1, 1)
+  prg(*handles, global_size=tuple(gsize), wait=True)
+  outs = []
+  for slot in spec.outs:
+    out = np.empty_like(arrays[slot])
+    dev.allocator._copyout(memoryview(out).cast("B"), handles[slot])
+    outs.append(out)
+  return outs
 
 def compile_program(kind: str, prog: list[UOp], name: str = "k", arch: str = "") -> Any:
   dev = device(kind, arch)

@@ -8,10 +8,10 @@ from ember import Tensor
 from ember.codegen import get_program, simplify_kernel
 from ember.codegen.rowreuse import reuse_row_values
 from ember.codegen.opt import Opt, apply_opt, hand_coded_opts, output_ranges
-from ember.plugin import Ops, PtrDType, UOp
+from ember.plugin import Ops, UOp
 from ember.uop.rewrite import graph_rewrite
 from ember.uop.symbolic import symbolic
-from cpu_kernels import RENDERERS, device, np_dtype
+from cpu_kernels import RENDERERS, device, run_spec
 
 def kernel_of(t: Tensor) -> UOp:
   """The last kernel of `t`'s schedule, as codegen sees it before the opts."""
@@ -23,25 +23,7 @@ def run_kernel(kind: str, ast: UOp, inputs: dict[int, np.ndarray], opts: list[Op
   """Codegen `ast` for renderer `kind` (`opts` None: the hand-coded default), run it with buffer slot s holding
   inputs[s] (zeros elsewhere), return the buffers it writes."""
   dev = device(kind)
-  spec = get_program(ast, dev.renderer, "", opts)
-  prg = dev.runtime(spec.name, dev.compiler.compile(spec.src))
-  params = sorted((u for u in spec.uops if u.op is Ops.PARAM), key=lambda u: u.arg)
-  arrays, handles = [], []
-  for p in params:
-    assert isinstance(p.dtype, PtrDType)
-    a = np.ascontiguousarray(inputs[p.arg]) if p.arg in inputs else np.zeros(p.dtype.size, np_dtype(p.dtype.base))
-    h = dev.allocator.alloc(a.nbytes)
-    dev.allocator._copyin(h, memoryview(a).cast("B"))
-    arrays.append(a)
-    handles.append(h)
-  gsize = spec.global_size if threads and spec.global_size else (1, 1, 1)
-  prg(*handles, global_size=tuple(gsize), wait=True)
-  outs = []
-  for slot in spec.outs:
-    out = np.empty_like(arrays[slot])
-    dev.allocator._copyout(memoryview(out).cast("B"), handles[slot])
-    outs.append(out)
-  return outs
+  return run_spec(dev, get_program(ast, dev.renderer, "", opts), inputs, threads)
 
 def _specials(dtype: type, rows: int, cols: int, seed: int = 0) -> np.ndarray:
   """Random rows, then rows holding NaN (either sign), -inf only, +inf, signed zeros only, huge and tiny values."""

@@ -10,12 +10,12 @@ import torch
 from ember import Tensor
 from ember.codegen import get_program
 from ember.codegen.pack import plan_packing
-from ember.plugin import AxisType, Ops, PtrDType, UOp, dtypes
+from ember.plugin import AxisType, Ops, UOp, dtypes
 from ember.testing.programs import end, linear, param
 from ember_cpu.compiler import ClangCompiler
 from ember_cpu.device import CPUDevice
 from ember_cpu.renderer import ClangRenderer
-from cpu_kernels import BASELINES, device, np_dtype
+from cpu_kernels import BASELINES, device, np_dtype, run_spec
 
 class ScalarClangRenderer(ClangRenderer):
   """The C renderer without lane groups: every uop one scalar line."""
@@ -34,23 +34,7 @@ def _last_kernel(t: Tensor) -> tuple[UOp, dict[int, np.ndarray]]:
 
 def _program(dev: CPUDevice, ast: UOp, inputs: dict[int, np.ndarray]) -> tuple[str, list[np.ndarray]]:
   spec = get_program(ast, dev.renderer, "")
-  prg = dev.runtime(spec.name, dev.compiler.compile(spec.src))
-  params = sorted((u for u in spec.uops if u.op is Ops.PARAM), key=lambda u: u.arg)
-  arrays, handles = [], []
-  for p in params:
-    assert isinstance(p.dtype, PtrDType)
-    a = np.ascontiguousarray(inputs[p.arg]) if p.arg in inputs else np.zeros(p.dtype.size, np_dtype(p.dtype.base))
-    h = dev.allocator.alloc(a.nbytes)
-    dev.allocator._copyin(h, memoryview(a).cast("B"))
-    arrays.append(a)
-    handles.append(h)
-  prg(*handles, global_size=tuple(spec.global_size or (1, 1, 1)), wait=True)
-  outs = []
-  for slot in spec.outs:
-    out = np.empty_like(arrays[slot])
-    dev.allocator._copyout(memoryview(out).cast("B"), handles[slot])
-    outs.append(out)
-  return spec.src, outs
+  return spec.src, run_spec(dev, spec, inputs)
 
 def _run(renderer: ClangRenderer, ast: UOp, inputs: dict[int, np.ndarray],
          arch: str = "") -> tuple[str, list[np.ndarray]]:
