@@ -52,8 +52,9 @@ def tests_core(session: nox.Session) -> None:
 
 @nox.session(name="tests-cpu", venv_backend="venv")
 def tests_cpu(session: nox.Session) -> None:
-  """ember-backend-cpu with its declared dependencies (ember-core from this checkout, llvmlite)."""
-  session.install(CORE, CPU, "pytest", "numpy")
+  """ember-backend-cpu with its declared dependencies (ember-core from this checkout, llvmlite), and torch: the oracle
+  of the vector renderer's and matmul blocks' tests."""
+  session.install(CORE, CPU, "pytest", "numpy", TORCH)
   _run_tests(session, os.path.join(CPU, "tests"))
 
 @nox.session(name="tests-metal", venv_backend="venv", tags=["metal"])

@@ -18,6 +18,7 @@ b3dcab1, so the same corpus runs against older trees (`python -m ember.replay ca
 from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, cast
+import numpy as np
 from ember import Tensor, dtypes
 from . import pipeline
 
@@ -29,7 +30,9 @@ class Workload:
 def _realize(*ts: Tensor) -> None: Tensor.realize(*ts)
 
 def _f(*shape: int) -> Tensor: return Tensor.empty(*shape, dtype=dtypes.float32)
-def _i(*shape: int) -> Tensor: return Tensor.empty(*shape, dtype=dtypes.int32)
+# index buffers hold zeros, not empty()'s arbitrary contents: gather, one_hot and the losses read their indices when
+# called (an index out of range raises), and 0 is in range for every use here; the kernels read a buffer either way
+def _i(*shape: int) -> Tensor: return Tensor(np.zeros(shape, np.int32))
 def _max_pool(x: Tensor, size: int) -> Tensor: return cast(Tensor, x.max_pool2d(size))  # no indices asked for
 
 # ** bench/bench_suite.py's workloads **
@@ -245,7 +248,6 @@ SMOLLM2 = {"n_layers": 2, "dim": 576, "n_heads": 9, "n_kv_heads": 3, "ffn_dim": 
 def _llm_decode() -> None:
   """A prefill of 4 tokens and one decode step, with SmolLM2-135M's Q4_1 matrices and Q8_0 tied embedding/LM head
   (as the GGUF the LLM bench runs), filled with random bytes."""
-  import numpy as np
   Llama, LlamaConfig, _Source, GGMLType, tensor_nbytes = pipeline.llm_api()
   cfg = LlamaConfig(**SMOLLM2)
   rng = np.random.default_rng(0)
