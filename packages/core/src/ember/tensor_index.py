@@ -84,15 +84,20 @@ def getitem(x: Tensor, indices: Any) -> Tensor:
   elif squeeze: out = out.reshape(tuple(s for k, s in enumerate(out.shape) if k not in squeeze))
   return out
 
+def data_checks_run() -> bool:
+  """Whether checks that read tensor data (index ranges, multinomial weights) run now: not while TinyJit captures
+  (its replays could not run them) nor while an `ember.function` body is traced (its inputs are stand-in buffers then,
+  their contents arbitrary)."""
+  from ember.engine.jit import capturing
+  from ember.function import _tracing
+  return not (capturing() or _tracing[0])
+
 def check_index_range(index: Tensor, size: int, what: str, low: int | None = None, skip: int | None = None) -> None:
   """IndexRangeError when int tensor `index` holds a value outside [low, size) (low defaults to -size: negative
   indices count from the end), other than `skip` (an ignore_index): what torch checks, where ember's one-hot gathers
-  would read zeros and its scatters write nowhere. The check reads the indices (a sync), so it is skipped while TinyJit
-  captures and while an `ember.function` body is traced (its inputs are placeholders then, their contents arbitrary):
-  replays could not run it, and there such an index selects zeros. `what` starts the message."""
-  from ember.engine.jit import capturing
-  from ember.function import _tracing
-  if capturing() or _tracing[0] or not all(isinstance(s, int) for s in index.shape) or index.numel() == 0: return
+  would read zeros and its scatters write nowhere. The check reads the indices (a sync), only where `data_checks_run`;
+  in a replay such an index selects zeros. `what` starts the message."""
+  if not data_checks_run() or not all(isinstance(s, int) for s in index.shape) or index.numel() == 0: return
   lo = -size if low is None else low
   bad = (index < lo) | (index >= size)
   if skip is not None: bad = bad & (index != skip)

@@ -641,12 +641,10 @@ def _rearrange(t: Tensor, formula: str, sizes: dict[str, int]) -> Tensor:
 
 def _check_multinomial_weights(w: Tensor) -> None:
   """ArgumentError for weights torch refuses (negative, NaN or infinite ones, a row summing to zero): the draws would be
-  silently wrong. One read of two flags (a sync), skipped while TinyJit captures or an ember.function traces, as the
-  index checks are."""
-  from ember.engine.jit import capturing
-  from ember.function import _tracing
+  silently wrong. One read of two flags (a sync), where the index checks run (`data_checks_run`)."""
   from ember.tensor import Tensor
-  if capturing() or _tracing[0] or w.numel() == 0: return
+  from ember.tensor_index import data_checks_run
+  if not data_checks_run() or w.numel() == 0: return
   negative, empty_row = Tensor.stack(((w < 0) | w.isnan() | w.isinf()).any(), (w.sum(1) <= 0).any()).tolist()
   if negative: raise ArgumentError("multinomial weights must be finite and >= 0; got a negative, NaN or infinite one")
   if empty_row: raise ArgumentError("multinomial weights of a row sum to 0: there is nothing to draw from")

@@ -10,7 +10,7 @@ from ember.dtype import dtypes, least_upper_dtype, strong_dtype, sum_acc_dtype
 from ember.errors import ArgumentError, DTypeError, ShapeError
 from ember.helpers import prod
 from ember.uop.ops import int_shape, int_size, sint
-from ember.tensor_index import check_index_range
+from ember.tensor_index import check_index_range, data_checks_run
 
 if TYPE_CHECKING:
   from ember.tensor import (PyBool, PyFloat, PyInt, Tensor)
@@ -299,9 +299,8 @@ class NNMixin:
       raise ShapeError(f"max_unpool2d output_size {tuple(output_size)} must give {nd} spatial sizes, each strictly "
                        f"within a stride {s} of the default {default}")
     lead = self.shape[:-nd]
-    from ember.engine.jit import capturing
-    # an index outside the output would be dropped silently: check it, as torch does (not while TinyJit captures)
-    if not capturing() and indices.numel() and ((indices < 0) | (indices >= prod(spatial))).any().item():
+    # an index outside the output would be dropped silently: check it, as torch does (where data checks run)
+    if data_checks_run() and indices.numel() and ((indices < 0) | (indices >= prod(spatial))).any().item():
       raise ShapeError(f"max_unpool2d indices must lie in [0, {prod(spatial)}) for output size {spatial}; pass the "
                        "output_size max_pool2d's input had")
     flat = Tensor.zeros(*lead, int(prod(spatial)), dtype=strong_dtype(self.dtype), device=self.device)
