@@ -155,6 +155,36 @@ def test_fancy_getitem_matches_numpy(index: Any) -> None:
     check(lambda t: t[index], lambda t: t[index], X)
   with pytest.raises(AxisError): Tensor(X)[0, [9]]
 
+MASK_INDEXES: list[Any] = [
+  ([True, False, True],), (slice(None), [False, True, True, False]), (1, slice(None), [True] * 5),
+  ([[True, False, True, True], [False, False, False, True], [True, True, False, False]],),
+  (Ellipsis, [False, True, False, True, True]), ([True, False, False], [0, 3]), ([False, False, False],),
+]
+
+@pytest.mark.parametrize("index", MASK_INDEXES, ids=[str(i) for i in range(len(MASK_INDEXES))])
+def test_list_of_bools_is_a_mask_as_in_torch(index: Any) -> None:
+  # a list of bools selects where it is True (over as many dims as it has levels); cast to int32, it picked rows 1 and 0
+  want = torch.tensor(X)[index].numpy()
+  np.testing.assert_array_equal(Tensor(X)[index].numpy(), want)
+  arrays = tuple(np.array(i) if isinstance(i, list) else i for i in index)  # numpy arrays index as the lists do
+  np.testing.assert_array_equal(Tensor(X)[arrays].numpy(), want)
+
+def test_list_indices_are_checked_on_the_host() -> None:
+  from ember.engine.realize import GlobalCounters
+  from ember.errors import IndexingError, IndexRangeError
+  t = Tensor(X).realize()
+  GlobalCounters.reset()
+  lazy = t[[2, -3, 0], [1, 3, 0]] + t[:, [True, False, False, True]].sum()
+  assert GlobalCounters.kernel_count == 0, "a list index's range check ran kernels (a sync) though its values are known"
+  np.testing.assert_allclose(lazy.numpy(), X[[2, -3, 0], [1, 3, 0]] + X[:, [True, False, False, True]].sum(),
+                             rtol=1e-5)
+  with pytest.raises(IndexRangeError, match="index 3 is out of range"): t[[0, 3]]
+  with pytest.raises(IndexRangeError, match="index -6 is out of range"): t[0, 0, [-6]]
+  with pytest.raises(IndexingError, match="must hold ints"): t[[0.5, 1.7]]  # int32 made rows 0 and 1 of it
+  with pytest.raises(IndexingError, match="must hold ints"): t[:, ["a"]]
+  with pytest.raises(IndexingError, match="rectangular"): t[[[0, 1], [2]]]
+  with pytest.raises(IndexError): t[[True, False]]  # a mask one short of the dim
+
 def test_zero_d_tensor_index_of_a_vector_is_a_scalar() -> None:
   # the index leaves no dims at all: a 0-d result, as numpy (it raised TypeError from reshape())
   v = np.array([3.0, 1.0, 4.0], np.float32)

@@ -1,14 +1,38 @@
 """`Tensor.__getitem__`: ints, slices with steps, None, Ellipsis and tensor/list indices, as movement ops + gathers."""
 from __future__ import annotations
 from typing import Any, TYPE_CHECKING
+import numpy as np
 from ember.errors import AxisError, IndexingError, IndexRangeError
 from ember.dtype import dtypes
 from ember.uop.ops import Ops, UOp, int_size
 if TYPE_CHECKING:
   from ember.tensor import Tensor
 
+class HostIndex:
+  """A list/tuple index into one dim, its values known on the host: range-checked there (no sync), never again.
+  `mask_len`: the length of the dim a bool mask's level covers (the dim must be that long)."""
+  __slots__ = ("values", "mask_len")
+  def __init__(self, values: np.ndarray, mask_len: int | None = None) -> None:
+    self.values, self.mask_len = values, mask_len
+
+def _host_indices(i: list | tuple | np.ndarray) -> list[HostIndex]:
+  """A list (or tuple, nested) inside an index as torch reads it: ints index one dim; bools are a mask over as many
+  dims as the list has levels (its True positions, one HostIndex per dim). Anything else is refused: an int32 cast
+  would have turned 0.5 into 0 and True into 1, a silently different selection."""
+  try: arr = np.asarray(i)
+  except ValueError as e: raise IndexingError(f"a list index must be rectangular (all rows one length): {e}") from None
+  if arr.size == 0: return [HostIndex(np.zeros(arr.shape, np.int64))]
+  if arr.dtype == np.bool_: return [HostIndex(np.asarray(p, np.int64), n) for p, n in zip(np.nonzero(arr), arr.shape)]
+  if arr.dtype.kind not in "iu" or arr.dtype == object:
+    kinds = sorted({type(v).__name__ for v in arr.reshape(-1).tolist()})
+    raise IndexingError(f"list indices must hold ints (or bools, a mask), got {', '.join(kinds)}; convert them first")
+  return [HostIndex(arr.astype(np.int64))]
+
 def _norm_index(indices: Any) -> list[Any]:
-  idx = list(indices) if isinstance(indices, tuple) else [indices]
+  idx: list[Any] = []
+  for i in (list(indices) if isinstance(indices, tuple) else [indices]):
+    if isinstance(i, (list, tuple)) or (isinstance(i, np.ndarray) and i.ndim > 0): idx.extend(_host_indices(i))
+    else: idx.append(i)
   if sum(1 for i in idx if i is Ellipsis) > 1: raise IndexingError("an index can only have a single ellipsis ('...')")
   return idx
 
@@ -42,6 +66,7 @@ def getitem(x: Tensor, indices: Any) -> Tensor:
   out = x
   dim = 0
   tensor_dims: list[tuple[int, Tensor]] = []
+  checked: set[int] = set()  # dims whose (list) index was range-checked on the host
   squeeze: list[int] = []
   for i in idx:
     if i is None:
@@ -68,10 +93,19 @@ def getitem(x: Tensor, indices: Any) -> Tensor:
       out = out.shrink(tuple((v, v + 1) if k == dim else (0, s) for k, s in enumerate(out.shape)))
       squeeze.append(dim)
       dim += 1
-    elif isinstance(i, (Tensor, list, tuple)):
-      t = i if isinstance(i, Tensor) else Tensor(list(i), device=x.device, dtype=dtypes.int32)
-      if not dtypes.is_int(t.dtype): raise AxisError(f"tensor indices must be int, got {t.dtype!r}; cast with .int()")
-      tensor_dims.append((dim, t))
+    elif isinstance(i, HostIndex):
+      n = int_size(out.shape[dim], "a list index")
+      if i.mask_len is not None and i.mask_len != n:
+        raise IndexRangeError(f"a mask of length {i.mask_len} cannot index dim {dim} of size {n}: one bool per element")
+      if i.values.size and not (-n <= int(i.values.min()) and int(i.values.max()) < n):
+        bad = next(int(v) for v in i.values.reshape(-1) if not -n <= int(v) < n)
+        raise IndexRangeError(f"a list index into dim {dim} of size {n}: index {bad} is out of range [{-n}, {n})")
+      tensor_dims.append((dim, Tensor(i.values.astype(np.int32), device=x.device)))
+      checked.add(dim)
+      dim += 1
+    elif isinstance(i, Tensor):
+      if not dtypes.is_int(i.dtype): raise AxisError(f"tensor indices must be int, got {i.dtype!r}; cast with .int()")
+      tensor_dims.append((dim, i))
       dim += 1
     elif isinstance(i, UOp):
       out = out.shrink(tuple((i, i + 1) if k == dim else (0, s) for k, s in enumerate(out.shape)))
@@ -80,7 +114,7 @@ def getitem(x: Tensor, indices: Any) -> Tensor:
     else:
       raise IndexingError(f"unsupported index type {type(i).__name__}: index with ints, slices, None, ..., lists or "
                           "int/bool Tensors")
-  if tensor_dims: out = _gather_dims(out, tensor_dims, squeeze)
+  if tensor_dims: out = _gather_dims(out, tensor_dims, squeeze, checked)
   elif squeeze: out = out.reshape(tuple(s for k, s in enumerate(out.shape) if k not in squeeze))
   return out
 
@@ -106,7 +140,8 @@ def check_index_range(index: Tensor, size: int, what: str, low: int | None = Non
   value = next(int(v) for v in flat if not lo <= int(v) < size and int(v) != skip)
   raise IndexRangeError(f"{what}: index {value} is out of range [{lo}, {size})")
 
-def _gather_dims(x: Tensor, tensor_dims: list[tuple[int, Tensor]], squeeze: list[int]) -> Tensor:
+def _gather_dims(x: Tensor, tensor_dims: list[tuple[int, Tensor]], squeeze: list[int],
+                 checked: frozenset[int] | set[int] = frozenset()) -> Tensor:
   """Advanced indexing: broadcast the index tensors together; the indexed dims are replaced by the index shape,
   placed where the first indexed dim was (numpy rules for adjacent indices) or in front (non-adjacent)."""
   from ember.tensor import Tensor, broadcast_shape
@@ -115,7 +150,7 @@ def _gather_dims(x: Tensor, tensor_dims: list[tuple[int, Tensor]], squeeze: list
   # one-hot select per indexed dim: sum over that dim of (idx == arange) * x
   for d, t in tensor_dims:
     n = int_size(x.shape[d], "a tensor index")
-    check_index_range(t, n, f"a tensor index into dim {d} of size {n}")
+    if d not in checked: check_index_range(t, n, f"a tensor index into dim {d} of size {n}")
   others = [k for k in range(x.ndim) if k not in dims]
   xp = x.permute(dims + others)  # (*indexed, *others)
   other_shape = tuple(xp.shape[len(dims):])
