@@ -169,6 +169,18 @@ def test_list_of_bools_is_a_mask_as_in_torch(index: Any) -> None:
   arrays = tuple(np.array(i) if isinstance(i, list) else i for i in index)  # numpy arrays index as the lists do
   np.testing.assert_array_equal(Tensor(X)[arrays].numpy(), want)
 
+@pytest.mark.parametrize("index", [True, False, (0, True), (Ellipsis, False), (True, 1, slice(None), 2),
+                                   (None, True, 0)], ids=[str(i) for i in range(6)])
+def test_python_bool_index_adds_a_dim_as_in_torch(index: Any) -> None:
+  # True adds a dim of size 1 (as None), False one of size 0; neither consumes a dim (it raised IndexingError)
+  want = torch.tensor(X)[index].numpy()
+  got = Tensor(X)[index].numpy()
+  assert got.shape == want.shape
+  np.testing.assert_array_equal(got, want)
+  parts = index if isinstance(index, tuple) else (index,)
+  numpy_bools = tuple(np.bool_(i) if isinstance(i, bool) else i for i in parts)  # as numpy reads its bool scalars
+  np.testing.assert_array_equal(Tensor(X)[numpy_bools].numpy(), X[numpy_bools])
+
 def test_list_indices_are_checked_on_the_host() -> None:
   from ember.engine.realize import GlobalCounters
   from ember.errors import IndexingError, IndexRangeError

@@ -56,7 +56,7 @@ def _strided(x: Tensor, dim: int, start: int, stop: int, step: int) -> Tensor:
 def getitem(x: Tensor, indices: Any) -> Tensor:
   from ember.tensor import Tensor
   idx = _norm_index(indices)
-  consumed = sum(1 for i in idx if i is not None and i is not Ellipsis)
+  consumed = sum(1 for i in idx if i is not None and i is not Ellipsis and not isinstance(i, (bool, np.bool_)))
   if consumed > x.ndim: raise AxisError(f"too many indices for tensor of shape {x.shape}: {consumed} given")
   if any(i is Ellipsis for i in idx):
     e = next(k for k, i in enumerate(idx) if i is Ellipsis)  # identity: `in`/index() would call Tensor.__eq__
@@ -69,8 +69,10 @@ def getitem(x: Tensor, indices: Any) -> Tensor:
   checked: set[int] = set()  # dims whose (list) index was range-checked on the host
   squeeze: list[int] = []
   for i in idx:
-    if i is None:
+    if i is None or isinstance(i, (bool, np.bool_)):  # True adds a dim as None does; False one of size 0 (torch)
       out = out.unsqueeze(dim)
+      if i is not None and not i:
+        out = out.shrink(tuple((0, 0) if k == dim else (0, n) for k, n in enumerate(out.shape)))
       dim += 1
     elif isinstance(i, slice) and any(isinstance(v, UOp) for v in (i.start, i.stop)):
       # symbolic bounds (a bound Variable): a plain shrink, e.g. the filled part of a KV cache `cache[:, :pos+1]`
@@ -83,7 +85,7 @@ def getitem(x: Tensor, indices: Any) -> Tensor:
       start, stop, step = i.indices(int_size(out.shape[dim], "a slice with int bounds"))
       out = _strided(out, dim, start, stop, step)
       dim += 1
-    elif isinstance(i, bool) or (isinstance(i, Tensor) and i.dtype is dtypes.bool):
+    elif isinstance(i, Tensor) and i.dtype is dtypes.bool:
       raise IndexingError("boolean mask indexing has a data-dependent shape; use masked_select or where")
     elif isinstance(i, int) or (hasattr(i, "__index__") and not isinstance(i, (Tensor, list, tuple))):
       n = int_size(out.shape[dim], "an int index")
@@ -179,7 +181,7 @@ def _gather_dims(x: Tensor, tensor_dims: list[tuple[int, Tensor]], squeeze: list
 
 def _basic_region(x: Tensor, idx: list[Any]) -> list[tuple[int, int]] | None:
   """For indices of ints, unit-step slices, None and Ellipsis: the (start, stop) each dim of x keeps; None otherwise."""
-  consumed = sum(1 for i in idx if i is not None and i is not Ellipsis)
+  consumed = sum(1 for i in idx if i is not None and i is not Ellipsis and not isinstance(i, (bool, np.bool_)))
   if consumed > x.ndim: raise AxisError(f"too many indices for tensor of shape {x.shape}: {consumed} given")
   if any(i is Ellipsis for i in idx):
     e = next(k for k, i in enumerate(idx) if i is Ellipsis)  # identity: `in`/index() would call Tensor.__eq__
