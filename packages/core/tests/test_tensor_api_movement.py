@@ -181,6 +181,16 @@ def test_python_bool_index_adds_a_dim_as_in_torch(index: Any) -> None:
   numpy_bools = tuple(np.bool_(i) if isinstance(i, bool) else i for i in parts)  # as numpy reads its bool scalars
   np.testing.assert_array_equal(Tensor(X)[numpy_bools].numpy(), X[numpy_bools])
 
+@pytest.mark.parametrize("case", range(4))
+def test_bool_tensor_mask_index_as_in_torch(case: int) -> None:
+  # x[mask] reads the mask on the host (a sync, as torch's) and selects its True positions, gradients included
+  fns = [lambda a: a[a > 0], lambda a: a[:, a[0, :, 0] > 0], lambda a: a[(a > 9).all(-1).all(-1)],
+         lambda a: a[a.sum(-1) > 0, 2]]
+  check(fns[case], fns[case], X)
+  t, want = Tensor(X.copy()), X.copy()
+  t[t < 0], want[want < 0] = 0.0, 0.0
+  np.testing.assert_array_equal(t.numpy(), want)
+
 def test_list_indices_are_checked_on_the_host() -> None:
   from ember.engine.realize import GlobalCounters
   from ember.errors import IndexingError, IndexRangeError

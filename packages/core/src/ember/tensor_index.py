@@ -32,6 +32,11 @@ def _norm_index(indices: Any) -> list[Any]:
   idx: list[Any] = []
   for i in (list(indices) if isinstance(indices, tuple) else [indices]):
     if isinstance(i, (list, tuple)) or (isinstance(i, np.ndarray) and i.ndim > 0): idx.extend(_host_indices(i))
+    elif getattr(i, "dtype", None) is dtypes.bool and hasattr(i, "uop"):  # a bool Tensor: a mask, read on the host
+      if not data_checks_run():
+        raise IndexingError("a boolean mask tensor cannot index inside a TinyJit capture or an ember.function trace: "
+                            "the result's shape depends on the mask's values; use where() or masked_fill() there")
+      idx.extend(_host_indices(i.numpy()))
     else: idx.append(i)
   if sum(1 for i in idx if i is Ellipsis) > 1: raise IndexingError("an index can only have a single ellipsis ('...')")
   return idx
@@ -85,8 +90,6 @@ def getitem(x: Tensor, indices: Any) -> Tensor:
       start, stop, step = i.indices(int_size(out.shape[dim], "a slice with int bounds"))
       out = _strided(out, dim, start, stop, step)
       dim += 1
-    elif isinstance(i, Tensor) and i.dtype is dtypes.bool:
-      raise IndexingError("boolean mask indexing has a data-dependent shape; use masked_select or where")
     elif isinstance(i, int) or (hasattr(i, "__index__") and not isinstance(i, (Tensor, list, tuple))):
       n = int_size(out.shape[dim], "an int index")
       v = int(i)
