@@ -21,6 +21,8 @@ def E(a: Any) -> Tensor: return Tensor(np.asarray(a))
 def T(a: Any) -> Any: return torch.tensor(np.asarray(a))
 
 NAN = np.array([1.0, np.nan, -2.0, 3.0, np.nan, 0.5], np.float32)
+INF_PAIRS = (np.array([np.inf, -np.inf, 5.0, -5.0, 0.0, -0.0, 3.0, -4.0, 4.0], np.float32),
+             np.array([0.7, 0.7, np.inf, np.inf, np.inf, -np.inf, -np.inf, 2.0, -2.0], np.float32))
 # one NaN per row and column: torch's max(dim) sends the gradient to one index, ember's to every maximum
 WITH_NAN = np.array([[1.0, np.nan, -2.0], [3.0, 0.5, 7.0], [np.nan, 4.0, 1.0]], np.float32)
 X3 = rand(2, 3, 4)
@@ -57,6 +59,9 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[..., Any], tuple[np.ndarray,
                       (np.array([1.0, -1.0, 0.7, 3.0, 5.5], np.float32),
                        np.array([0.1, 0.1, -0.1, 0.3, -2.0], np.float32)),
                       {}),
+  # infinite operands as torch (Python's divmod): inf // b and inf % b are NaN; a // inf is 0 or -1, a % inf a or inf
+  "floordiv_infinities": (lambda a, b: a // b, lambda a, b: a // b, INF_PAIRS, {"grad": False}),
+  "remainder_infinities": (lambda a, b: a % b, lambda a, b: a % b, INF_PAIRS, {"grad": False}),
   "div_trunc_int": (lambda a, b: a.div(b, rounding_mode="trunc"), lambda a, b: a.div(b, rounding_mode="trunc"),
                     (ints(4, 5), ints(4, 5, low=1, high=5) * np.array([1, -1, 1, -1, 1], np.int32)), {}),
   "div_floor_int": (lambda a, b: a.div(b, rounding_mode="floor"), lambda a, b: a.div(b, rounding_mode="floor"),
@@ -580,3 +585,14 @@ def test_max_unpool2d_shapes(shape: tuple[int, ...], kw: dict[str, Any], out: tu
   (want * torch.tensor(seed)).sum().backward()
   assert vv.grad is not None
   np.testing.assert_allclose(vv.grad.numpy(), tvv.grad.numpy(), rtol=1e-6)
+
+def test_floordiv_and_remainder_keep_torchs_signed_zeros() -> None:
+  # torch's zero quotients carry the exact quotient's sign, zero remainders a's (fmod's): -0.0 // -inf is 0.0 (it was
+  # -1), -4.0 % 2.0 is -0.0
+  a, b = INF_PAIRS
+  for got, want in ((Tensor(a) // Tensor(b), torch.tensor(a) // torch.tensor(b)),
+                    (Tensor(a) % Tensor(b), torch.tensor(a) % torch.tensor(b))):
+    g, w = got.numpy(), want.numpy()
+    np.testing.assert_array_equal(g, w)
+    finite = ~np.isnan(w)
+    np.testing.assert_array_equal(np.signbit(g[finite]), np.signbit(w[finite]))

@@ -596,11 +596,16 @@ def _widest_float(device: str | tuple[str, ...]) -> DType:
 def _exact_floordiv(a: Tensor, b: Tensor) -> Tensor:
   """floor(a / b) of the exact quotient, as torch and Python compute it for floats: floor(fl(a / b)) is one too big
   where the rounded quotient reaches an integer the exact one falls short of (fl(1 / 0.1) is 10.0); the remainder
-  a - q * b, exact in float64 for float32 operands, has the wrong sign there. b == 0 gives a / b (inf or NaN)."""
+  a - q * b, exact in float64 for float32 operands, has the wrong sign there. b == 0 gives a / b (inf or NaN). As
+  torch's (and Python's divmod): an infinite a gives NaN (its remainder is NaN), and a finite a over an infinite b gives
+  -1 where their signs differ and a != 0, else a zero with the quotient's sign."""
   q = (a / b).floor()
   wide = _widest_float(a.device)
   r = a.cast(wide) - q.cast(wide) * b.cast(wide)
-  return ((r != 0) & ((r < 0) != (b < 0)) & (b != 0)).where(q - 1, q)
+  q = ((r != 0) & ((r < 0) != (b < 0)) & (b != 0)).where(q - 1, q)
+  over_inf = ((a != 0) & ((a < 0) != (b < 0))).where(-1.0, a / b)  # a / b: a signed zero
+  q = (b.isinf() & a.isfinite()).where(over_inf, q)
+  return (a.isinf() & (b != 0)).where(float("nan"), q)
 
 def _binop(op: Ops, x: Tensor, y: Any, reverse: bool = False) -> Tensor:
   if op in GroupOp.Bitwise:

@@ -109,7 +109,11 @@ class ElementwiseMixin:
     # the value is a - q * b computed exactly (1.0 % 0.1 is 0.0999..., not 0); the gradient is that of a - q * b
     approx = a - q * b
     exact = (a.cast(dtypes.float64) - q.cast(dtypes.float64) * b.cast(dtypes.float64)).cast(a.dtype)
-    return approx + (exact - approx).detach()
+    value = approx + (exact - approx).detach()
+    value = (value == 0).where(a.detach() * 0, value)  # a zero remainder takes a's sign, as torch's (fmod's) does
+    # a finite a modulo an infinite b is a itself, or b where their signs differ and a != 0 (torch, Python)
+    over_inf = ((a != 0) & ((a < 0) != (b < 0))).where(b, a)
+    return (b.isinf() & a.isfinite()).where(over_inf, value)
   def neg(self: Tensor) -> Tensor:
     if self.dtype is dtypes.bool: return self.logical_not()
     return self._alu(Ops.NEG)
