@@ -248,3 +248,78 @@ def test_substitute_replaces_by_identity_without_rewriting_again():
   out = substitute(e, {x: y + 0})
   assert out is ((y + 0) + y) * (y + 0)
   assert e.substitute({}) is e
+
+# ** the written-out rules (PatternMatcher.rewrite) against the matchers (UPat.match, which traced_rewrite uses) **
+
+def _reference(pm: PatternMatcher, node: UOp, ctx: object = None) -> UOp | None:
+  return pm.traced_rewrite(node, ctx, lambda *_: None)
+
+def test_written_rules_call_back_once_per_match_in_match_order():
+  # a commutative pattern with two commutative sources: every binding, in UPat.match's order, until one rewrites
+  pat = UPat(Ops.ADD, src=[UPat(Ops.MUL, src=[UPat.var("a"), UPat.var("b")]), UPat.var("c")])
+  node = (x * y) + (y * z)
+  seen: list[tuple[UOp, UOp, UOp]] = []
+  def cb(a, b, c):
+    seen.append((a, b, c))
+    return None
+  assert PatternMatcher([(pat, cb)]).rewrite(node) is None
+  assert seen == [(m["a"], m["b"], m["c"]) for m in pat.match(node, {})] and len(seen) == 4
+  # the third binding rewrites: the fourth is never tried
+  seen.clear()
+  def third(a, b, c):
+    seen.append((a, b, c))
+    return c if len(seen) == 3 else None
+  assert PatternMatcher([(pat, third)]).rewrite(node) is pat.match(node, {})[2]["c"] and len(seen) == 3
+
+def test_written_rules_keep_names_dtypes_args_and_lengths():
+  fx = UOp(Ops.DEFINE_VAR, dtypes.float32, arg=("f", 0, 1))
+  buf = UOp(Ops.PARAM, dtypes.float32.ptr(4), (), 0)
+  rules = [
+    (UPat(Ops.ADD, src=(UPat.var("a"), UPat.var("a"))), lambda a: a * 2),  # the same name binds the same node
+    (UPat(Ops.MUL, src=[UPat.var("a", dtype=dtypes.float32), UPat.cvar("k")]), lambda a, k: a),
+    (UPat(Ops.INDEX, src=(UPat(dtype=dtypes.float32, name="b"),), allow_any_len=True, name="i"), lambda b, i: b),
+    (UPat(Ops.CMPLT, src=(UPat.var("a"), UPat.const(None, 1))), lambda a: a),  # True is not the int 1
+    (UPat(Ops.WHERE, name="w"), lambda w: None),  # declines: falls through to the rule for any op
+    (UPat(name="n", dtype=dtypes.bool), lambda n: UOp.const(dtypes.bool, False) if n.op is Ops.WHERE else None),
+  ]
+  pm = PatternMatcher(rules)
+  nodes = [x + x, x + y, fx * UOp.const(dtypes.float32, 2.0), UOp.const(dtypes.float32, 2.0) * fx, x * 3,
+           UOp(Ops.INDEX, dtypes.float32.ptr(4), (buf, c(1))), UOp(Ops.INDEX, dtypes.float32.ptr(4), (buf,)),
+           x.lt(1), x.lt(UOp.const(dtypes.bool, True).cast(dtypes.int32)), x.lt(2).where(x.lt(3), x.lt(4))]
+  for n in nodes: assert pm.rewrite(n) is _reference(pm, n), n
+  assert pm.rewrite(x + x) is x * 2 and pm.rewrite(x + y) is None
+  assert pm.rewrite(UOp(Ops.INDEX, dtypes.float32.ptr(4), (buf, c(1)))) is buf  # a pointer matches its base dtype
+
+def test_rules_not_written_out_run_through_their_matchers():
+  # alternatives, a pattern every source must match and a name that is no identifier keep the matcher's semantics
+  pm = PatternMatcher([
+    (UPat.any(UPat(Ops.ADD, name="n"), UPat(Ops.MUL, name="n")), lambda n: n.src[0]),
+    (UPat(Ops.SINK, src=UPat(Ops.DEFINE_VAR)), lambda **kw: c(0)),
+    (UPat(Ops.MAX, src=(UPat.var("odd-name"), UPat.var())), lambda **kw: kw["odd-name"]),
+    (UPat.any(UPat(Ops.IDIV, name="n")), lambda ctx, n: ctx),  # one that takes ctx, after one that does not
+  ])
+  for n in (x + y, x * y, x // y, UOp(Ops.SINK, dtypes.void, (x, y)), UOp(Ops.SINK, dtypes.void, (x, c(1))),
+            x.maximum(y)):
+    assert pm.rewrite(n, c(7)) is _reference(pm, n, c(7)), n
+  assert pm.rewrite(x.maximum(y)) is x and pm.rewrite(x // y, c(7)) is c(7)
+
+def test_written_rules_agree_with_the_matchers_on_kernels():
+  """Every node of real kernels (a matmul unrolled by the kernel opts, a softmax) under codegen's own tables gives
+  what the rule matchers give: the written code is the same rules."""
+  import numpy as np
+  from ember import Tensor
+  from ember.codegen import pm_simplify
+  from ember.codegen.opt import apply_opts_list, hand_coded_opts, pm_const_last
+  from ember.device import Device
+  from ember.uop.symbolic import symbolic
+  a, b = Tensor(np.ones((16, 32), np.float32)), Tensor(np.ones((32, 64), np.float32))
+  kernels = [si.program for t in (a @ b, (a @ b).softmax(-1)) for si in t.schedule() if si.program is not None]
+  renderer = Device["CPU"].renderer
+  tables = [symbolic, pm_simplify, pm_const_last] + ([renderer.extra_matcher] if renderer.extra_matcher else [])
+  nodes: dict[UOp, None] = {}
+  for k in kernels:
+    nodes.update(k.toposort())
+    nodes.update(apply_opts_list(graph_rewrite(k, pm_simplify), hand_coded_opts(k, renderer)).toposort())
+  assert len(nodes) > 500
+  for pm in tables:
+    for n in nodes: assert pm.rewrite(n) is _reference(pm, n), n

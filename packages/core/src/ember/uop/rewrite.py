@@ -7,6 +7,7 @@ named captures as keyword arguments (plus `ctx` if it declares it) and returns a
 from __future__ import annotations
 import inspect
 import itertools
+import keyword
 import sys
 import time
 from typing import Any, Callable, Iterable, Protocol, cast
@@ -154,6 +155,87 @@ def _arg_eq(pat_arg: Any, arg: Any) -> bool:
 
 RewriteFn = Callable[..., UOp | None]
 TryHook = Callable[["UPat", RewriteFn, UOp, UOp | None, float], None]
+OpRewrite = Callable[[UOp, Any], UOp | None]
+
+class _RuleSource:
+  """Python source of one op's rules (see `_compile_rules`): the lines, and the values they name."""
+  def __init__(self) -> None:
+    self.lines: list[str] = []
+    self.names: dict[str, Any] = {"isinstance": isinstance, "PtrDType": PtrDType, "_arg_eq": _arg_eq}
+    self.count = itertools.count()
+  def name(self, value: Any, prefix: str) -> str:
+    self.names[key := f"{prefix}{next(self.count)}"] = value
+    return key
+
+def _pattern_lines(pat: UPat, var: str, bound: dict[str, str], lines: list[str], src: _RuleSource,
+                   root: bool) -> list[tuple[list[str], dict[str, str]]]:
+  """Every way `pat` can match the node in variable `var`, in the order `UPat.match` lists them: per way, the lines
+  that check it (`break` where it fails) and the names it binds, to variables. A list `src` is one way per order of
+  its patterns; a tuple one way; the first of several occurrences of a name binds it, the others check identity. The
+  root's op is not checked (its rules are the rules for its op)."""
+  lines = list(lines)
+  if not root and pat.op is not None:
+    if len(pat.op) == 1: lines.append(f"if {var}.op is not {src.name(next(iter(pat.op)), 'op')}: break")
+    else: lines.append(f"if {var}.op not in {src.name(pat.op, 'ops')}: break")
+  if pat.dtype is not None:
+    dts = src.name(pat.dtype, "dts")
+    ptr = f"isinstance({var}.dtype, PtrDType) and {var}.dtype.base in {dts}"
+    lines.append(f"if {var}.dtype not in {dts} and not ({ptr}): break")
+  if pat.match_arg: lines.append(f"if not _arg_eq({src.name(pat.arg, 'arg')}, {var}.arg): break")
+  if pat.name is not None:
+    if (prev := bound.get(pat.name)) is not None: lines.append(f"if {var} is not {prev}: break")
+    else: bound = {**bound, pat.name: var}
+  if pat.src is None: return [(lines, bound)]
+  assert isinstance(pat.src, (tuple, list))
+  n, srcs = len(pat.src), f"s{next(src.count)}"
+  lines.append(f"{srcs} = {var}.src")
+  lines.append(f"if len({srcs}) {'<' if pat.allow_any_len else '!='} {n}: break")
+  orders = itertools.permutations(pat.src) if isinstance(pat.src, list) else [tuple(pat.src)]
+  ways: list[tuple[list[str], dict[str, str]]] = []
+  for order in orders:
+    partial = [(lines, bound)]
+    for i, sub in enumerate(order):
+      sub_var = f"v{next(src.count)}"
+      take = f"{sub_var} = {srcs}[{i}]"
+      partial = [way for ls, bd in partial for way in _pattern_lines(sub, sub_var, bd, [*ls, take], src, False)]
+    ways += partial
+  return ways
+
+def _generated(pat: UPat) -> bool:
+  """Whether `_compile_rules` writes `pat` as code: everything but alternatives (`UPat.any`), a single UPat that
+  every source must match and names that are no Python identifiers (those rules run through their matcher)."""
+  if pat._any is not None or isinstance(pat.src, UPat): return False
+  if pat.name is not None and not (pat.name.isidentifier() and not keyword.iskeyword(pat.name)): return False
+  return pat.src is None or all(_generated(p) for p in pat.src)
+
+def _compile_rules(rules: list[tuple[UPat, RewriteFn, bool]]) -> OpRewrite:
+  """One function that tries `rules` on a node (of one op) in order, as `PatternMatcher.rewrite` defines: the first
+  replacement a callback returns (not None, not the node itself) wins. Each rule's pattern is written out as Python,
+  one block per way it can match, so trying a rule on a node that does not match costs a few attribute checks
+  instead of the calls of its matcher (most nodes of a pass match no rule)."""
+  src = _RuleSource()
+  body: list[str] = []
+  for pat, fn, wants_ctx in rules:
+    fn_name = src.name(fn, "fn")
+    ctx_arg = ["ctx=ctx"] if wants_ctx else []
+    if not _generated(pat):
+      def tried(u: UOp, ctx: Any, match_fn: MatchFn = _matcher(pat), fn: RewriteFn = fn,
+                wants_ctx: bool = wants_ctx) -> UOp | None:
+        for match in match_fn(u, {}):
+          ret = fn(ctx=ctx, **match) if wants_ctx else fn(**match)
+          if ret is not None and ret is not u: return ret
+        return None
+      body += [f"r = {src.name(tried, 'rule')}(u, ctx)", "if r is not None: return r"]
+      continue
+    for lines, bound in _pattern_lines(pat, "u", {}, [], src, True):
+      call = ", ".join(ctx_arg + [f"{k}={v}" for k, v in bound.items()])
+      body += ["while True:", *(f"  {ln}" for ln in lines), f"  r = {fn_name}({call})",
+               "  if r is not None and r is not u: return r", "  break"]
+  code = "def rewrite(u, ctx):\n" + "".join(f"  {ln}\n" for ln in [*body, "return None"])
+  exec(compile(code, "<ember rewrite rules>", "exec"), src.names)  # noqa: S102  code written from the patterns above
+  return src.names["rewrite"]
+
+def _no_rules(u: UOp, ctx: Any) -> None: return None
 
 _memo_ids = itertools.count()
 
@@ -168,22 +250,14 @@ class PatternMatcher:
     self.memo = f"_rewritten_{next(_memo_ids)}"
     self.pdict: dict[Ops, list[tuple[UPat, RewriteFn, bool, frozenset[Ops]]]] = {}
     self.any_op: list[tuple[UPat, RewriteFn, bool, frozenset[Ops]]] = []
-    # the same rules with compiled matchers, which `rewrite` tries: by root op, in table order
-    by_op: dict[Ops, list[tuple[MatchFn, RewriteFn, bool, frozenset[Ops]]]] = {}
-    self.any_rules: list[tuple[MatchFn, RewriteFn, bool, frozenset[Ops]]] = []
     for pat, fn in patterns:
       entry = (pat, fn, "ctx" in inspect.signature(fn).parameters, pat.early_reject)
-      rule = (_matcher(pat), fn, entry[2], entry[3])
-      if pat.op is None:
-        self.any_op.append(entry)
-        self.any_rules.append(rule)
+      if pat.op is None: self.any_op.append(entry)
       else:
-        for op in pat.op:
-          self.pdict.setdefault(op, []).append(entry)
-          by_op.setdefault(op, []).append(rule)
-    # the rules a node with each op is tried against, in that order (most nodes of a pass's graph have none: they
-    # return before building anything)
-    self.rules = {op: rules + self.any_rules for op, rules in by_op.items()}
+        for op in pat.op: self.pdict.setdefault(op, []).append(entry)
+    # the rules a node with each op is tried against (its op's, in table order, then those for any op) as one
+    # function, written on the first node of that op (see `_compile_rules`)
+    self.compiled: dict[Ops, OpRewrite] = {}
     # the ops a rule can match at its root, as a bit mask: a graph none of whose nodes has one of them is a fixed
     # point, which graph_rewrite leaves without walking it. None where a rule matches any op or sums (index math
     # is sums: such a table skips nothing, and the masks would cost more than they save)
@@ -191,14 +265,12 @@ class PatternMatcher:
     self.root_ops: int | None = sum(1 << op.value for op in self.pdict) if skips else None
   def __add__(self, other: PatternMatcher) -> PatternMatcher: return PatternMatcher(self.patterns + other.patterns)
   def rewrite(self, uop: UOp, ctx: Any = None) -> UOp | None:
-    if not (rules := self.rules.get(uop.op, self.any_rules)): return None
-    src_ops = {s.op for s in uop.src}
-    for match_fn, fn, wants_ctx, reject in rules:
-      if not reject <= src_ops: continue
-      for match in match_fn(uop, {}):
-        ret = fn(ctx=ctx, **match) if wants_ctx else fn(**match)
-        if ret is not None and ret is not uop: return ret
-    return None
+    if (fn := self.compiled.get(uop.op)) is None: fn = self._compile(uop.op)
+    return fn(uop, ctx)
+  def _compile(self, op: Ops) -> OpRewrite:
+    entries = [*self.pdict.get(op, ()), *self.any_op]
+    fn = self.compiled[op] = _compile_rules([e[:3] for e in entries]) if entries else _no_rules
+    return fn
   def traced_rewrite(self, uop: UOp, ctx: Any, on_try: TryHook) -> UOp | None:
     """`rewrite`, reporting every rule it tries to `on_try(pattern, callback, node, replacement or None, seconds)`:
     the VIZ / TRACK_MATCH_STATS recorder (ember.viz.record) rewrites through this; `rewrite` stays free of it."""
