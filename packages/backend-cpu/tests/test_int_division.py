@@ -1,6 +1,7 @@
 """Integer division on both CPU renderers follows ember's rule instead of trapping (SIGFPE killed the process):
-x // 0 == x % 0 == 0, MIN // -1 == MIN, MIN % -1 == 0, for every int dtype, tensor and scalar divisors, numpy as the
-oracle. Each case runs in a child process first, so a regression is a failed test, not a dead test run."""
+x // 0 == x % 0 == 0 for a zero divisor tensor (a Python 0 raises), MIN // -1 == MIN, MIN % -1 == 0, for every int
+dtype, tensor and scalar divisors, numpy as the oracle. Each case runs in a child process first, so a regression is a
+failed test, not a dead test run."""
 from __future__ import annotations
 import os
 import subprocess
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 from cpu_kernels import reopened_cpu
 from ember import Tensor, dtypes
+from ember.errors import IntegerDivisionByZeroError
 from ember.dtype import DType
 from ember.testing import division_operands, trunc_div
 
@@ -48,6 +50,11 @@ def test_int_division_rule(cpu: str, dt: DType) -> None:
       np.testing.assert_array_equal(ours(ta, tb).numpy(), theirs(a, b), err_msg=f"{name} {dt!r} tensor divisor {cpu}")
       for s in scalars:
         want = theirs(a, np.full_like(b[:1], s))
+        if s == 0:  # a Python 0 is refused (as by torch); a zero tensor (a folded constant) gives the rule's value
+          with pytest.raises(IntegerDivisionByZeroError): ours(ta, s)
+          zero = Tensor.full((), 0, dtype=dt, device="CPU")
+          np.testing.assert_array_equal(ours(ta, zero).numpy(), want, err_msg=f"{name} {dt!r} by 0 on {cpu}")
+          continue
         np.testing.assert_array_equal(ours(ta, s).numpy(), want, err_msg=f"{name} {dt!r} by {s} on {cpu}")
     np.testing.assert_array_equal((7 // tb).numpy(), np.full_like(b, 7) // b, err_msg=f"7 // {dt!r} on {cpu}")
     np.testing.assert_array_equal((7 % tb).numpy(), np.full_like(b, 7) % b, err_msg=f"7 % {dt!r} on {cpu}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Callable
 import numpy as np
 import pytest
-from ember import Tensor, Variable
+from ember import Tensor, Variable, dtypes
 from ember.errors import ArgumentError, AxisError, EmptyReductionError, IndexingError, IndexRangeError, ShapeError
 
 torch = pytest.importorskip("torch")
@@ -197,3 +197,25 @@ def test_index_select_matches_torch() -> None:
   for dim, idx in ((0, [2, 0, 2]), (1, [3, 1]), (-1, [0])):
     ours = Tensor(x).index_select(dim, I(idx)).numpy()
     np.testing.assert_array_equal(ours, torch.tensor(x).index_select(dim, TI(idx)).numpy())
+
+def test_python_number_conversions_and_iteration_as_in_torch() -> None:
+  # int()/float()/operator.index() of a one-element tensor (they raised TypeError); iterating a 0-d tensor raises
+  # TypeError as torch's does (Python's fallback through __getitem__ gave an empty list)
+  import operator
+  assert int(Tensor([-2.7])) == int(torch.tensor([-2.7])) and float(Tensor([[2.5]])) == 2.5
+  assert operator.index(Tensor([3])) == 3 and list(range(Tensor(3))) == [0, 1, 2]
+  with pytest.raises(TypeError): operator.index(Tensor([3.0]))
+  with pytest.raises(RuntimeError): int(Tensor([1, 2]))  # torch: RuntimeError (more than one element)
+  with pytest.raises(TypeError, match="0-d"): list(Tensor(1.0))
+  rows = np.arange(6, dtype=np.float32).reshape(3, 2)
+  assert [r.tolist() for r in Tensor(rows)] == [r.tolist() for r in torch.tensor(rows)]
+
+def test_int_division_by_a_python_zero_raises() -> None:
+  from ember.errors import IntegerDivisionByZeroError
+  for op in (lambda t: t // 0, lambda t: t % 0, lambda t: t.div(0, rounding_mode="trunc"), lambda t: t.fmod(0)):
+    with pytest.raises(ZeroDivisionError): op(Tensor([3, -4]))
+    with pytest.raises(RuntimeError): op(Tensor([3, -4]))
+    with pytest.raises(IntegerDivisionByZeroError): op(Tensor([3, 4], dtype=dtypes.uint8))
+    with pytest.raises(RuntimeError): op(torch.tensor([3, -4]))  # torch raises RuntimeError("ZeroDivisionError")
+  assert (Tensor([3.0]) // 0).item() == float("inf")  # floats divide by zero as IEEE says
+  assert (7 // Tensor([0, 2])).tolist() == [0, 3]  # a divisor tensor's zeros are not read (no sync): they give 0

@@ -29,6 +29,10 @@ class ArgumentError(EmberError, ValueError, RuntimeError):
   range (randint with low >= high), a Variable bound outside its range. torch raises ValueError or RuntimeError for
   these: this is both."""
 
+class IntegerDivisionByZeroError(ArgumentError, ZeroDivisionError):
+  """An int tensor divided (`//`, `%`, `div(rounding_mode=)`, `fmod`) by a Python 0: torch raises ZeroDivisionError
+  (a RuntimeError on its devices). A divisor tensor's zeros are not checked (that would sync): they give 0."""
+
 class ContextKeyError(ArgumentError, KeyError):
   """`Context(...)` given a setting name ember does not know (a KeyError, as a failed dict lookup is)."""
 
@@ -69,5 +73,6 @@ class ProfileError(EmberError, ValueError, RuntimeError):
   """`ember.profile` used the wrong way: a trace path whose folder does not exist, a profile entered twice."""
 
 __all__ = ["EmberError", "ShapeError", "AxisError", "IndexRangeError", "EmptyReductionError", "ArgumentError",
-           "ContextKeyError", "IndexingError", "DTypeError", "DeviceError", "PluginError", "CompileError",
+           "IntegerDivisionByZeroError", "ContextKeyError", "IndexingError", "DTypeError", "DeviceError", "PluginError",
+           "CompileError",
            "MemoryAccessError", "JitError", "GradientError", "ShardingError", "VizError", "ProfileError"]

@@ -242,6 +242,19 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, MathMixin, Activati
                           "use .shards, or gather it with .to(device)")
     raise AttributeError(f"'Tensor' object has no attribute {name!r}")
   def __hash__(self) -> int: return id(self)
+  def __iter__(self) -> Iterator[Tensor]:
+    # without it Python iterates through __getitem__ until an IndexError: a 0-d tensor gave an empty list
+    if not self.shape: raise TypeError("iteration over a 0-d tensor")
+    return (self[i] for i in range(len(self)))
+  def __int__(self) -> int: return int(self._scalar("int(tensor)"))
+  def __float__(self) -> float: return float(self._scalar("float(tensor)"))
+  def __index__(self) -> int:
+    if not (dtypes.is_int(self.dtype) or self.dtype is dtypes.bool):
+      raise TypeError(f"only integer tensors of a single element can be used as an index, got {self.dtype!r}")
+    return int(self._scalar("an index"))
+  def _scalar(self, what: str) -> Any:
+    if self.numel() != 1: raise ShapeError(f"{what} needs a tensor with one element, got shape {self.shape}")
+    return self.item()
   def __bool__(self) -> bool:
     if self.numel() != 1:
       raise ValueError(f"the truth value of a tensor with {self.numel()} elements is ambiguous; "

@@ -1,11 +1,13 @@
-"""Integer division by zero and MIN // -1 follow one rule (numpy's values, no trap): x // 0 == x % 0 == 0,
-MIN // -1 == MIN, MIN % -1 == 0. Codegen guards every integer IDIV/MOD whose divisor may trap (pm_safe_division);
-divisors known to be safe (index math by positive constants) render exactly as before."""
+"""Integer division by zero and MIN // -1 follow one rule (numpy's values, no trap): x // 0 == x % 0 == 0 for a zero
+divisor tensor (a Python 0 raises), MIN // -1 == MIN, MIN % -1 == 0. Codegen guards every integer IDIV/MOD whose
+divisor may trap (pm_safe_division); divisors known to be safe (index math by positive constants) render exactly as
+before."""
 from __future__ import annotations
 from typing import Any, Callable
 import numpy as np
 import pytest
 from ember import Tensor, dtypes
+from ember.errors import IntegerDivisionByZeroError
 from ember.codegen import full_rewrite, pm_safe_division
 from ember.device.python import PythonRenderer
 from ember.dtype import DType
@@ -33,6 +35,11 @@ def check_rule(device: str, dt: DType) -> None:
       np.testing.assert_array_equal(ours(ta, tb).numpy(), theirs(a, b), err_msg=f"{name} {dt!r} tensor divisor")
       for s in scalars:
         want = theirs(a, np.full_like(b[:1], s))
+        if s == 0:  # a Python 0 is refused (as by torch); a zero tensor (a folded constant) gives the rule's value
+          with pytest.raises(IntegerDivisionByZeroError): ours(ta, s)
+          zero = Tensor.full((), 0, dtype=dt, device=device)
+          np.testing.assert_array_equal(ours(ta, zero).numpy(), want, err_msg=f"{name} {dt!r} by a zero tensor")
+          continue
         np.testing.assert_array_equal(ours(ta, s).numpy(), want, err_msg=f"{name} {dt!r} by {s}")
   with np.errstate(all="ignore"):  # a Python int over a tensor of divisors (zeros among them)
     np.testing.assert_array_equal((7 // tb).numpy(), np.full_like(b, 7) // b, err_msg=f"7 // {dt!r}")

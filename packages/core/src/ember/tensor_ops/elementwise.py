@@ -5,7 +5,7 @@ ember.tensor hands it `PyBool`, `Tensor`, `_binop` ... once Tensor exists (`LATE
 from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from ember.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
-from ember.errors import DTypeError, ShapeError, DeviceError
+from ember.errors import DTypeError, ShapeError, DeviceError, IntegerDivisionByZeroError
 from ember.uop.ops import Ops, UOp, GroupOp, sint
 
 if TYPE_CHECKING:
@@ -90,7 +90,9 @@ class ElementwiseMixin:
       ft = least_upper_float(a.dtype)
       return a.cast(ft)._alu(Ops.FDIV, b.cast(ft))
     if a.dtype is dtypes.bool: a, b = a.cast(dtypes.int32), b.cast(dtypes.int32)
-    if dtypes.is_int(a.dtype): return a._alu(Ops.IDIV, b) if rounding_mode == "trunc" else a._floordiv(b)
+    if dtypes.is_int(a.dtype):
+      _refuse_zero_divisor(x, reverse, f"div(rounding_mode={rounding_mode!r})")
+      return a._alu(Ops.IDIV, b) if rounding_mode == "trunc" else a._floordiv(b)
     ad, bd = a.detach(), b.detach()
     q = (ad / bd).trunc() if rounding_mode == "trunc" else _exact_floordiv(ad, bd)
     # a piecewise-constant result: zero gradient, but a and b stay in the graph (so asking for their gradient works)
@@ -103,6 +105,7 @@ class ElementwiseMixin:
   def mod(self: Tensor, x: Any, reverse: PyBool = False) -> Tensor:
     a, b = self._broadcasted(x, reverse)
     if dtypes.is_int(a.dtype):
+      _refuse_zero_divisor(x, reverse, "%")
       r = a._alu(Ops.MOD, b)
       return ((r != 0) & ((r < 0) != (b < 0))).where(r + b, r)
     q = _exact_floordiv(a.detach(), b.detach())
@@ -161,3 +164,8 @@ class ElementwiseMixin:
   def bitwise_xor(self: Tensor, x: Any) -> Tensor: return _binop(Ops.XOR, self, x)
   def lshift(self: Tensor, x: Any) -> Tensor: return _shift(Ops.SHL, self, x)
   def rshift(self: Tensor, x: Any) -> Tensor: return _shift(Ops.SHR, self, x)
+
+def _refuse_zero_divisor(x: Any, reverse: bool, what: str) -> None:
+  """IntegerDivisionByZeroError for an int division by a Python 0 (known without a sync; torch raises for it)."""
+  if not reverse and isinstance(x, (int, bool)) and not x:
+    raise IntegerDivisionByZeroError(f"integer {what} by zero; divide by a nonzero value (or cast to float: inf/nan)")

@@ -8,6 +8,7 @@ import math
 from typing import TYPE_CHECKING, Any
 from ember.dtype import dtypes, least_upper_float, strong_dtype
 from ember.errors import DTypeError, ShapeError
+from ember.tensor_ops.elementwise import _refuse_zero_divisor
 from ember.uop.ops import Ops
 
 if TYPE_CHECKING:
@@ -90,7 +91,9 @@ class MathMixin:
     [-1.0, 1.0]
     """
     a, b = self._broadcasted(x, reverse)
-    if dtypes.is_int(a.dtype): return a._alu(Ops.MOD, b)
+    if dtypes.is_int(a.dtype):
+      _refuse_zero_divisor(x, reverse, "fmod")
+      return a._alu(Ops.MOD, b)
     if a.dtype is dtypes.bool: raise DTypeError("fmod of bool tensors is not supported; cast to int first")
     return a - (a / b).trunc() * b
   def _signbit(self: Tensor) -> Tensor:
