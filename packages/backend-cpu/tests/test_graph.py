@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from cpu_kernels import reopened_cpu
 from ember import Tensor, TinyJit, Variable, Context
-from ember_cpu.graph import CPUGraph
+from ember_cpu.graph import CPUGraph, worker_wakeups
 
 @pytest.fixture(params=["CPU:C", "CPU:LLVM"])
 def cpu(request: pytest.FixtureRequest) -> Iterator[str]:
@@ -53,3 +53,19 @@ def test_one_thread_and_many_threads_agree(cpu: str) -> None:
       outs.append(out)
   want = np.maximum(x @ x.T, 0) + 1
   for out in outs: np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
+
+def test_replays_in_a_loop_find_the_workers_awake(cpu: str) -> None:
+  # a sleeping worker took ~35 us to wake (a quarter of a small matvec's replay); workers stay awake for a while after
+  # a replay, so only a replay after a long pause wakes them from their sleep
+  x = np.random.default_rng(2).standard_normal((512, 512)).astype(np.float32)
+  with Context(NUM_CPU_THREADS=2):
+    @TinyJit
+    def f(a: Tensor) -> Tensor: return (a * 2 + 1).realize()  # split over both threads
+    a = Tensor(x, device=cpu).realize()
+    for _ in range(3): f(a)
+    assert isinstance(f.graph, CPUGraph) and 2 in f.graph.T
+    before = worker_wakeups()
+    for _ in range(50): out = f(a)
+    woken = worker_wakeups() - before
+  np.testing.assert_allclose(out.numpy(), x * 2 + 1, rtol=1e-6)
+  assert woken < 25, f"{woken} of 50 back-to-back replays woke a sleeping worker"

@@ -11,8 +11,11 @@ overhead is a large share of the step. Here a replay is one ctypes call:
 * the runtime (`_RUNTIME`, compiled once per machine) owns a persistent pool of `cpu_threads() - 1` worker threads.
   `ember_graph_run` walks the kernels in order; a kernel split over n threads is published to the workers (a
   generation counter), chunk c runs on the thread c mod (workers + 1), and the caller waits until every worker has
-  finished before the next kernel starts, as a Python replay does. Workers spin briefly, then yield, and sleep on a
-  condition variable between replays.
+  finished before the next kernel starts, as a Python replay does. Workers spin (yielding after a while) and sleep
+  on a condition variable only once no replay has started for `IDLE_SPIN_NS` after the last one ended: waking a
+  sleeping worker took 33-37 us (median; 50-70 us at the 90th percentile) on the 2-core development VM, against
+  1 us for a spinning one, which was a quarter of a small matvec's replay (0.2 ms). torch's OpenMP workers spin
+  after a call alike, so replays in a loop (a decode step, a benchmark's calls) find them awake.
 
 A replay rewrites only the table slots of swapped input buffers and of bound Variables (`takes_var_vals`), so a
 symbolic decode step (a bound start position) replays through the graph too.
@@ -26,31 +29,45 @@ from ember_cpu.compiler import ClangCompiler
 from ember_cpu.device import _address, load_shared_object
 from ember_cpu.renderer import cpu_threads
 
+IDLE_SPIN_NS = 2_000_000  # how long workers stay awake after a replay ends, waiting for the next one
+
 _RUNTIME = r"""
+#define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 typedef void (*ember_kernel_fn)(int32_t, int32_t, int32_t, void**, void**, int64_t*);
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
-static atomic_int generation, finished, active;
+static atomic_int generation, finished, active, wakeups;
+static _Atomic int64_t idle_since;  /* when the last replay ended (CLOCK_MONOTONIC ns) */
 static int workers = -1;
 static ember_kernel_fn cur_fn;
 static int32_t cur_kernel, cur_ncores;
 static void **cur_F, **cur_B;
 static int64_t *cur_V;
 
+static int64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
 static void *worker(void *arg) {
   int32_t id = (int32_t)(intptr_t)arg, seen = 0;
   for (;;) {
     int spins = 0;
     while (atomic_load(&generation) == seen) {
-      if (!atomic_load(&active)) {
+      if (++spins > 2000) sched_yield();
+      if ((spins & 255) == 0 && !atomic_load(&active) && now_ns() - atomic_load(&idle_since) > IDLE_SPIN_NS) {
         pthread_mutex_lock(&lock);
         while (!atomic_load(&active)) pthread_cond_wait(&wake, &lock);
         pthread_mutex_unlock(&lock);
-      } else if (++spins > 2000) sched_yield();
+        atomic_fetch_add(&wakeups, 1);
+        spins = 0;
+      }
     }
     seen = atomic_load(&generation);
     for (int32_t c = id; c < cur_ncores; c += workers + 1) cur_fn(cur_kernel, c, cur_ncores, cur_F, cur_B, cur_V);
@@ -71,6 +88,8 @@ int ember_graph_start(int32_t n) {  /* once per process: n worker threads */
   return workers;
 }
 
+int ember_graph_wakeups(void) { return atomic_load(&wakeups); }  /* times a worker left its sleep */
+
 void ember_graph_run(ember_kernel_fn fn, int32_t n_kernels, const int32_t *threads, void **F, void **B,
                      int64_t *V) {
   pthread_mutex_lock(&lock);
@@ -90,9 +109,10 @@ void ember_graph_run(ember_kernel_fn fn, int32_t n_kernels, const int32_t *threa
     int spins = 0;
     while (atomic_load(&finished) < workers) if (++spins > 2000) sched_yield();
   }
+  atomic_store(&idle_since, now_ns());
   atomic_store(&active, 0);
 }
-"""
+""".replace("IDLE_SPIN_NS", str(IDLE_SPIN_NS))
 
 _ctype = {"P": "void*", "i": "int32_t", "q": "int64_t"}
 
@@ -104,8 +124,14 @@ def _runtime() -> ctypes.CDLL:
   lib.ember_graph_run.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                   ctypes.c_void_p]
   lib.ember_graph_run.restype = None
+  lib.ember_graph_wakeups.argtypes, lib.ember_graph_wakeups.restype = [], ctypes.c_int32
   lib.ember_graph_start(max(cpu_threads() - 1, 0))
   return lib
+
+def worker_wakeups() -> int:
+  """How many times a replay woke a sleeping worker of the pool since the process started (replays that found the
+  workers spinning add nothing)."""
+  return int(_runtime().ember_graph_wakeups())
 
 class CPUGraph:
   """TinyJit's graph runner for the CPU (`Compiled.graph`): built from a capture, called with the replay's input
