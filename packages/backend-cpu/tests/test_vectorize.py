@@ -206,3 +206,45 @@ def test_vector_kernels_compile_together() -> None:
           (Tensor(a) @ Tensor(b), Tensor(a).sum(axis=1), Tensor(a).softmax(axis=1))]
   assert all("ember_float32x16" in s for s in srcs)
   assert device("C").compiler.compile_together(srcs)
+
+def _widening_kernel(src_dt: Any, dst_dt: Any, lanes: int, n: int) -> Tensor:
+  """A hand-written kernel `out[i, w] = x[i, w] * 3 + 1` cast to dst_dt, lanes w unrolled: runs of `lanes` consecutive
+  narrow loads, each widened by a CAST."""
+  from ember.uop.ops import KernelInfo
+  rng = np.random.default_rng(4)
+  info = np.iinfo(np_dtype(src_dt))
+  x = Tensor(rng.integers(info.min, info.max, (n, lanes), endpoint=True).astype(np_dtype(src_dt))).realize()
+  def kernel(out: UOp, x: UOp) -> UOp:
+    i, w = UOp.range(n, 0, AxisType.LOOP), UOp.range(lanes, 1, AxisType.UPCAST)
+    return out[i, w].store(x[i, w].cast(dst_dt) * 3 + 1).end(w, i).sink(arg=KernelInfo(name="widen"))
+  return Tensor.custom_kernel(Tensor.empty(n, lanes, dtype=dst_dt), x, fxn=kernel)[0]
+
+@pytest.mark.parametrize("src_dt", [dtypes.uint8, dtypes.int8, dtypes.uint16, dtypes.int16], ids=lambda d: d.name)
+@pytest.mark.parametrize("dst_dt", [dtypes.float32, dtypes.int32, dtypes.uint32], ids=lambda d: d.name)
+@pytest.mark.parametrize("lanes", [16, 8])
+def test_narrow_loads_widen_as_one_vector(src_dt: Any, dst_dt: Any, lanes: int) -> None:
+  """Consecutive byte (16-bit) loads feeding CASTs to 4-byte lanes are one widening vector load (a dequantising
+  matvec's codes), not `lanes` scalar loads assembled into a vector: the same bits as the scalar program, and numpy's
+  values, sign- or zero-extended as the source type says; on every target (the AVX-512 builtin or the stepwise
+  conversion)."""
+  t = _widening_kernel(src_dt, dst_dt, lanes, 5)
+  ast, inputs = _last_kernel(t)
+  want = (inputs[1].reshape(5, lanes).astype(np.int64) * 3 + 1).astype(np_dtype(dst_dt))
+  src = _check(t, want, rtol=0, atol=0)
+  assert f"ember_widen_{src_dt.name}x{lanes}(" in src and "unsigned char val" not in src, src
+  for arch in BASELINES:
+    got = _run(ClangRenderer(arch), ast, inputs, arch)[1][0]
+    np.testing.assert_array_equal(got.view(np.uint8), _run(ScalarClangRenderer(), ast, inputs)[1][0].view(np.uint8))
+
+def test_narrow_loads_read_elsewhere_stay_scalar() -> None:
+  """A narrow load that something besides a widening CAST reads stays a scalar load (its lanes are not widened)."""
+  from ember.uop.ops import KernelInfo
+  x = Tensor(np.arange(64, dtype=np.uint8).reshape(4, 16)).realize()
+  def kernel(out: UOp, x: UOp) -> UOp:
+    i, w = UOp.range(4, 0, AxisType.LOOP), UOp.range(16, 1, AxisType.UPCAST)
+    v = x[i, w].load()
+    return out[i, w].store(v.cast(dtypes.int32) + (v ^ 1).cast(dtypes.int32)).end(w, i).sink(arg=KernelInfo(name="k"))
+  t = Tensor.custom_kernel(Tensor.empty(4, 16, dtype=dtypes.int32), x, fxn=kernel)[0]
+  want = np.arange(64).reshape(4, 16) + (np.arange(64).reshape(4, 16) ^ 1)
+  src = _check(t, want.astype(np.int32), vectorised=False, rtol=0, atol=0)
+  assert "ember_widen" not in src

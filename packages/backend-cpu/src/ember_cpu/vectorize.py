@@ -13,6 +13,7 @@ updates, and grows over its operands lane for lane:
 | one value | a broadcast (`splat`) |
 | constants | a vector constant |
 | loads of consecutive addresses of one buffer, under one gate | one unaligned vector load |
+| CASTs to 4-byte lanes of such loads of bytes or 16-bit ints, read by nothing else | one widening load (`_widen`) |
 | one ALU op (`_FLOAT_OPS`, `_INT_OPS`), CAST or BITCAST; accumulators; their updates | a group, grown further |
 | anything else | a vector built from the scalars (`gather`) |
 
@@ -30,12 +31,17 @@ from ember.plugin import DType, Ops, UOp, dtypes, value_dtype
 
 # dtypes a vector is made of: the narrow ones compute in int or float in C, which a vector op does not
 _VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64})
+# narrow dtypes a vector is loaded in, only to be widened to 4-byte lanes: a run of consecutive byte (16-bit) loads
+# feeding CASTs is one 16 (32) byte load and a widening shuffle instead of 16 scalar loads assembled lane by lane (a
+# dequantising matvec's codes, half scales); no arithmetic is done on them (C promotes a narrow scalar to int, a narrow
+# vector wraps)
+_NARROW_DTYPES = frozenset({dtypes.uint8, dtypes.int8, dtypes.uint16, dtypes.int16})
 # the ops printed on vectors, whose C operators mean on each lane what they mean on a scalar (comparisons give -1 on
 # a vector, MAX reads NaNs and WHERE is a select, IDIV/MOD carry guards: those stay scalar)
 _FLOAT_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG, Ops.RECIPROCAL, Ops.MULACC})
 _INT_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR})
 # groups made of the program's uops (the others stand for operands: splat, const, gather)
-_OWNING = frozenset({"load", "store", "alu", "cast", "bitcast", "acc", "assign"})
+_OWNING = frozenset({"load", "store", "alu", "cast", "bitcast", "widen", "acc", "assign"})
 # sources defined for the whole of their scope, whatever moves: no use of them can come before their definition
 _ALWAYS_DEFINED = (Ops.CONST, Ops.PARAM, Ops.DEFINE_VAR, Ops.RANGE, Ops.SPECIAL, Ops.INDEX, Ops.DEFINE_LOCAL)
 
@@ -88,6 +94,10 @@ class _Grower:
   """Builds groups from seeds, memoised by their lanes; a seed's new groups can be taken back (`rollback`)."""
   def __init__(self, uops: list[UOp]) -> None:
     self.pos = {u: i for i, u in enumerate(uops)}
+    self.users: dict[UOp, list[UOp]] = {u: [] for u in uops}
+    for u in uops:
+      for x in u.src:
+        if x in self.users: self.users[x].append(u)
     self.block: dict[UOp, int] = {}
     depth = 0
     for u in uops:
@@ -123,9 +133,10 @@ class _Grower:
     self.log.append(lanes)
     return g
 
-  def _isomorphic(self, lanes: tuple[UOp, ...]) -> bool:
+  def _isomorphic(self, lanes: tuple[UOp, ...], narrow: bool = False) -> bool:
     first = lanes[0]
-    return (first.dtype in _VECTOR_DTYPES and len(set(lanes)) == len(lanes)
+    return ((first.dtype in _VECTOR_DTYPES or (narrow and first.dtype in _NARROW_DTYPES))
+            and len(set(lanes)) == len(lanes)
             and all(u.op is first.op and u.dtype is first.dtype and len(u.src) == len(first.src)
                     and (u.arg == first.arg or u.op is Ops.DEFINE_ACC)
                     and u not in self.lane_of and self.block.get(u) == self.block.get(first) for u in lanes))
@@ -153,7 +164,27 @@ class _Grower:
     elif op in (Ops.CAST, Ops.BITCAST) and (sd := first.src[0].dtype) in _VECTOR_DTYPES and sd.itemsize == dt.itemsize \
         and all(u.src[0].dtype is sd for u in lanes):
       return self.own(Lanes(op.name.lower(), lanes, dt, (self.grow(tuple(u.src[0] for u in lanes)),)))
+    elif op is Ops.CAST and dt.itemsize == 4 and (sd := first.src[0].dtype) in _NARROW_DTYPES \
+        and all(u.src[0].dtype is sd for u in lanes) \
+        and (src := self._narrow(tuple(u.src[0] for u in lanes))) is not None:
+      return self.own(Lanes("widen", lanes, dt, (src,)))
     return Lanes("gather", lanes, dt)
+
+  def _narrow(self, lanes: tuple[UOp, ...]) -> Lanes | None:
+    """Narrow loads of consecutive addresses that only widening CASTs read, as one group (printed widened, `_widen`);
+    None where they are not (the CASTs then gather their lanes)."""
+    if (hit := self.memo.get(lanes)) is not None: return hit if hit.kind == "load" else None
+    first = lanes[0]
+    if not self._isomorphic(lanes, narrow=True) or first.op is not Ops.LOAD or _reads_acc(first.src[0]) \
+        or not all(u.src[0].op is Ops.INDEX and all(x.op is Ops.CAST for x in self.users[u]) for u in lanes):
+      return None
+    addresses = [self.address(u.src[0]) for u in lanes]
+    key, base = addresses[0]
+    if not all(k == key and c == base + i for i, (k, c) in enumerate(addresses)): return None
+    g = self.own(Lanes("load", lanes, value_dtype(first)))
+    self.memo[lanes] = g
+    self.log.append(lanes)
+    return g
 
 def _tree(g: Lanes) -> list[Lanes]:
   seen: dict[int, Lanes] = {}
@@ -408,6 +439,34 @@ def _operand(ctx: Any, vp: VectorPlan, g: Lanes, block: int) -> str:
     return name
   return f"({vt}){{{', '.join(ctx[u] for u in g.uops)}}}"
 
+# widening loads of 16 narrow lanes in one instruction where the target has it (gcc and clang share these builtins)
+_WIDEN_BUILTINS: dict[DType, str] = {dtypes.uint8: "pmovzxbd512", dtypes.int8: "pmovsxbd512",
+                                     dtypes.uint16: "pmovzxwd512", dtypes.int16: "pmovsxwd512"}
+
+def _widen(ctx: Any, g: Lanes) -> str:
+  """Narrow loads of consecutive addresses as one vector of int32 lanes: a vector load widened by one vpmovzxbd
+  (vpmovsxwd, ...) on AVX-512, else by __builtin_convertvector in steps that double the lane size (gcc 12 lowers a
+  widening by 4 lane by lane, and built the vector from byte loads where the scalar program's lanes were 16 named
+  loads of a register block's rows)."""
+  narrow, lanes = g.dtype, len(g.uops)
+  wide, fn = vector_type(ctx, dtypes.int32, lanes), f"ember_widen_{narrow.name}x{lanes}"
+  if fn not in ctx.helpers:
+    vn = vector_type(ctx, narrow, lanes)
+    head = f"static inline {wide} {fn}(const void* p)"
+    value = f"*(const {vn}_u*)p"
+    if narrow.itemsize == 1:
+      half = vector_type(ctx, dtypes.int16 if narrow is dtypes.int8 else dtypes.uint16, lanes)
+      value = f"__builtin_convertvector({value}, {half})"
+    steps = f"{head} {{ return __builtin_convertvector({value}, {wide}); }}"
+    if lanes != 16: ctx.helpers[fn] = steps
+    else:
+      arg, scalar = ("ember_v16qi", "char") if narrow.itemsize == 1 else ("ember_v16hi", "short")
+      raw = f"typedef {scalar} {arg} __attribute__((vector_size({16 * narrow.itemsize})));"
+      builtin = (f"{head} {{ return __builtin_ia32_{_WIDEN_BUILTINS[narrow]}_mask(({arg})*(const {vn}_u*)p, "
+                 f"({wide}){{{', '.join(['0'] * lanes)}}}, (unsigned short)-1); }}")
+      ctx.helpers[fn] = "\n".join(["#if defined(__AVX512F__)", raw, builtin, "#else", steps, "#endif"])
+  return f"{fn}(&{ctx[g.uops[0].src[0]]})"
+
 def emit_group(ctx: Any, vp: VectorPlan, g: Lanes, block: int) -> None:
   """Print group `g` as one statement and name its lanes for the scalars that read them."""
   vt, first = vector_type(ctx, g.dtype, len(g.uops)), g.uops[0]
@@ -420,6 +479,7 @@ def emit_group(ctx: Any, vp: VectorPlan, g: Lanes, block: int) -> None:
       ctx.emit(store if gate is None else f"if ({gate}) {store}")
       return
     text = f"*(const {vt}_u*)&{ctx[index]}"
+    if g.dtype in _NARROW_DTYPES: vt, text = vector_type(ctx, dtypes.int32, len(g.uops)), _widen(ctx, g)
     if gate is not None: text = f"({gate} ? ({vt}){text} : ({vt}){{{', '.join(['0'] * len(g.uops))}}})"
     name = ctx.fresh("val") + "_v"
   elif g.kind == "acc":
@@ -433,6 +493,9 @@ def emit_group(ctx: Any, vp: VectorPlan, g: Lanes, block: int) -> None:
     text, name = ctx.renderer.code_for_op[first.op](*srcs, dtype=g.dtype), ctx.fresh("alu") + "_v"
   elif g.kind == "cast":
     text, name = f"__builtin_convertvector({srcs[0]}, {vt})", ctx.fresh("cast") + "_v"
+  elif g.kind == "widen":  # from a narrow load group, printed as int32 lanes
+    text = srcs[0] if g.dtype is dtypes.int32 else f"__builtin_convertvector({srcs[0]}, {vt})"
+    name = ctx.fresh("cast") + "_v"
   else:  # bitcast: a vector cast between vectors of one size reinterprets the bits
     text, name = f"(({vt})({srcs[0]}))", ctx.fresh("cast") + "_v"
   if g.kind != "assign": ctx.emit(f"{vt} {name} = {text};")
