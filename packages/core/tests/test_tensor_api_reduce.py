@@ -141,3 +141,29 @@ def test_gradient_through_piecewise_constant_ops_is_zero() -> None:
   t = Tensor([1.5, -2.0], requires_grad=True)
   t.sign().sum().backward()
   assert t.grad is not None and t.grad.numpy().tolist() == [0.0, 0.0]
+
+@pytest.mark.parametrize("name", ["sum", "prod", "mean", "var", "std", "any", "all", "argmax", "argmin", "logsumexp",
+                                  "cumsum", "cumprod", "logcumsumexp"])
+def test_torch_dim_keyword(name: str) -> None:
+  # torch code passes dims as dim= (it raised TypeError); ember's own name stays axis=
+  kw: dict[str, Any] = {"dim": -1} if name.startswith(("cum", "logcum")) else {"dim": -1, "keepdim": True}
+  if name.startswith("arg"):  # int32 indices by design (torch: int64)
+    np.testing.assert_array_equal(getattr(Tensor(X), name)(**kw).numpy(), getattr(torch.tensor(X), name)(**kw).numpy())
+    return
+  check(lambda t: getattr(t, name)(**kw), lambda t: getattr(t, name)(**kw), X)
+  if name in ("var", "std"):
+    check(lambda t: getattr(t, name)(dim=0, unbiased=False), lambda t: getattr(t, name)(dim=0, unbiased=False), X)
+
+@pytest.mark.parametrize("name", ["max", "min"])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_max_min_with_dim_return_values_and_indices(name: str, keepdim: bool) -> None:
+  # max(dim=)/min(dim=) return torch's (values, indices) pair; axis= keeps the values-only result
+  x = X.copy()
+  x[0, 1, 2] = x[0, 1, 3]  # a tie: the first index, as torch's CPU kernel
+  got, want = getattr(Tensor(x), name)(dim=1, keepdim=keepdim), getattr(torch.tensor(x), name)(dim=1, keepdim=keepdim)
+  np.testing.assert_array_equal(got.values.numpy(), want.values.numpy())
+  np.testing.assert_array_equal(got.indices.numpy(), want.indices.numpy())
+  check(lambda t: getattr(t, name)(dim=2)[0], lambda t: getattr(t, name)(dim=2)[0], X)
+  assert getattr(Tensor(x), name)(axis=1).shape == want.values.shape if not keepdim else True
+  from ember.errors import ArgumentError
+  with pytest.raises(ArgumentError, match="not both"): getattr(Tensor(x), name)(1, dim=1)

@@ -3,11 +3,12 @@
 A mixin of `ember.tensor.Tensor`. This module cannot import ember.tensor (which imports it to define Tensor);
 ember.tensor hands it `PyBool`, `PyFloat`, `PyInt` ... once Tensor exists (`LATE_NAMES`)."""
 from __future__ import annotations
+import functools
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, TypeVar, cast
 import numpy as np
 from ember.dtype import DType, dtypes, least_upper_float, strong_dtype, sum_acc_dtype, to_dtype
-from ember.errors import EmptyReductionError, ShapeError
+from ember.errors import ArgumentError, EmptyReductionError, ShapeError
 from ember.helpers import prod
 from ember.uop.ops import Ops, UOp, int_size
 
@@ -15,6 +16,31 @@ if TYPE_CHECKING:
   from ember.tensor import (PyBool, PyFloat, PyInt, SPLIT_REDUCE_MIN, SUM_CHUNK, SUM_CHUNK_MIN, Tensor)
 
 LATE_NAMES = ('PyBool', 'PyFloat', 'PyInt', 'SPLIT_REDUCE_MIN', 'SUM_CHUNK', 'SUM_CHUNK_MIN', 'Tensor')
+
+class ValuesIndices(NamedTuple):
+  """What torch's max(dim=)/min(dim=) return (torch.return_types.max): the values and the int32 indices."""
+  values: Tensor
+  indices: Tensor
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_NO_DIM: Any = object()
+
+def takes_dim(indices_of: str | None = None) -> Callable[[_F], _F]:
+  """Let a reduction take torch's `dim=` keyword for its `axis`. With `indices_of` ("argmax"/"argmin"), a call with
+  `dim=` returns torch's (values, indices) pair as torch's max(dim=)/min(dim=) do; `axis=` or a positional axis keeps
+  tinygrad's values-only result."""
+  def wrap(fn: _F) -> _F:
+    @functools.wraps(fn)
+    def with_dim(self: Tensor, *args: Any, dim: Any = _NO_DIM, **kwargs: Any) -> Any:
+      if dim is _NO_DIM: return fn(self, *args, **kwargs)
+      if args or "axis" in kwargs:
+        raise ArgumentError(f"{fn.__name__}() takes its dims once: as axis= (or positionally) or as dim=, not both")
+      out = fn(self, axis=dim, **kwargs)
+      if indices_of is None: return out
+      if dim is None: raise ArgumentError(f"{fn.__name__}(dim=None): pass a dim, or call {fn.__name__}() for all")
+      return ValuesIndices(out, getattr(self, indices_of)(dim, kwargs.get("keepdim", False)))
+    return cast(_F, with_dim)
+  return wrap
 
 def _chunk_split(summed: list[int]) -> tuple[int, int] | None:
   """Where a long sum over dims `summed` splits into chunks of whole dims: (dim, inner) such that the dims after `dim`
@@ -102,10 +128,12 @@ class ReduceMixin:
     n = prod(self.shape)
     if not isinstance(n, int) or n < SPLIT_REDUCE_MIN: return None
     return next((c for c in (256, 128, 64, 32, 16, 8, 4, 2) if n % c == 0 and n // c >= 4096), None)
+  @takes_dim()
   def sum(self: Tensor, axis: Any = None, keepdim: PyBool = False, dtype: DType | None = None) -> Tensor:
     acc = to_dtype(dtype) if dtype is not None else sum_acc_dtype(self.dtype)
     ret = self.cast(acc)._reduce(Ops.ADD, axis, keepdim)
     return ret.cast(self.dtype) if dtype is None and self.dtype in (dtypes.float16, dtypes.bfloat16) else ret
+  @takes_dim()
   def prod(self: Tensor, axis: Any = None, keepdim: PyBool = False, dtype: DType | None = None) -> Tensor:
     # bools and small ints multiply in the sum's accumulator (torch: int64), floats in their own dtype
     if dtype is not None: acc = to_dtype(dtype)
@@ -120,15 +148,18 @@ class ReduceMixin:
   def _amax(self: Tensor, axis: Any = None, keepdim: PyBool = False) -> Tensor:
     """max without the empty check: -inf (the dtype's minimum) over zero elements, for softmax and logsumexp."""
     return self.cast(strong_dtype(self.dtype))._reduce(Ops.MAX, axis, keepdim)
+  @takes_dim("argmax")
   def max(self: Tensor, axis: Any = None, keepdim: PyBool = False) -> Tensor:
     self._check_nonempty(axis, "max")
     return self._amax(axis, keepdim)
+  @takes_dim("argmin")
   def min(self: Tensor, axis: Any = None, keepdim: PyBool = False) -> Tensor:
     self._check_nonempty(axis, "min")
     x = self.cast(strong_dtype(self.dtype))
     # ~x reverses the order of ints (and bools) without the overflow of -x at the minimum int
     if dtypes.is_int(x.dtype) or x.dtype is dtypes.bool: return ~((~x).max(axis, keepdim))
     return -((-x).max(axis, keepdim))
+  @takes_dim()
   def mean(self: Tensor, axis: Any = None, keepdim: PyBool = False) -> Tensor:
     x = self.cast(least_upper_float(strong_dtype(self.dtype)))
     n = prod(s for i, s in enumerate(self.shape) if i in self._reduce_axes(axis)) if self.ndim else 1
@@ -144,38 +175,47 @@ class ReduceMixin:
     return windows.sum(1)
   def _axis_count(self: Tensor, axis: Any) -> PyInt:
     return int(prod(self.shape[a] for a in self._reduce_axes(axis))) if self.ndim else 1
-  def var(self: Tensor, axis: Any = None, keepdim: PyBool = False, correction: PyInt | PyFloat = 1) -> Tensor:
-    """Variance over `axis`, dividing by N - correction (Bessel's correction by default).
+  @takes_dim()
+  def var(self: Tensor, axis: Any = None, keepdim: PyBool = False, correction: PyInt | PyFloat = 1, *,
+          unbiased: PyBool | None = None) -> Tensor:
+    """Variance over `axis`, dividing by N - correction (Bessel's correction by default); torch's older
+    `unbiased=False` is `correction=0`.
 
     >>> Tensor([1.0, 2.0, 3.0, 4.0]).var().item()
     1.6666666269302368
     """
+    if unbiased is not None: correction = int(bool(unbiased))
     x = self._float()
     dev = x - x.mean(axis, keepdim=True)
     return dev.square().sum(axis, keepdim=keepdim).div(max(0, self._axis_count(axis) - correction))
-  def std(self: Tensor, axis: Any = None, keepdim: PyBool = False, correction: PyInt | PyFloat = 1) -> Tensor:
+  @takes_dim()
+  def std(self: Tensor, axis: Any = None, keepdim: PyBool = False, correction: PyInt | PyFloat = 1, *,
+          unbiased: PyBool | None = None) -> Tensor:
     """Standard deviation over `axis`: sqrt(var).
 
     >>> Tensor([1.0, 3.0]).std().item()
     1.4142135381698608
     """
-    return self.var(axis, keepdim, correction).sqrt()
+    return self.var(axis, keepdim, correction, unbiased=unbiased).sqrt()
+  @takes_dim()
   def var_mean(self: Tensor, axis: Any = None, keepdim: PyBool = False,
-               correction: PyInt | PyFloat = 1) -> tuple[Tensor, Tensor]:
+               correction: PyInt | PyFloat = 1, *, unbiased: PyBool | None = None) -> tuple[Tensor, Tensor]:
     """(var, mean) over `axis`.
 
     >>> [t.item() for t in Tensor([1.0, 3.0]).var_mean()]
     [2.0, 2.0]
     """
-    return self.var(axis, keepdim, correction), self._float().mean(axis, keepdim)
+    return self.var(axis, keepdim, correction, unbiased=unbiased), self._float().mean(axis, keepdim)
+  @takes_dim()
   def std_mean(self: Tensor, axis: Any = None, keepdim: PyBool = False,
-               correction: PyInt | PyFloat = 1) -> tuple[Tensor, Tensor]:
+               correction: PyInt | PyFloat = 1, *, unbiased: PyBool | None = None) -> tuple[Tensor, Tensor]:
     """(std, mean) over `axis`.
 
     >>> [round(t.item(), 4) for t in Tensor([1.0, 3.0]).std_mean()]
     [1.4142, 2.0]
     """
-    return self.std(axis, keepdim, correction), self._float().mean(axis, keepdim)
+    return self.std(axis, keepdim, correction, unbiased=unbiased), self._float().mean(axis, keepdim)
+  @takes_dim()
   def any(self: Tensor, axis: Any = None, keepdim: PyBool = False) -> Tensor:
     """True if any element along `axis` is nonzero.
 
@@ -183,6 +223,7 @@ class ReduceMixin:
     [True, False]
     """
     return (self != 0).cast(dtypes.uint8)._reduce(Ops.MAX, axis, keepdim).cast(dtypes.bool)
+  @takes_dim()
   def all(self: Tensor, axis: Any = None, keepdim: PyBool = False) -> Tensor:
     """True if every element along `axis` is nonzero.
 
@@ -200,6 +241,7 @@ class ReduceMixin:
     # count down from n so the max picks the smallest index
     down = Tensor.arange(n, 0, -1, device=self.device, dtype=dtypes.int32).reshape((n,) + (1,) * (self.ndim - ax - 1))
     return (n - hit.where(down, 0).max(ax, keepdim)).cast(dtypes.int32)
+  @takes_dim()
   def argmax(self: Tensor, axis: PyInt | None = None, keepdim: PyBool = False) -> Tensor:
     """Index of the first maximum along `axis` (over the flattened tensor if None), as int32. NaN counts as largest.
 
@@ -212,6 +254,7 @@ class ReduceMixin:
     m = x.max(axis, keepdim=True)
     hit = (x == m) | (x.isnan() & m.isnan()) if dtypes.is_float(x.dtype) else x == m
     return self._arg_first(hit, axis, keepdim)
+  @takes_dim()
   def argmin(self: Tensor, axis: PyInt | None = None, keepdim: PyBool = False) -> Tensor:
     """Index of the first minimum along `axis`, as int32.
 
@@ -224,6 +267,7 @@ class ReduceMixin:
     m = x.min(axis, keepdim=True)
     hit = (x == m) | (x.isnan() & m.isnan()) if dtypes.is_float(x.dtype) else x == m
     return self._arg_first(hit, axis, keepdim)
+  @takes_dim()
   def logsumexp(self: Tensor, axis: Any = None, keepdim: PyBool = False) -> Tensor:
     """log(sum(exp(x))) over `axis`, shifted by the max so it neither overflows nor underflows.
 
@@ -250,6 +294,7 @@ class ReduceMixin:
     w = self._scan_windows(ax, fill)
     out = w._reduce(op, -1) if op is not Ops.ADD else w.sum(-1, dtype=w.dtype)
     return out.transpose(ax, -1) if self.ndim > 1 else out
+  @takes_dim()
   def cumsum(self: Tensor, axis: PyInt = 0) -> Tensor:
     """Inclusive cumulative sum along `axis` (ints accumulate in at least int32, like the sum's dtype).
 
@@ -257,6 +302,7 @@ class ReduceMixin:
     [1, 3, 6]
     """
     return self.cast(sum_acc_dtype(self.dtype))._scan(Ops.ADD, axis, 0)
+  @takes_dim()
   def cumprod(self: Tensor, axis: PyInt = 0) -> Tensor:
     """Inclusive cumulative product along `axis`.
 
@@ -283,6 +329,7 @@ class ReduceMixin:
     idx = hit.where(j, -1).max(-1)
     idx = idx.transpose(ax, -1) if x.ndim > 1 else idx
     return (src._gather(ax, idx) if dtypes.is_float(src.dtype) else vals), idx  # idx lies in the axis
+  @takes_dim()
   def cummax(self: Tensor, axis: PyInt = 0) -> tuple[Tensor, Tensor]:
     """Running maximum along `axis` and the int32 index where it was reached (the latest on ties, like torch).
 
@@ -290,6 +337,7 @@ class ReduceMixin:
     [[1, 3, 3, 3], [0, 1, 1, 3]]
     """
     return self._cum_extreme(axis, True)
+  @takes_dim()
   def cummin(self: Tensor, axis: PyInt = 0) -> tuple[Tensor, Tensor]:
     """Running minimum along `axis` and the int32 index where it was reached.
 
@@ -297,6 +345,7 @@ class ReduceMixin:
     [[3, 1, 1], [0, 1, 1]]
     """
     return self._cum_extreme(axis, False)
+  @takes_dim()
   def logcumsumexp(self: Tensor, axis: PyInt = 0) -> Tensor:
     """log(cumsum(exp(x))) along `axis`, each prefix shifted by its own max (no overflow or underflow).
 
