@@ -163,3 +163,45 @@ def test_relu_family_gradient_dtype_half() -> None:
   t.gelu().sum().backward()
   assert t.grad is not None and t.grad.dtype == dtypes.float16
   assert math.isclose(Tensor([2.0], dtype=dtypes.float16).silu().item(), 2 / (1 + math.exp(-2)), rel_tol=2e-3)
+
+INPLACE: list[tuple[str, tuple[Any, ...]]] = [
+  ("add_", (1.5,)), ("sub_", (0.5,)), ("mul_", (2.0,)), ("div_", (4.0,)), ("pow_", (2.0,)), ("neg_", ()), ("abs_", ()),
+  ("exp_", ()), ("log_", ()), ("sqrt_", ()), ("floor_", ()), ("ceil_", ()), ("round_", ()), ("relu_", ()),
+  ("sigmoid_", ()), ("tanh_", ()), ("clamp_", (0.2, 0.9)), ("clip_", (0.2, 0.9)),
+]
+
+@pytest.mark.parametrize("name,args", INPLACE, ids=[n for n, _ in INPLACE])
+def test_torch_inplace_methods_write_into_the_tensor(name: str, args: tuple[Any, ...]) -> None:
+  # torch's x.op_(...) writes the result into x's memory and returns x (they raised AttributeError)
+  x = np.abs(np.random.default_rng(1).standard_normal((3, 5)).astype(np.float32)) + 0.1
+  ours, theirs = Tensor(x.copy()).realize(), torch.tensor(x.copy())
+  assert getattr(ours, name)(*args) is ours
+  getattr(theirs, name)(*args)
+  np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6, atol=1e-7)
+
+def test_inplace_alpha_copy_and_masked_fill_and_jit() -> None:
+  from ember import TinyJit
+  x = np.random.default_rng(2).standard_normal((4, 3)).astype(np.float32)
+  ours, theirs = Tensor(x.copy()).realize(), torch.tensor(x.copy())
+  ours.add_(Tensor(x), alpha=-0.25).masked_fill_(ours > 0.5, 0.5)
+  theirs.add_(torch.tensor(x), alpha=-0.25).masked_fill_(theirs > 0.5, 0.5)
+  np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6)
+  ours.copy_(Tensor(x[0]))  # broadcast over the rows, as torch's copy_
+  np.testing.assert_array_equal(ours.numpy(), theirs.copy_(torch.tensor(x[0])).numpy())
+  p = Tensor(x.copy()).realize()
+  step = TinyJit(lambda: p.sub_(p * 0.1).realize())
+  for _ in range(4): step()
+  np.testing.assert_allclose(p.numpy(), x * 0.9 ** 4, rtol=1e-5)  # each replay updated the same buffer
+
+def test_torch_keyword_spellings() -> None:
+  x = np.random.default_rng(3).standard_normal((2, 3, 4)).astype(np.float32)
+  e, t = Tensor(x), torch.tensor(x)
+  pairs = [(e.flip(dims=[0, 2]), t.flip(dims=[0, 2])), (e.permute(dims=(2, 0, 1)), t.permute(dims=(2, 0, 1))),
+           (e.add(e, alpha=2.0), t.add(t, alpha=2.0)), (e.sub(1.0, alpha=3), t.sub(1.0, alpha=3)), (e.mT, t.mT),
+           (e.new_full((2,), 3.0), t.new_full((2,), 3.0)), (e.new_zeros(2, 3), t.new_zeros(2, 3)),
+           (e.new_ones((1, 2)), t.new_ones((1, 2))), (e.new_tensor([1.0, 2.0]), t.new_tensor([1.0, 2.0]))]
+  for ours, theirs in pairs:
+    assert ours.shape == tuple(theirs.shape)
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-6)
+  assert e.dim() == t.dim() and e.to(dtypes.float16).dtype is dtypes.float16
+  assert e.to("CPU", "half").dtype is dtypes.float16 and e.to("CPU").dtype is dtypes.float32

@@ -359,8 +359,11 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, MathMixin, Activati
   def tolist(self) -> Any:
     _check_host_read("tolist()")
     return self.numpy().tolist()
-  def to(self, device: str | tuple[str, ...] | None) -> Tensor:
-    """A copy on `device`, or replicated on every device of a tuple (a sharded tensor is gathered first)."""
+  def to(self, device: str | tuple[str, ...] | DType | None = None, dtype: DType | str | None = None) -> Tensor:
+    """A copy on `device`, or replicated on every device of a tuple (a sharded tensor is gathered first); as torch's
+    `.to`, a dtype (`x.to(dtypes.float16)`, or `x.to(device, dtype)`) casts too."""
+    if isinstance(device, DType): device, dtype = None, device
+    if dtype is not None: return (self if device is None else self.to(device)).cast(dtype)
     if self.sharding is not None: return self.sharding.to(self, device)
     if isinstance(device, tuple): return self.shard(device, None)
     dev = _canon_device(device)

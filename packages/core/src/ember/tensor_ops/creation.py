@@ -188,6 +188,18 @@ class CreationMixin:
     """
     dt = to_dtype(kwargs.pop("dtype")) if kwargs.get("dtype") is not None else strong_dtype(self.dtype)
     return Tensor.empty(*self.shape, dtype=dt, device=kwargs.pop("device", self.device), **kwargs)
+  # torch's new_*: a new tensor of this one's dtype and device (unless given), of the shape given
+  def new_full(self: Tensor, size: Any, fill_value: Any, **kwargs: Any) -> Tensor:
+    dt = to_dtype(kwargs.pop("dtype")) if kwargs.get("dtype") is not None else strong_dtype(self.dtype)
+    return Tensor.full(_shape_arg((size,)), fill_value, dtype=dt, device=kwargs.pop("device", self.device), **kwargs)
+  def new_zeros(self: Tensor, *size: Any, **kwargs: Any) -> Tensor: return self.new_full(_shape_arg(size), 0, **kwargs)
+  def new_ones(self: Tensor, *size: Any, **kwargs: Any) -> Tensor: return self.new_full(_shape_arg(size), 1, **kwargs)
+  def new_empty(self: Tensor, *size: Any, **kwargs: Any) -> Tensor:
+    dt = to_dtype(kwargs.pop("dtype")) if kwargs.get("dtype") is not None else strong_dtype(self.dtype)
+    return Tensor.empty(*_shape_arg(size), dtype=dt, device=kwargs.pop("device", self.device), **kwargs)
+  def new_tensor(self: Tensor, data: Any, **kwargs: Any) -> Tensor:
+    dt = to_dtype(kwargs.pop("dtype")) if kwargs.get("dtype") is not None else strong_dtype(self.dtype)
+    return Tensor(data, dtype=dt, device=kwargs.pop("device", self.device), **kwargs)
   @staticmethod
   def linspace(start: int | float, stop: int | float, steps: int, **kwargs: Any) -> Tensor:
     """`steps` evenly spaced values from `start` to `stop` inclusive (torch's symmetric formula: the second half counts

@@ -9,8 +9,8 @@ from ember.errors import DTypeError, ShapeError, DeviceError, IntegerDivisionByZ
 from ember.uop.ops import Ops, UOp, GroupOp, sint
 
 if TYPE_CHECKING:
-  from ember.tensor import (PyBool, Tensor, _binop, _cast_uop, _const_uop, _exact_floordiv, _is_contiguous_buffer,
-                            _shift, broadcast_shape)
+  from ember.tensor import (PyBool, PyInt, Tensor, _binop, _cast_uop, _const_uop, _exact_floordiv,
+                            _is_contiguous_buffer, _shift, broadcast_shape)
 
 LATE_NAMES = ('PyBool', 'Tensor', '_binop', '_cast_uop', '_const_uop', '_exact_floordiv', '_is_contiguous_buffer',
               '_shift', 'broadcast_shape')
@@ -69,9 +69,12 @@ class ElementwiseMixin:
   def bool(self: Tensor) -> Tensor: return self.cast(dtypes.bool)
   def double(self: Tensor) -> Tensor: return self.cast(dtypes.float64)
 
-  def add(self: Tensor, x: Any, reverse: PyBool = False) -> Tensor: return _binop(Ops.ADD, self, x, reverse)
-  def sub(self: Tensor, x: Any, reverse: PyBool = False) -> Tensor:
-    a, b = self._broadcasted(x, reverse)
+  def add(self: Tensor, x: Any, reverse: PyBool = False, *, alpha: Any = None) -> Tensor:
+    """self + x (torch's `alpha=` scales x first)."""
+    return _binop(Ops.ADD, self, x if alpha is None else x * alpha, reverse)
+  def sub(self: Tensor, x: Any, reverse: PyBool = False, *, alpha: Any = None) -> Tensor:
+    """self - x (torch's `alpha=` scales x first)."""
+    a, b = self._broadcasted(x if alpha is None else x * alpha, reverse)
     if a.dtype is dtypes.bool:
       raise DTypeError("subtraction of bool tensors is not supported; use logical_xor or cast to int")
     return a._alu(Ops.SUB, b)
@@ -164,6 +167,34 @@ class ElementwiseMixin:
   def bitwise_xor(self: Tensor, x: Any) -> Tensor: return _binop(Ops.XOR, self, x)
   def lshift(self: Tensor, x: Any) -> Tensor: return _shift(Ops.SHL, self, x)
   def rshift(self: Tensor, x: Any) -> Tensor: return _shift(Ops.SHR, self, x)
+
+  # ** torch's in-place methods: the result written into this tensor's memory (assign), returning it **
+  def add_(self: Tensor, x: Any, *, alpha: Any = None) -> Tensor: return self.assign(self.add(x, alpha=alpha))
+  def sub_(self: Tensor, x: Any, *, alpha: Any = None) -> Tensor: return self.assign(self.sub(x, alpha=alpha))
+  def mul_(self: Tensor, x: Any) -> Tensor: return self.assign(self.mul(x))
+  def div_(self: Tensor, x: Any, *, rounding_mode: str | None = None) -> Tensor:
+    return self.assign(self.div(x, rounding_mode=rounding_mode))
+  def pow_(self: Tensor, x: Any) -> Tensor: return self.assign(self.pow(x))
+  def neg_(self: Tensor) -> Tensor: return self.assign(self.neg())
+  def abs_(self: Tensor) -> Tensor: return self.assign(self.abs())
+  def exp_(self: Tensor) -> Tensor: return self.assign(self.exp())
+  def log_(self: Tensor) -> Tensor: return self.assign(self.log())
+  def sqrt_(self: Tensor) -> Tensor: return self.assign(self.sqrt())
+  def floor_(self: Tensor) -> Tensor: return self.assign(self.floor())
+  def ceil_(self: Tensor) -> Tensor: return self.assign(self.ceil())
+  def round_(self: Tensor, decimals: PyInt = 0) -> Tensor: return self.assign(self.round(decimals))
+  def relu_(self: Tensor) -> Tensor: return self.assign(self.relu())
+  def sigmoid_(self: Tensor) -> Tensor: return self.assign(self.sigmoid())
+  def tanh_(self: Tensor) -> Tensor: return self.assign(self.tanh())
+  def clamp_(self: Tensor, min: Any = None, max: Any = None) -> Tensor: return self.assign(self.clamp(min, max))
+  def clip_(self: Tensor, min: Any = None, max: Any = None) -> Tensor: return self.assign(self.clip(min, max))
+  def lerp_(self: Tensor, end: Any, weight: Any) -> Tensor: return self.assign(self.lerp(end, weight))
+  def masked_fill_(self: Tensor, mask: Tensor, value: Any) -> Tensor: return self.assign(self.masked_fill(mask, value))
+  def copy_(self: Tensor, src: Any) -> Tensor:
+    """Write `src` (broadcast to this shape, cast to this dtype) into this tensor."""
+    value = src if isinstance(src, Tensor) else Tensor(src, device=self.device)
+    return self.assign(value.to(self.device).cast(self.dtype)._broadcast_to(self.shape))
+
 
 def _refuse_zero_divisor(x: Any, reverse: bool, what: str) -> None:
   """IntegerDivisionByZeroError for an int division by a Python 0 (known without a sync; torch raises for it)."""

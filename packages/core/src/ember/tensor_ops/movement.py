@@ -38,7 +38,11 @@ class MovementMixin:
     if self.sharding is not None: return self.sharding.reshape(self, new_shape)
     return Tensor(_reshape(self.uop, new_shape), requires_grad=self.requires_grad)
   def view(self: Tensor, *shape: Any) -> Tensor: return self.reshape(*shape)
-  def permute(self: Tensor, order: Any, *args: Any) -> Tensor:
+  def permute(self: Tensor, order: Any = None, *args: Any, dims: Any = None) -> Tensor:
+    if dims is not None:  # torch's keyword
+      if order is not None or args: raise ShapeError("permute takes its order once: positionally or as dims=")
+      order = dims
+    if order is None: raise ShapeError(f"permute needs an order of the {self.ndim} dims")
     dims = (order, *args) if args else ((order,) if isinstance(order, int) else tuple(order))
     perm = tuple(self._resolve_dim(d) for d in dims)
     if sorted(perm) != list(range(self.ndim)):
@@ -111,7 +115,11 @@ class MovementMixin:
     if bounds == tuple((0, s) for s in self.shape): return self
     if self.sharding is not None: return self.sharding.shrink(self, bounds)
     return Tensor(UOp(Ops.SHRINK, self.dtype, (self.uop,), bounds), requires_grad=self.requires_grad)
-  def flip(self: Tensor, axis: Any, *args: Any) -> Tensor:
+  def flip(self: Tensor, axis: Any = None, *args: Any, dims: Any = None) -> Tensor:
+    if dims is not None:  # torch's keyword
+      if axis is not None or args: raise ShapeError("flip takes its dims once: positionally or as dims=")
+      axis = dims
+    if axis is None: raise ShapeError("flip needs the dims to flip")
     dims = (axis, *args) if args else ((axis,) if isinstance(axis, int) else tuple(axis))
     axes = {self._resolve_dim(a) for a in dims}
     if len(axes) != len(dims): raise ShapeError(f"flip dims {dims} name a dim more than once (shape {self.shape})")
@@ -131,6 +139,14 @@ class MovementMixin:
     d0, d1 = self._resolve_dim(dim0), self._resolve_dim(dim1)
     order[d0], order[d1] = order[d1], order[d0]
     return self.permute(order)
+  def dim(self: Tensor) -> int:
+    """The number of dims (torch's name for `ndim`)."""
+    return self.ndim
+  @property
+  def mT(self: Tensor) -> Tensor:
+    """The last two dims swapped (a batch of transposed matrices)."""
+    if self.ndim < 2: raise ShapeError(f"mT needs at least 2 dims, got shape {self.shape}")
+    return self.transpose(-2, -1)
   def flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
     if self.ndim == 0: return self.reshape(1)
     s, e = self._resolve_dim(start_dim), self._resolve_dim(end_dim)
