@@ -213,6 +213,38 @@ def test_quantized_prefill_matmul_dequantises_first(kind):
     scale = (np.abs(x) @ np.abs(dense).T).max()  # float32 rounding grows with the sum of |terms|
     np.testing.assert_allclose(w.matmul(Tensor(x)).numpy(), x @ dense.T, rtol=1e-4, atol=1e-6 * scale)
 
+# (kind, out, in, T, norm weight, residual): out a multiple of 4, of 2 only, of neither (rows per iteration 4, 2, 1)
+MATVEC_CASES = [(kind, *shape) for kind, shape in zip(F16_FIELDS, [(12, 512, 1, False, False), (6, 256, 3, True, True),
+                (5, 256, 15, True, False), (12, 256, 2, False, True), (10, 512, 1, True, True)] * 2)]
+
+@pytest.mark.parametrize("kind,out_dim,in_dim,T,normed,residual", MATVEC_CASES, ids=lambda v: getattr(v, "name", None))
+def test_decode_matvec(kind, out_dim, in_dim, T, normed, residual):
+  # a decode matvec (T < DENSE_ROWS) of every block type, its norm weight and residual fused, against numpy on the
+  # GGUF reader's dequantisation; where the device runs it as one hand-written kernel (the CPU's C renderer, PYTHON),
+  # that is the whole matvec: the lane sums, the norm weight and the residual add inside it
+  from ember.nn.gguf import BLOCK_LAYOUT
+  from ember.nn.llm.quant import DENSE_ROWS, fused_matvec
+  assert T < DENSE_ROWS
+  rng = np.random.default_rng(out_dim * T)
+  per_block, block_bytes = BLOCK_LAYOUT[kind]
+  raw = rng.integers(0, 256, (out_dim * in_dim // per_block, block_bytes), dtype=np.uint8)
+  for at in F16_FIELDS[kind]:
+    raw[:, at:at + 2] = rng.uniform(-0.1, 0.1, len(raw)).astype(np.float16).view(np.uint8).reshape(-1, 2)
+  raw = raw.reshape(-1)
+  dense = dequantize(Tensor(raw), kind, (out_dim, in_dim)).numpy().astype(np.float64)
+  x = rng.standard_normal((T, in_dim)).astype(np.float32)
+  g = rng.standard_normal(in_dim).astype(np.float32) if normed else None
+  add = rng.standard_normal((T, out_dim)).astype(np.float32) if residual else None
+  w = QuantWeight(kind, raw, (out_dim, in_dim), None)
+  y = w.matmul(Tensor(x), None if g is None else Tensor(g), None if add is None else Tensor(add))
+  if fused_matvec(y.device):
+    names = [it.ast.arg.name for it in y.schedule() if it.kind != "copy"]
+    assert len(names) == 1 and names[0].startswith("matvec"), names
+  xs = x.astype(np.float64) * (1.0 if g is None else g)
+  want = xs @ dense.T + (0.0 if add is None else add)
+  bound = np.abs(xs) @ np.abs(dense).T  # float32 rounding grows with the sum of |terms|
+  np.testing.assert_allclose(y.numpy(), want, rtol=0, atol=1e-6 * bound.max() + 1e-6)
+
 def test_prefill_matmul_dequantises_in_pieces(monkeypatch):
   # a prefill matmul dequantises at most DENSE_PIECE elements into one temporary, in pieces of one size where the
   # rows allow (the memory planner reuses a temporary only for one of the same size); results against numpy

@@ -22,7 +22,7 @@ x86 with VNNI).
 from __future__ import annotations
 import numpy as np
 from ember import Device, Tensor, UOp, dtypes
-from ember.plugin import QDOT, QDOT_PLANE, AxisType, KernelInfo, Ops
+from ember.plugin import QDOT, QDOT_PLANE, AddrSpace, AxisType, KernelInfo, LLVMRenderer, Ops
 from ember.errors import EmberError, ShapeError
 from ember.nn.gguf import BLOCK_LAYOUT, QK_K, GGMLType
 
@@ -221,18 +221,38 @@ class QuantWeight:
     out = Tensor.empty(T, out_dim, device=codes.device, dtype=dtypes.float32)
     return Tensor.custom_kernel(out, codes, t["scale"], *xq, *extra, fxn=kernel)[0]
 
+  def matvec(self, x: Tensor, scale: Tensor | None = None, add: Tensor | None = None) -> Tensor:
+    """(x (T, in) * scale (in,)) @ W.T + add (T, out) -> (T, out) float32 as one hand-written kernel (`matvec_kernel`):
+    the decode matvec where `fused_matvec` says so. The lane sums, the norm weight and the residual add are in it,
+    where the scheduled form is two kernels (a lane-sum kernel on one thread, ~12 us) and x's block is reloaded per
+    row: SmolLM2's decode went from 14-15 to 19-25 tokens/s on the loaded 2-core VM (alternating runs, load 3.7-4.4)."""
+    T, out_dim = x.shape[0], self.shape[0]
+    if not isinstance(T, int): raise ShapeError(f"QuantWeight.matvec needs a concrete row count, got {x.shape}")
+    t = self.tensors
+    codes = [t["q"]] if self.bits == 8 else [t["nib"], *([t["high"]] if "high" in t else [])]
+    extra = [e for e in (scale, t.get("offset"), add) if e is not None]
+    rows = next(r for r in MATVEC_ROWS if out_dim % r == 0)
+    def kernel(out: UOp, x: UOp, *bufs: UOp) -> UOp:
+      rest = iter(bufs[len(codes) + 1:])
+      g, offset, summand = (next(rest) if e is not None else None for e in (scale, t.get("offset"), add))
+      return matvec_kernel(out, x, bufs[:len(codes)], bufs[len(codes)], g, offset, summand, self.bits, self.zero, rows)
+    out = Tensor.empty(T, out_dim, device=t["scale"].device, dtype=dtypes.float32)
+    return Tensor.custom_kernel(out, x.cast(dtypes.float32), *codes, t["scale"], *extra, fxn=kernel)[0]
+
   def matmul(self, x: Tensor, scale: Tensor | None = None, add: Tensor | None = None) -> Tensor:
     """(x (T, in) * scale (in,)) @ W.T + add (T, out) -> (T, out), stored where `add` is given (`scale` and `add` are
     optional: a norm's weight and a residual, fused into the kernels). For T >= DENSE_ROWS (prefill chunks) the matrix
     is dequantised once, in `pieces` of rows, into float32 temporaries and multiplied by the packed, register-blocked
     matmul: the fused form below dequantises every weight again for each of the T rows (32 x 3072 x 576 on one core:
     7.7 ms fused, 4.1 ms dequantised first; 128 rows: 25 ms and 7.5 ms). Otherwise (decode), where `qdot_ok`, x is
-    quantised to int8 (`quantise_activations`) and multiplied with the codes by integer dot products (`qdot`).
-    Elsewhere the dequantisation is fused into the reduce: per block the scale multiplies the dot product of x with
-    the codes and the offset the block's sum of x; the first kernel keeps one partial sum per lane of 16 over the
-    blocks (gcc turns them into one vector accumulator), the second sums the lanes."""
+    quantised to int8 (`quantise_activations`) and multiplied with the codes by integer dot products (`qdot`); where
+    `fused_matvec`, it is one hand-written kernel (`matvec`). Elsewhere the dequantisation is fused into the reduce:
+    per block the scale multiplies the dot product of x with the codes and the offset the block's sum of x; the first
+    kernel keeps one partial sum per lane of 16 over the blocks (gcc turns them into one vector accumulator), the
+    second sums the lanes."""
     T, nb = x.shape[0], self.shape[1] // BLOCK
     if isinstance(T, int) and T < DENSE_ROWS and self.qdot_ok(): return self.qdot(quantise_activations(x, scale), add)
+    if isinstance(T, int) and T < DENSE_ROWS and fused_matvec(x.device): return self.matvec(x, scale, add)
     if scale is not None: x = x * scale
     if isinstance(T, int) and T >= DENSE_ROWS:
       parts = [x @ self.dense(rows).T for rows in self.pieces()]
@@ -248,6 +268,81 @@ class QuantWeight:
       lanes = xl * lo * scale[..., 0:1] + xh * hi * scale[..., 1:2]
       if offset is not None: lanes = lanes + xl * offset[..., 0:1] + xh * offset[..., 1:2]
     return stored_sum(lanes.sum(-2).sum(-1), add)  # (T, out, 16) partial sums over the blocks, then (T, out)
+
+MATVEC_ROWS = (4, 2, 1)  # output rows per iteration of a decode matvec (`matvec_kernel`): the largest dividing out
+
+def _code_lanes(codes: tuple[UOp, ...], row: UOp, b: UOp, bits: int, zero: int) -> tuple[list[UOp], list[UOp]]:
+  """The codes (minus the zero point where it folds into nothing else) of elements j and j + 16 of block b of `row`
+  as float32 UOps, j = 0..15 (the layout of `QuantWeight`: `q`, or `nib` and `high`)."""
+  if bits == 8:
+    q = [codes[0][row, b, e].cast(dtypes.int32) for e in range(BLOCK)]
+    return [c.cast(dtypes.float32) for c in q[:16]], [c.cast(dtypes.float32) for c in q[16:]]
+  nib = [codes[0][row, b, j].cast(dtypes.int32) for j in range(16)]
+  lo, hi = [n & 15 for n in nib], [n >> 4 for n in nib]
+  if len(codes) > 1:  # bits 4..5: byte i of `high` holds those of c_i, c_i+16, c_i+8, c_i+24 at bits 0, 2, 4, 6
+    hb = [codes[1][row, b, i].cast(dtypes.int32) for i in range(8)]
+    lo = [c | (((hb[j % 8] >> (4 * (j // 8))) & 3) << 4) for j, c in enumerate(lo)]
+    hi = [c | (((hb[j % 8] >> (2 + 4 * (j // 8))) & 3) << 4) for j, c in enumerate(hi)]
+  return [c.cast(dtypes.float32) for c in lo], [c.cast(dtypes.float32) for c in hi]
+
+def _ints(shape: tuple[int | UOp, ...]) -> tuple[int, ...]:
+  """A shape of constant sizes (a decode matvec's buffers have fixed sizes)."""
+  ints = tuple(d for d in shape if isinstance(d, int))
+  if len(ints) != len(shape): raise ShapeError(f"matvec_kernel needs constant sizes, got {shape}")
+  return ints
+
+def matvec_kernel(out: UOp, x: UOp, codes: tuple[UOp, ...], scale: UOp, g: UOp | None, offset: UOp | None,
+                  add: UOp | None, bits: int, zero: int, rows: int) -> UOp:
+  """out (T, O) <- (x (T, I) * g) @ W.T + add for W in `QuantWeight`'s layout: the codes (`q`, or `nib` and `high`
+  where there are 5 or 6 bits), scale (O, I/32, G) and offset (O, I/32, G) or zero point; the norm weight g (I,), the
+  offset and the residual `add` (T, O) where given. One loop over `rows` output rows at a time (split over the
+  threads), the T rows of x inside, the blocks of 32 innermost: per block and row, the codes widened to float (16 lanes
+  for elements j and j + 16) times x's, times the scale, plus the offset times x's lanes, into 16 partial sums per row
+  (one vector accumulator: a row's codes are consecutive bytes), summed by a halving tree at the end, plus `add`."""
+  T, O = _ints(out.shape)
+  nb, groups = _ints(x.shape)[1] // BLOCK, _ints(scale.shape)[2]
+  r, i, b = UOp.range(O // rows, 0, AxisType.GLOBAL), UOp.range(T, 1), UOp.range(nb, 2)
+  acc = UOp.placeholder((rows, 16), dtypes.float32, 0, AddrSpace.REG)
+  init = UOp.group(*(acc[k, j].store(0.0) for k in range(rows) for j in range(16)))  # row by row: each row a vector
+  def xv(e: int) -> UOp: return x[i, b * BLOCK + e] * g[b * BLOCK + e] if g is not None else x[i, b * BLOCK + e]
+  xl, xh = [xv(j) for j in range(16)], [xv(16 + j) for j in range(16)]
+  updates = []
+  band = O // rows  # row k of iteration r is r + k * band: rows of one iteration a band apart, so that their
+  # stores are no run for the lane groups to join across rows (each row's 16 partial sums are one vector)
+  for k in range(rows):
+    row = r + k * band
+    lo, hi = _code_lanes(codes, row, b, bits, zero)
+    s = [scale[row, b, h] for h in range(groups)]
+    # per group, the offset: its own, or -zero * scale (s * (c - zero) = s * c + o), or none
+    o = [offset[row, b, h] for h in range(groups)] if offset is not None else [v * float(-zero) for v in s if zero]
+    for j in range(16):
+      if groups == 1:
+        part = (lo[j] * xl[j] + hi[j] * xh[j]) * s[0]
+        if o: part = part + (xl[j] + xh[j]) * o[0]
+      else:
+        part = lo[j] * xl[j] * s[0] + hi[j] * xh[j] * s[1]
+        if o: part = part + xl[j] * o[0] + xh[j] * o[1]
+      updates.append(acc[k, j].store(acc.after(init)[k, j] + part))
+  summed = UOp.group(*updates).end(b)
+  stores = []
+  for k in range(rows):
+    total, row = _halving([acc.after(summed)[k, j] for j in range(16)]), r + k * band
+    stores.append(out[i, row].store(total + add[i, row] if add is not None else total))
+  return UOp.group(init, summed, *stores).end(i, r).sink(arg=KernelInfo(name=f"matvec{bits}_{T}_{O}_{nb}"))
+
+def _halving(parts: list[UOp]) -> UOp:
+  """The sum of parts by a halving tree (parts[i] + parts[i + half]), the form vector registers add in."""
+  while len(parts) > 1:
+    half = len(parts) // 2
+    parts = [parts[i] + parts[i + half] for i in range(half)] + parts[2 * half:]
+  return parts[0]
+
+def fused_matvec(device: str | tuple[str, ...]) -> bool:
+  """Whether decode matvecs on `device` run as `matvec_kernel`: where kernels run their blocks as loops and the C
+  renderer prints lane groups as vectors (CPU's C renderer, and PYTHON), as `fused_decode_attention`."""
+  if not isinstance(device, str): return False
+  renderer = Device[device].renderer
+  return not renderer.has_local and not isinstance(renderer, LLVMRenderer)
 
 def stored_sum(y: Tensor, add: Tensor | None) -> Tensor:
   """A matmul's result with its residual added, stored (the residual stream is stored after each add: left lazy, every
