@@ -8,6 +8,7 @@ right after the arguments; a BARRIER is emitted after the stores it orders (its 
 body has one ends with another (the write-after-read order of the next iteration's stores).
 """
 from __future__ import annotations
+from typing import Iterable
 from ember.dtype import dtypes
 from ember.errors import CompileError
 from ember.uop.ops import Ops, UOp, AxisType
@@ -26,11 +27,13 @@ def _union(sets: list[frozenset[UOp]]) -> frozenset[UOp]:
   if not sets: return _NONE
   return sets[0] if all(x is sets[0] for x in sets) else frozenset().union(*sets)
 
-def range_deps(sink: UOp) -> dict[UOp, frozenset[UOp]]:
-  """Per node under `sink`, the ranges it moves with (a reduction's own ranges excluded)."""
+def range_deps(sink: UOp, topo: Iterable[UOp] | None = None) -> dict[UOp, frozenset[UOp]]:
+  """Per node under `sink` (`topo`: its toposort, where the caller has it), the ranges it moves with (a reduction's
+  own ranges excluded)."""
   deps: dict[UOp, frozenset[UOp]] = {}
-  for n in sink.toposort():
-    d = _union([deps[s] for s in n.src])
+  for n in sink.toposort() if topo is None else topo:
+    src = n.src
+    d = (deps[src[0]] or _NONE) if len(src) == 1 else _union([deps[s] for s in src])  # one source: its set
     if n.op is Ops.RANGE: d = d | {n}
     if n.op is Ops.REDUCE: d = d - frozenset(n.src[1:])
     deps[n] = d
@@ -38,18 +41,27 @@ def range_deps(sink: UOp) -> dict[UOp, frozenset[UOp]]:
 
 def _toposort_all(roots: list[UOp]) -> list[UOp]:
   """The nodes under `roots`, sources before users: each root's toposort in turn, less what an earlier one listed
-  (one walk where a reduction group's bodies share most of their nodes)."""
+  (one walk where a reduction group's bodies share most of their nodes; an unrolled group has hundreds of roots)."""
   visited: dict[UOp, None] = {}
-  for root in roots: visited.update(root.toposort(gate=lambda n: n not in visited))  # listed nodes keep their place
+  for root in roots:
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:
+      node, expanded = stack.pop()
+      if node in visited: continue
+      if expanded:
+        visited[node] = None
+        continue
+      stack.append((node, True))
+      stack += [(s, False) for s in reversed(node.src) if s not in visited]
   return list(visited)
 
 def linearize(sink: UOp) -> list[UOp]:
   if sink.op is not Ops.SINK: raise CompileError(f"linearize needs a SINK, got {sink.op}")
-  deps = range_deps(sink)
+  topo = list(sink.toposort())
+  deps = range_deps(sink, topo)
   out: list[UOp] = []
   done: dict[UOp, UOp] = {}
   acc_count = [0]
-  topo = list(sink.toposort())
   # arguments first: buffer params by slot, then variables by name
   for p in sorted((n for n in topo if n.op is Ops.PARAM), key=lambda n: n.arg):
     done[p] = p
@@ -93,7 +105,8 @@ def linearize(sink: UOp) -> list[UOp]:
   # the reductions under each node, itself included (a reduction's input holds the ones that feed it), in one walk
   reduces_under: dict[UOp, frozenset[UOp]] = {}
   for n in topo:
-    under = _union([reduces_under[s] for s in n.src])
+    src = n.src
+    under = (reduces_under[src[0]] or _NONE) if len(src) == 1 else _union([reduces_under[s] for s in src])
     reduces_under[n] = under | {n} if n.op is Ops.REDUCE else under
   def feeds_from(r: UOp) -> frozenset[UOp]: return reduces_under[r.src[0]]
 
