@@ -21,6 +21,7 @@ from ember.tensor_ops.activation import ActivationMixin
 from ember.tensor_ops.reduce import ReduceMixin
 from ember.tensor_ops.nn import NNMixin
 from ember.tensor_ops.custom import CustomMixin
+from ember.tensor_ops.torch_compat import TorchCompatMixin
 from ember.uop.ops import Ops, UOp, BufferArg, GroupOp, int_shape, int_size, next_unique, sint
 if TYPE_CHECKING:
   from ember.device.base import Buffer
@@ -91,7 +92,7 @@ SPLIT_REDUCE_MIN = 1 << 20
 SUM_CHUNK, SUM_CHUNK_MIN = 1 << 12, 1 << 16
 
 class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, MathMixin, ActivationMixin, ReduceMixin, NNMixin,
-             ExtraMixin, CustomMixin):
+             ExtraMixin, CustomMixin, TorchCompatMixin):
   """A lazy, multi-dimensional array with autograd.
 
   >>> Tensor([[1.0, 2.0], [3.0, 4.0]]).sum(axis=1).numpy()
