@@ -8,7 +8,7 @@ from ember import Tensor
 from ember.codegen import get_program, simplify_kernel
 from ember.codegen.rowreuse import reuse_row_values
 from ember.codegen.opt import Opt, apply_opt, hand_coded_opts, output_ranges
-from ember.plugin import Ops, UOp
+from ember.plugin import Ops, UOp, dtypes
 from ember.uop.rewrite import graph_rewrite
 from ember.uop.symbolic import symbolic
 from cpu_kernels import RENDERERS, device, run_spec
@@ -234,3 +234,36 @@ def test_default_matmul_blocks_match_numpy(kind: str, m: int, k: int, n: int) ->
   np.testing.assert_allclose(got, run_kernel(kind, ast, {1: a.reshape(-1), 2: b.reshape(-1)}, [])[0],
                              rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(got.reshape(m, n), a @ b, rtol=1e-4, atol=1e-4)
+
+@pytest.mark.parametrize("kind", RENDERERS)
+@pytest.mark.parametrize("batch,n,k,wdtype", [(1, 24, 64, np.float32), (1, 40, 96, np.float16), (1, 6, 64, np.float32),
+                                              (1, 7, 64, np.float32), (3, 12, 128, np.float32)])
+def test_matvec_rows_apart_match_numpy(kind: str, batch: int, n: int, k: int, wdtype: type) -> None:
+  # x @ W.T over W's contiguous rows: 4 rows a quarter of W apart per loop trip (2 where 4 do not divide them, none for
+  # 7), each its own vector of partial sums; results as numpy's and as the kernel's without the rows apart
+  rng = np.random.default_rng(11)
+  x, w = rng.standard_normal((batch, k)).astype(np.float32), rng.standard_normal((n, k)).astype(wdtype)
+  ast = kernel_of(Tensor(x) @ Tensor(w).T.cast(dtypes.float32))
+  opts = hand_coded_opts(ast, device(kind).renderer)
+  rows = [o for o in opts if o.op == "UPCAST_STRIDED"]
+  assert [o.amt for o in rows] == ([4] if n % 4 == 0 else [2] if n % 2 == 0 else [])
+  if rows: assert next(r for r in output_ranges(ast) if r.arg[0] == rows[0].axis).src[0].arg == n  # W's rows
+  params = {u.arg: u.dtype.base for u in ast.toposort() if u.op is Ops.PARAM}
+  inputs = {1: w.reshape(-1), 2: x.reshape(-1)} if params[1] != dtypes.float32 else {1: x.reshape(-1), 2: w.reshape(-1)}
+  got = run_kernel(kind, ast, inputs)[0]
+  # the same partial sums in the same order as without the rows apart: equal bits
+  np.testing.assert_array_equal(got, run_kernel(kind, ast, inputs, [o for o in opts if o.op != "UPCAST_STRIDED"])[0])
+  np.testing.assert_allclose(got.reshape(batch, n), x @ w.astype(np.float32).T, rtol=1e-4, atol=1e-4)
+
+def test_matvec_rows_apart_are_vector_accumulators() -> None:
+  # each row's 16 partial sums are one vector and W's 4 rows four vector loads a trip (x's lanes shared): a run of x's
+  # loads first grouped one lane of each row instead, gathering W down its columns (all scalar)
+  rng = np.random.default_rng(12)
+  ast = kernel_of(Tensor(rng.standard_normal((1, 64)).astype(np.float32)) @
+                  Tensor(rng.standard_normal((32, 64)).astype(np.float32)).T)
+  dev = device("C")
+  opts = hand_coded_opts(ast, dev.renderer)
+  assert opts[0] == Opt("UPCAST_STRIDED", opts[0].axis, 4)
+  src = get_program(ast, dev.renderer, "", opts).src
+  width = dev.renderer.simd_width
+  assert src.count(f"ember_float32x{width} acc") == 4 and src.count(f"ember_float32x{width} val") == 5

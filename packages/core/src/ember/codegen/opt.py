@@ -7,6 +7,8 @@ it can keep in vector registers:
 * `upcast(ast, rng, amt)`: output range `r` -> `r_o*amt + c` for c in 0..amt-1; each store is repeated amt times.
   A matmul's output columns become amt accumulators over one shared k loop; upcasting its rows as well gives a
   rows x columns block of accumulators per k step (register blocking: each loaded value is used several times).
+  `strided=True` spreads the lanes over the range instead (`r_o + c*(n/amt)`): a matvec then streams amt distant
+  rows of its weight at once (amt prefetch streams where one row at a time is one).
 * `split_reduce(ast, red, amt)`: a reduction over `k` -> amt partial reductions over `k_o` (k = k_o*amt + c), combined
   at the end. The partial sums of a dot product are then independent lanes a vector unit can run at once. Over several
   ranges the innermost is split (a sum over (blocks, 16 lanes) becomes 16 partial sums over the blocks).
@@ -30,14 +32,17 @@ from ember.uop.symbolic import symbolic, split_terms, term_factor
 class KernelOptError(CompileError):
   """An optimisation does not apply to this kernel (the range does not divide, is symbolic, ...)."""
 
-OPT_KINDS = ("UPCAST", "UPCAST_OUTER", "SPLIT", "THREADS", "UNROLL", "PADTO", "LOCAL", "GROUP", "GROUPTOP", "TC")
+OPT_KINDS = ("UPCAST", "UPCAST_OUTER", "UPCAST_STRIDED", "SPLIT", "THREADS", "UNROLL", "PADTO", "LOCAL", "GROUP",
+             "GROUPTOP", "TC")
 LAUNCH_KINDS = ("LOCAL", "GROUP", "GROUPTOP", "TC")
 """GPU opts: how codegen maps the kernel onto blocks and threads (codegen/launch.py), at most one per kernel."""
 
 @dataclass(frozen=True)
 class Opt:
-  """One optimisation. UPCAST/UPCAST_OUTER: `axis` is the axis number of a constant output range at the time the opt
-  applies (UPCAST_OUTER makes the shortened range axis 0 and numbers every other range one up); SPLIT: every
+  """One optimisation. UPCAST/UPCAST_OUTER/UPCAST_STRIDED: `axis` is the axis number of a constant output range at the
+  time the opt applies (UPCAST_OUTER makes the shortened range axis 0 and numbers every other range one up;
+  UPCAST_STRIDED takes lanes `n/amt` apart, n the range's size, and writes each reduction's products `moving *
+  shared`, see `rows_apart_opts`); SPLIT: every
   float ADD/MAX reduction is split into `amt` partial sums over its innermost range (`axis` 0; `axis` 1 splits the
   ADD ones only, leaving MAX to a compiler that vectorises it as written); THREADS: the outermost output loop runs
   on `amt` CPU threads. UNROLL: the reduction range with axis number `axis` runs `amt` iterations per loop trip
@@ -61,9 +66,11 @@ def output_ranges(ast: UOp) -> list[UOp]:
   rngs = (n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] is AxisType.GLOBAL and n.src[0].op is Ops.CONST)
   return sorted(rngs, key=lambda r: r.arg[0])
 
-def upcast(ast: UOp, rng: UOp, amt: int, outermost: bool = False) -> UOp:
+def upcast(ast: UOp, rng: UOp, amt: int, outermost: bool = False, strided: bool = False) -> UOp:
   """Unroll output range `rng` by `amt`: amt stores per iteration of the shortened range. `outermost` moves the
-  shortened range outside the other output loops (loops run in axis order), so what it selects stays in cache."""
+  shortened range outside the other output loops (loops run in axis order), so what it selects stays in cache.
+  `strided`: iteration r_o computes r_o + c*(end/amt) for c in 0..amt-1 (lanes a quarter of the range apart for amt
+  4) instead of r_o*amt + c."""
   end = _const_end(rng)
   if rng.arg[1] is not AxisType.GLOBAL or amt < 2 or end % amt:
     raise KernelOptError(f"cannot upcast range of {end} by {amt}")
@@ -73,7 +80,8 @@ def upcast(ast: UOp, rng: UOp, amt: int, outermost: bool = False) -> UOp:
     shift = {r: r.replace(arg=(r.arg[0] + 1, *r.arg[1:])) for r in ast.toposort() if r.op is Ops.RANGE}
     ast, rng, axis = ast.substitute(shift), shift[rng], 0
   outer = UOp.range(end // amt, axis, AxisType.GLOBAL, rng.dtype)
-  stores = _unroll(ast, rng, [outer * amt + c for c in range(amt)])
+  lanes = [outer + c * (end // amt) if strided else outer * amt + c for c in range(amt)]
+  stores = _unroll(ast, rng, lanes)
   return graph_rewrite(ast.replace(src=stores), symbolic, name="upcast")
 
 def _unroll(ast: UOp, rng: UOp, values: list[UOp]) -> tuple[UOp, ...]:
@@ -91,11 +99,14 @@ def _unroll(ast: UOp, rng: UOp, values: list[UOp]) -> tuple[UOp, ...]:
     out += [new.get(st, st) for st in ast.src]
   return tuple(out)
 
-def shared_operand_first(ast: UOp, rng: UOp) -> UOp:
+def shared_operand_first(ast: UOp, rng: UOp, moving_first: bool = False) -> UOp:
   """`ast` with every reduction's product of two loads that moves with `rng` on one side only written `shared *
   moving`: a matmul's column lanes (UPCAST_OUTER) then load one A value and then B's lanes in one run. gcc's SLP
   vectoriser needs that run: a weight gradient written `B * A` interleaved A's load with B's and left 32 of its
-  block's 64 multiply-adds scalar (7.6 against 26 GFLOP/s). Float products commute exactly, so results do not change."""
+  block's 64 multiply-adds scalar (7.6 against 26 GFLOP/s). `moving_first` writes them `moving * shared` instead: the
+  C renderer's lane groups order a row's partial sums by the address of their first load, which must then be the
+  row's own (a matvec's weight row), not the vector every row shares (it would group one lane of each row: gathers,
+  left scalar). Float products commute exactly, so results do not change."""
   def loaded(x: UOp) -> bool: return x.op is Ops.LOAD or (x.op is Ops.CAST and loaded(x.src[0]))
   products = {p for r in ast.toposort() if r.op is Ops.REDUCE and (p := r.src[0]).op is Ops.MUL
               and all(loaded(x) for x in p.src)}
@@ -104,7 +115,8 @@ def shared_operand_first(ast: UOp, rng: UOp) -> UOp:
   for n in ast.toposort():
     if n is not rng and any(s in moving for s in n.src): moving.add(n)
     src = tuple(new.get(s, s) for s in n.src)
-    if n in products and n.src[0] in moving and n.src[1] not in moving: src = (src[1], src[0])
+    if n in products and (n.src[1] if moving_first else n.src[0]) in moving and \
+       (n.src[0] if moving_first else n.src[1]) not in moving: src = (src[1], src[0])
     if src != n.src: new[n] = UOp(n.op, n.dtype, src, n.arg, n.tag)
   return new.get(ast, ast)
 
@@ -137,11 +149,11 @@ def _split_key(red: UOp) -> tuple[tuple[object, int], ...]:
 
 def apply_opt(ast: UOp, opt: Opt) -> UOp:
   """Apply one opt to a kernel AST; KernelOptError when it does not fit this kernel."""
-  if opt.op in ("UPCAST", "UPCAST_OUTER"):
+  if opt.op in ("UPCAST", "UPCAST_OUTER", "UPCAST_STRIDED"):
     rng = next((r for r in output_ranges(ast) if r.arg[0] == opt.axis), None)
     if rng is None: raise KernelOptError(f"{opt}: the kernel has no constant output range with axis {opt.axis}")
-    if opt.op == "UPCAST_OUTER": ast = shared_operand_first(ast, rng)
-    return upcast(ast, rng, opt.amt, outermost=opt.op == "UPCAST_OUTER")
+    if opt.op != "UPCAST": ast = shared_operand_first(ast, rng, moving_first=opt.op == "UPCAST_STRIDED")
+    return upcast(ast, rng, opt.amt, outermost=opt.op == "UPCAST_OUTER", strided=opt.op == "UPCAST_STRIDED")
   if opt.op == "SPLIT":
     ops = (Ops.ADD,) if opt.axis == 1 else (Ops.ADD, Ops.MAX)
     reds = [n for n in ast.toposort() if n.op is Ops.REDUCE and _splittable(n) and n.arg in ops]
@@ -382,6 +394,31 @@ def reuse_opts(ast: UOp, amts: tuple[int, ...] = (8, 4, 2)) -> list[Opt]:
     if 0 in strides and any(s != 0 for s in strides) and (best is None or end > best[0]): best = (end, rng, amt)
   return [] if best is None else [Opt("UPCAST", best[1].arg[0], best[2])]
 
+ROWS_APART = (4, 2)  # rows of a matvec's weight streamed at once (rows_apart_opts), the first that divides them
+
+def rows_apart_opts(ast: UOp, reds: list[UOp]) -> list[Opt]:
+  """For sums of products that read a vector every output shares and a row of their own, both contiguous along the
+  reduction (a matvec `x @ W.T` over W's rows): the longest such output range upcast by 4 (or 2) with its lanes a
+  quarter of the range apart, so each loop trip loads the shared vector once for 4 rows and streams 4 distant rows
+  of W: 4 prefetch streams instead of one. One thread, CPU time, medians of alternating runs on the 2-core VM under
+  load: x(1,576) @ W(49152,576).T (113 MB, from memory) 11.3-12.5 -> 7.3-8.9 ms (torch 2.13: 9.8-11.8 ms); W of
+  1536 x 576 and 576 x 1536 (3.5 MB, from L3) level. Consecutive rows would store 4 outputs in a row, which the C
+  renderer's lane groups would take as the vector lanes (gathering W down its columns). [] for other kernels."""
+  best: tuple[int, UOp, int] | None = None
+  for rng in output_ranges(ast):
+    end = _const_end(rng)
+    if (amt := next((a for a in ROWS_APART if end % a == 0 and end >= 2 * a), None)) is None: continue
+    for red in reds:
+      if red.arg is not Ops.ADD or (body := red.src[0]).op is not Ops.MUL or len(body.src) != 2: break
+      loads = [x.src[0] if x.op is Ops.CAST else x for x in body.src]
+      if any(x.op is not Ops.LOAD for x in loads): break
+      idxs = [x.src[0].src[1] for x in loads]
+      if any(_stride(i, red.src[-1]) != 1 for i in idxs) or sorted(_stride(i, rng) == 0 for i in idxs) != [False, True]:
+        break
+    else:
+      if best is None or end > best[0]: best = (end, rng, amt)
+  return [] if best is None else [Opt("UPCAST_STRIDED", best[1].arg[0], best[2])]
+
 TRANSPOSE_TILE = 64  # elements of a transposing copy's register tile (compile time grows with it)
 
 def _term_stride(idx: UOp, rng: UOp) -> int | None:
@@ -452,7 +489,9 @@ def hand_coded_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
   split = [r for r in reds if r.arg not in native]
   if split and all(_const_end(r.src[-1]) % width == 0 and prod(_const_end(x) for x in r.src[1:]) >= 4 * width
                    for r in split):
-    return [Opt("SPLIT", 1 if len(split) < len(reds) else 0, width)]
+    # a matvec's rows streamed 4 at a time, each its own vector of partial sums
+    rows = rows_apart_opts(ast, reds) if len(split) == len(reds) else []
+    return [*rows, Opt("SPLIT", 1 if len(split) < len(reds) else 0, width)]
   # a reduction of at most `width` elements per output (summing partial-sum lanes) does too little per output for a
   # second thread to pay for its launch (~25 us on the 2-core development machine, the time of 10^5-10^6 adds)
   every = [n for n in ast.toposort() if n.op is Ops.REDUCE]
