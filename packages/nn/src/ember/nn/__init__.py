@@ -9,9 +9,13 @@
 from __future__ import annotations
 from ember.nn.layers import (Linear, Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, BatchNorm, BatchNorm1d,
                              BatchNorm2d, BatchNorm3d, LayerNorm, RMSNorm, GroupNorm, InstanceNorm, Embedding, Dropout,
-                             LSTMCell, Sequential)
+                             LSTMCell, Sequential, Identity, ReLU, SiLU, Sigmoid, Tanh, GELU, LeakyReLU, ELU,
+                             Softmax, LogSoftmax, Flatten, MaxPool2d, AvgPool2d, Upsample, ModuleList,
+                             MultiheadAttention, RNN, LSTM, GRU)
 from ember.nn import functional, optim, state
 
 __all__ = ["Linear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "BatchNorm", "BatchNorm1d",
            "BatchNorm2d", "BatchNorm3d", "LayerNorm", "RMSNorm", "GroupNorm", "InstanceNorm", "Embedding", "Dropout",
-           "LSTMCell", "Sequential", "functional", "optim", "state"]
+           "LSTMCell", "Sequential", "Identity", "ReLU", "SiLU", "Sigmoid", "Tanh", "GELU", "LeakyReLU", "ELU",
+           "Softmax", "LogSoftmax", "Flatten", "MaxPool2d", "AvgPool2d", "Upsample", "ModuleList", "MultiheadAttention",
+           "RNN", "LSTM", "GRU", "functional", "optim", "state"]

@@ -4,6 +4,7 @@ Parameters are initialised as PyTorch initialises them and are realized buffers,
 State-dict keys match PyTorch's (`weight`, `bias`, `running_mean`, `running_var`, `num_batches_tracked`).
 """
 from __future__ import annotations
+import abc
 import math
 import numbers
 from typing import Any, Callable, Sequence
@@ -185,7 +186,7 @@ class RMSNorm:
     _positive("RMSNorm", dim=dim)
     self.eps = eps
     self.weight = _param(F.filled((dim,), 1.0)) if elementwise_affine else None
-  def __call__(self, x: Tensor) -> Tensor: return F.rms_norm(x, self.weight, self.eps)
+  def __call__(self, x: Tensor) -> Tensor: return F.rms_norm(x, F.static_shape(x, "RMSNorm")[-1:], self.weight, self.eps)
 
 class GroupNorm:
   """Normalise each of `num_groups` channel groups of (N, C, ...) inputs, then an affine per channel."""
@@ -267,3 +268,253 @@ class Sequential(list):
   def __call__(self, x: Any) -> Any:
     for layer in self: x = layer(x)
     return x
+
+# ** torch's stateless modules: callables holding their arguments (no parameters) **
+
+class _Stateless:
+  def __repr__(self) -> str:
+    args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+    return f"{type(self).__name__}({args})"
+
+class Identity(_Stateless):
+  def __init__(self, *args: Any, **kwargs: Any): pass  # torch ignores its arguments
+  def __call__(self, x: Tensor) -> Tensor: return x
+
+class ReLU(_Stateless):
+  def __call__(self, x: Tensor) -> Tensor: return x.relu()
+
+class SiLU(_Stateless):
+  def __call__(self, x: Tensor) -> Tensor: return x.silu()
+
+class Sigmoid(_Stateless):
+  def __call__(self, x: Tensor) -> Tensor: return x.sigmoid()
+
+class Tanh(_Stateless):
+  def __call__(self, x: Tensor) -> Tensor: return x.tanh()
+
+class GELU(_Stateless):
+  def __init__(self, approximate: str = "none"): self.approximate = approximate
+  def __call__(self, x: Tensor) -> Tensor: return x.gelu(approximate=self.approximate)
+
+class LeakyReLU(_Stateless):
+  def __init__(self, negative_slope: float = 0.01): self.negative_slope = negative_slope
+  def __call__(self, x: Tensor) -> Tensor: return x.leaky_relu(self.negative_slope)
+
+class ELU(_Stateless):
+  def __init__(self, alpha: float = 1.0): self.alpha = alpha
+  def __call__(self, x: Tensor) -> Tensor: return x.elu(self.alpha)
+
+class Softmax(_Stateless):
+  def __init__(self, dim: int | None = None): self.dim = dim
+  def __call__(self, x: Tensor) -> Tensor: return x.softmax(-1 if self.dim is None else self.dim)
+
+class LogSoftmax(_Stateless):
+  def __init__(self, dim: int | None = None): self.dim = dim
+  def __call__(self, x: Tensor) -> Tensor: return x.log_softmax(-1 if self.dim is None else self.dim)
+
+class Flatten(_Stateless):
+  """Flattens dims start_dim..end_dim (torch's defaults keep the batch dim)."""
+  def __init__(self, start_dim: int = 1, end_dim: int = -1): self.start_dim, self.end_dim = start_dim, end_dim
+  def __call__(self, x: Tensor) -> Tensor: return x.flatten(self.start_dim, self.end_dim)
+
+class MaxPool2d(_Stateless):
+  def __init__(self, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
+               padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, return_indices: bool = False,
+               ceil_mode: bool = False):
+    self.kernel_size, self.stride, self.padding, self.dilation = kernel_size, stride, padding, dilation
+    self.return_indices, self.ceil_mode = return_indices, ceil_mode
+  def __call__(self, x: Tensor) -> Tensor | tuple[Tensor, Tensor]:
+    return x.max_pool2d(self.kernel_size, self.stride, dilation=self.dilation, padding=self.padding,
+                        ceil_mode=self.ceil_mode, return_indices=self.return_indices)
+
+class AvgPool2d(_Stateless):
+  def __init__(self, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
+               padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True):
+    self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad = (
+      kernel_size, stride, padding, ceil_mode, count_include_pad)
+  def __call__(self, x: Tensor) -> Tensor:
+    return x.avg_pool2d(self.kernel_size, self.stride, self.padding, ceil_mode=self.ceil_mode,
+                        count_include_pad=self.count_include_pad)
+
+class Upsample(_Stateless):
+  def __init__(self, size: int | Sequence[int] | None = None, scale_factor: float | Sequence[float] | None = None,
+               mode: str = "nearest", align_corners: bool | None = None):
+    self.size, self.scale_factor, self.mode, self.align_corners = size, scale_factor, mode, align_corners
+  def __call__(self, x: Tensor) -> Tensor:
+    return x.interpolate(self.size, mode=self.mode, align_corners=bool(self.align_corners),
+                         scale_factor=self.scale_factor)
+
+class ModuleList(list):
+  """Layers held in a list (state-dict keys are the indices, as torch's `layers.0.weight`); not callable."""
+  def __init__(self, modules: Sequence[Any] = ()):
+    super().__init__(modules)
+
+# ** attention and recurrent layers, with torch's parameter names and layouts (their state dicts load as they are) **
+
+class MultiheadAttention:
+  """torch.nn.MultiheadAttention (same embed dim for query, key and value): `in_proj_weight` (3E, E), `in_proj_bias`,
+  `out_proj` (a Linear). Returns (output, attention weights averaged over the heads, or per head with
+  average_attn_weights=False; None when need_weights=False, which runs the fused attention)."""
+  def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+               batch_first: bool = False):
+    _positive("MultiheadAttention", embed_dim=embed_dim, num_heads=num_heads)
+    if embed_dim % num_heads:
+      raise ShapeError(f"MultiheadAttention: embed_dim {embed_dim} must be divisible by num_heads {num_heads}")
+    self.embed_dim, self.num_heads, self.dropout, self.batch_first = embed_dim, num_heads, dropout, batch_first
+    bound = math.sqrt(6 / (embed_dim + 3 * embed_dim))  # xavier_uniform over (3E, E), as torch
+    self.in_proj_weight = _param(F.uniform(3 * embed_dim, embed_dim, low=-bound, high=bound))
+    self.in_proj_bias = _param(Tensor.zeros(3 * embed_dim).contiguous().realize()) if bias else None
+    self.out_proj = Linear(embed_dim, embed_dim, bias=bias)
+    if bias: self.out_proj.bias = _param(Tensor.zeros(embed_dim).contiguous().realize())  # torch zeroes both biases
+
+  def __call__(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor | None = None,
+               need_weights: bool = True, attn_mask: Tensor | None = None, average_attn_weights: bool = True,
+               is_causal: bool = False) -> tuple[Tensor, Tensor | None]:
+    batched = query.ndim == 3
+    if not batched: query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+    elif self.batch_first: query, key, value = (t.transpose(0, 1) for t in (query, key, value))
+    L, N, E = static_shape(query, "MultiheadAttention")
+    S = static_shape(key, "MultiheadAttention")[0]
+    if E != self.embed_dim or key.shape[-1] != E or value.shape[-1] != E:
+      raise ShapeError(f"MultiheadAttention({self.embed_dim}) got query/key/value of shapes {query.shape}, "
+                       f"{key.shape}, {value.shape}")
+    H, D = self.num_heads, E // self.num_heads
+    w, b = self.in_proj_weight, self.in_proj_bias
+    def project(x: Tensor, k: int, length: int) -> Tensor:  # (length, N, E) -> (N, H, length, D)
+      y = x @ w[k * E:(k + 1) * E].T
+      if b is not None: y = y + b[k * E:(k + 1) * E]
+      return y.reshape(length, N, H, D).permute(1, 2, 0, 3)
+    q, k, v = project(query, 0, L), project(key, 1, S), project(value, 2, S)
+    mask = None  # additive float mask (N or 1, H or 1, L, S)
+    if attn_mask is not None:
+      m = attn_mask if attn_mask.ndim == 2 else attn_mask.reshape(N, H, L, S)
+      mask = m.where(float("-inf"), 0.0) if m.dtype is dtypes.bool else m
+    elif is_causal:
+      mask = Tensor.ones(L, S, dtype=dtypes.bool, device=query.device).triu(1).where(float("-inf"), 0.0)
+    if key_padding_mask is not None:
+      kp = key_padding_mask.reshape(N, 1, 1, S)
+      pad = kp.where(float("-inf"), 0.0) if kp.dtype is dtypes.bool else kp
+      mask = pad if mask is None else mask + pad
+    p = self.dropout if Tensor.is_training() else 0.0
+    if need_weights:
+      scores = (q @ k.transpose(-2, -1)) / math.sqrt(D)
+      if mask is not None: scores = scores + mask
+      attn = scores.softmax(-1)
+      out = F.dropout(attn, p, training=p > 0) @ v
+      weights: Tensor | None = attn.mean(1) if average_attn_weights else attn
+    else:
+      out, weights = q.scaled_dot_product_attention(k, v, attn_mask=mask, dropout_p=p), None
+    out = self.out_proj(out.permute(2, 0, 1, 3).reshape(L, N, E))
+    if not batched: return out.squeeze(1), (weights.squeeze(0) if weights is not None else None)
+    return (out.transpose(0, 1) if self.batch_first else out), weights
+
+class _RNNBase(abc.ABC):
+  """torch's multi-layer RNN/LSTM/GRU: parameters weight_ih_l{k}, weight_hh_l{k}, bias_ih_l{k}, bias_hh_l{k} (and
+  `_reverse` ones when bidirectional), gates stacked as torch stacks them; inputs (T, N, F) or (N, T, F) with
+  batch_first, or unbatched (T, F). The time loop is unrolled into the graph (T steps)."""
+  GATES = 1
+  def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+               batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False):
+    _positive(type(self).__name__, input_size=input_size, hidden_size=hidden_size, num_layers=num_layers)
+    if not 0 <= dropout <= 1: raise ArgumentError(f"{type(self).__name__} dropout must be in [0, 1], got {dropout}")
+    self.input_size, self.hidden_size, self.num_layers, self.bias = input_size, hidden_size, num_layers, bias
+    self.batch_first, self.dropout, self.bidirectional = batch_first, dropout, bidirectional
+    bound, dirs, g = 1 / math.sqrt(hidden_size), 2 if bidirectional else 1, self.GATES * hidden_size
+    for layer in range(num_layers):
+      for suffix in ("", "_reverse")[:dirs]:
+        fan_in = input_size if layer == 0 else hidden_size * dirs
+        setattr(self, f"weight_ih_l{layer}{suffix}", _param(F.uniform(g, fan_in, low=-bound, high=bound)))
+        setattr(self, f"weight_hh_l{layer}{suffix}", _param(F.uniform(g, hidden_size, low=-bound, high=bound)))
+        if bias:
+          setattr(self, f"bias_ih_l{layer}{suffix}", _param(F.uniform(g, low=-bound, high=bound)))
+          setattr(self, f"bias_hh_l{layer}{suffix}", _param(F.uniform(g, low=-bound, high=bound)))
+
+  @abc.abstractmethod
+  def _cell(self, x: Tensor, state: tuple[Tensor, ...], name: str) -> tuple[Tensor, ...]:
+    """One time step of layer/direction `name` ("l0", "l1_reverse"): the new state, its first entry the output."""
+
+  def _gates(self, x: Tensor, h: Tensor, name: str) -> tuple[Tensor, Tensor]:
+    gi, gh = x @ getattr(self, f"weight_ih_{name}").T, h @ getattr(self, f"weight_hh_{name}").T
+    if self.bias: gi, gh = gi + getattr(self, f"bias_ih_{name}"), gh + getattr(self, f"bias_hh_{name}")
+    return gi, gh
+
+  def _run(self, x: Tensor, state: tuple[Tensor, ...] | None) -> tuple[Tensor, tuple[Tensor, ...]]:
+    batched = x.ndim == 3
+    if x.ndim not in (2, 3): raise ShapeError(f"{type(self).__name__} expects (T, N, F) or (T, F) input, got {x.shape}")
+    if not batched: x = x.unsqueeze(1)
+    elif self.batch_first: x = x.transpose(0, 1)
+    T, N, feat = static_shape(x, type(self).__name__)
+    if feat != self.input_size:
+      raise ShapeError(f"{type(self).__name__}({self.input_size}, ...) got input features {feat} (shape {x.shape})")
+    dirs = 2 if self.bidirectional else 1
+    n_state = 2 if self.GATES == 4 else 1
+    if state is None:
+      zeros = Tensor.zeros(self.num_layers * dirs, N, self.hidden_size, device=x.device, dtype=x.dtype)
+      state = (zeros,) * n_state
+    elif not batched: state = tuple(s.unsqueeze(1) for s in state)
+    want = (self.num_layers * dirs, N, self.hidden_size)
+    for s in state:
+      if tuple(s.shape) != want:
+        raise ShapeError(f"{type(self).__name__}: hidden state shape {s.shape}, expected {want}")
+    finals: list[list[Tensor]] = [[] for _ in range(n_state)]
+    for layer in range(self.num_layers):
+      outs = []
+      for d, suffix in enumerate(("", "_reverse")[:dirs]):
+        st = tuple(s[layer * dirs + d] for s in state)
+        steps = range(T - 1, -1, -1) if d else range(T)
+        ys: list[Tensor | None] = [None] * T
+        for t in steps:
+          st = self._cell(x[t], st, f"l{layer}{suffix}")
+          ys[t] = st[0]
+        outs.append(Tensor.stack(*[y for y in ys if y is not None], dim=0))
+        for i, s in enumerate(st): finals[i].append(s)
+      x = outs[0] if dirs == 1 else Tensor.cat(*outs, dim=-1)
+      if self.dropout and layer < self.num_layers - 1 and Tensor.is_training():
+        x = F.dropout(x, self.dropout, training=True)
+    out_state = tuple(Tensor.stack(*f, dim=0) for f in finals)
+    if not batched: return x.squeeze(1), tuple(s.squeeze(1) for s in out_state)
+    return (x.transpose(0, 1) if self.batch_first else x), out_state
+
+class RNN(_RNNBase):
+  """torch.nn.RNN: h' = tanh (or relu) of x W_ih.T + b_ih + h W_hh.T + b_hh. Returns (output, h_n)."""
+  def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, nonlinearity: str = "tanh",
+               bias: bool = True, batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False):
+    if nonlinearity not in ("tanh", "relu"):
+      raise ArgumentError(f"RNN nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
+    self.nonlinearity = nonlinearity
+    super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional)
+  def _cell(self, x: Tensor, state: tuple[Tensor, ...], name: str) -> tuple[Tensor, ...]:
+    gi, gh = self._gates(x, state[0], name)
+    return ((gi + gh).tanh() if self.nonlinearity == "tanh" else (gi + gh).relu(),)
+  def __call__(self, x: Tensor, hx: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    out, (h,) = self._run(x, None if hx is None else (hx,))
+    return out, h
+
+class LSTM(_RNNBase):
+  """torch.nn.LSTM (gates input, forget, cell, output). Returns (output, (h_n, c_n))."""
+  GATES = 4
+  def _cell(self, x: Tensor, state: tuple[Tensor, ...], name: str) -> tuple[Tensor, ...]:
+    h, c = state
+    gi, gh = self._gates(x, h, name)
+    n = self.hidden_size
+    i, f, g, o = ((gi + gh)[:, k * n:(k + 1) * n] for k in range(4))
+    c_new = f.sigmoid() * c + i.sigmoid() * g.tanh()
+    return o.sigmoid() * c_new.tanh(), c_new
+  def __call__(self, x: Tensor, hx: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+    out, (h, c) = self._run(x, hx)
+    return out, (h, c)
+
+class GRU(_RNNBase):
+  """torch.nn.GRU (gates reset, update, new; the reset gate scales W_hn h + b_hn, as torch). Returns (output, h_n)."""
+  GATES = 3
+  def _cell(self, x: Tensor, state: tuple[Tensor, ...], name: str) -> tuple[Tensor, ...]:
+    h = state[0]
+    gi, gh = self._gates(x, h, name)
+    n = self.hidden_size
+    r = (gi[:, :n] + gh[:, :n]).sigmoid()
+    z = (gi[:, n:2 * n] + gh[:, n:2 * n]).sigmoid()
+    new = (gi[:, 2 * n:] + r * gh[:, 2 * n:]).tanh()
+    return ((1 - z) * new + z * h,)
+  def __call__(self, x: Tensor, hx: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    out, (h,) = self._run(x, None if hx is None else (hx,))
+    return out, h
