@@ -12,9 +12,9 @@ where ember differs from torch.
 """
 from __future__ import annotations
 import math
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 import numpy as np
-from ember.dtype import DType, dtypes, strong_dtype
+from ember.dtype import DType, dtypes, least_upper_float, strong_dtype
 from ember.errors import ArgumentError, AxisError, DTypeError, EmptyReductionError, IndexingError, ShapeError
 from ember.tensor_index import check_index_range, data_checks_run
 from ember.uop.ops import int_size
@@ -23,6 +23,23 @@ if TYPE_CHECKING:
   from ember.tensor import Tensor
 
 _QUANTILE_MODES = ("linear", "lower", "higher", "midpoint", "nearest")
+
+# the named tuples torch returns (plain tuples unpack the same way)
+class ValuesIndices(NamedTuple):
+  values: Tensor
+  indices: Tensor
+
+class MinMax(NamedTuple):
+  min: Tensor
+  max: Tensor
+
+class Frexp(NamedTuple):
+  mantissa: Tensor
+  exponent: Tensor
+
+class SignLogAbsDet(NamedTuple):
+  sign: Tensor
+  logabsdet: Tensor
 
 def _new(data: Any, like: Tensor, dtype: DType | None = None) -> Tensor:
   from ember.tensor import Tensor
@@ -42,6 +59,13 @@ def _host_read(op: str, alternative: str) -> None:
   if not data_checks_run():
     raise ShapeError(f"{op}'s result has a shape that depends on the tensor's values, which cannot be read inside a "
                      f"TinyJit capture or an ember.function trace; {alternative}")
+
+def _wide(*ts: Tensor) -> tuple[list[Tensor], DType]:
+  """`ts` (of one dtype) as the floats to compute in, and the result's float dtype: half types compute in float32, as
+  torch's kernels do (rounding each step to half lost up to several ulps); cast the result back to the dtype."""
+  dt = least_upper_float(ts[0].dtype)
+  compute = dtypes.float32 if dt in (dtypes.float16, dtypes.bfloat16) else dt
+  return [t.cast(compute) for t in ts], dt
 
 def _with_grad(value: Tensor, x: Tensor, dydx: Tensor) -> Tensor:
   """`value`, whose derivative with respect to `x` is `dydx` (for values computed by bit tricks or fitted formulas,
@@ -281,7 +305,7 @@ class TorchCompatMixin:
     2.35619
     """
     y, x = self._broadcasted(other)
-    y, x = y._float(), x._float()
+    (y, x), dt = _wide(y, x)
     neg_y, neg_x = y._signbit(), x._signbit()
     ay, ax = neg_y.where(-y, y), neg_x.where(-x, x)  # |y|, |x| with gradient +-1 also at 0
     both_inf = ay.isinf() & ax.isinf()
@@ -293,7 +317,7 @@ class TorchCompatMixin:
     r = steep.where(math.pi / 2 - r, r)
     r = neg_x.where(math.pi - r, r)
     r = neg_y.where(-r, r)
-    return (y.isnan() | x.isnan()).where(math.nan, r)
+    return (y.isnan() | x.isnan()).where(math.nan, r).cast(dt)
   def hypot(self: Tensor, other: Any) -> Tensor:
     """sqrt(self^2 + other^2) without overflow or underflow in the squares (inf if either is infinite).
 
@@ -301,11 +325,11 @@ class TorchCompatMixin:
     [5.0]
     """
     a, b = self._broadcasted(other)
-    a, b = a._float(), b._float()
+    (a, b), dt = _wide(a, b)
     big = a.detach().abs().maximum(b.detach().abs())
     scale = ((big == 0) | big.isinf()).where(1, big)
     r = ((a / scale).square() + (b / scale).square()).sqrt() * scale
-    return (a.isinf() | b.isinf()).where(math.inf, r)
+    return (a.isinf() | b.isinf()).where(math.inf, r).cast(dt)
   def logaddexp2(self: Tensor, other: Any) -> Tensor:
     """log2(2^self + 2^other) without overflow.
 
@@ -313,7 +337,8 @@ class TorchCompatMixin:
     [4.0]
     """
     a, b = self._broadcasted(other)
-    return (a._float() * math.log(2)).logaddexp(b._float() * math.log(2)) * (1 / math.log(2))
+    (a, b), dt = _wide(a, b)
+    return ((a * math.log(2)).logaddexp(b * math.log(2)) * (1 / math.log(2))).cast(dt)
   def xlogy(self: Tensor, other: Any) -> Tensor:
     """self * log(other), 0 where self is 0 (unless other is NaN).
 
@@ -321,7 +346,7 @@ class TorchCompatMixin:
     [0.0, 0.0]
     """
     x, y = self._broadcasted(other)
-    x, y = x._float(), y._float()
+    x, y = x._float(), y._float()  # half types in half, rounding as torch's kernel does
     zero = (x == 0) & y.isnan().logical_not()
     return zero.where(0, x * zero.where(1, y).log())
   def sinc(self: Tensor) -> Tensor:
@@ -330,10 +355,10 @@ class TorchCompatMixin:
     >>> Tensor([0.0, 0.5]).sinc().tolist()[0]
     1.0
     """
-    x = self._float()
+    (x,), dt = _wide(self)
     zero = x == 0
     px = zero.where(1, x) * math.pi
-    return zero.where(1, px.sin() / px)
+    return zero.where(1, px.sin() / px).cast(dt)
   def erfc(self: Tensor) -> Tensor:
     """1 - erf(x), with relative accuracy in the tail (1 - erf(x) is 0 in float32 past x = 4): Numerical Recipes'
     Chebyshev fit of exp(x^2) erfc(x) (relative error below 1.2e-7). The gradient is -2/sqrt(pi) exp(-x^2).
@@ -358,7 +383,7 @@ class TorchCompatMixin:
     >>> round(Tensor([0.75]).logit().item(), 5)
     1.09861
     """
-    x = self._float()
+    x = self._float()  # half types in half, rounding as torch's kernel does
     if eps is not None: x = x.clip(eps, 1 - eps)
     return (x / (1 - x)).log()
   def deg2rad(self: Tensor) -> Tensor:
@@ -451,7 +476,7 @@ class TorchCompatMixin:
     """
     a, e = self._broadcasted(other)
     return a._float() * e._float().exp2()
-  def frexp(self: Tensor) -> tuple[Tensor, Tensor]:
+  def frexp(self: Tensor) -> Frexp:
     """(mantissa, exponent) with self == mantissa * 2 ** exponent, |mantissa| in [0.5, 1) and an int32 exponent;
     0, inf and NaN give (self, 0). Read from the bits, so exact (subnormals included).
 
@@ -461,7 +486,7 @@ class TorchCompatMixin:
     _need_float(self, "frexp")
     if self.dtype is not dtypes.float64 and self.dtype is not dtypes.float32:
       m, e = self.float().frexp()
-      return m.cast(self.dtype), e
+      return Frexp(m.cast(self.dtype), e)
     wide = self.dtype is dtypes.float64
     ibits, man, bias, tiny = (dtypes.int64, 52, 1022, 2.0 ** -1022) if wide else (dtypes.int32, 23, 126, 2.0 ** -126)
     emask = 0x7FF if wide else 0xFF
@@ -474,7 +499,7 @@ class TorchCompatMixin:
     special = (x == 0) | x.isinf() | x.isnan()
     e = special.where(0, e_xs - sub.where(man + 1, 0).cast(ibits)).cast(dtypes.int32)
     # d mantissa / dx = 2^-exponent, through xs: 2^-e_xs stays finite where 2^-exponent of a subnormal overflows
-    return special.where(x, _with_grad(mant, xs, (-e_xs.cast(self.dtype)).exp2())), e
+    return Frexp(special.where(x, _with_grad(mant, xs, (-e_xs.cast(self.dtype)).exp2())), e)
   def gcd(self: Tensor, other: Any) -> Tensor:
     """Greatest common divisor of int tensors, non-negative; gcd(0, 0) is 0 (Euclid's algorithm, unrolled for the
     dtype's worst case).
@@ -511,13 +536,13 @@ class TorchCompatMixin:
   def amin(self: Tensor, dim: Any = (), keepdim: bool = False) -> Tensor:
     """The minimum over `dim` (an int or a tuple; () or None: every dim)."""
     return self.min(_dims(self, dim), keepdim)
-  def aminmax(self: Tensor, *, dim: int | None = None, keepdim: bool = False) -> tuple[Tensor, Tensor]:
+  def aminmax(self: Tensor, *, dim: int | None = None, keepdim: bool = False) -> MinMax:
     """(min, max) over `dim` (every element when None).
 
     >>> [t.item() for t in Tensor([3, 1, 2]).aminmax()]
     [1, 3]
     """
-    return self.min(dim, keepdim), self.max(dim, keepdim)
+    return MinMax(self.min(dim, keepdim), self.max(dim, keepdim))
   def count_nonzero(self: Tensor, dim: Any = None) -> Tensor:
     """How many elements are nonzero over `dim` (every dim when None), as int32 (torch: int64).
 
@@ -565,8 +590,8 @@ class TorchCompatMixin:
     if not keepdim: return v.squeeze(-1), i.squeeze(-1), d
     return _from_last(v, d), _from_last(i, d), d
   def median(self: Tensor, dim: int | None = None, keepdim: bool = False) -> Any:
-    """The lower median (the ((n - 1) // 2)-th smallest; NaN if the row has a NaN). With `dim`, (values, int32
-    indices) like torch's namedtuple; without, the median of every element as one value.
+    """The lower median (the ((n - 1) // 2)-th smallest; NaN if the row has a NaN). With `dim`, a named tuple
+    (values, indices), the indices int32; without, the median of every element as one value.
 
     >>> Tensor([3, 1, 4, 2]).median().item()
     2
@@ -575,7 +600,7 @@ class TorchCompatMixin:
       # with NaNs, the first NaN: they sort after every number, from position n - nan_count
       return (n - 1) // 2 if nan_count is None else (nan_count > 0).where(n - nan_count, (n - 1) // 2)
     v, i, _ = self._select_sorted(dim, keepdim, "median", position)
-    return v if dim is None else (v, i)
+    return v if dim is None else ValuesIndices(v, i)
   def nanmedian(self: Tensor, dim: int | None = None, keepdim: bool = False) -> Any:
     """The lower median of the non-NaN elements (NaN where all are NaN); with `dim`, (values, int32 indices).
 
@@ -585,8 +610,8 @@ class TorchCompatMixin:
     def position(n: int, nan_count: Tensor | None) -> Any:
       return (n - 1) // 2 if nan_count is None else ((n - nan_count - 1) // 2).maximum(0)
     v, i, _ = self._select_sorted(dim, keepdim, "nanmedian", position)
-    return v if dim is None else (v, i)
-  def kthvalue(self: Tensor, k: int, dim: int = -1, keepdim: bool = False) -> tuple[Tensor, Tensor]:
+    return v if dim is None else ValuesIndices(v, i)
+  def kthvalue(self: Tensor, k: int, dim: int = -1, keepdim: bool = False) -> ValuesIndices:
     """The k-th smallest element along `dim` (k counts from 1; NaN sorts last) and its int32 index.
 
     >>> [t.item() for t in Tensor([5, 1, 4]).kthvalue(2)]
@@ -598,8 +623,8 @@ class TorchCompatMixin:
       raise ArgumentError(f"kthvalue k={k} is out of range for dim {dim} of size {n} (shape {self.shape}); "
                       f"k counts from 1 to {n}")
     v, i, _ = self._select_sorted(d, keepdim, "kthvalue", lambda n, c: int(k) - 1)
-    return (v.reshape(()), i.reshape(())) if self.ndim == 0 else (v, i)
-  def mode(self: Tensor, dim: int = -1, keepdim: bool = False) -> tuple[Tensor, Tensor]:
+    return ValuesIndices(v.reshape(()), i.reshape(())) if self.ndim == 0 else ValuesIndices(v, i)
+  def mode(self: Tensor, dim: int = -1, keepdim: bool = False) -> ValuesIndices:
     """The most frequent value along `dim` (the smallest among equally frequent ones) and the int32 index of its
     last occurrence, as torch's CPU kernel picks.
 
@@ -620,9 +645,9 @@ class TorchCompatMixin:
     pos = Tensor.arange(n, device=self.device, dtype=dtypes.int32)
     idx = (row == value).where(pos, -1).max(-1, keepdim=True)
     val = _last(x, d)._gather(row.ndim - 1, idx) if dtypes.is_float(row.dtype) else value
-    if self.ndim == 0: return val.reshape(()), idx.reshape(())
-    if not keepdim: return val.squeeze(-1), idx.squeeze(-1)
-    return _from_last(val, d), _from_last(idx, d)
+    if self.ndim == 0: return ValuesIndices(val.reshape(()), idx.reshape(()))
+    if not keepdim: return ValuesIndices(val.squeeze(-1), idx.squeeze(-1))
+    return ValuesIndices(_from_last(val, d), _from_last(idx, d))
   def quantile(self: Tensor, q: Any, dim: int | None = None, keepdim: bool = False, *,
                interpolation: str = "linear") -> Tensor:
     """The q-th quantiles along `dim` (of every element when None), q a float or a 1-d tensor in [0, 1] (its values
@@ -970,6 +995,9 @@ class TorchCompatMixin:
     dst = [destination] if isinstance(destination, (int, np.integer)) else list(destination)
     if len(src) != len(dst):
       raise ShapeError(f"movedim needs as many source dims as destinations, got {src} and {dst}")
+    if self.ndim == 0:  # a 0-d tensor takes dim 0 or -1, as if it had one dim
+      for i in (*src, *dst): self._resolve_dim(i, extra=1)
+      return self
     s, t = [self._resolve_dim(i) for i in src], [self._resolve_dim(i) for i in dst]
     if len(set(s)) != len(s) or len(set(t)) != len(t):
       raise ShapeError(f"movedim dims repeat: source {src}, destination {dst}")
@@ -1272,7 +1300,7 @@ class TorchCompatMixin:
     if n == 0: return self.sum((-2, -1)) + 1
     pivots, sign, singular, _ = _eliminate(self, None)
     return singular.where(0, pivots.prod(-1) * sign)
-  def slogdet(self: Tensor) -> tuple[Tensor, Tensor]:
+  def slogdet(self: Tensor) -> SignLogAbsDet:
     """(sign, log|det|) of the (batched) square matrices: sign 0 and log|det| -inf for a singular one.
 
     >>> [round(t.item(), 4) for t in Tensor([[0.0, 2.0], [3.0, 0.0]]).slogdet()]
@@ -1280,12 +1308,12 @@ class TorchCompatMixin:
     """
     _need_float(self, "slogdet")
     n = _matrix_dims(self, "slogdet")
-    if n == 0: return self.sum((-2, -1)) + 1, self.sum((-2, -1))
+    if n == 0: return SignLogAbsDet(self.sum((-2, -1)) + 1, self.sum((-2, -1)))
     pivots, sign, singular, _ = _eliminate(self, None)
     signs = (pivots < 0).cast(dtypes.int32).sum(-1) % 2 == 1
     s = signs.where(-sign, sign)
     logabs = (pivots == 0).where(1, pivots.abs()).log().sum(-1)
-    return singular.where(0, s), singular.where(-math.inf, logabs)
+    return SignLogAbsDet(singular.where(0, s), singular.where(-math.inf, logabs))
   def logdet(self: Tensor) -> Tensor:
     """log(det): NaN for a negative determinant, -inf for a singular matrix.
 
