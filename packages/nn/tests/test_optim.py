@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 from ember import Tensor
 from ember.nn import BatchNorm1d, Linear
-from ember.nn.optim import LAMB, SGD, Adam, AdamW, OptimizerError, OptimizerGroup
+from ember.nn.optim import (LAMB, SGD, Adagrad, Adam, AdamW, CosineAnnealingLR, ExponentialLR, LambdaLR, LinearLR,
+                            MultiStepLR, OptimizerError, OptimizerGroup, RMSprop, StepLR, clip_grad_norm_,
+                            clip_grad_value_)
 from ember.nn.state import get_parameters
 
 torch = pytest.importorskip("torch")
@@ -46,6 +48,18 @@ CASES = {
   "adam_l2": (lambda p: Adam(p, lr=0.01, weight_decay=0.1), lambda p: torch.optim.Adam(p, lr=0.01, weight_decay=0.1)),
   "adamw": (lambda p: AdamW(p, lr=0.01, b1=0.8, weight_decay=0.1),
             lambda p: torch.optim.AdamW(p, lr=0.01, betas=(0.8, 0.999), weight_decay=0.1)),
+  "adam_betas": (lambda p: Adam(p, lr=0.01, betas=(0.7, 0.99)),
+                 lambda p: torch.optim.Adam(p, lr=0.01, betas=(0.7, 0.99))),
+  "rmsprop": (lambda p: RMSprop(p, lr=0.01), lambda p: torch.optim.RMSprop(p, lr=0.01)),
+  "rmsprop_centered_momentum_wd": (lambda p: RMSprop(p, lr=0.01, alpha=0.9, momentum=0.5, centered=True,
+                                                     weight_decay=0.1),
+                                   lambda p: torch.optim.RMSprop(p, lr=0.01, alpha=0.9, momentum=0.5, centered=True,
+                                                                 weight_decay=0.1)),
+  "adagrad": (lambda p: Adagrad(p, lr=0.1), lambda p: torch.optim.Adagrad(p, lr=0.1)),
+  "adagrad_decay_wd_init": (lambda p: Adagrad(p, lr=0.1, lr_decay=0.05, weight_decay=0.1,
+                                              initial_accumulator_value=0.2),
+                            lambda p: torch.optim.Adagrad(p, lr=0.1, lr_decay=0.05, weight_decay=0.1,
+                                                          initial_accumulator_value=0.2)),
 }
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -110,3 +124,66 @@ def test_optimizer_errors():
   with pytest.raises(OptimizerError, match="no parameters"): SGD([Tensor([1.0]).requires_grad_(False)])
   with pytest.raises(OptimizerError, match="nesterov"): SGD([Tensor([1.0])], nesterov=True)
   with pytest.raises(OptimizerError, match="b1"): Adam([Tensor([1.0])], b1=1.0)
+
+
+SCHEDULES = {
+  "lambda": (lambda o: LambdaLR(o, lambda e: 0.9 ** e),
+             lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda e: 0.9 ** e)),
+  "step": (lambda o: StepLR(o, 3, 0.5), lambda o: torch.optim.lr_scheduler.StepLR(o, 3, 0.5)),
+  "multistep": (lambda o: MultiStepLR(o, [2, 5, 6], 0.3),
+                lambda o: torch.optim.lr_scheduler.MultiStepLR(o, [2, 5, 6], 0.3)),
+  "exponential": (lambda o: ExponentialLR(o, 0.8), lambda o: torch.optim.lr_scheduler.ExponentialLR(o, 0.8)),
+  "cosine": (lambda o: CosineAnnealingLR(o, 7, 0.01), lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, 7, 0.01)),
+  "linear": (lambda o: LinearLR(o, 0.25, 1.0, 4), lambda o: torch.optim.lr_scheduler.LinearLR(o, 0.25, 1.0, 4)),
+}
+
+@pytest.mark.parametrize("case", list(SCHEDULES))
+def test_lr_schedules_match_torch(case: str) -> None:
+  ours_s, theirs_s = SCHEDULES[case]
+  w = Tensor(W1.copy(), requires_grad=True)
+  opt, topt = SGD([w], lr=0.2), torch.optim.SGD([torch.tensor(W1, requires_grad=True)], lr=0.2)
+  ours, theirs = ours_s(opt), theirs_s(topt)
+  for _ in range(10):
+    assert ours.get_last_lr() == pytest.approx(theirs.get_last_lr(), rel=1e-6)
+    assert opt.lr.item() == pytest.approx(theirs.get_last_lr()[0], rel=1e-6)  # the tensor a JIT'd step reads
+    topt.step()
+    ours.step()
+    theirs.step()
+
+def test_schedule_drives_a_jitted_step() -> None:
+  from ember import TinyJit
+  w = Tensor(np.ones(3, np.float32), requires_grad=True)
+  opt = SGD([w], lr=1.0)
+  sched = StepLR(opt, 1, 0.5)
+  def step() -> Tensor:
+    opt.zero_grad()
+    (w * Tensor(np.ones(3, np.float32))).sum().backward()  # gradient 1 everywhere
+    opt.step()
+    return w
+  jit = TinyJit(step)
+  for _ in range(4):
+    jit()
+    sched.step()
+  np.testing.assert_allclose(w.numpy(), 1 - (1 + 0.5 + 0.25 + 0.125), rtol=1e-6)  # each replay read the new rate
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, float("inf")])
+def test_clip_grad_norm_matches_torch(norm_type: float) -> None:
+  ours = [Tensor(a.copy(), requires_grad=True) for a in (W1, B1, W2)]
+  theirs = [torch.tensor(a.copy(), requires_grad=True) for a in (W1, B1, W2)]
+  for ps, f in ((ours, lambda p: p.square().sum() * 3), (theirs, lambda p: (p ** 2).sum() * 3)):
+    for p in ps: f(p).backward()
+  total_o = clip_grad_norm_(ours, 1.5, norm_type)
+  total_t = torch.nn.utils.clip_grad_norm_(theirs, 1.5, norm_type)
+  np.testing.assert_allclose(total_o.numpy(), total_t.numpy(), rtol=1e-5)
+  for a, b in zip(ours, theirs): np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-5, atol=1e-7)
+  clip_grad_value_(ours, 0.1)
+  torch.nn.utils.clip_grad_value_(theirs, 0.1)
+  for a, b in zip(ours, theirs): np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-6)
+
+def test_new_optimizer_arguments_are_checked() -> None:
+  w = [Tensor(W1.copy(), requires_grad=True)]
+  with pytest.raises(OptimizerError, match="not both"): Adam(w, b1=0.8, betas=(0.9, 0.99))
+  with pytest.raises(OptimizerError): RMSprop(w, alpha=1.5)
+  with pytest.raises(OptimizerError): Adagrad(w, lr_decay=-1)
+  with pytest.raises(OptimizerError): StepLR(SGD(w), 0)
+  with pytest.raises(OptimizerError): clip_grad_norm_(w, 1.0, norm_type=0)
