@@ -45,6 +45,10 @@ class DTypeError(EmberError, TypeError, RuntimeError):
   """A dtype cannot be used here (bitwise ops on floats, a float index, unknown dtype names ...). torch raises
   RuntimeError for an unsupported dtype and TypeError for a wrong Python type: this is both."""
 
+class DTypeNotImplementedError(DTypeError, NotImplementedError):
+  """An op that has no kernel for this dtype (frac, hardshrink or histc of ints, gcd of floats): torch raises
+  NotImplementedError (a RuntimeError) there."""
+
 class DeviceError(EmberError, RuntimeError):
   """A device cannot be found, loaded or used."""
 
@@ -73,6 +77,7 @@ class ProfileError(EmberError, ValueError, RuntimeError):
   """`ember.profile` used the wrong way: a trace path whose folder does not exist, a profile entered twice."""
 
 __all__ = ["EmberError", "ShapeError", "AxisError", "IndexRangeError", "EmptyReductionError", "ArgumentError",
-           "IntegerDivisionByZeroError", "ContextKeyError", "IndexingError", "DTypeError", "DeviceError", "PluginError",
+           "IntegerDivisionByZeroError", "ContextKeyError", "IndexingError", "DTypeError", "DTypeNotImplementedError",
+           "DeviceError", "PluginError",
            "CompileError",
            "MemoryAccessError", "JitError", "GradientError", "ShardingError", "VizError", "ProfileError"]

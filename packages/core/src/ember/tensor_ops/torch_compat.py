@@ -15,7 +15,8 @@ import math
 from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 import numpy as np
 from ember.dtype import DType, dtypes, least_upper_float, strong_dtype
-from ember.errors import ArgumentError, AxisError, DTypeError, EmptyReductionError, IndexingError, ShapeError
+from ember.errors import (ArgumentError, AxisError, DTypeError, DTypeNotImplementedError, EmptyReductionError,
+                          IndexingError, ShapeError)
 from ember.tensor_index import check_index_range, data_checks_run
 from ember.uop.ops import int_size
 
@@ -45,13 +46,17 @@ def _new(data: Any, like: Tensor, dtype: DType | None = None) -> Tensor:
   from ember.tensor import Tensor
   return Tensor(data, device=like.device, dtype=dtype)
 
-def _need_float(t: Tensor, op: str) -> None:
+def _need_float(t: Tensor, op: str, error: type[DTypeError] = DTypeError) -> None:
+  """`error`: DTypeNotImplementedError where torch has no kernel for the dtype (NotImplementedError there)."""
   if not dtypes.is_float(t.dtype):
-    raise DTypeError(f"{op} needs a float tensor, got {t.dtype!r}; cast it first (e.g. .float())")
+    raise error(f"{op} needs a float tensor, got {t.dtype!r}; cast it first (e.g. .float())")
 
-def _need_int(t: Tensor, op: str) -> None:
+def _need_int(t: Tensor, op: str, error: type[DTypeError] = DTypeError) -> None:
   if not dtypes.is_int(t.dtype):
-    raise DTypeError(f"{op} needs an int tensor, got {t.dtype!r}; cast it first (e.g. .int())")
+    raise error(f"{op} needs an int tensor, got {t.dtype!r}; cast it first (e.g. .int())")
+
+def _need_dims(t: Tensor, op: str) -> None:
+  if t.ndim == 0: raise AxisError(f"{op} needs a tensor of at least 1 dim, got a 0-d one")
 
 def _host_read(op: str, alternative: str) -> None:
   """Ops whose result's shape depends on the values read them on the host: not while TinyJit captures (a replay
@@ -406,7 +411,7 @@ class TorchCompatMixin:
     >>> Tensor([1.5, -2.25]).frac().tolist()
     [0.5, -0.25]
     """
-    _need_float(self, "frac")
+    _need_float(self, "frac", DTypeNotImplementedError)
     return self - self.trunc()
   def fmax(self: Tensor, other: Any) -> Tensor:
     """Elementwise maximum that ignores NaN: NaN only where both are NaN (torch.fmax).
@@ -439,7 +444,7 @@ class TorchCompatMixin:
     >>> Tensor([-1.0, 0.2, 0.7]).hardshrink().tolist()
     [-1.0, 0.0, 0.7]
     """
-    _need_float(self, "hardshrink")
+    _need_float(self, "hardshrink", DTypeNotImplementedError)
     return ((self >= -lambd) & (self <= lambd)).where(0, self)
   def nan_to_num(self: Tensor, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None) -> Tensor:
     """NaN -> `nan`, +inf -> `posinf`, -inf -> `neginf` (default: the dtype's largest and lowest finite values).
@@ -508,7 +513,7 @@ class TorchCompatMixin:
     [6, 2, 5]
     """
     a, b = self._broadcasted(other)
-    _need_int(a, "gcd")
+    _need_int(a, "gcd", DTypeNotImplementedError)
     a, b = a.abs(), b.abs()
     for _ in range(int(1.45 * a.dtype.itemsize * 8) + 2):
       nz = b != 0
@@ -796,7 +801,7 @@ class TorchCompatMixin:
     [0.0, 2.0, 1.0, 0.0]
     """
     from ember.tensor import Tensor
-    _need_float(self, "histc")
+    _need_float(self, "histc", DTypeNotImplementedError)
     if not isinstance(bins, (int, np.integer)) or bins <= 0: raise ArgumentError(f"histc bins must be > 0, got {bins}")
     if min > max: raise ArgumentError(f"histc max must be larger than min, got min={min}, max={max}")
     x = self.detach().flatten()
@@ -1011,6 +1016,7 @@ class TorchCompatMixin:
     >>> Tensor([0, 1, 2, 3, 4]).narrow(0, -2, 2).tolist()
     [3, 4]
     """
+    if self.ndim == 0: raise ShapeError("narrow needs a tensor of at least 1 dim, got a 0-d one")
     d = self._resolve_dim(dim)
     n = int_size(self.shape[d], "narrow")
     if not -n <= start <= n:
@@ -1025,7 +1031,7 @@ class TorchCompatMixin:
     >>> Tensor([[1, 2], [3, 4]]).select(1, -1).tolist()
     [2, 4]
     """
-    if self.ndim == 0: raise AxisError("select needs a tensor of at least 1 dim, got a 0-d one")
+    _need_dims(self, "select")
     d = self._resolve_dim(dim)
     n = int_size(self.shape[d], "select")
     if not -n <= index < n:
@@ -1038,6 +1044,7 @@ class TorchCompatMixin:
     >>> [t.tolist() for t in Tensor([[1, 2], [3, 4]]).unbind(1)]
     [[1, 3], [2, 4]]
     """
+    _need_dims(self, "unbind")
     d = self._resolve_dim(dim)
     return tuple(self.select(d, i) for i in range(int_size(self.shape[d], "unbind")))
   def tensor_split(self: Tensor, indices_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
@@ -1054,6 +1061,7 @@ class TorchCompatMixin:
                          f"{spec.shape}")
       _host_read("tensor_split with a tensor argument", "pass the sections or indices as Python ints")
       spec = spec.tolist()
+    if self.ndim == 0: raise ShapeError("tensor_split needs a tensor of at least 1 dim, got a 0-d one")
     d = self._resolve_dim(dim)
     n = int_size(self.shape[d], "tensor_split")
     return tuple(self._slice_dim(d, a, b) for a, b in _sections(n, spec, "tensor_split"))
@@ -1115,6 +1123,7 @@ class TorchCompatMixin:
     [[30, 20]]
     """
     if dim is None: return self.flatten().gather(0, indices.flatten())
+    _need_dims(self, "take_along_dim")
     d = self._resolve_dim(dim)
     if indices.ndim != self.ndim:
       raise ShapeError(f"take_along_dim: indices of shape {indices.shape} need as many dims as self {self.shape}")
@@ -1145,15 +1154,16 @@ class TorchCompatMixin:
     mat = mat.pad(((0, 0),) * (nd - 2) + pads)
     rest = iter(range(nd - 2))
     return mat.permute([nd - 2 if i == d1 else nd - 1 if i == d2 else next(rest) for i in range(nd)])
-  def _index_along(self: Tensor, dim: int, index: Tensor, op: str) -> tuple[int, Tensor]:
-    """Resolve `dim` and check a 0-d/1-d int `index` into it: (dim, (k, n) bool mask of which position each index
-    entry names)."""
+  def _index_along(self: Tensor, dim: int, index: Tensor, op: str, negative: bool = False) -> tuple[int, Tensor]:
+    """Resolve `dim` and check a 0-d/1-d int `index` into it (`negative`: -n .. -1 count from the end): (dim, (k, n)
+    bool mask of which position each index entry names)."""
     from ember.tensor import Tensor
     d = self._resolve_dim(dim) if self.ndim else 0
     if not dtypes.is_int(index.dtype): raise IndexingError(f"{op} index must be an int tensor, got {index.dtype!r}")
     if index.ndim > 1: raise IndexingError(f"{op} index must be 0-d or 1-d, got shape {index.shape}")
     n = int_size(self.shape[d], op) if self.ndim else 1
-    check_index_range(index, n, f"{op} along dim {d}", low=0)
+    check_index_range(index, n, f"{op} along dim {d}", low=-n if negative else 0)
+    if negative: index = (index < 0).where(index + n, index)
     return d, index.reshape(-1, 1) == Tensor.arange(n, device=self.device, dtype=index.dtype)
   def _source_rows(self: Tensor, d: int, index: Tensor, source: Any, op: str) -> Tensor:
     """`source` checked against self with dim d of len(index), moved to (..., k, 1)."""
@@ -1190,12 +1200,13 @@ class TorchCompatMixin:
     if self.ndim == 0: return written.reshape(()).where(value.reshape(()), self)
     return _from_last(written.where(value, _last(self, d)), d)
   def index_fill(self: Tensor, dim: int, index: Tensor, value: Any) -> Tensor:
-    """self with `value` (a number or a 0-d tensor) at the positions `index` of dim `dim`.
+    """self with `value` (a number or a 0-d tensor) at the positions `index` of dim `dim` (negative ones count from the
+    end, as in torch; index_add and index_copy refuse them, as torch does).
 
     >>> Tensor([1, 2, 3]).index_fill(0, Tensor([0, 2]), -1).tolist()
     [-1, 2, -1]
     """
-    d, hit = self._index_along(dim, index, "index_fill")
+    d, hit = self._index_along(dim, index, "index_fill", negative=True)
     if hasattr(value, "uop") and value.ndim != 0:
       raise ShapeError(f"index_fill value must be a number or a 0-d tensor, got shape {value.shape}")
     v = value.cast(self.dtype) if hasattr(value, "uop") else _new(value, self, self.dtype)
