@@ -248,3 +248,32 @@ def test_narrow_loads_read_elsewhere_stay_scalar() -> None:
   want = np.arange(64).reshape(4, 16) + (np.arange(64).reshape(4, 16) ^ 1)
   src = _check(t, want.astype(np.int32), vectorised=False, rtol=0, atol=0)
   assert "ember_widen" not in src
+
+def _half_kernel(n: int, write_back: bool) -> tuple[Tensor, np.ndarray]:
+  """`out[i, w] = float(h[i, w]) * 2` over 16 unrolled lanes of half h (with `write_back`, h[i, w] = 0 after)."""
+  from ember.uop.ops import KernelInfo
+  h = (np.random.default_rng(5).standard_normal((n, 16)) * 1e3).astype(np.float16)
+  h[0, :4] = [np.inf, -np.inf, 6e-8, -0.0]  # the widening keeps every bit pattern's value
+  def kernel(out: UOp, x: UOp) -> UOp:
+    i, w = UOp.range(n, 0, AxisType.LOOP), UOp.range(16, 1, AxisType.UPCAST)
+    stores = [out[i, w].store(x[i, w].cast(dtypes.float32) * 2.0)]
+    if write_back: stores.append(x[i, w].store(x.after(stores[0])[i, w] * 0.0))
+    return UOp.group(*stores).end(w, i).sink(arg=KernelInfo(name="halves"))
+  t = Tensor.custom_kernel(Tensor.empty(n, 16, dtype=dtypes.float32), Tensor(h).realize(), fxn=kernel)[0]
+  return t, h.astype(np.float32) * 2
+
+def test_half_loads_widen_as_one_vector() -> None:
+  """Consecutive half loads whose bits a CAST to float widens with int ops (pm_clang) are one widening load of their
+  16-bit words (decode attention's keys): the same bits as the scalar program, and numpy's values."""
+  t, want = _half_kernel(3, write_back=False)
+  src = _check(t, want, rtol=0, atol=0)
+  assert "ember_widen_uint16x16(" in src, src
+
+def test_half_loads_of_a_written_buffer_stay_scalar() -> None:
+  """Where the kernel also writes the half buffer, its loads are not widened (the group would read the memory where
+  the BITCASTs stand, not where the loads did)."""
+  t, want = _half_kernel(3, write_back=True)
+  ast, inputs = _last_kernel(t)
+  src, got = _run(device("C").renderer, ast, inputs)
+  assert "ember_widen" not in src
+  np.testing.assert_array_equal(got[0].reshape(want.shape), want)

@@ -31,10 +31,10 @@ from ember.plugin import DType, Ops, UOp, dtypes, value_dtype
 
 # dtypes a vector is made of: the narrow ones compute in int or float in C, which a vector op does not
 _VECTOR_DTYPES = frozenset({dtypes.float32, dtypes.float64, dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64})
-# narrow dtypes a vector is loaded in, only to be widened to 4-byte lanes: a run of consecutive byte (16-bit) loads
-# feeding CASTs is one 16 (32) byte load and a widening shuffle instead of 16 scalar loads assembled lane by lane (a
-# dequantising matvec's codes, half scales); no arithmetic is done on them (C promotes a narrow scalar to int, a narrow
-# vector wraps)
+# narrow ints a vector is loaded in, only to be widened to 4-byte lanes: a run of consecutive byte (16-bit) loads
+# feeding CASTs is one widening load instead of 16 scalar loads assembled lane by lane (a dequantising matvec's codes,
+# the bits of half keys and values); no arithmetic is done on them (C promotes a narrow scalar to int, a narrow vector
+# wraps)
 _NARROW_DTYPES = frozenset({dtypes.uint8, dtypes.int8, dtypes.uint16, dtypes.int16})
 # the ops printed on vectors, whose C operators mean on each lane what they mean on a scalar (comparisons give -1 on
 # a vector, MAX reads NaNs and WHERE is a select, IDIV/MOD carry guards: those stay scalar)
@@ -98,6 +98,7 @@ class _Grower:
     for u in uops:
       for x in u.src:
         if x in self.users: self.users[x].append(u)
+    self.written = {u.src[0].src[0] for u in uops if u.op is Ops.STORE and u.src[0].op is Ops.INDEX}  # buffers
     self.block: dict[UOp, int] = {}
     depth = 0
     for u in uops:
@@ -171,14 +172,24 @@ class _Grower:
     return Lanes("gather", lanes, dt)
 
   def _narrow(self, lanes: tuple[UOp, ...]) -> Lanes | None:
-    """Narrow loads of consecutive addresses that only widening CASTs read, as one group (printed widened, `_widen`);
-    None where they are not (the CASTs then gather their lanes)."""
+    """Narrow loads of consecutive addresses that only widening CASTs read, as one group (printed widened, `_widen`),
+    or BITCASTs of such loads to a narrow int (a half's bits, which `pm_clang` widens with int ops) from a buffer the
+    program never writes (the group reads the memory where the BITCASTs stand); None where they are not (the CASTs
+    then gather their lanes)."""
     if (hit := self.memo.get(lanes)) is not None: return hit if hit.kind == "load" else None
     first = lanes[0]
-    if not self._isomorphic(lanes, narrow=True) or first.op is not Ops.LOAD or _reads_acc(first.src[0]) \
-        or not all(u.src[0].op is Ops.INDEX and all(x.op is Ops.CAST for x in self.users[u]) for u in lanes):
+    if not self._isomorphic(lanes, narrow=True) or not all(all(x.op is Ops.CAST for x in self.users[u]) for u in lanes):
       return None
-    addresses = [self.address(u.src[0]) for u in lanes]
+    loads = lanes
+    if first.op is Ops.BITCAST:
+      loads = tuple(u.src[0] for u in lanes)
+      if not all(x.op is Ops.LOAD and x.src[0].op is Ops.INDEX and x.dtype.itemsize == first.dtype.itemsize
+                 and self.users[x] == [u] for x, u in zip(loads, lanes)) \
+          or loads[0].src[0].src[0] in self.written:
+        return None
+    if loads[0].op is not Ops.LOAD or _reads_acc(loads[0].src[0]) or not all(x.src[0].op is Ops.INDEX for x in loads):
+      return None
+    addresses = [self.address(x.src[0]) for x in loads]
     key, base = addresses[0]
     if not all(k == key and c == base + i for i, (k, c) in enumerate(addresses)): return None
     g = self.own(Lanes("load", lanes, value_dtype(first)))
@@ -465,14 +476,15 @@ def _widen(ctx: Any, g: Lanes) -> str:
       builtin = (f"{head} {{ return __builtin_ia32_{_WIDEN_BUILTINS[narrow]}_mask(({arg})*(const {vn}_u*)p, "
                  f"({wide}){{{', '.join(['0'] * lanes)}}}, (unsigned short)-1); }}")
       ctx.helpers[fn] = "\n".join(["#if defined(__AVX512F__)", raw, builtin, "#else", steps, "#endif"])
-  return f"{fn}(&{ctx[g.uops[0].src[0]]})"
+  first = g.uops[0]
+  return f"{fn}(&{ctx[first.src[0] if first.op is not Ops.BITCAST else first.src[0].src[0]]})"
 
 def emit_group(ctx: Any, vp: VectorPlan, g: Lanes, block: int) -> None:
   """Print group `g` as one statement and name its lanes for the scalars that read them."""
   vt, first = vector_type(ctx, g.dtype, len(g.uops)), g.uops[0]
   srcs = [_operand(ctx, vp, s, block) for s in g.srcs]
   if g.kind in ("load", "store"):
-    index = first.src[0]
+    index = first.src[0] if first.op is not Ops.BITCAST else first.src[0].src[0]  # a narrow group's bitcast loads
     gate = ctx.gate(index)
     if g.kind == "store":
       store = f"*({vt}_u*)&{ctx[index]} = {srcs[0]};"
