@@ -510,6 +510,80 @@ def test_fill_and_zero_write_the_same_buffer() -> None:
   i = Tensor(INTS).contiguous().realize().fill_(7.9)
   assert i.dtype == dtypes.int32 and (i.numpy() == T(INTS).fill_(7.9).numpy()).all()
 
+INPLACE: list[tuple[str, Callable[[Any], tuple[Any, ...]], np.ndarray]] = [
+  ("arccos_", lambda m: (), X / 4), ("erfc_", lambda m: (), X), ("frac_", lambda m: (), X * 3),
+  ("sinc_", lambda m: (), X), ("square_", lambda m: (), INTS), ("bitwise_not_", lambda m: (), INTS),
+  ("atan2_", lambda m: (m(Y),), X), ("xlogy_", lambda m: (2.0,), X), ("gcd_", lambda m: (m(INTS[::-1].copy()),), INTS),
+  ("remainder_", lambda m: (3,), INTS), ("floor_divide_", lambda m: (-2,), INTS), ("lt_", lambda m: (0.5,), X),
+  ("greater_equal_", lambda m: (m(Y),), X), ("logical_and_", lambda m: (m(Y),), X),
+  ("clamp_min_", lambda m: (0.1,), X), ("subtract_", lambda m: (m(Y),), X), ("nan_to_num_", lambda m: (), SPECIAL),
+  ("addcmul_", lambda m: (m(X), m(Y)), X), ("addmm_", lambda m: (m(X), m(Y.T.copy())), X[:, :3].copy()),
+  ("index_add_", lambda m: (1, m(np.int64([0, 3])), m(Y[:, :2].copy())), X),
+  ("index_fill_", lambda m: (0, m(np.int64([1])), -2.0), X), ("masked_scatter_", lambda m: (m(X > 0), m(Y)), X),
+  ("scatter_add_", lambda m: (0, m(np.int64([[2, 1, 0, 0]])), m(Y[:1].copy())), X),
+  ("tril_", lambda m: (-1,), X), ("cumsum_", lambda m: (1,), INTS), ("fill_diagonal_", lambda m: (7.0,), X),
+]
+
+@pytest.mark.parametrize("name, args, x", INPLACE, ids=[c[0] for c in INPLACE])
+def test_in_place_ops_write_the_tensors_buffer(name: str, args: Callable[[Any], tuple[Any, ...]],
+                                               x: np.ndarray) -> None:
+  ours = Tensor(x).contiguous().realize()
+  buf = ours.buffer()
+  assert getattr(ours, name)(*args(lambda a: Tensor(a) if isinstance(a, np.ndarray) else a)) is ours
+  want = T(x.copy())
+  getattr(want, name)(*args(lambda a: T(a) if isinstance(a, np.ndarray) else a))
+  assert ours.buffer() is buf and ours.dtype == dtypes.from_np(x.dtype)
+  np.testing.assert_allclose(ours.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+
+def test_in_place_ops_refuse_results_their_dtype_cannot_hold() -> None:
+  for name in ("arccos_", "erfc_", "deg2rad_"):
+    check_raises_like_torch(name, lambda n=name: getattr(Tensor(INTS), n)(), lambda n=name: getattr(T(INTS), n)())
+  check_raises_like_torch("true_divide_", lambda: Tensor(INTS).true_divide_(2), lambda: T(INTS).true_divide_(2))
+  check_raises_like_torch("index_add_ float into int",
+                          lambda: Tensor(INTS).index_add_(0, Tensor([0]), Tensor(X[:1, :1])),
+                          lambda: T(INTS).index_add_(0, T([0]), T(X[:1, :1])))
+
+def test_in_place_ops_reading_their_own_buffer_elsewhere() -> None:
+  # one kernel writing the buffer it reads at other positions read overwritten elements
+  sq = np.arange(1, 10, dtype=np.float32).reshape(3, 3)
+  ours, want = Tensor(sq).contiguous().realize(), T(sq.copy())
+  ours.atan2_(ours.T)
+  want.atan2_(want.T.clone())
+  np.testing.assert_allclose(ours.numpy(), want.numpy(), rtol=1e-6)
+  ours, want = Tensor(sq).contiguous().realize(), T(sq.copy())
+  ours.index_add_(0, Tensor([2, 0]), ours[:2])
+  want.index_add_(0, T([2, 0]), want[:2].clone())
+  np.testing.assert_array_equal(ours.numpy(), want.numpy())
+
+def test_more_products_and_scatters() -> None:
+  check(lambda c, m, v: c.addmv(m, v, beta=0.5, alpha=2), lambda c, m, v: c.addmv(m, v, beta=0.5, alpha=2),
+        Y[:, 0].copy(), X, Y[0])
+  check(lambda c, a, b: c.addr(a, b, alpha=-1), lambda c, a, b: c.addr(a, b, alpha=-1), X, Y[:, 0].copy(), Y[0])
+  check(lambda c, a, b: c.addbmm(a, b), lambda c, a, b: c.addbmm(a, b), X[:, :3].copy(), SQ, SQ[::-1].copy())
+  check(lambda a: a.corrcoef(), lambda a: a.corrcoef(), X)
+  check(lambda a: a.diagflat(-1), lambda a: a.diagflat(-1), X[:2])
+  check(lambda a, b: a.slice_scatter(b, 1, 1, None, 2), lambda a, b: a.slice_scatter(b, 1, 1, None, 2), X,
+        Y[:, :2].copy())
+  check(lambda a, b: a.select_scatter(b, -1, -2), lambda a, b: a.select_scatter(b, -1, -2), X3, X3[..., 0].copy())
+  for off, d1, d2 in ((0, 0, 1), (1, 2, 1), (-1, -1, 0)):
+    src = T(X3).diagonal(off, d1, d2).numpy() * 3
+    check(lambda a, b, o=off, i=d1, j=d2: a.diagonal_scatter(b, o, i, j),
+          lambda a, b, o=off, i=d1, j=d2: a.diagonal_scatter(b, o, i, j), X3, src)
+  check(lambda a: a.renorm(2, 0, 1.5), lambda a: a.renorm(2, 0, 1.5), X * 2)
+  check(lambda a: a.renorm(1, -1, 2.0), lambda a: a.renorm(1, -1, 2.0), X3)
+  assert [t.shape for t in Tensor(X3).split_with_sizes([1, 3], -1)] == [tuple(t.shape) for t in
+                                                                          T(X3).split_with_sizes([1, 3], -1)]
+  x, t = Tensor(X3), T(X3)
+  assert (x.nelement(), x.ndimension(), x.is_signed(), x.is_complex(), x.is_same_size(x[0])) == \
+    (t.nelement(), t.ndimension(), t.is_signed(), t.is_complex(), t.is_same_size(t[0]))
+  assert Tensor([1]).byte().dtype == dtypes.uint8 and Tensor([1]).char().dtype == dtypes.int8
+  assert not Tensor([1]).byte().is_signed()
+  for rows, wrap in ((7, True), (7, False), (2, False)):
+    ours = Tensor.zeros(rows, 3).contiguous().realize().fill_diagonal_(5.0, wrap=wrap)
+    np.testing.assert_array_equal(ours.numpy(), torch.zeros(rows, 3).fill_diagonal_(5.0, wrap=wrap).numpy())
+  np.testing.assert_array_equal(Tensor.zeros(3, 3, 3).contiguous().realize().fill_diagonal_(1).numpy(),
+                                torch.zeros(3, 3, 3).fill_diagonal_(1).numpy())
+
 # ** linear algebra **
 WELL = (rng.standard_normal((2, 4, 4)) + 3 * np.eye(4)).astype(np.float32)
 

@@ -18,7 +18,7 @@ from ember.dtype import DType, dtypes, least_upper_float, strong_dtype
 from ember.errors import (ArgumentError, AxisError, DTypeError, DTypeNotImplementedError, EmptyReductionError,
                           IndexingError, ShapeError)
 from ember.tensor_index import check_index_range, data_checks_run
-from ember.uop.ops import int_size
+from ember.uop.ops import GroupOp, Ops, int_size
 
 if TYPE_CHECKING:
   from ember.tensor import Tensor
@@ -77,6 +77,21 @@ def _with_grad(value: Tensor, x: Tensor, dydx: Tensor) -> Tensor:
   whose own derivative is not the function's). Where x is not finite there is no gradient."""
   lin = x.isfinite().where(x, 0) * dydx.detach()
   return value.detach() + (lin - lin.detach())
+
+def _kind_rank(dt: DType) -> int:
+  return 0 if dt is dtypes.bool else 1 if dtypes.is_int(dt) else 2
+
+def _write(t: Tensor, result: Tensor, op: str) -> Tensor:
+  """An in-place op: `result` written into t's buffer (assign), refused as torch refuses it where the result's kind
+  (bool < int < float) does not fit t's dtype (arccos_ of an int tensor would truncate)."""
+  if _kind_rank(strong_dtype(result.dtype)) > _kind_rank(strong_dtype(t.dtype)):
+    raise DTypeError(f"{op}: the result's dtype {strong_dtype(result.dtype)!r} cannot be written into a {t.dtype!r} "
+                     f"tensor in place; use the out-of-place {op.rstrip('_')}()")
+  # a result that reads t's buffer at other positions (x.T, a cumsum, a gather) is materialised first: one kernel
+  # writing the buffer it still reads read overwritten elements (x.T of arange(1, 7) as 2x3 became [[1, 4, 4], ...])
+  bufs = t.uop.buffers
+  moved = any(u.op in GroupOp.Movement and u.op is not Ops.RESHAPE and u.buffers & bufs for u in result.uop.toposort())
+  return t.assign(result.contiguous() if moved else result)
 
 def _finite_max(dt: DType) -> float:
   if dt is dtypes.fp8e4m3: return 448.0
@@ -932,6 +947,26 @@ class TorchCompatMixin:
   def baddbmm(self: Tensor, batch1: Tensor, batch2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
     """beta * self + alpha * (batch1 @ batch2), batched."""
     return _scaled_add(self, batch1.bmm(batch2), beta, alpha)
+  def addmv(self: Tensor, mat: Tensor, vec: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+    """beta * self + alpha * (mat @ vec)."""
+    return _scaled_add(self, mat.mv(vec), beta, alpha)
+  def addr(self: Tensor, vec1: Tensor, vec2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+    """beta * self + alpha * outer(vec1, vec2)."""
+    return _scaled_add(self, vec1.outer(vec2), beta, alpha)
+  def addbmm(self: Tensor, batch1: Tensor, batch2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+    """beta * self + alpha * the sum over the batch of batch1 @ batch2."""
+    return _scaled_add(self, batch1.bmm(batch2).sum(0), beta, alpha)
+  def corrcoef(self: Tensor) -> Tensor:
+    """Pearson correlation coefficients of the variables in the rows (cov normalised by the standard deviations,
+    clipped to [-1, 1]).
+
+    >>> Tensor([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]]).corrcoef().tolist()
+    [[1.0, -1.0], [-1.0, 1.0]]
+    """
+    c = self.cov()
+    if c.ndim == 0: return c / c
+    d = c.diagonal().sqrt()
+    return (c / d.unsqueeze(1) / d.unsqueeze(0)).clip(-1, 1)
   def outer(self: Tensor, vec2: Tensor) -> Tensor:
     """The outer product of two vectors.
 
@@ -1134,6 +1169,94 @@ class TorchCompatMixin:
     x = self.expand(*common[:d], self.shape[d], *common[d:])
     idx = indices.expand(*common[:d], indices.shape[d], *common[d:])
     return x.gather(d, idx)
+  def diagflat(self: Tensor, offset: int = 0) -> Tensor:
+    """A square matrix with the flattened tensor on its `offset` diagonal.
+
+    >>> Tensor([[1, 2]]).diagflat().tolist()
+    [[1, 0], [0, 2]]
+    """
+    return self.flatten().diag(offset)
+  def split_with_sizes(self: Tensor, split_sizes: Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+    """Split along `dim` into pieces of `split_sizes`, which must add up to the dim's size."""
+    return self.split(list(split_sizes), dim)
+  def slice_scatter(self: Tensor, src: Tensor, dim: int = 0, start: int | None = None, end: int | None = None,
+                    step: int = 1) -> Tensor:
+    """self with `src` written into the slice start:end:step of dim `dim` (out of place).
+
+    >>> Tensor.zeros(4).slice_scatter(Tensor([1.0, 2.0]), start=1, step=2).tolist()
+    [0.0, 1.0, 0.0, 2.0]
+    """
+    d = self._resolve_dim(dim)
+    n = int_size(self.shape[d], "slice_scatter")
+    if step <= 0: raise ArgumentError(f"slice_scatter step must be positive, got {step}")
+    first, stop, _ = slice(start, end, step).indices(n)
+    k = len(range(first, stop, step))
+    want = tuple(k if i == d else s for i, s in enumerate(self.shape))
+    if src.shape != want:
+      raise ShapeError(f"slice_scatter: src of shape {src.shape} must have the slice's shape {want}")
+    return _placed(self, src, d, first, step)
+  def select_scatter(self: Tensor, src: Tensor, dim: int, index: int) -> Tensor:
+    """self with `src` written into the slice at `index` of dim `dim` (out of place)."""
+    d = self._resolve_dim(dim)
+    n = int_size(self.shape[d], "select_scatter")
+    if not -n <= index < n: raise AxisError(f"select_scatter index {index} is out of range for dim {dim} of size {n}")
+    if src.shape != self.select(d, index).shape:
+      raise ShapeError(f"select_scatter: src of shape {src.shape} must have the slice's shape "
+                       f"{self.select(d, index).shape}")
+    return _placed(self, src.unsqueeze(d), d, index + n if index < 0 else index, 1)
+  def diagonal_scatter(self: Tensor, src: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    """self with `src` written on the `offset` diagonal of the (dim1, dim2) planes (out of place)."""
+    from ember.tensor import Tensor
+    want = self.diagonal(offset, dim1, dim2).shape
+    if src.shape != want:
+      raise ShapeError(f"diagonal_scatter: src of shape {src.shape} must have the diagonal's shape {want}")
+    d1, d2 = self._resolve_dim(dim1), self._resolve_dim(dim2)
+    r, c = int_size(self.shape[d1], "diagonal_scatter"), int_size(self.shape[d2], "diagonal_scatter")
+    rows = Tensor.arange(r, device=self.device).reshape(*[r if i == d1 else 1 for i in range(self.ndim)])
+    cols = Tensor.arange(c, device=self.device).reshape(*[c if i == d2 else 1 for i in range(self.ndim)])
+    on = cols - rows == offset
+    # src's last dim runs along the diagonal: placed at (i + r0, i + c0), it reads at the row (or column) it sits on
+    k = int_size(want[-1], "diagonal_scatter")
+    vals = src.unsqueeze(-1).unsqueeze(-1)  # (..., k, 1, 1)
+    pos = Tensor.arange(k, device=self.device).reshape(k, 1, 1)
+    r0 = 0 if offset >= 0 else -offset
+    plane = ((Tensor.arange(r, device=self.device).reshape(1, r, 1) - r0) == pos).where(vals, 0).sum(-3)  # (..., r, 1)
+    plane = plane.expand(*plane.shape[:-1], c)  # (..., r, c): row i holds src[i - r0]
+    lead = [i for i in range(self.ndim) if i not in (d1, d2)]
+    order = [0] * self.ndim
+    for j, i in enumerate(lead + [d1, d2]): order[i] = j
+    return on.where(plane.permute(order).cast(self.dtype), self)
+  def renorm(self: Tensor, p: float, dim: int, maxnorm: float) -> Tensor:
+    """Each slice along `dim` (all other dims) rescaled to p-norm at most `maxnorm` (those below are kept).
+
+    >>> Tensor([[3.0, 4.0], [0.3, 0.4]]).renorm(2, 0, 1.0).tolist()
+    [[0.6000000238418579, 0.800000011920929], [0.30000001192092896, 0.4000000059604645]]
+    """
+    _need_float(self, "renorm")
+    d = self._resolve_dim(dim)
+    norms = self.norm(p, [i for i in range(self.ndim) if i != d], keepdim=True)
+    return (norms > maxnorm).where(self * (maxnorm / (norms + 1e-7)), self)
+  def nelement(self: Tensor) -> Any:
+    """The number of elements (numel)."""
+    return self.numel()
+  def ndimension(self: Tensor) -> int:
+    """The number of dims (ndim)."""
+    return self.ndim
+  def is_signed(self: Tensor) -> bool:
+    """True for signed int and float dtypes."""
+    return not (dtypes.is_unsigned(self.dtype) or self.dtype is dtypes.bool)
+  def is_complex(self: Tensor) -> bool:
+    """False: ember has no complex dtypes."""
+    return False
+  def is_same_size(self: Tensor, other: Tensor) -> bool:
+    """Whether other has this shape."""
+    return self.shape == other.shape
+  def byte(self: Tensor) -> Tensor:
+    """Cast to uint8."""
+    return self.cast(dtypes.uint8)
+  def char(self: Tensor) -> Tensor:
+    """Cast to int8."""
+    return self.cast(dtypes.int8)
   def diag_embed(self: Tensor, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Tensor:
     """Square matrices with the last dim of self on their `offset` diagonal, placed at dims `dim1`, `dim2` of the
     result.
@@ -1283,7 +1406,7 @@ class TorchCompatMixin:
     vals = arr.reshape(-1)[starts] if d is None else np.take(arr, np.flatnonzero(starts), axis=d)
     return _unique_result(self, vals, inv.reshape(arr.shape) if d is None else inv, cnt, return_inverse, return_counts)
 
-  # ** in place **
+  # ** in place (assign: the same buffer, so TinyJit replays and optimizers see the update) **
   def fill_(self: Tensor, value: Any) -> Tensor:
     """Write `value` (a number or a 0-d tensor) into every element, in place; returns self.
 
@@ -1297,6 +1420,141 @@ class TorchCompatMixin:
   def zero_(self: Tensor) -> Tensor:
     """Write 0 into every element, in place; returns self."""
     return self.fill_(0)
+  # the results of these ops written into this tensor's buffer, as torch's `op_`
+  def absolute_(self: Tensor) -> Tensor: return _write(self, self.absolute(), "absolute_")
+  def arccos_(self: Tensor) -> Tensor: return _write(self, self.arccos(), "arccos_")
+  def arcsin_(self: Tensor) -> Tensor: return _write(self, self.arcsin(), "arcsin_")
+  def arctan_(self: Tensor) -> Tensor: return _write(self, self.arctan(), "arctan_")
+  def arccosh_(self: Tensor) -> Tensor: return _write(self, self.arccosh(), "arccosh_")
+  def arcsinh_(self: Tensor) -> Tensor: return _write(self, self.arcsinh(), "arcsinh_")
+  def arctanh_(self: Tensor) -> Tensor: return _write(self, self.arctanh(), "arctanh_")
+  def acos_(self: Tensor) -> Tensor: return _write(self, self.acos(), "acos_")
+  def asin_(self: Tensor) -> Tensor: return _write(self, self.asin(), "asin_")
+  def atan_(self: Tensor) -> Tensor: return _write(self, self.atan(), "atan_")
+  def acosh_(self: Tensor) -> Tensor: return _write(self, self.acosh(), "acosh_")
+  def asinh_(self: Tensor) -> Tensor: return _write(self, self.asinh(), "asinh_")
+  def atanh_(self: Tensor) -> Tensor: return _write(self, self.atanh(), "atanh_")
+  def cos_(self: Tensor) -> Tensor: return _write(self, self.cos(), "cos_")
+  def cosh_(self: Tensor) -> Tensor: return _write(self, self.cosh(), "cosh_")
+  def sin_(self: Tensor) -> Tensor: return _write(self, self.sin(), "sin_")
+  def sinh_(self: Tensor) -> Tensor: return _write(self, self.sinh(), "sinh_")
+  def tan_(self: Tensor) -> Tensor: return _write(self, self.tan(), "tan_")
+  def erf_(self: Tensor) -> Tensor: return _write(self, self.erf(), "erf_")
+  def erfc_(self: Tensor) -> Tensor: return _write(self, self.erfc(), "erfc_")
+  def exp2_(self: Tensor) -> Tensor: return _write(self, self.exp2(), "exp2_")
+  def expm1_(self: Tensor) -> Tensor: return _write(self, self.expm1(), "expm1_")
+  def log10_(self: Tensor) -> Tensor: return _write(self, self.log10(), "log10_")
+  def log1p_(self: Tensor) -> Tensor: return _write(self, self.log1p(), "log1p_")
+  def log2_(self: Tensor) -> Tensor: return _write(self, self.log2(), "log2_")
+  def reciprocal_(self: Tensor) -> Tensor: return _write(self, self.reciprocal(), "reciprocal_")
+  def rsqrt_(self: Tensor) -> Tensor: return _write(self, self.rsqrt(), "rsqrt_")
+  def sign_(self: Tensor) -> Tensor: return _write(self, self.sign(), "sign_")
+  def sgn_(self: Tensor) -> Tensor: return _write(self, self.sgn(), "sgn_")
+  def square_(self: Tensor) -> Tensor: return _write(self, self.square(), "square_")
+  def trunc_(self: Tensor) -> Tensor: return _write(self, self.trunc(), "trunc_")
+  def fix_(self: Tensor) -> Tensor: return _write(self, self.fix(), "fix_")
+  def frac_(self: Tensor) -> Tensor: return _write(self, self.frac(), "frac_")
+  def negative_(self: Tensor) -> Tensor: return _write(self, self.negative(), "negative_")
+  def deg2rad_(self: Tensor) -> Tensor: return _write(self, self.deg2rad(), "deg2rad_")
+  def rad2deg_(self: Tensor) -> Tensor: return _write(self, self.rad2deg(), "rad2deg_")
+  def sinc_(self: Tensor) -> Tensor: return _write(self, self.sinc(), "sinc_")
+  def logical_not_(self: Tensor) -> Tensor: return _write(self, self.logical_not(), "logical_not_")
+  def bitwise_not_(self: Tensor) -> Tensor: return _write(self, self.bitwise_not(), "bitwise_not_")
+  def arctan2_(self: Tensor, other: Any) -> Tensor: return _write(self, self.arctan2(other), "arctan2_")
+  def atan2_(self: Tensor, other: Any) -> Tensor: return _write(self, self.atan2(other), "atan2_")
+  def hypot_(self: Tensor, other: Any) -> Tensor: return _write(self, self.hypot(other), "hypot_")
+  def xlogy_(self: Tensor, other: Any) -> Tensor: return _write(self, self.xlogy(other), "xlogy_")
+  def ldexp_(self: Tensor, other: Any) -> Tensor: return _write(self, self.ldexp(other), "ldexp_")
+  def gcd_(self: Tensor, other: Any) -> Tensor: return _write(self, self.gcd(other), "gcd_")
+  def lcm_(self: Tensor, other: Any) -> Tensor: return _write(self, self.lcm(other), "lcm_")
+  def heaviside_(self: Tensor, other: Any) -> Tensor: return _write(self, self.heaviside(other), "heaviside_")
+  def remainder_(self: Tensor, other: Any) -> Tensor: return _write(self, self.remainder(other), "remainder_")
+  def floor_divide_(self: Tensor, other: Any) -> Tensor: return _write(self, self.floor_divide(other), "floor_divide_")
+  def true_divide_(self: Tensor, other: Any) -> Tensor: return _write(self, self.true_divide(other), "true_divide_")
+  def multiply_(self: Tensor, other: Any) -> Tensor: return _write(self, self.multiply(other), "multiply_")
+  def copysign_(self: Tensor, other: Any) -> Tensor: return _write(self, self.copysign(other), "copysign_")
+  def fmod_(self: Tensor, other: Any) -> Tensor: return _write(self, self.fmod(other), "fmod_")
+  def logical_and_(self: Tensor, other: Any) -> Tensor: return _write(self, self.logical_and(other), "logical_and_")
+  def logical_or_(self: Tensor, other: Any) -> Tensor: return _write(self, self.logical_or(other), "logical_or_")
+  def logical_xor_(self: Tensor, other: Any) -> Tensor: return _write(self, self.logical_xor(other), "logical_xor_")
+  def bitwise_and_(self: Tensor, other: Any) -> Tensor: return _write(self, self.bitwise_and(other), "bitwise_and_")
+  def bitwise_or_(self: Tensor, other: Any) -> Tensor: return _write(self, self.bitwise_or(other), "bitwise_or_")
+  def bitwise_xor_(self: Tensor, other: Any) -> Tensor: return _write(self, self.bitwise_xor(other), "bitwise_xor_")
+  def float_power_(self: Tensor, other: Any) -> Tensor: return _write(self, self.float_power(other), "float_power_")
+  def eq_(self: Tensor, other: Any) -> Tensor: return _write(self, self.eq(other), "eq_")
+  def ne_(self: Tensor, other: Any) -> Tensor: return _write(self, self.ne(other), "ne_")
+  def lt_(self: Tensor, other: Any) -> Tensor: return _write(self, self.lt(other), "lt_")
+  def le_(self: Tensor, other: Any) -> Tensor: return _write(self, self.le(other), "le_")
+  def gt_(self: Tensor, other: Any) -> Tensor: return _write(self, self.gt(other), "gt_")
+  def ge_(self: Tensor, other: Any) -> Tensor: return _write(self, self.ge(other), "ge_")
+  def greater_(self: Tensor, other: Any) -> Tensor: return _write(self, self.greater(other), "greater_")
+  def greater_equal_(self: Tensor, other: Any) -> Tensor:
+    return _write(self, self.greater_equal(other), "greater_equal_")
+  def less_(self: Tensor, other: Any) -> Tensor: return _write(self, self.less(other), "less_")
+  def less_equal_(self: Tensor, other: Any) -> Tensor: return _write(self, self.less_equal(other), "less_equal_")
+  def not_equal_(self: Tensor, other: Any) -> Tensor: return _write(self, self.not_equal(other), "not_equal_")
+  def clamp_min_(self: Tensor, min: Any) -> Tensor: return _write(self, self.clamp_min(min), "clamp_min_")
+  def clamp_max_(self: Tensor, max: Any) -> Tensor: return _write(self, self.clamp_max(max), "clamp_max_")
+  def subtract_(self: Tensor, other: Any, *, alpha: Any = 1) -> Tensor:
+    return _write(self, self.subtract(other, alpha=alpha), "subtract_")
+  def divide_(self: Tensor, other: Any, *, rounding_mode: str | None = None) -> Tensor:
+    return _write(self, self.divide(other, rounding_mode=rounding_mode), "divide_")
+  def logit_(self: Tensor, eps: float | None = None) -> Tensor: return _write(self, self.logit(eps), "logit_")
+  def nan_to_num_(self: Tensor, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None) -> Tensor:
+    return _write(self, self.nan_to_num(nan, posinf, neginf), "nan_to_num_")
+  def addcmul_(self: Tensor, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Tensor:
+    return _write(self, self.addcmul(tensor1, tensor2, value=value), "addcmul_")
+  def addcdiv_(self: Tensor, tensor1: Tensor, tensor2: Tensor, *, value: Any = 1) -> Tensor:
+    return _write(self, self.addcdiv(tensor1, tensor2, value=value), "addcdiv_")
+  def addmm_(self: Tensor, mat1: Tensor, mat2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+    return _write(self, self.addmm(mat1, mat2, beta=beta, alpha=alpha), "addmm_")
+  def baddbmm_(self: Tensor, batch1: Tensor, batch2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+    return _write(self, self.baddbmm(batch1, batch2, beta=beta, alpha=alpha), "baddbmm_")
+  def addmv_(self: Tensor, mat: Tensor, vec: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+    return _write(self, self.addmv(mat, vec, beta=beta, alpha=alpha), "addmv_")
+  def addr_(self: Tensor, vec1: Tensor, vec2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+    return _write(self, self.addr(vec1, vec2, beta=beta, alpha=alpha), "addr_")
+  def index_add_(self: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: Any = 1) -> Tensor:
+    return _write(self, self.index_add(dim, index, source, alpha=alpha), "index_add_")
+  def index_copy_(self: Tensor, dim: int, index: Tensor, source: Tensor) -> Tensor:
+    return _write(self, self.index_copy(dim, index, source), "index_copy_")
+  def index_fill_(self: Tensor, dim: int, index: Tensor, value: Any) -> Tensor:
+    return _write(self, self.index_fill(dim, index, value), "index_fill_")
+  def masked_scatter_(self: Tensor, mask: Tensor, source: Tensor) -> Tensor:
+    return _write(self, self.masked_scatter(mask, source), "masked_scatter_")
+  def scatter_(self: Tensor, dim: int, index: Tensor, src: Any, reduce: str | None = None) -> Tensor:
+    return _write(self, self.scatter(dim, index, src, reduce=reduce), "scatter_")
+  def scatter_add_(self: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
+    return _write(self, self.scatter_add(dim, index, src), "scatter_add_")
+  def scatter_reduce_(self: Tensor, dim: int, index: Tensor, src: Any, reduce: str,
+                      include_self: bool = True) -> Tensor:
+    return _write(self, self.scatter_reduce(dim, index, src, reduce, include_self), "scatter_reduce_")
+  def tril_(self: Tensor, diagonal: int = 0) -> Tensor: return _write(self, self.tril(diagonal), "tril_")
+  def triu_(self: Tensor, diagonal: int = 0) -> Tensor: return _write(self, self.triu(diagonal), "triu_")
+  def cumsum_(self: Tensor, dim: int) -> Tensor: return _write(self, self.cumsum(dim), "cumsum_")
+  def cumprod_(self: Tensor, dim: int) -> Tensor: return _write(self, self.cumprod(dim), "cumprod_")
+  def fill_diagonal_(self: Tensor, fill_value: Any, wrap: bool = False) -> Tensor:
+    """Write `fill_value` on the main diagonal (of a matrix, or where all indices are equal for more dims, which must
+    then be of one size); `wrap=True` restarts the diagonal of a tall matrix every cols + 1 rows, as torch does.
+
+    >>> Tensor.zeros(2, 3).contiguous().realize().fill_diagonal_(5.0).tolist()
+    [[5.0, 0.0, 0.0], [0.0, 5.0, 0.0]]
+    """
+    from ember.tensor import Tensor
+    if self.ndim < 2: raise ShapeError(f"fill_diagonal_ needs at least 2 dims, got shape {self.shape}")
+    if self.ndim > 2 and len(set(self.shape)) != 1:
+      raise ShapeError(f"fill_diagonal_ of more than 2 dims needs them all of one size, got shape {self.shape}")
+    shape = [int_size(s, "fill_diagonal_") for s in self.shape]
+    idx = [Tensor.arange(n, device=self.device).reshape(*[n if j == i else 1 for j in range(self.ndim)])
+           for i, n in enumerate(shape)]
+    rows, cols = shape[0], shape[1]
+    if self.ndim == 2 and wrap and rows > cols + 1:
+      on = (idx[0] % (cols + 1)) == idx[1]  # the diagonal restarts after a skipped row
+    else:
+      on = idx[0] == idx[1]
+      for i in idx[2:]: on = on & (i == idx[0])
+      if self.ndim == 2: on = on & (idx[0] < cols)
+    return _write(self, on.where(_new(fill_value, self, self.dtype), self), "fill_diagonal_")
 
   # ** linear algebra **
   def det(self: Tensor) -> Tensor:
@@ -1372,6 +1630,18 @@ class TorchCompatMixin:
     return out
 
 builtins_max = max  # the methods above take parameters named min and max (torch's names)
+
+def _placed(t: Tensor, src: Tensor, d: int, start: int, step: int) -> Tensor:
+  """t with src's k entries along dim d at positions start, start + step, ... (pads and reshapes, so gradients flow
+  to both)."""
+  n, k = int_size(t.shape[d], "scatter"), int_size(src.shape[d], "scatter")
+  if k == 0: return t
+  def spread(x: Tensor) -> Tensor:  # (..., k, ...) -> (..., n, ...), zeros between and around the entries
+    x = x.unsqueeze(d + 1).pad(((0, 0),) * (d + 1) + ((0, step - 1),) + ((0, 0),) * (x.ndim - d - 1))
+    x = x.reshape(*x.shape[:d], k * step, *x.shape[d + 2:])._slice_dim(d, 0, (k - 1) * step + 1)
+    return x.pad(((0, 0),) * d + ((start, n - start - (k - 1) * step - 1),) + ((0, 0),) * (x.ndim - d - 1))
+  hit = spread(src.full_like(True, dtype=dtypes.bool))
+  return hit.where(spread(src.cast(t.dtype)), t)
 
 def _scaled_add(base: Tensor, product: Tensor, beta: Any, alpha: Any) -> Tensor:
   scaled = product if alpha == 1 else product * alpha
