@@ -119,3 +119,52 @@ def test_null_device_schedules_and_runs_without_computing():
   t.realize()
   assert GlobalCounters.kernel_count >= 1
   assert t.numpy().shape == ()  # NULL reads back zeros of the right shape
+
+def test_codegen_runs_without_cyclic_garbage_collections(monkeypatch):
+  """A first call's codegen builds and drops tens of thousands of objects per kernel; a cyclic collection inside it
+  walks every live object of the process and finds nothing there. The engine pauses them while it generates a kernel
+  (collections are on again after it, also when codegen raises) and the result is correct."""
+  import gc
+  import ember.codegen
+  from ember.engine.realize import gc_paused
+  collections: list[int] = []
+  generating = [0]
+  def count(phase: str, info: dict) -> None:
+    if phase == "start" and generating[0]: collections.append(info["generation"])
+  get_program = ember.codegen.get_program
+  def counted(*args, **kwargs):
+    generating[0] += 1
+    try: return get_program(*args, **kwargs)
+    finally: generating[0] -= 1
+  monkeypatch.setattr(ember.codegen, "get_program", counted)
+  a = np.random.default_rng(0).standard_normal((24, 40)).astype(np.float32)
+  b = np.random.default_rng(1).standard_normal((40, 56)).astype(np.float32)
+  out = ((Tensor(a) @ Tensor(b)).relu() + 1).sum(axis=0)
+  items = out.schedule()
+  ast = next(it.ast for it in items if it.kind == "kernel")
+  gc.callbacks.append(count)
+  thresholds = gc.get_threshold()
+  try:
+    gc.set_threshold(1)  # a collection at every allocation, where collections are on
+    with Context(CACHELEVEL=0): get_runner("CPU", ast)
+    assert collections == [] and gc.isenabled()
+    with gc_paused(): pass
+    gc.collect()
+    assert collections == [] and gc.isenabled()  # the count sees collections outside codegen: none there
+    generating[0] += 1
+    gc.collect()
+    assert 2 in collections  # ... and sees them where they happen
+    generating[0] -= 1
+    with pytest.raises(ZeroDivisionError):
+      with gc_paused():
+        assert not gc.isenabled()
+        raise ZeroDivisionError
+    assert gc.isenabled()
+    gc.disable()
+    with gc_paused(): pass
+    assert not gc.isenabled()  # left as it was
+    gc.enable()
+  finally:
+    gc.set_threshold(*thresholds)
+    gc.callbacks.remove(count)
+  np.testing.assert_allclose(out.numpy(), np.maximum(a @ b, 0).sum(axis=0) + 24, rtol=1e-4, atol=1e-4)
