@@ -66,11 +66,12 @@ def test_max_rewrite_applies_to_every_max_reduction(kind: str) -> None:
 def test_max_only_kernels_stay_unsplit_int_maxima() -> None:
   renderer = device("C").renderer
   ast = kernel_of(Tensor(np.zeros((8, 256), np.float32)).max(axis=1))
-  assert hand_coded_opts(ast, renderer) == []  # the int max vectorises as it is: no SPLIT lanes
+  # the int max vectorises as it is: no SPLIT lanes, only 4 rows a trip
+  assert [o.op for o in hand_coded_opts(ast, renderer)] == ["UPCAST_STRIDED"]
   src = get_program(ast, renderer, "").src
-  assert "int acc0" in src and "float acc" not in src  # both accumulators of the loop are ints
+  assert "int acc7" in src and "float acc" not in src  # both accumulators of each of the 4 rows are ints
   summed = kernel_of(Tensor(np.zeros((8, 256), np.float32)).sum(axis=1))
-  assert [o.op for o in hand_coded_opts(summed, renderer)] == ["SPLIT"]  # an ADD still gets partial sums
+  assert [o.op for o in hand_coded_opts(summed, renderer)] == ["UPCAST_STRIDED", "SPLIT"]  # an ADD gets partial sums
 
 def test_softmax_kernel_splits_its_sum_and_keeps_its_max_whole() -> None:
   """The fused softmax's max beside its sum of exp: the sum gets SIMD partial sums, the max stays one int maximum (16
@@ -267,3 +268,23 @@ def test_matvec_rows_apart_are_vector_accumulators() -> None:
   src = get_program(ast, dev.renderer, "", opts).src
   width = dev.renderer.simd_width
   assert src.count(f"ember_float32x{width} acc") == 4 and src.count(f"ember_float32x{width} val") == 5
+
+@pytest.mark.parametrize("kind", RENDERERS)
+@pytest.mark.parametrize("rows,cols", [(12, 80), (10, 96), (11, 70)])
+def test_row_reductions_rows_apart_match_numpy(kind: str, rows: int, cols: int) -> None:
+  # rows of 4+ vectors reduced 4 (2) at a time, a quarter (half) of the rows apart: maxima keep NaN, infinities and
+  # signed zeros per row, sums their partial sums (equal bits with the rows one at a time); 11 rows: one at a time
+  x = _specials(np.float32, rows, cols, seed=5)
+  y = np.random.default_rng(6).standard_normal((rows, cols)).astype(np.float32)
+  outs = []
+  for t, a, want in ((Tensor(x).max(axis=1), x, x.max(axis=1)), (Tensor(y).sum(axis=1), y, y.sum(axis=1))):
+    ast = kernel_of(t)
+    opts = hand_coded_opts(ast, device(kind).renderer)
+    assert [o.amt for o in opts if o.op == "UPCAST_STRIDED"] == ([4] if rows % 4 == 0 else [2] if rows % 2 == 0 else [])
+    got = run_kernel(kind, ast, {1: a.reshape(-1)})[0]
+    np.testing.assert_array_equal(got, run_kernel(kind, ast, {1: a.reshape(-1)},
+                                                  [o for o in opts if o.op != "UPCAST_STRIDED"])[0])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    outs.append(got)
+  m = outs[0]
+  assert np.signbit(m[4]) and np.isnan(m[1]) and np.isnan(m[7]) and m[2] == -np.inf and m[3] == np.inf

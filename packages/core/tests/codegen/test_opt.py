@@ -119,8 +119,9 @@ def test_hand_coded_opts_for_a_simd_renderer() -> None:
   # vectors of this small B: test_matmul_layout)
   assert [o.op for o in opts] == ["UPCAST_OUTER", "UPCAST"] and opts[0].amt == 8 and opts[1].amt == 5
   _same_as_unoptimised(ast, opts)
-  red = _kernel(_realized(4, 64).sum(1))
-  assert hand_coded_opts(red, Wide()) == [Opt("SPLIT", 0, 4)]  # type: ignore[arg-type]
+  red = _kernel(_realized(4, 64).sum(1))  # 4 rows, 2 at a time (2 apart), each in 4 partial sums
+  assert hand_coded_opts(red, Wide()) == [Opt("UPCAST_STRIDED", 0, 2), Opt("SPLIT", 0, 4)]  # type: ignore[arg-type]
+  _same_as_unoptimised(red, hand_coded_opts(red, Wide()))  # type: ignore[arg-type]
 
 def test_fuse_mulacc_turns_accumulated_products_into_one_op() -> None:
   from ember.codegen import full_rewrite

@@ -78,7 +78,8 @@ def test_blockwise_dot_product_lanes_match_numpy() -> None:
 class _SimdRenderer:
   simd_width = 16
 
-@pytest.mark.parametrize("shape,want", [((4, 8, 16), [Opt("SPLIT", 0, 16)]),  # 16 lanes, 128 per reduction
+# 16 lanes, 128 per reduction, and its 4 rows reduced 2 at a time, 2 rows apart
+@pytest.mark.parametrize("shape,want", [((4, 8, 16), [Opt("UPCAST_STRIDED", 0, 2), Opt("SPLIT", 0, 16)]),
                                         ((4, 8, 15), []),  # the innermost range does not divide the width
                                         ((4, 2, 16), [])])  # 32 elements: too short to pay for combining 16 lanes
 def test_hand_coded_split_of_several_ranges(shape: tuple[int, int, int], want: list[Opt]) -> None:

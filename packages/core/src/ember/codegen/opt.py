@@ -394,29 +394,33 @@ def reuse_opts(ast: UOp, amts: tuple[int, ...] = (8, 4, 2)) -> list[Opt]:
     if 0 in strides and any(s != 0 for s in strides) and (best is None or end > best[0]): best = (end, rng, amt)
   return [] if best is None else [Opt("UPCAST", best[1].arg[0], best[2])]
 
-ROWS_APART = (4, 2)  # rows of a matvec's weight streamed at once (rows_apart_opts), the first that divides them
+ROWS_APART = (4, 2)  # rows a row reduction streams at once (rows_apart_opts), the first that divides them
 
-def rows_apart_opts(ast: UOp, reds: list[UOp]) -> list[Opt]:
-  """For sums of products that read a vector every output shares and a row of their own, both contiguous along the
-  reduction (a matvec `x @ W.T` over W's rows): the longest such output range upcast by 4 (or 2) with its lanes a
-  quarter of the range apart, so each loop trip loads the shared vector once for 4 rows and streams 4 distant rows
-  of W: 4 prefetch streams instead of one. One thread, CPU time, medians of alternating runs on the 2-core VM under
-  load: x(1,576) @ W(49152,576).T (113 MB, from memory) 11.3-12.5 -> 7.3-8.9 ms (torch 2.13: 9.8-11.8 ms); W of
-  1536 x 576 and 576 x 1536 (3.5 MB, from L3) level. Consecutive rows would store 4 outputs in a row, which the C
-  renderer's lane groups would take as the vector lanes (gathering W down its columns). [] for other kernels."""
+def rows_apart_opts(ast: UOp, width: int) -> list[Opt]:
+  """A kernel of float sums and maxima over rows that lie contiguously along the reduction, one output per row (a
+  row sum or max, softmax's statistics, a matvec `x @ W.T` over W's rows): the longest output range upcast by 4 (or
+  2) with its lanes a quarter of the range apart. Each loop trip then streams 4 distant rows, 4 prefetch streams
+  instead of one, and loads once what the rows share (a matvec's x, a row's max). One thread, CPU time, medians of
+  alternating runs on the 2-core VM under load: x(1,576) @ W(49152,576).T 11.3-12.5 -> 7.3-8.9 ms (torch 2.13:
+  9.8-11.8 ms), row max of 4096 x 4096 8.8-9.5 -> 5.3-5.5 ms (torch 9.4 ms), row sum 7.1 -> 5.5 ms; a 3.5 MB W
+  level. Consecutive rows would store 4 outputs in a row, which the C renderer's lane groups take as the vector
+  lanes (gathering the rows down their columns). [] for other kernels: rows shorter than 4 vectors, reductions along
+  a strided axis, an output range the reductions do not move with (softmax's normalised elements), int reductions."""
+  reds = [n for n in ast.toposort() if n.op is Ops.REDUCE]
+  if not reds or not all(_splittable(r) and prod(_const_end(x) for x in r.src[1:]) >= 4 * width for r in reds):
+    return []
+  loads = []
+  for red in reds:
+    idxs = [n.src[0].src[1] for n in red.src[0].toposort() if n.op is Ops.LOAD]
+    steps = [_stride(i, red.src[-1]) for i in idxs]
+    if any(st not in (0, 1) for st in steps) or 1 not in steps: return []
+    loads += idxs
   best: tuple[int, UOp, int] | None = None
   for rng in output_ranges(ast):
+    if all(_stride(i, rng) == 0 for i in loads): return []
     end = _const_end(rng)
-    if (amt := next((a for a in ROWS_APART if end % a == 0 and end >= 2 * a), None)) is None: continue
-    for red in reds:
-      if red.arg is not Ops.ADD or (body := red.src[0]).op is not Ops.MUL or len(body.src) != 2: break
-      loads = [x.src[0] if x.op is Ops.CAST else x for x in body.src]
-      if any(x.op is not Ops.LOAD for x in loads): break
-      idxs = [x.src[0].src[1] for x in loads]
-      if any(_stride(i, red.src[-1]) != 1 for i in idxs) or sorted(_stride(i, rng) == 0 for i in idxs) != [False, True]:
-        break
-    else:
-      if best is None or end > best[0]: best = (end, rng, amt)
+    amt = next((a for a in ROWS_APART if end % a == 0 and end >= 2 * a), None)
+    if amt is not None and (best is None or end > best[0]): best = (end, rng, amt)
   return [] if best is None else [Opt("UPCAST_STRIDED", best[1].arg[0], best[2])]
 
 TRANSPOSE_TILE = 64  # elements of a transposing copy's register tile (compile time grows with it)
@@ -482,15 +486,14 @@ def hand_coded_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
   # reductions the target's compiler vectorises as they are (`Renderer.vector_reduce_ops`, e.g. the CPU's MAX as an
   # int max) run fastest unsplit: partial lanes only make it shuffle them
   native: frozenset[Ops] = getattr(renderer, "vector_reduce_ops", frozenset())  # duck-typed renderers may lack it
-  if all(n.arg in native for n in ast.toposort() if n.op is Ops.REDUCE): return []
+  rows = rows_apart_opts(ast, width)  # long rows reduced 4 at a time, a quarter of the rows apart
+  if all(n.arg in native for n in ast.toposort() if n.op is Ops.REDUCE): return rows
   reds = [n for n in ast.toposort() if n.op is Ops.REDUCE and _splittable(n)]
   # the innermost range gives the lanes; the whole reduction must be long enough to pay for combining them. Native
   # reductions next to others (softmax's max beside its sum of exp) stay whole: 16 int-max lanes ran 2x slower
   split = [r for r in reds if r.arg not in native]
   if split and all(_const_end(r.src[-1]) % width == 0 and prod(_const_end(x) for x in r.src[1:]) >= 4 * width
                    for r in split):
-    # a matvec's rows streamed 4 at a time, each its own vector of partial sums
-    rows = rows_apart_opts(ast, reds) if len(split) == len(reds) else []
     return [*rows, Opt("SPLIT", 1 if len(split) < len(reds) else 0, width)]
   # a reduction of at most `width` elements per output (summing partial-sum lanes) does too little per output for a
   # second thread to pay for its launch (~25 us on the 2-core development machine, the time of 10^5-10^6 adds)
