@@ -144,6 +144,31 @@ def test_erfc_is_relatively_accurate_across_its_domain(np_dtype: type, rtol: flo
   check(lambda a: a.erfc(), lambda a: a.erfc(), X * 2)
   check(lambda a: a.half().erfc(), lambda a: a.half().erfc(), X, tol=2e-3, grad=False)
 
+# (x, float32 and float64 tolerances (rtol, atol) against float64 torch): over each function's domain, poles and tails
+SPECIAL_FUNCTIONS = {
+  "lgamma": (np.concatenate([np.linspace(0.01, 30, 300), np.geomspace(30, 1e30, 40), np.linspace(-20.1, -0.05, 300),
+                             [1.0, 2.0, 0.0, -1.0, -3.0, INF, -INF, NAN, 1e-30]]), (2e-6, 5e-6), (1e-11, 1e-12)),
+  "digamma": (np.concatenate([np.linspace(0.01, 30, 300), np.geomspace(30, 1e30, 40), np.linspace(-20.1, -0.05, 300),
+                              [1.0, 0.0, -1.0, -3.0, INF, NAN, 1.4616321449683622]]), (5e-5, 2e-6), (1e-10, 5e-12)),
+  "erfinv": (np.concatenate([np.linspace(-0.9999, 0.9999, 401), [0.0, -0.0, 1.0, -1.0, 1.5, -2.0, NAN, 1e-10,
+                                                                 1 - 2 ** -20]]), (1e-6, 1e-7), (3e-7, 1e-12)),
+}
+
+@pytest.mark.parametrize("name", list(SPECIAL_FUNCTIONS))
+def test_special_functions_are_accurate_across_their_domains(name: str) -> None:
+  x, tol32, tol64 = SPECIAL_FUNCTIONS[name]
+  for np_dtype, (rtol, atol) in ((np.float32, tol32), (np.float64, tol64)):
+    xs = x.astype(np_dtype)
+    want = getattr(torch.tensor(xs, dtype=torch.float64), name)().numpy()
+    got = getattr(Tensor(xs), name)()
+    assert got.dtype == dtypes.from_np(np.dtype(np_dtype))
+    np.testing.assert_allclose(got.numpy(), want, rtol=rtol, atol=atol, equal_nan=True, err_msg=f"{name} {np_dtype}")
+  lo, hi = {"lgamma": (-4.9, 6.0), "digamma": (-4.9, 6.0), "erfinv": (-0.95, 0.95)}[name]
+  grid = np.linspace(lo, hi, 40).astype(np.float32)
+  grid = grid[np.abs(grid - np.round(grid)) > 0.05] if name != "erfinv" else grid  # away from the poles
+  check(lambda a: getattr(a, name)(), lambda a: getattr(a, name)(), grid, tol=2e-5, grad_tol=1e-4)
+  check(lambda a: getattr(a, name)(), lambda a: getattr(a, name)(), grid.astype(np.float16), tol=2e-3, grad=False)
+
 @pytest.mark.parametrize("np_dtype", [np.float32, np.float64, np.float16])
 def test_frexp_is_exact_for_normals_subnormals_and_specials(np_dtype: type) -> None:
   info = np.finfo(np_dtype)

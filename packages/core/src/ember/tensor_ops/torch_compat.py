@@ -2,7 +2,8 @@
 `arccos`, `greater` ...), elementwise math (`atan2`, `hypot`, `erfc`, `xlogy`, `gcd`, `frexp` ...), reductions
 (`amax`, `nansum`, `median`, `quantile`, `mode`, `norm` ...), matrix products (`mm`, `bmm`, `addmm`, `kron` ...),
 movement and indexing (`movedim`, `narrow`, `tensor_split`, `index_add`, `masked_scatter` ...), counting and search
-(`bincount`, `histc`, `searchsorted`, `unique` ...) and small linear algebra (`det`, `slogdet`, `inverse`,
+(`bincount`, `histc`, `searchsorted`, `unique` ...), special functions (`lgamma`, `digamma`, `erfinv`), in-place
+`op_` forms, and small linear algebra (`det`, `slogdet`, `inverse`,
 `matrix_power`).
 
 Everything stays lazy, except the few ops whose result's shape depends on the data (`unique`, `unique_consecutive`,
@@ -24,6 +25,15 @@ if TYPE_CHECKING:
   from ember.tensor import Tensor
 
 _QUANTILE_MODES = ("linear", "lower", "higher", "midpoint", "nearest")
+# Lanczos approximation of the gamma function, g = 7, 9 terms (relative error ~1e-15)
+_LANCZOS_G = 7
+_LANCZOS = (0.99999999999980993, 676.5203681218851, -1259.1392167224028, 771.32342877765313, -176.61502916214059,
+            12.507343278686905, -0.13857109526572012, 9.9843695780195716e-6, 1.5056327351493116e-7)
+# erfinv: Giles, "Approximating the erfinv function" (GPU Computing Gems, 2011), single precision, Horner order
+_ERFINV_CENTRAL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503,
+                   -0.00417768164, 0.246640727, 1.50140941)
+_ERFINV_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613,
+                0.00943887047, 1.00167406, 2.83297682)
 
 # the named tuples torch returns (plain tuples unpack the same way)
 class ValuesIndices(NamedTuple):
@@ -74,9 +84,10 @@ def _wide(*ts: Tensor) -> tuple[list[Tensor], DType]:
 
 def _with_grad(value: Tensor, x: Tensor, dydx: Tensor) -> Tensor:
   """`value`, whose derivative with respect to `x` is `dydx` (for values computed by bit tricks or fitted formulas,
-  whose own derivative is not the function's). Where x is not finite there is no gradient."""
+  whose own derivative is not the function's). Where x or the derivative is not finite there is no gradient."""
   lin = x.isfinite().where(x, 0) * dydx.detach()
-  return value.detach() + (lin - lin.detach())
+  # where lin is not finite (an infinite derivative: lgamma at 0) the value stays as it is, with no gradient
+  return value.detach() + lin.isfinite().detach().where(lin - lin.detach(), 0)
 
 def _kind_rank(dt: DType) -> int:
   return 0 if dt is dtypes.bool else 1 if dtypes.is_int(dt) else 2
@@ -520,6 +531,61 @@ class TorchCompatMixin:
     e = special.where(0, e_xs - sub.where(man + 1, 0).cast(ibits)).cast(dtypes.int32)
     # d mantissa / dx = 2^-exponent, through xs: 2^-e_xs stays finite where 2^-exponent of a subnormal overflows
     return Frexp(special.where(x, _with_grad(mant, xs, (-e_xs.cast(self.dtype)).exp2())), e)
+  def lgamma(self: Tensor) -> Tensor:
+    """log|gamma(x)|: the Lanczos approximation for x >= 0.5, the reflection formula below (inf at 0 and the negative
+    integers). The gradient is digamma(x).
+
+    >>> round(Tensor([5.0]).lgamma().item(), 5)
+    3.17805
+    """
+    (x,), dt = _wide(self)
+    neg = x < 0.5
+    z = neg.where(1 - x, x) - 1  # >= -0.5: the Lanczos series for gamma(z + 1)
+    series: Any = _LANCZOS[0]
+    for i, c in enumerate(_LANCZOS[1:], start=1): series = series + c / (z + i)
+    t = z + (_LANCZOS_G + 0.5)
+    pos = (0.5 * math.log(2 * math.pi)) + (z + 0.5) * t.log() - t + series.log()
+    sin = _sin_pi(x.detach()).abs()  # the reflection's |sin(pi x)|
+    out = neg.where((math.pi / sin).log() - pos, pos)
+    out = (neg & (x == x.floor())).where(math.inf, out)  # 0 and the negative integers (poles)
+    out = x.isinf().where(math.inf, out)
+    return _with_grad(out, x, x.digamma()).cast(dt)
+  def digamma(self: Tensor) -> Tensor:
+    """The logarithmic derivative of gamma: the recurrence psi(x) = psi(x + 1) - 1/x up to x >= 6, then the asymptotic
+    series; the reflection formula below 0.5. -inf at 0 and NaN at the negative integers, as torch. The gradient is
+    the trigamma function.
+
+    >>> round(Tensor([1.0]).digamma().item(), 5)
+    -0.57722
+    """
+    (x,), dt = _wide(self)
+    neg = x < 0.5
+    y = neg.where(1 - x, x)
+    psi = _psi_shifted(y)
+    refl = psi - math.pi * _cos_pi(x.detach()) / _sin_pi(x.detach())
+    out = neg.where(refl, psi)
+    out = (x == 0).where(-math.inf, ((x < 0) & (x == x.floor())).where(math.nan, out))
+    out = (x == math.inf).where(math.inf, out)
+    return _with_grad(out, x, _trigamma(x)).cast(dt)
+  def erfinv(self: Tensor) -> Tensor:
+    """The inverse of erf on (-1, 1) (+-inf at +-1, NaN outside): Giles' single-precision polynomials in
+    w = -log(1 - x^2), accurate to a few float32 ulps. The gradient is sqrt(pi) / 2 * exp(erfinv(x)^2).
+
+    >>> round(Tensor([0.5]).erfinv().item(), 5)
+    0.47694
+    """
+    (x,), dt = _wide(self)
+    w = -((1 - x) * (1 + x)).log()
+    central = w < 5
+    wc = central.where(w, 5) - 2.5
+    wt = central.where(5, w).sqrt() - 3  # each branch sees only its own inputs
+    pc: Any = _ERFINV_CENTRAL[0]
+    for c in _ERFINV_CENTRAL[1:]: pc = pc * wc + c
+    pt: Any = _ERFINV_TAIL[0]
+    for c in _ERFINV_TAIL[1:]: pt = pt * wt + c
+    out = central.where(pc, pt) * x
+    out = (x.abs() == 1).where(x * math.inf, (x.abs() > 1).where(math.nan, out))
+    return _with_grad(out, x, (out.detach().square()).exp() * (math.sqrt(math.pi) / 2)).cast(dt)
   def gcd(self: Tensor, other: Any) -> Tensor:
     """Greatest common divisor of int tensors, non-negative; gcd(0, 0) is 0 (Euclid's algorithm, unrolled for the
     dtype's worst case).
@@ -1459,6 +1525,9 @@ class TorchCompatMixin:
   def rad2deg_(self: Tensor) -> Tensor: return _write(self, self.rad2deg(), "rad2deg_")
   def sinc_(self: Tensor) -> Tensor: return _write(self, self.sinc(), "sinc_")
   def logical_not_(self: Tensor) -> Tensor: return _write(self, self.logical_not(), "logical_not_")
+  def lgamma_(self: Tensor) -> Tensor: return _write(self, self.lgamma(), "lgamma_")
+  def digamma_(self: Tensor) -> Tensor: return _write(self, self.digamma(), "digamma_")
+  def erfinv_(self: Tensor) -> Tensor: return _write(self, self.erfinv(), "erfinv_")
   def bitwise_not_(self: Tensor) -> Tensor: return _write(self, self.bitwise_not(), "bitwise_not_")
   def arctan2_(self: Tensor, other: Any) -> Tensor: return _write(self, self.arctan2(other), "arctan2_")
   def atan2_(self: Tensor, other: Any) -> Tensor: return _write(self, self.atan2(other), "atan2_")
@@ -1642,6 +1711,46 @@ def _placed(t: Tensor, src: Tensor, d: int, start: int, step: int) -> Tensor:
     return x.pad(((0, 0),) * d + ((start, n - start - (k - 1) * step - 1),) + ((0, 0),) * (x.ndim - d - 1))
   hit = spread(src.full_like(True, dtype=dtypes.bool))
   return hit.where(spread(src.cast(t.dtype)), t)
+
+def _sin_pi(x: Tensor) -> Tensor:
+  """sin(pi x) from x's distance r to the nearest integer n (exact): (-1)^n sin(pi r). Integers give exactly 0, and
+  near them pi r keeps its relative accuracy (pi x rounded to float32 did not: lgamma near a pole lost 5 digits)."""
+  n = x.round()
+  s = ((x - n) * math.pi).sin()
+  return ((n * 0.5).floor() * 2 != n).where(-s, s)
+
+def _cos_pi(x: Tensor) -> Tensor:
+  n = x.round()
+  c = ((x - n) * math.pi).cos()
+  return ((n * 0.5).floor() * 2 != n).where(-c, c)
+
+def _psi_shifted(y: Tensor) -> Tensor:
+  """digamma(y) for y >= 0.5: six steps of psi(y) = psi(y + 1) - 1/y, then the asymptotic series (y >= 6)."""
+  acc: Any = 0
+  for _ in range(6):
+    small = y < 6
+    acc = acc + small.where(1 / small.where(y, 1), 0)
+    y = small.where(y + 1, y)
+  inv2 = 1 / (y * y)
+  tail = inv2 * (1 / 12 - inv2 * (1 / 120 - inv2 * (1 / 252 - inv2 * (1 / 240 - inv2 / 132))))
+  return y.log() - 0.5 / y - tail - acc
+
+def _trigamma(x: Tensor) -> Tensor:
+  """psi'(x): the recurrence psi'(y) = psi'(y + 1) + 1/y^2 up to y >= 6, the asymptotic series, the reflection
+  pi^2 / sin^2(pi x) - psi'(1 - x) below 0.5."""
+  x = x.detach()
+  neg = x < 0.5
+  y = neg.where(1 - x, x)
+  acc: Any = 0
+  for _ in range(6):
+    small = y < 6
+    acc = acc + small.where(1 / small.where(y * y, 1), 0)
+    y = small.where(y + 1, y)
+  inv = 1 / y
+  inv2 = inv * inv
+  series = inv + inv2 / 2 + inv * inv2 * (1 / 6 - inv2 * (1 / 30 - inv2 * (1 / 42 - inv2 / 30)))
+  psi1 = series + acc
+  return neg.where(math.pi ** 2 / _sin_pi(x).square() - psi1, psi1)
 
 def _scaled_add(base: Tensor, product: Tensor, beta: Any, alpha: Any) -> Tensor:
   scaled = product if alpha == 1 else product * alpha
