@@ -81,3 +81,14 @@ def test_used_where_blocks_run_as_loops():
   want = not renderer.has_local and not isinstance(renderer, LLVMRenderer)
   assert fused_decode_attention(Device.DEFAULT) == want
   assert not fused_decode_attention(("CPU", "CPU"))  # a sharded tensor's devices: the unfused form
+
+def test_three_kernels_the_queries_scaled_once():
+  # the scaled queries are one kernel both hand-written kernels read (stored with .contiguous() first, they were
+  # copied again into the buffer the kernels took: a fourth kernel per layer)
+  C = LONG
+  q, cache, k_new, v_new = inputs(1, 3, 3, 64, C, np.float16, seed=3)
+  t = decode_attention(*(Tensor(a).realize() for a in (q, cache, np.zeros((C, 1), np.float32), rows(k_new, v_new))),
+                       Variable("pos", 1, C).bind(40), 3)
+  assert len([it for it in t.schedule() if it.kind != "copy"]) == 3
+  np.testing.assert_allclose(t.numpy(), oracle(q, cache, np.zeros((C, 1), np.float32), k_new, v_new, 40, 3),
+                             rtol=2e-5, atol=2e-5)

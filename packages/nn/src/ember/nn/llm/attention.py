@@ -132,7 +132,7 @@ def decode_attention(q: Tensor, cache: Tensor, mask: Tensor, new: Tensor, n: UOp
   (S, H, D) float32."""
   S, H, hd = _ints(q.shape)
   C = _ints(cache.shape)[1]
-  scaled = (q * (LOG2E / math.sqrt(hd))).contiguous()
+  scaled = q * (LOG2E / math.sqrt(hd))  # computed into a buffer of its own, which both kernels read
   part = Tensor.empty(CHUNKS, S, H, hd + 2, device=q.device)
   sc = Tensor.empty(S, H, C + CHUNKS * BLOCK, device=q.device)
   def attention_decode(part: UOp, sc: UOp, q: UOp, cache: UOp, mask: UOp) -> UOp:
