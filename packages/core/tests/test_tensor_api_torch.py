@@ -228,6 +228,8 @@ REDUCTIONS: dict[str, tuple[Callable[..., Any], Callable[..., Any], tuple[np.nda
   "mode-index": (lambda a: a.mode(0, keepdim=True)[1], lambda a: a.mode(0, keepdim=True)[1], (INTS % 3,),
                  {"dtype": I32}),
   "mode-int": (lambda a: a.mode()[0], lambda a: a.mode()[0], (INTS % 3,), {}),
+  "mode-nan": (lambda a: a.mode()[0], lambda a: a.mode()[0], (np.float32([[1, NAN, NAN, 2], [NAN, 1, 1, NAN],
+                                                                          [NAN, NAN, NAN, NAN]]),), {"grad": False}),
   "norm": (lambda a: a.norm(), lambda a: a.norm(), (X3,), {}),
   "norm-p": (lambda a: a.norm(3, dim=(0, 2)), lambda a: a.norm(3, dim=(0, 2)), (X3,), {}),
   "norm-inf": (lambda a: a.norm(INF, dim=1, keepdim=True), lambda a: a.norm(INF, dim=1, keepdim=True), (TIES,), {}),
@@ -362,6 +364,7 @@ PRODUCTS: dict[str, tuple[Callable[..., Any], Callable[..., Any], tuple[np.ndarr
   "vdot": (lambda a, b: a.vdot(b), lambda a, b: a.vdot(b), (X[0], Y[0]), {}),
   "kron": (lambda a, b: a.kron(b), lambda a, b: a.kron(b), (X[:2, :3].copy(), X3[:, :2, :2].copy()), {}),
   "kron-int": (lambda a, b: a.kron(b), lambda a, b: a.kron(b), (INTS[0], INTS[:2, :2].copy()), {}),
+  "kron-0d": (lambda a, b: a.kron(b), lambda a, b: a.kron(b), (np.float32(2.5), np.float32(-1.5)), {}),
   "cross": (lambda a, b: a.cross(b), lambda a, b: a.cross(b), (X[:, :3].copy(), Y[:, :3].copy()), {}),
   "cross-dim": (lambda a, b: a.cross(b, dim=-1), lambda a, b: a.cross(b, dim=-1),
                 (X3[:, :, :3].copy(), Y[None, :1, :3].copy()), {}),
@@ -462,6 +465,7 @@ def test_movement_refuses_bad_arguments() -> None:
   check_raises_like_torch("movedim repeat", lambda: x.movedim((0, 0), (1, 2)), lambda: t.movedim((0, 0), (1, 2)))
   check_raises_like_torch("rot90 same dims", lambda: x.rot90(1, (1, -2)), lambda: t.rot90(1, (1, -2)))
   check_raises_like_torch("fliplr 1-d", lambda: Tensor(X[0]).fliplr(), lambda: T(X[0]).fliplr())
+  check_raises_like_torch("diag_embed 0-d", lambda: Tensor(1.0).diag_embed(), lambda: T(1.0).diag_embed())
   check_raises_like_torch("diag_embed dims", lambda: x.diag_embed(0, 1, -3), lambda: t.diag_embed(0, 1, -3))
   check_raises_like_torch("index_add range", lambda: x.index_add(0, Tensor([2]), x[:1]),
                           lambda: t.index_add(0, T([2]), t[:1]))

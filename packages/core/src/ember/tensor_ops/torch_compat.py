@@ -711,8 +711,8 @@ class TorchCompatMixin:
     v, i, _ = self._select_sorted(d, keepdim, "kthvalue", lambda n, c: int(k) - 1)
     return ValuesIndices(v.reshape(()), i.reshape(())) if self.ndim == 0 else ValuesIndices(v, i)
   def mode(self: Tensor, dim: int = -1, keepdim: bool = False) -> ValuesIndices:
-    """The most frequent value along `dim` (the smallest among equally frequent ones) and the int32 index of its
-    last occurrence, as torch's CPU kernel picks.
+    """The most frequent value along `dim` (the smallest among equally frequent ones; NaN only in an all-NaN row) and
+    the int32 index of its last occurrence, as torch's CPU kernel picks.
 
     >>> [t.item() for t in Tensor([3, 1, 3, 1, 2]).mode()]
     [1, 3]
@@ -727,9 +727,13 @@ class TorchCompatMixin:
     counts = (row.unsqueeze(-1) == row.unsqueeze(-2)).sum(-1, dtype=dtypes.int32)  # (..., n): how often row[i] occurs
     top = counts == counts.max(-1, keepdim=True)
     largest = dtypes.max(strong_dtype(row.dtype)) if not dtypes.is_float(row.dtype) else math.inf
+    if dtypes.is_float(row.dtype):  # NaNs never win unless the row holds nothing else (torch's CPU kernel)
+      number = row.isnan().logical_not()
+      top = number & (counts == number.where(counts, 0).max(-1, keepdim=True))
     value = top.where(row, largest).min(-1, keepdim=True)
     pos = Tensor.arange(n, device=self.device, dtype=dtypes.int32)
     idx = (row == value).where(pos, -1).max(-1, keepdim=True)
+    if dtypes.is_float(row.dtype): idx = number.any(-1, keepdim=True).where(idx, 0)  # all NaN: the first
     val = _last(x, d)._gather(row.ndim - 1, idx) if dtypes.is_float(row.dtype) else value
     if self.ndim == 0: return ValuesIndices(val.reshape(()), idx.reshape(()))
     if not keepdim: return ValuesIndices(val.squeeze(-1), idx.squeeze(-1))
@@ -1068,6 +1072,7 @@ class TorchCompatMixin:
     [1, 10, 2, 20]
     """
     nd = builtins_max(self.ndim, other.ndim)
+    if nd == 0: return self * other
     a = self.reshape(*([1] * (nd - self.ndim)), *self.shape)
     b = other.reshape(*([1] * (nd - other.ndim)), *other.shape)
     ai = a.reshape(*[v for s in a.shape for v in (s, 1)])
@@ -1331,7 +1336,8 @@ class TorchCompatMixin:
     [[1, 0], [0, 2]]
     """
     from ember.tensor import Tensor
-    x = self.reshape(1) if self.ndim == 0 else self
+    _need_dims(self, "diag_embed")
+    x = self
     nd = x.ndim + 1
     d1, d2 = x._resolve_dim(dim1, extra=1), x._resolve_dim(dim2, extra=1)
     if d1 == d2: raise ShapeError(f"diag_embed dims must differ, got dim1={dim1}, dim2={dim2}")
