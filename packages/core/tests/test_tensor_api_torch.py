@@ -319,6 +319,32 @@ def test_reductions_of_empty_tensors_and_0d() -> None:
   check_raises_like_torch("trace of 3-d", lambda: Tensor(X3).trace(), lambda: T(X3).trace())
   check_raises_like_torch("histc of ints", lambda: Tensor(INTS).histc(), lambda: T(INTS).histc())
 
+def test_histogram() -> None:
+  x = np.float32([0.3, 1.7, 2.2, 2.2, 4.9, -1.2, 3.3, 5.0])
+  w = np.float32([1, 2, 0.5, 1, 3, 1, 2, 1])
+  for bins, kw in ((4, {}), (3, {"range": (0.0, 4.0)}), (5, {"weight": w, "density": True}),
+                   (np.float32([-2.0, 0.0, 2.5, 5.0]), {"weight": w})):
+    ours = Tensor(x).histogram(Tensor(bins) if isinstance(bins, np.ndarray) else bins,
+                               **{k: Tensor(v) if isinstance(v, np.ndarray) else v for k, v in kw.items()})
+    want = torch.histogram(T(x), T(bins) if isinstance(bins, np.ndarray) else bins,
+                           **{k: T(v) if isinstance(v, np.ndarray) else v for k, v in kw.items()})
+    np.testing.assert_allclose(ours.hist.numpy(), want.hist.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(ours.bin_edges.numpy(), want.bin_edges.numpy(), rtol=1e-6)
+  same = Tensor([2.0, 2.0]).histogram(4)
+  np.testing.assert_allclose(same.bin_edges.numpy(), torch.histogram(T([2.0, 2.0]), 4).bin_edges.numpy())
+  check_raises_like_torch("histogram of ints", lambda: Tensor([1, 2]).histogram(2),
+                          lambda: torch.histogram(T([1, 2]), 2))
+
+def test_put() -> None:
+  check(lambda a, s: a.put(Tensor([[-1, 0], [5, 2]]), s), lambda a, s: a.put(T([[-1, 0], [5, 2]]), s), X,
+        Y[:2, :2].copy())
+  check(lambda a, s: a.put(Tensor([0, 0, 11]), s, accumulate=True),
+        lambda a, s: a.put(T([0, 0, 11]), s, accumulate=True), X, Y[0, :3].copy())
+  check_raises_like_torch("put range", lambda: Tensor(X).put(Tensor([12]), Tensor([1.0])),
+                          lambda: T(X).put(T([12]), T([1.0])))
+  t = Tensor(INTS).contiguous().realize()
+  assert t.put_(Tensor([1]), Tensor([99])) is t and t.numpy().ravel()[1] == 99
+
 def test_bincount_reads_the_length_from_the_data() -> None:
   v = np.int32([1, 4, 1, 0, 6, 4, 4])
   w = rng.standard_normal(7).astype(np.float32)

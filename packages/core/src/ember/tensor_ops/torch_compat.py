@@ -55,6 +55,10 @@ class Frexp(NamedTuple):
   mantissa: Tensor
   exponent: Tensor
 
+class Histogram(NamedTuple):
+  hist: Tensor
+  bin_edges: Tensor
+
 class SignLogAbsDet(NamedTuple):
   sign: Tensor
   logabsdet: Tensor
@@ -918,6 +922,47 @@ class TorchCompatMixin:
     pos = ((x - lo) * bins / (hi - lo)).floor().minimum(bins - 1)
     hit = inside.unsqueeze(-1) & (pos.unsqueeze(-1) == Tensor.arange(int(bins), device=self.device, dtype=x.dtype))
     return hit.sum(0, dtype=self.dtype)
+  def histogram(self: Tensor, bins: Any = 100, *, range: tuple[float, float] | None = None,
+                weight: Tensor | None = None, density: bool = False) -> Histogram:
+    """(hist, bin_edges): `bins` equal-width bins over `range` (the data's min and max when None, widened by 0.5 each
+    way when they are equal), or the sorted 1-d tensor of edges `bins`. Bins hold [left, right), the last also its
+    right edge; `weight` weighs each element, `density` divides by the total and the bin widths. No sync: the edges
+    from the data stay tensors.
+
+    >>> Tensor([1.0, 2.0, 1.0]).histogram(2).hist.tolist()
+    [2.0, 1.0]
+    """
+    from ember.tensor import Tensor
+    _need_float(self, "histogram", DTypeNotImplementedError)
+    x = self.detach().flatten()
+    if hasattr(bins, "uop"):
+      if bins.ndim != 1 or bins.shape[0] < 2:
+        raise ShapeError(f"histogram bins must be 1-d with 2 or more edges, got shape {bins.shape}")
+      edges = bins.cast(self.dtype)
+    else:
+      if not isinstance(bins, (int, np.integer)) or bins <= 0:
+        raise ArgumentError(f"histogram bins must be a count > 0 or a tensor of edges, got {bins!r}")
+      if range is not None:
+        if range[0] > range[1]: raise ArgumentError(f"histogram range must be (min, max) with min <= max, got {range}")
+        lo: Any = _new(float(range[0]), self, self.dtype)
+        hi: Any = _new(float(range[1]), self, self.dtype)
+      elif x.shape[0] == 0: lo, hi = _new(0.0, self, self.dtype), _new(1.0, self, self.dtype)
+      else: lo, hi = x.min(), x.max()
+      same = lo == hi
+      lo, hi = same.where(lo - 0.5, lo), same.where(hi + 0.5, hi)
+      i = Tensor.arange(int(bins) + 1, device=self.device, dtype=self.dtype)
+      step = (hi - lo) / int(bins)
+      edges = (i < (int(bins) + 1) // 2).where(lo + step * i, hi - step * (int(bins) - i))  # torch.linspace's halves
+    n = int_size(edges.shape[0], "histogram") - 1
+    left, right = edges[:-1], edges[1:]
+    xs = x.unsqueeze(-1)
+    last = Tensor.arange(n, device=self.device) == n - 1
+    hit = (xs >= left) & ((xs < right) | (last & (xs == right)))  # (N, bins)
+    w = weight.detach().flatten().cast(self.dtype).unsqueeze(-1) if weight is not None else 1
+    hist = hit.where(w, 0).sum(0, dtype=self.dtype) if x.shape[0] else Tensor.zeros(n, dtype=self.dtype,
+                                                                                      device=self.device)
+    if density: hist = hist / (hist.sum() * (right - left))
+    return Histogram(hist, edges)
   def bincount(self: Tensor, weights: Tensor | None = None, minlength: int = 0) -> Tensor:
     """How often each value 0, 1, ... occurs in a 1-d non-negative int tensor (with `weights`: their sums), at
     least `minlength` long. The length depends on the largest value, so this reads the tensor on the host. Counts are
@@ -1442,6 +1487,23 @@ class TorchCompatMixin:
     if src.shape[0] == 0 or flat_m.shape[0] == 0: return self
     rank = (flat_m.cast(dtypes.int32).cumsum() - 1).clip(0, int_size(src.shape[0], "masked_scatter") - 1)
     return flat_m.where(src._gather(0, rank), self.flatten()).reshape(self.shape)
+  def put(self: Tensor, index: Tensor, source: Tensor, accumulate: bool = False) -> Tensor:
+    """self viewed as 1-d with source's elements written (or with `accumulate`, added) at the flat positions `index`
+    (negative count from the end); index and source have as many elements.
+
+    >>> Tensor([1, 2, 3]).put(Tensor([-1, 0]), Tensor([9, 8])).tolist()
+    [8, 2, 9]
+    """
+    if not dtypes.is_int(index.dtype): raise IndexingError(f"put index must be an int tensor, got {index.dtype!r}")
+    if index.numel() != source.numel():
+      raise ShapeError(f"put needs as many source elements ({source.numel()}) as indices ({index.numel()})")
+    flat, idx = self.flatten(), index.flatten()
+    n = int_size(flat.shape[0], "put")
+    check_index_range(idx, n, "put", low=-n)
+    idx = (idx < 0).where(idx + n, idx)
+    src = source.flatten()
+    out = flat.index_add(0, idx, src) if accumulate else flat.index_copy(0, idx, src)
+    return out.reshape(self.shape)
   def scatter_add(self: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
     """scatter_reduce with "sum": src[p] added at index[p] along `dim`.
 
@@ -1607,6 +1669,8 @@ class TorchCompatMixin:
     return _write(self, self.addmv(mat, vec, beta=beta, alpha=alpha), "addmv_")
   def addr_(self: Tensor, vec1: Tensor, vec2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
     return _write(self, self.addr(vec1, vec2, beta=beta, alpha=alpha), "addr_")
+  def put_(self: Tensor, index: Tensor, source: Tensor, accumulate: bool = False) -> Tensor:
+    return _write(self, self.put(index, source, accumulate), "put_")
   def index_add_(self: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: Any = 1) -> Tensor:
     return _write(self, self.index_add(dim, index, source, alpha=alpha), "index_add_")
   def index_copy_(self: Tensor, dim: int, index: Tensor, source: Tensor) -> Tensor:
