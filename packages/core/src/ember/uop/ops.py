@@ -17,7 +17,7 @@ import struct
 import weakref
 from dataclasses import dataclass
 from enum import Enum, auto
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 from ember.dtype import DType, PtrDType, AnyDType, dtypes, as_const, least_upper_dtype
 from ember.errors import ArgumentError, DTypeError, ShapeError
 
@@ -129,10 +129,11 @@ class UOpMetaClass(type):
   def __call__(cls, op: Ops, dtype: AnyDType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
                tag: Any = None) -> UOp:
     key = (op, dtype, src, arg if arg is None or type(arg) is int else _arg_key(arg), tag)
-    if (ref := UOpMetaClass.ucache.get(key)) is not None and (ret := ref()) is not None: return ret
-    ret = super().__call__(op, dtype, src, arg, tag)
-    ret._ukey = key
-    UOpMetaClass.ucache[key] = weakref.ref(ret)
+    if (ref := _ucache_get(key)) is not None and (ret := ref()) is not None: return ret
+    # a new node: its fields set here, without type.__call__ and a frame of UOp.__init__ (a pass builds thousands)
+    ret = _new_object(cls)
+    ret.op, ret.dtype, ret.src, ret.arg, ret.tag, ret._ukey = op, dtype, src, arg, tag, key
+    _ucache[key] = _weak(ret)
     return ret
 
 _unique_id = [0]
@@ -140,12 +141,22 @@ def next_unique() -> int:
   _unique_id[0] += 1
   return _unique_id[0]
 
+_ucache = UOpMetaClass.ucache
+_ucache_get, _weak = _ucache.get, weakref.ref
+_new_object: Callable[[type], Any] = object.__new__
+
 class UOp(metaclass=UOpMetaClass):
+  """Built by UOpMetaClass.__call__ (hash-consing), which sets the fields."""
   __slots__ = ("op", "dtype", "src", "arg", "tag", "_ukey", "__weakref__", "__dict__")
-  def __init__(self, op: Ops, dtype: AnyDType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
-               tag: Any = None):
-    self.op, self.dtype, self.src, self.arg, self.tag = op, dtype, src, arg, tag
+  op: Ops
+  dtype: AnyDType
+  src: tuple[UOp, ...]
+  arg: Any
+  tag: Any
   _ukey: tuple  # its key in UOpMetaClass.ucache
+  if TYPE_CHECKING:  # the constructor's signature for type checkers: UOpMetaClass.__call__ builds UOps, not __init__
+    def __init__(self, op: Ops, dtype: AnyDType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None,
+                 tag: Any = None) -> None: ...
   def __del__(self, ucache: dict[tuple, weakref.ReferenceType[UOp]] = UOpMetaClass.ucache) -> None:
     # leave the hash-consing table, unless the entry is already another live UOp's (one built after this one's weak
     # reference was cleared, which a garbage collection does before it finalizes); the table is bound here, as a
