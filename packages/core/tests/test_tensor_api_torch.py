@@ -421,6 +421,7 @@ MOVEMENT: dict[str, tuple[Callable[..., Any], Callable[..., Any], tuple[np.ndarr
   "swap": (lambda a: a.swapaxes(0, -1) + a.swapdims(-1, 0), lambda a: a.swapaxes(0, -1) + a.swapdims(-1, 0), (X3,), {}),
   "t": (lambda a, b: a.t() + b.t(), lambda a, b: a.t() + b.t(), (X, Y[0, :3].copy()), {}),
   "narrow": (lambda a: a.narrow(-1, -3, 2), lambda a: a.narrow(-1, -3, 2), (X3,), {}),
+  "narrow-tensor-start": (lambda a: a.narrow(1, Tensor(1), 2), lambda a: a.narrow(1, T(1), 2), (X3,), {}),
   "select": (lambda a: a.select(1, -1), lambda a: a.select(1, -1), (X3,), {}),
   "unbind": (lambda a: Tensor.stack(*a.unbind(2)[::-1]), lambda a: torch.stack(a.unbind(2)[::-1]), (X3,), {}),
   "tensor_split": (lambda a: a.tensor_split(3, dim=-1)[0] + a.tensor_split(3, dim=-1)[1],

@@ -1178,13 +1178,16 @@ class TorchCompatMixin:
     for i, j in zip(s, t): order[j] = i
     rest = iter(i for i in range(self.ndim) if i not in s)
     return self.permute([next(rest) if o is None else o for o in order])
-  def narrow(self: Tensor, dim: int, start: int, length: int) -> Tensor:
+  def narrow(self: Tensor, dim: int, start: Any, length: int) -> Tensor:
     """`length` elements of dim `dim` from `start` (negative counts from the end).
 
     >>> Tensor([0, 1, 2, 3, 4]).narrow(0, -2, 2).tolist()
     [3, 4]
     """
     if self.ndim == 0: raise ShapeError("narrow needs a tensor of at least 1 dim, got a 0-d one")
+    if hasattr(start, "uop"):  # torch takes a 0-d int tensor too: its value sets the shape, read on the host
+      _host_read("narrow with a tensor start", "pass start as a Python int")
+      start = int(start.item())
     d = self._resolve_dim(dim)
     n = int_size(self.shape[d], "narrow")
     if not -n <= start <= n:
