@@ -335,6 +335,26 @@ def test_histogram() -> None:
   check_raises_like_torch("histogram of ints", lambda: Tensor([1, 2]).histogram(2),
                           lambda: torch.histogram(T([1, 2]), 2))
 
+@pytest.mark.filterwarnings("ignore:index_reduce\\(\\) is in beta")
+@pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
+def test_index_reduce(reduce: str) -> None:
+  for include_self in (True, False):
+    check(lambda a, s, inc=include_self: a.index_reduce(0, Tensor([2, 0, 2]), s, reduce, include_self=inc),
+          lambda a, s, inc=include_self: a.index_reduce(0, T([2, 0, 2]), s, reduce, include_self=inc),
+          X3[:1].repeat(3, 0) + 0.5, X3[::-1].copy().repeat(2, 0)[:3])
+
+def test_nextafter_shifts_and_sum_to_size() -> None:
+  x = np.float32([1.0, 0.0, -0.0, 2.0, 1.0, INF, NAN, 1.0, -1.5, 1e-45, -3.0])
+  y = np.float32([2.0, 1.0, -1.0, 2.0, INF, 0.0, 1.0, NAN, -2.0, 0.0, 5.0])
+  for np_dtype in (np.float32, np.float64):
+    np.testing.assert_array_equal(Tensor(x.astype(np_dtype)).nextafter(Tensor(y.astype(np_dtype))).numpy(),
+                                  T(x.astype(np_dtype)).nextafter(T(y.astype(np_dtype))).numpy())
+  check(lambda a: a.bitwise_left_shift(2) + a.bitwise_right_shift(1), lambda a: a.bitwise_left_shift(2)
+        + a.bitwise_right_shift(1), INTS)
+  for size in ((1, 3, 1), (3, 4), (1,), (2, 1, 4)):
+    check(lambda a, sz=size: a.sum_to_size(*sz), lambda a, sz=size: a.sum_to_size(*sz), X3)
+  check_raises_like_torch("sum_to_size", lambda: Tensor(X3).sum_to_size(2, 4), lambda: T(X3).sum_to_size(2, 4))
+
 def test_put() -> None:
   check(lambda a, s: a.put(Tensor([[-1, 0], [5, 2]]), s), lambda a, s: a.put(T([[-1, 0], [5, 2]]), s), X,
         Y[:2, :2].copy())

@@ -542,6 +542,42 @@ class TorchCompatMixin:
     e = special.where(0, e_xs - sub.where(man + 1, 0).cast(ibits)).cast(dtypes.int32)
     # d mantissa / dx = 2^-exponent, through xs: 2^-e_xs stays finite where 2^-exponent of a subnormal overflows
     return Frexp(special.where(x, _with_grad(mant, xs, (-e_xs.cast(self.dtype)).exp2())), e)
+  def bitwise_left_shift(self: Tensor, other: Any) -> Tensor:
+    """self << other (torch.Tensor.bitwise_left_shift)."""
+    return self.lshift(other)
+  def bitwise_right_shift(self: Tensor, other: Any) -> Tensor:
+    """self >> other, arithmetic for signed ints (torch.Tensor.bitwise_right_shift)."""
+    return self.rshift(other)
+  def nextafter(self: Tensor, other: Any) -> Tensor:
+    """The next float after self toward other (other where they are equal, NaN if either is NaN), read from the bits.
+
+    >>> Tensor([1.0]).nextafter(Tensor([2.0])).item() > 1.0
+    True
+    """
+    a, b = self._broadcasted(other)
+    _need_float(a, "nextafter")
+    dt = strong_dtype(a.dtype)
+    ibits = {2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}[dt.itemsize]
+    a, b = a.cast(dt).detach(), b.cast(dt).detach()
+    bits = a.bitcast(ibits)
+    # away from zero is +1 on the magnitude's bits, toward zero -1; from +-0 the smallest subnormal with b's sign
+    away = (b > a) == (a > 0)
+    step = bits + away.where(1, -1).cast(ibits)
+    tiny = _new(1, a, ibits).bitcast(dt)
+    out = (a == 0).where(b._signbit().where(-tiny, tiny), step.bitcast(dt))
+    return (a.isnan() | b.isnan()).where(math.nan, (a == b).where(b, out))
+  def sum_to_size(self: Tensor, *size: Any) -> Tensor:
+    """Sum over the dims that broadcast `size` to this shape (the reverse of expand): the result has shape `size`.
+
+    >>> Tensor([[1, 2], [3, 4]]).sum_to_size(1, 2).tolist()
+    [[4, 6]]
+    """
+    shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else tuple(size)
+    lead = self.ndim - len(shape)
+    if lead < 0 or any(s not in (1, t) for s, t in zip(shape, self.shape[lead:])):
+      raise ShapeError(f"sum_to_size: size {shape} is not expandable to shape {self.shape}")
+    axes = tuple(range(lead)) + tuple(lead + i for i, (s, t) in enumerate(zip(shape, self.shape[lead:])) if s == 1 != t)
+    return self.sum(axes, keepdim=True).reshape(shape) if axes else self
   def lgamma(self: Tensor) -> Tensor:
     """log|gamma(x)|: the Lanczos approximation for x >= 0.5, the reflection formula below (inf at 0 and the negative
     integers). The gradient is digamma(x).
@@ -1507,6 +1543,20 @@ class TorchCompatMixin:
     src = source.flatten()
     out = flat.index_add(0, idx, src) if accumulate else flat.index_copy(0, idx, src)
     return out.reshape(self.shape)
+  def index_reduce(self: Tensor, dim: int, index: Tensor, source: Tensor, reduce: str, *,
+                   include_self: bool = True) -> Tensor:
+    """Combine source[..., i, ...] into position index[i] of dim `dim` with `reduce` (prod, mean, amax or amin);
+    `include_self=False` ignores self's value where something lands (torch.Tensor.index_reduce).
+
+    >>> Tensor([1.0, 1.0]).index_reduce(0, Tensor([0, 0]), Tensor([2.0, 3.0]), "prod").tolist()
+    [6.0, 1.0]
+    """
+    if reduce not in ("prod", "mean", "amax", "amin"):
+      raise ArgumentError(f"index_reduce reduce must be prod, mean, amax or amin, got {reduce!r}")
+    d, _ = self._index_along(dim, index, "index_reduce")
+    rows = self._source_rows(d, index, source, "index_reduce").squeeze(-1)  # (..., k): checked, dim d last
+    idx = index.reshape(-1).cast(dtypes.int32).expand(rows.shape)
+    return _from_last(_last(self, d).scatter_reduce(-1, idx, rows, reduce, include_self=include_self), d)
   def scatter_add(self: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
     """scatter_reduce with "sum": src[p] added at index[p] along `dim`.
 
@@ -1672,6 +1722,14 @@ class TorchCompatMixin:
     return _write(self, self.addmv(mat, vec, beta=beta, alpha=alpha), "addmv_")
   def addr_(self: Tensor, vec1: Tensor, vec2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
     return _write(self, self.addr(vec1, vec2, beta=beta, alpha=alpha), "addr_")
+  def index_reduce_(self: Tensor, dim: int, index: Tensor, source: Tensor, reduce: str, *,
+                    include_self: bool = True) -> Tensor:
+    return _write(self, self.index_reduce(dim, index, source, reduce, include_self=include_self), "index_reduce_")
+  def bitwise_left_shift_(self: Tensor, other: Any) -> Tensor:
+    return _write(self, self.bitwise_left_shift(other), "bitwise_left_shift_")
+  def bitwise_right_shift_(self: Tensor, other: Any) -> Tensor:
+    return _write(self, self.bitwise_right_shift(other), "bitwise_right_shift_")
+  def nextafter_(self: Tensor, other: Any) -> Tensor: return _write(self, self.nextafter(other), "nextafter_")
   def put_(self: Tensor, index: Tensor, source: Tensor, accumulate: bool = False) -> Tensor:
     return _write(self, self.put(index, source, accumulate), "put_")
   def index_add_(self: Tensor, dim: int, index: Tensor, source: Tensor, *, alpha: Any = 1) -> Tensor:
