@@ -712,9 +712,9 @@ class TorchCompatMixin:
     keep = x.isnan().logical_not()
     return x.nansum(dim, keepdim) / keep.sum(dim, keepdim, dtype=x.dtype)
   def _select_sorted(self: Tensor, dim: int | None, keepdim: bool, op: str,
-                     position: Any) -> tuple[Tensor, Tensor, int | None]:
+                     position: Any) -> tuple[Tensor, Tensor]:
     """Sort along `dim` (the flattened tensor when None) and pick, per row, the element at `position(n, nan_count)`
-    (an int for every row, or an int tensor of shape (..., 1)): (values, int32 indices, resolved dim)."""
+    (an int for every row, or an int tensor of shape (..., 1)): (values, int32 indices)."""
     from ember.tensor import Tensor
     x = self.flatten() if dim is None else self
     d = x._resolve_dim(dim if dim is not None else 0) if x.ndim else 0
@@ -729,9 +729,9 @@ class TorchCompatMixin:
     k = Tensor.full((*row.shape[:-1], 1), k, dtype=dtypes.int32, device=self.device) if isinstance(k, int) \
       else k.cast(dtypes.int32)
     v, i = vals._gather(vals.ndim - 1, k), idx._gather(idx.ndim - 1, k)
-    if dim is None or self.ndim == 0: return v.reshape(()), i.reshape(()), None
-    if not keepdim: return v.squeeze(-1), i.squeeze(-1), d
-    return _from_last(v, d), _from_last(i, d), d
+    if dim is None or self.ndim == 0: return v.reshape(()), i.reshape(())
+    if not keepdim: return v.squeeze(-1), i.squeeze(-1)
+    return _from_last(v, d), _from_last(i, d)
   def median(self: Tensor, dim: int | None = None, keepdim: bool = False) -> Any:
     """The lower median (the ((n - 1) // 2)-th smallest; NaN if the row has a NaN). With `dim`, a named tuple
     (values, indices), the indices int32; without, the median of every element as one value.
@@ -742,7 +742,7 @@ class TorchCompatMixin:
     def position(n: int, nan_count: Tensor | None) -> Any:
       # with NaNs, the first NaN: they sort after every number, from position n - nan_count
       return (n - 1) // 2 if nan_count is None else (nan_count > 0).where(n - nan_count, (n - 1) // 2)
-    v, i, _ = self._select_sorted(dim, keepdim, "median", position)
+    v, i = self._select_sorted(dim, keepdim, "median", position)
     return v if dim is None else ValuesIndices(v, i)
   def nanmedian(self: Tensor, dim: int | None = None, keepdim: bool = False) -> Any:
     """The lower median of the non-NaN elements (NaN where all are NaN); with `dim`, (values, int32 indices).
@@ -752,7 +752,7 @@ class TorchCompatMixin:
     """
     def position(n: int, nan_count: Tensor | None) -> Any:
       return (n - 1) // 2 if nan_count is None else ((n - nan_count - 1) // 2).maximum(0)
-    v, i, _ = self._select_sorted(dim, keepdim, "nanmedian", position)
+    v, i = self._select_sorted(dim, keepdim, "nanmedian", position)
     return v if dim is None else ValuesIndices(v, i)
   def kthvalue(self: Tensor, k: int, dim: int = -1, keepdim: bool = False) -> ValuesIndices:
     """The k-th smallest element along `dim` (k counts from 1; NaN sorts last) and its int32 index.
@@ -765,7 +765,7 @@ class TorchCompatMixin:
     if not isinstance(k, (int, np.integer)) or not 1 <= k <= n:
       raise ArgumentError(f"kthvalue k={k} is out of range for dim {dim} of size {n} (shape {self.shape}); "
                       f"k counts from 1 to {n}")
-    v, i, _ = self._select_sorted(d, keepdim, "kthvalue", lambda n, c: int(k) - 1)
+    v, i = self._select_sorted(d, keepdim, "kthvalue", lambda n, c: int(k) - 1)
     return ValuesIndices(v.reshape(()), i.reshape(())) if self.ndim == 0 else ValuesIndices(v, i)
   def mode(self: Tensor, dim: int = -1, keepdim: bool = False) -> ValuesIndices:
     """The most frequent value along `dim` (the smallest among equally frequent ones; NaN only in an all-NaN row) and
@@ -1019,7 +1019,7 @@ class TorchCompatMixin:
     if self.numel():
       lo, hi = (int(v) for v in Tensor.stack(self.min(), self.max()).tolist())
       if lo < 0: raise ArgumentError(f"bincount needs non-negative values, got {lo}")
-      size = builtins_max(size, hi + 1)
+      size = max(size, hi + 1)
     wdt = dtypes.int32 if weights is None else weights.dtype if weights.dtype in (dtypes.float32, dtypes.float64) \
       else dtypes.float64
     if size == 0 or self.numel() == 0: return Tensor.zeros(size, dtype=wdt, device=self.device)
@@ -1169,7 +1169,7 @@ class TorchCompatMixin:
     >>> Tensor([1, 2]).kron(Tensor([1, 10])).tolist()
     [1, 10, 2, 20]
     """
-    nd = builtins_max(self.ndim, other.ndim)
+    nd = max(self.ndim, other.ndim)
     if nd == 0: return self * other
     a = self.reshape(*([1] * (nd - self.ndim)), *self.shape)
     b = other.reshape(*([1] * (nd - other.ndim)), *other.shape)
@@ -1846,8 +1846,6 @@ class TorchCompatMixin:
       if k: base = base.matmul(base)
     assert out is not None
     return out
-
-builtins_max = max  # the methods above take parameters named min and max (torch's names)
 
 def _placed(t: Tensor, src: Tensor, d: int, start: int, step: int) -> Tensor:
   """t with src's k entries along dim d at positions start, start + step, ... (pads and reshapes, so gradients flow
