@@ -673,6 +673,23 @@ def test_det_slogdet_logdet_inverse(np_dtype: type) -> None:
   check(lambda m: m.logdet(), lambda m: m.logdet(), a, grad=False, tol=1e-4)
   check(lambda m: m.inverse(), lambda m: m.inverse(), WELL.astype(np_dtype), tol=1e-4)
 
+@pytest.mark.filterwarnings("ignore:torch.cholesky is deprecated")
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_and_solves(upper: bool) -> None:
+  m = rng.standard_normal((2, 3, 3))
+  spd = (m @ m.transpose(0, 2, 1) + 3 * np.eye(3)).astype(np.float32)
+  check(lambda a: a.cholesky(upper), lambda a: a.cholesky(upper), spd, tol=1e-5)  # symmetric gradient, as torch's
+  lopsided = spd.copy()
+  lopsided[:, 0, 2] += 5  # only the lower triangle is read
+  check(lambda a: a.cholesky(), lambda a: a.cholesky(), lopsided, grad=False)
+  factor = torch.linalg.cholesky(T(spd), upper=upper).numpy()
+  check(lambda f: f.cholesky_inverse(upper), lambda f: f.cholesky_inverse(upper), factor, tol=1e-4)
+  rhs = rng.standard_normal((3, 2)).astype(np.float32)
+  check(lambda b, f: b.cholesky_solve(f, upper), lambda b, f: b.cholesky_solve(f, upper), rhs, factor, tol=1e-4)
+  check(lambda a: a.cholesky(upper), lambda a: a.cholesky(upper), np.eye(4, dtype=np.float64) * 4)
+  check_raises_like_torch("cholesky of ints", lambda: Tensor(INTS[:3, :3]).cholesky(),
+                          lambda: T(INTS[:3, :3]).cholesky())
+
 def test_linalg_edges() -> None:
   perm = np.float32([[0, 1, 0], [0, 0, 1], [1, 0, 0]])  # every pivot needs a row swap
   check(lambda m: m.det(), lambda m: m.det(), perm)

@@ -1824,6 +1824,46 @@ class TorchCompatMixin:
     _, _, singular, inv = _eliminate(self, eye)
     assert inv is not None
     return singular.unsqueeze(-1).unsqueeze(-1).where(math.nan, inv)
+  def cholesky(self: Tensor, upper: bool = False) -> Tensor:
+    """The Cholesky factor of (batched) symmetric positive-definite matrices: lower triangular L with L @ L.mT == self
+    (`upper=True`: U = L.mT, U.mT @ U == self). Column by column, n steps, lazy; a matrix that is not positive
+    definite gives NaN entries (torch raises; checking would read the data).
+
+    >>> Tensor([[4.0, 2.0], [2.0, 5.0]]).cholesky().tolist()
+    [[2.0, 0.0], [1.0, 2.0]]
+    """
+    from ember.tensor import Tensor
+    _need_float(self, "cholesky", DTypeNotImplementedError)
+    n = _matrix_dims(self, "cholesky")
+    idx = Tensor.arange(n, device=self.device, dtype=dtypes.int32)
+    rows, cols = idx.reshape(n, 1), idx.reshape(1, n)
+    # the lower triangle's values (as LAPACK reads them) with a symmetric gradient (torch's: A is taken as symmetric)
+    sym = (self + self.transpose(-2, -1)) * 0.5
+    a = (self.tril() + self.tril(-1).transpose(-2, -1)).detach() + (sym - sym.detach())
+    low = self.full_like(0.0)
+    for j in range(n):
+      # column j of A minus what columns 0 .. j-1 of L already give: sum_k L[i, k] L[j, k] (columns >= j still 0)
+      v = a[..., :, j] - (low * low[..., j:j + 1, :]).sum(-1)  # (..., n)
+      d = v[..., j:j + 1].sqrt()
+      col = (rows.reshape(n) > j).where(v / d, (rows.reshape(n) == j).where(d, 0))
+      low = (cols == j).where(col.unsqueeze(-1), low).contiguous()
+    return low.transpose(-2, -1) if upper else low
+  def cholesky_inverse(self: Tensor, upper: bool = False) -> Tensor:
+    """The inverse of A from its Cholesky factor self (A = L @ L.mT, or U.mT @ U with `upper=True`)."""
+    a = self.transpose(-2, -1).matmul(self) if upper else self.matmul(self.transpose(-2, -1))
+    return a.inverse()
+  def cholesky_solve(self: Tensor, input2: Tensor, upper: bool = False) -> Tensor:
+    """X with A @ X == self, A given by its Cholesky factor `input2` (torch.Tensor.cholesky_solve's order)."""
+    _need_float(input2, "cholesky_solve")
+    n = _matrix_dims(input2, "cholesky_solve")
+    a = input2.transpose(-2, -1).matmul(input2) if upper else input2.matmul(input2.transpose(-2, -1))
+    if self.ndim < 2 or self.shape[-2] != n:
+      raise ShapeError(f"cholesky_solve: the right-hand side {self.shape} needs {n} rows, as the factor {input2.shape}")
+    from ember.tensor import broadcast_shape
+    batch = broadcast_shape(a.shape[:-2], self.shape[:-2])
+    _, _, singular, x = _eliminate(a.expand(*batch, n, n), self.expand(*batch, *self.shape[-2:]))
+    assert x is not None
+    return singular.unsqueeze(-1).unsqueeze(-1).where(math.nan, x)
   def matrix_power(self: Tensor, n: int) -> Tensor:
     """The n-th power of the (batched) square matrices, by repeated squaring; n=0 gives identities, n<0 powers of
     the inverse.
