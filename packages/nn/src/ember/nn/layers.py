@@ -186,7 +186,8 @@ class RMSNorm:
     _positive("RMSNorm", dim=dim)
     self.eps = eps
     self.weight = _param(F.filled((dim,), 1.0)) if elementwise_affine else None
-  def __call__(self, x: Tensor) -> Tensor: return F.rms_norm(x, F.static_shape(x, "RMSNorm")[-1:], self.weight, self.eps)
+  def __call__(self, x: Tensor) -> Tensor:
+    return F.rms_norm(x, F.static_shape(x, "RMSNorm")[-1:], self.weight, self.eps)
 
 class GroupNorm:
   """Normalise each of `num_groups` channel groups of (N, C, ...) inputs, then an affine per channel."""
