@@ -266,3 +266,18 @@ def test_group_op_sets_are_consistent():
   assert GroupOp.Comparison <= GroupOp.Binary
   assert GroupOp.ALU == GroupOp.Unary | GroupOp.Binary | GroupOp.Ternary
   assert not (GroupOp.Movement & GroupOp.ALU)
+
+def test_value_ranges_with_nan_operands_claim_nothing_and_are_kept_on_the_node():
+  """A NaN bound orders nothing: a sum or product with one has its dtype's full range (the check runs only where some
+  bound is unequal to itself, which no int is). A node's range and shape are computed on first read and kept."""
+  f = UOp(Ops.DEFINE_VAR, dtypes.float32, arg=("f", 0, 1))
+  nan = UOp.const(dtypes.float32, math.nan)
+  for e in (f + nan, nan + f, f * nan, UOp(Ops.MAX, dtypes.float32, (f, nan))):
+    assert (e.vmin, e.vmax) == (dtypes.min(dtypes.float32), dtypes.max(dtypes.float32)), e
+  assert ((f + 1.5).vmin, (f + 1.5).vmax) == (1.5, 2.5)
+  i = UOp.variable("i", 2, 5)
+  e = i * 3 + 1
+  assert (e.vmin, e.vmax) == (7, 16) and "_min_max" in e.__dict__
+  t = UOp(Ops.RESHAPE, dtypes.float32, (UOp(Ops.BUFFER, dtypes.float32, arg=BufferArg(1, "CPU", 6)),), (2, 3))
+  assert t.shape == (2, 3) and t.__dict__["shape"] == (2, 3)
+  assert callable(UOp.shape.__get__)  # read on the class (help(), docs): the descriptor itself

@@ -11,13 +11,12 @@ a cheap dict key. Three levels use the same nodes:
   CAST, BITCAST, WHERE.
 """
 from __future__ import annotations
-import functools
 import math
 import struct
 import weakref
 from dataclasses import dataclass
 from enum import Enum, auto
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
 from ember.dtype import DType, PtrDType, AnyDType, dtypes, as_const, least_upper_dtype
 from ember.errors import ArgumentError, DTypeError, ShapeError
 
@@ -121,6 +120,18 @@ class KernelInfo:
 # before it times 254 fits int8 without clamping, and two planes' integer dot products combine exactly in int32
 QDOT_PLANE = 254
 
+T = TypeVar("T")
+
+class _cached_property(Generic[T]):
+  """functools.cached_property without its lock: Python 3.11 takes one (shared by every node) on each first read,
+  and codegen reads a value range first on thousands of new nodes per kernel. The value lands in the node's __dict__,
+  where later reads find it before this descriptor."""
+  def __init__(self, fn: Callable[[Any], T]) -> None: self.fn, self.name, self.__doc__ = fn, fn.__name__, fn.__doc__
+  def __get__(self, obj: Any, owner: Any = None) -> T:
+    if obj is None: return self  # type: ignore[return-value]  # read on the class (help(), docs): the descriptor
+    obj.__dict__[self.name] = value = self.fn(obj)
+    return value
+
 class UOpMetaClass(type):
   # the live UOps by (op, dtype, src, arg, tag), held weakly: a UOp leaves when it dies (UOp.__del__). A dict of plain
   # weak references, not a WeakValueDictionary, whose entries (KeyedRef) are built in Python: hash-consing is paid
@@ -192,21 +203,21 @@ class UOp(metaclass=UOpMetaClass):
       for s in reversed(node.src):
         if s not in visited: stack.append((s, False))
     return visited
-  @functools.cached_property
+  @_cached_property
   def key(self) -> bytes:
     import hashlib
     own = str((self.op, self.dtype, self.arg, self.tag)).encode()
     return hashlib.sha256(own + b"".join(s.key for s in self.src)).digest()
 
   # ** tensor-level derived properties **
-  @functools.cached_property
+  @_cached_property
   def shape(self) -> tuple[sint, ...]:
     return _shape(self)
   @property
   def size(self) -> sint:
     from ember.helpers import prod
     return prod(self.shape)
-  @functools.cached_property
+  @_cached_property
   def device(self) -> str | tuple[str, ...] | None:
     if self.op is Ops.DEVICE: return self.arg
     if self.op is Ops.BUFFER: return self.arg.device
@@ -222,14 +233,14 @@ class UOp(metaclass=UOpMetaClass):
     return node
   @property
   def is_realized(self) -> bool: return self.base.op is Ops.BUFFER
-  @functools.cached_property
+  @_cached_property
   def buffers(self) -> frozenset[UOp]:
     """The BUFFER nodes this graph reads."""
     if self.op is Ops.BUFFER: return frozenset({self})
     return frozenset().union(*(s.buffers for s in self.src))
 
   # ** value ranges for symbolic simplification **
-  @functools.cached_property
+  @_cached_property
   def _min_max(self) -> tuple[Any, Any]: return _vmin_vmax(self)
   @property
   def vmin(self) -> Any: return self._min_max[0]
@@ -605,8 +616,9 @@ def _vmin_vmax(u: UOp) -> tuple[Any, Any]:
     a, b = u.src
     amin, amax, bmin, bmax = a.vmin, a.vmax, b.vmin, b.vmax
     if None in (amin, amax, bmin, bmax): return dmin, dmax
-    # NaN orders nothing
-    if any(isinstance(v, float) and math.isnan(v) for v in (amin, amax, bmin, bmax)): return dmin, dmax
+    # NaN orders nothing (only a NaN is unequal to itself: index math, all ints, skips the check)
+    if (amin != amin or amax != amax or bmin != bmin or bmax != bmax) and \
+       any(isinstance(v, float) and math.isnan(v) for v in (amin, amax, bmin, bmax)): return dmin, dmax
     if u.op is Ops.ADD: return _clamp(amin + bmin, amax + bmax, dmin, dmax)
     if u.op is Ops.SUB: return _clamp(amin - bmax, amax - bmin, dmin, dmax)
     if u.op is Ops.MUL and not dtypes.is_float(dt):
