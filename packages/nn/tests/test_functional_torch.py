@@ -510,3 +510,18 @@ def test_compiled_device():
   check("adaptive_avg_pool2d", [_f32(rng, 1, 2, 7, 5), (3, 2)], device=None)
   check("grid_sample", [_f32(rng, 1, 2, 4, 5), _f32(rng, 1, 3, 2, 2)], dict(align_corners=True), grad=(0, 1),
         device=None)
+
+def test_argument_names_are_torchs():
+  """torch code passes arguments by keyword too (`F.mse_loss(input=..., target=..., reduction=...)`): every function
+  whose torch signature Python can read takes the same names, in the same order, less the deprecated ones."""
+  import inspect
+  dropped = {"size_average", "reduce", "_stacklevel", "out", "options"}
+  wrong = []
+  for name in dir(TF):
+    if name.startswith("_") or not hasattr(F, name) or not inspect.isfunction(getattr(F, name)): continue
+    try: theirs = [p for p in inspect.signature(getattr(TF, name)).parameters if p not in dropped]
+    except (TypeError, ValueError): continue  # a builtin without a readable signature
+    if theirs in (["args", "kwargs"],): continue  # torch's boolean_dispatch wrappers (max_pool*, adaptive_max_pool*)
+    if name.endswith("_with_indices"): theirs = [p for p in theirs if p != "return_indices"]
+    if list(inspect.signature(getattr(F, name)).parameters) != theirs: wrong.append(name)
+  assert wrong == [], wrong
