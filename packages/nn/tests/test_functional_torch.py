@@ -108,6 +108,9 @@ def test_inplace_writes_into_the_input():
   t = T(x.copy()).realize()
   F.relu_(t)
   np.testing.assert_allclose(t.numpy(), np.maximum(x, 0))
+  t = T(x.copy()).realize()
+  F.threshold_(t, 0.5, -1.0)
+  np.testing.assert_allclose(t.numpy(), TF.threshold(torch.from_numpy(x), 0.5, -1.0).numpy())
 
 def test_random_activations_follow_their_distribution():
   x = -np.abs(_f32(R, 2000)) - 0.1  # all negative: every element gets a slope

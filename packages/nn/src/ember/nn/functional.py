@@ -172,8 +172,8 @@ def leaky_relu_(input: Tensor, negative_slope: float = 0.01) -> Tensor:
   return leaky_relu(input, negative_slope, inplace=True)
 def hardtanh_(input: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
   return hardtanh(input, min_val, max_val, inplace=True)
-def threshold_(input: Tensor, threshold_value: float, value: float) -> Tensor:
-  return threshold(input, threshold_value, value, inplace=True)
+def threshold_(input: Tensor, threshold: float, value: float) -> Tensor:
+  return input.assign((input > threshold).where(input, value))
 def rrelu_(input: Tensor, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False) -> Tensor:
   return rrelu(input, lower, upper, training, inplace=True)
 
@@ -190,9 +190,9 @@ def gumbel_softmax(logits: Tensor, tau: float = 1.0, hard: bool = False, eps: fl
     *([1] * d), n, *([1] * (y_soft.ndim - d - 1)))).cast(y_soft.dtype)
   return y_hard - y_soft.detach() + y_soft
 
-def one_hot(x: Tensor, num_classes: int = -1) -> Tensor:
+def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
   """torch's one_hot: integer class indices -> a new last dim of size num_classes, in the indices' int dtype."""
-  return x.one_hot(num_classes)
+  return tensor.one_hot(num_classes)
 def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
   return input.normalize(p, dim, eps)
 
