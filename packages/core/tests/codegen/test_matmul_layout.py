@@ -127,6 +127,21 @@ def test_resident_operand_is_read_in_place_by_wide_blocks(m: int, k: int, n: int
   got = _run_opts(ast, opts, {1: a_np.reshape(-1), 2: b_np.reshape(-1)}).reshape(m, n)
   np.testing.assert_allclose(got, (a_np.T if mode == "aT" else a_np) @ b_np, rtol=1e-4, atol=1e-4)
 
+# B past 256 KB (the L1 TLB's reach) and up to 1 MB: read in place by few rows, packed where 256+ rows share it (its
+# rows a page apart every other k step are a stream the prefetcher loses; a packed panel is one). k 300: no power of 2
+@pytest.mark.parametrize("m,k,n,packed", [(260, 300, 512, True), (512, 512, 512, True), (100, 300, 512, False),
+                                          (252, 256, 320, False), (256, 160, 448, True)])
+def test_mid_sized_operand_is_packed_once_many_rows_share_it(m: int, k: int, n: int, packed: bool) -> None:
+  from ember.codegen.pack import plan_packing
+  a_np, b_np = _np(m, k), _np(k, n, seed=1)
+  ast = _kernels(Tensor(a_np).realize() @ Tensor(b_np).realize())[-1]
+  plan = plan_packing(ast, _Simd16())
+  assert (plan is not None) == packed
+  if plan is not None: ast = graph_rewrite(plan.main, symbolic)
+  assert [o.amt for o in hand_coded_opts(ast, _Simd16())] == [64, 4]
+  out = Tensor(a_np).realize() @ Tensor(b_np).realize()
+  np.testing.assert_allclose(out.numpy(), a_np @ b_np, rtol=1e-4, atol=1e-4 * k ** 0.5)
+
 @pytest.mark.parametrize("m", [10, 37])
 def test_rows_no_wide_block_divides_keep_two_vector_blocks(m: int) -> None:
   # 10 rows in blocks of 4 would run 2 at a time: they keep 2 vectors of columns x 5 rows (37: x 1)

@@ -280,12 +280,20 @@ def column_spans(end: int, width: int, cols: int = MATMUL_COLS) -> list[int]:
   if not out: out = [w for w in (width // 2, width // 4) if w >= 4 and end % w == 0]
   return list(dict.fromkeys(out))
 
-RESIDENT_ELEMENTS = 1 << 18  # elements of a matmul's B (1 MB of float32) up to which it is read where it lies
+# elements of a matmul's B (256 KB of float32, 64 pages: what the L1 TLB maps) up to which it is read where it lies,
+# and the rows sharing it from which a larger B (up to 1 MB) is packed instead of read in place. One thread, CPU time
+# of a JIT'd call, medians of 4-5 alternating runs under load 5-6, B packed on every call (as a train step's): 512^3
+# 2.08 -> 1.93 ms (1.88 with the pack kept), 784 x 256 x 512 1.72 -> 1.59, 256 x 512 x 512 1.15 -> 1.03; 128 and 64
+# rows ran slower packed (64 x 512 x 512 0.28 -> 0.34 ms: the copy costs more than the faster kernel saves). Read in
+# place, B's rows 2 KB apart cross a page every other k step, which the prefetcher does not follow; packed, the
+# block's panel is one contiguous stream
+RESIDENT_ELEMENTS, RESIDENT_MAX_ELEMENTS, RESIDENT_PACK_ROWS = 1 << 16, 1 << 18, 256
 
 def resident_column(ast: UOp, width: int) -> int | None:
   """The output range (an index into `output_ranges`) a matmul's B is read along, where B is contiguous over
-  WIDE_COLS vectors of those columns, small enough (RESIDENT_ELEMENTS) to stay in L2 as it lies, and the rows are a
-  multiple of WIDE_ROWS: codegen/pack.py leaves such a B unpacked and the kernel takes 4 rows x 4 vectors of columns.
+  WIDE_COLS vectors of those columns, small enough (RESIDENT_ELEMENTS; up to RESIDENT_MAX_ELEMENTS where fewer than
+  RESIDENT_PACK_ROWS rows share it) to stay in cache as it lies, and the rows are a multiple of WIDE_ROWS:
+  codegen/pack.py leaves such a B unpacked and the kernel takes 4 rows x 4 vectors of columns.
   On the 2-core development VM (one thread, CPU time of the programs, medians of 3 alternating runs) 256^3 ran
   0.49 -> 0.40 ms, 512^3 4.5 -> 3.5 ms, 2048x256x256 4.6 -> 3.7 ms against B packed in 2-vector blocks of 8 rows; a
   B of 784 x 512 stayed faster packed (1.7-2.7 against 3.7-4.2 ms), and 10 rows blocked 2 at a time were slower
@@ -299,7 +307,11 @@ def resident_column(ast: UOp, width: int) -> int | None:
   b_rngs = [[x for x in i.toposort() if x.op is Ops.RANGE] for i in idxs if _lane_stride(i, col, wide) == 1]
   # a B with a symbolic size (a decode step's context) has no fixed footprint: not resident
   if not b_rngs or any(x.src[0].op is not Ops.CONST for rs in b_rngs for x in rs): return None
-  return axes[0] if max(prod(_const_end(x) for x in rs) for rs in b_rngs) <= RESIDENT_ELEMENTS else None
+  size = max(prod(_const_end(x) for x in rs) for rs in b_rngs)
+  # the outputs that read each element of B (every output range no B index moves with: a matmul's rows)
+  shared = prod(_const_end(r) for r in rngs if all(r not in rs for rs in b_rngs))
+  fits = size <= RESIDENT_ELEMENTS or (size <= RESIDENT_MAX_ELEMENTS and shared < RESIDENT_PACK_ROWS)
+  return axes[0] if fits else None
 
 def packed_wide(ast: UOp, width: int, axes: tuple[int, int | None]) -> bool:
   """Whether a matmul's B is read from a copy packed in blocks of WIDE_COLS vectors (contiguous within each block of
