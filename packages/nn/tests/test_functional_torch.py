@@ -493,11 +493,8 @@ def test_scaled_dot_product_attention():
 # grouped matmuls, multi_head_attention_forward (nn.MultiheadAttention's internals), torch's dispatch helpers
 NOT_PROVIDED = {"fractional_max_pool2d", "fractional_max_pool3d", "fractional_max_pool2d_with_indices",
                 "fractional_max_pool3d_with_indices", "scaled_mm", "scaled_grouped_mm", "grouped_mm",
-                "multi_head_attention_forward", "native_channel_shuffle", "triplet_margin_with_distance_loss",
-                "has_torch_function", "has_torch_function_unary", "has_torch_function_variadic",
-                "handle_torch_function", "boolean_dispatch", "assert_int_or_pair", "max_pool1d_with_indices",
-                "max_pool2d_with_indices", "max_pool3d_with_indices", "adaptive_max_pool1d_with_indices",
-                "adaptive_max_pool2d_with_indices", "adaptive_max_pool3d_with_indices"}
+                "multi_head_attention_forward", "has_torch_function", "has_torch_function_unary",
+                "has_torch_function_variadic", "handle_torch_function", "boolean_dispatch", "assert_int_or_pair"}
 
 def test_torch_functional_names_are_there():
   public = [n for n in dir(TF) if not n.startswith("_") and callable(getattr(TF, n)) and n[0].islower()]
