@@ -264,6 +264,22 @@ def test_contiguous_realize():
   close(t, A.T)
   assert t.uop.is_realized
 
+@pytest.mark.parametrize("name", ["transpose", "flip", "shift", "broadcast_row", "row_mean", "reshape_only"])
+def test_assign_of_a_value_reading_the_target_elsewhere(name: str) -> None:
+  # one kernel writing t while reading t at other positions read elements it had already overwritten
+  # (t.assign(t.T.reshape(2, 3)) gave [[1, 4, 4], [5, 4, 6]]); reshapes of the contiguous target keep positions
+  x = np.arange(1, 7, dtype=np.float32).reshape(2, 3)
+  fns = {"transpose": (lambda t: t.T.reshape(2, 3), lambda a: a.T.reshape(2, 3)),
+         "flip": (lambda t: t.flip(1) * 2, lambda a: a[:, ::-1] * 2),
+         "shift": (lambda t: t.pad(((0, 0), (1, 0)))[:, :3] + t, lambda a: np.pad(a, ((0, 0), (1, 0)))[:, :3] + a),
+         "broadcast_row": (lambda t: t[0:1].expand(2, 3) - t, lambda a: a[0:1] - a),
+         "row_mean": (lambda t: t - t.mean(1, keepdim=True), lambda a: a - a.mean(1, keepdims=True)),
+         "reshape_only": (lambda t: t.reshape(3, 2).reshape(2, 3) * 3, lambda a: a * 3)}
+  ours, want = fns[name]
+  t = Tensor(x.copy()).contiguous().realize()
+  t.assign(ours(t)).realize()
+  np.testing.assert_array_equal(t.numpy(), want(x))
+
 def test_assign():
   buf = Tensor.zeros(3, 4).contiguous().realize()
   buf.assign(Tensor(A) + 1).realize()

@@ -123,6 +123,19 @@ def _expensive_to_recompute(u: UOp, realize: set[UOp]) -> bool:
   computed = [n for n in nodes if n is u or n not in realize]
   return any(n.op in _EXPENSIVE for n in computed) or sum(1 for n in computed if n in data and n.op in GroupOp.ALU) >= 6
 
+def _reads_target_elsewhere(value: UOp, target: UOp) -> bool:
+  """Whether `value` reads the buffer under `target` other than through `target` itself at the element being written:
+  through another view of the buffer, or through a movement op (reshapes of a contiguous target keep the position)
+  above anything that reads it."""
+  base, inside = target.base, set(target.toposort())  # the target's own view chain reads it where it writes
+  reads: dict[UOp, bool] = {}
+  for u in value.toposort():
+    reads[u] = u is target or u is base or any(reads[s] for s in u.src)
+    if u in inside: continue
+    if base in u.src: return True
+    if u.op in GroupOp.Movement and u.op is not Ops.RESHAPE and any(reads[s] for s in u.src): return True
+  return False
+
 def find_realize(targets: list[UOp]) -> tuple[list[UOp], dict[UOp, list[UOp]]]:
   """Which nodes become buffers, in dependency order."""
   sink = UOp(Ops.SINK, dtypes.void, tuple(targets))
@@ -144,9 +157,9 @@ def find_realize(targets: list[UOp]) -> tuple[list[UOp], dict[UOp, list[UOp]]]:
       if not _is_buffer_like(n.src[0]): realize.add(n.src[0])
     if n.op is Ops.ASSIGN:
       target, value = n.src
-      # the value may read the target's buffer only at the element it overwrites
-      reads = [u for u in value.toposort() if target.base in u.src and u is not target]
-      if (reads or target.base in value.src) and value.op not in (Ops.CONTIGUOUS,): realize.add(value)
+      # the value may read the target's buffer only at the element it overwrites: one kernel reading it elsewhere (a
+      # transpose, flip, shift or broadcast of the target) would read elements it already overwrote
+      if _reads_target_elsewhere(value, target) and value.op is not Ops.CONTIGUOUS: realize.add(value)
   # a broadcast's value gets a buffer by what computing it costs given the buffers below it, so the values are decided
   # base by base in toposort order, every broadcast of one base against the same state: a base below this one is
   # decided first in any order of the targets, one beside it cannot change its cost (in the order the broadcasts came
