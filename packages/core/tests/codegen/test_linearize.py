@@ -173,3 +173,38 @@ def test_group_walk_and_range_deps_on_an_unrolled_matmul():
     want[n] = frozenset(d - set(n.src[1:]) if n.op is Ops.REDUCE else d)
   assert range_deps(sink) == want and range_deps(sink, list(sink.toposort())) == want
   check_well_formed(linearize(sink))
+
+def _gauss_jordan_inverse(ab: Tensor, n: int) -> Tensor:
+  """[A | I] reduced by Gauss-Jordan with partial pivoting (selects and one-hot sums): A's inverse."""
+  rows = Tensor.arange(n, dtype=dtypes.int32)
+  m = ab
+  for k in range(n):
+    pick = (rows >= k).where(m[..., :, k].detach().abs(), -1).argmax(-1)
+    is_p, is_k = (rows == pick.unsqueeze(-1)).unsqueeze(-1), (rows == k).unsqueeze(-1)
+    picked = is_p.where(m, 0).sum(-2)
+    m = is_k.where(picked.unsqueeze(-2), is_p.where(m[..., k, :].unsqueeze(-2), m))
+    factor = is_k.squeeze(-1).where(0, m[..., :, k]).unsqueeze(-1)
+    u = picked / picked[..., k].unsqueeze(-1)
+    m = is_k.where(u.unsqueeze(-2), m - factor * u.unsqueeze(-2)).contiguous()
+  return m[..., n:]
+
+def test_unrolled_reduction_copy_that_folds_to_a_constant() -> None:
+  # a backward kernel of batched Gauss-Jordan sums over 2 rows for 2 x 4 outputs; with its 4 columns unrolled, column
+  # 0's copy reduces a constant (it moves with no output range) and ran before the output loop, taking its siblings,
+  # which read the batch index, along: that range was emitted inside the reduction loop without an END (CompileError
+  # on CPU:C, an IR parsing error on CPU:LLVM)
+  from ember.codegen.opt import Opt
+  a = Tensor(np.array([[[4.0, 1.0], [2.0, 3.0]], [[1.0, 5.0], [3.0, 2.0]]], np.float32), requires_grad=True)
+  inv = _gauss_jordan_inverse(Tensor.cat(a, Tensor.eye(2).expand(2, 2, 2), dim=-1), 2)
+  inv.square().sum().backward()
+  assert a.grad is not None
+  asts = [it.ast for it in a.grad.schedule() if it.kind == "kernel"]
+  def shape(ast: UOp) -> list[tuple[int, bool]]:
+    return sorted((r.src[0].arg, r.arg[1] is AxisType.REDUCE) for r in ast.toposort() if r.op is Ops.RANGE)
+  shaped = [ast for ast in asts if shape(ast) == [(2, False), (2, True), (4, False)]]
+  assert shaped, "the backward has a (2, 4) output summed over 2"
+  for ast in shaped:
+    axis = next(r.arg[0] for r in ast.toposort() if r.op is Ops.RANGE and r.src[0].arg == 4)
+    check_well_formed(full_rewrite(ast, Device["PYTHON"].renderer, [Opt("UPCAST_OUTER", axis, 4)])[0])
+  want = np.linalg.inv(a.numpy())
+  np.testing.assert_allclose(inv.numpy(), want, rtol=1e-5)

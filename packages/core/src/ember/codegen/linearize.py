@@ -146,6 +146,13 @@ def linearize(sink: UOp) -> list[UOp]:
     for r in reversed(rngs): out.append(UOp(Ops.END, dtypes.void, (done[r],)))
     for red, acc in zip(group, accs): done[red] = acc
 
+  def waits_for_siblings(n: UOp) -> bool:
+    """Whether a reduction under `n` shares its loop with a sibling that moves with a range not open yet: it then runs
+    in that loop, where the sibling can (an unrolled copy of a reduction whose value folded to a constant moves with
+    no output range; run before the output loops, it took its siblings along, which read a range opened later)."""
+    return any(s not in done and not deps[s] <= open_ranges
+               for red in reduces_under[n] if red not in done for s in groups[red.src[1:]])
+
   outer_types = (AxisType.GLOBAL, AxisType.THREAD, AxisType.LOOP)
   globals_ = sorted((n for n in topo if n.op is Ops.RANGE and n.arg[1] in outer_types),
                     key=lambda r: r.arg[0])
@@ -157,7 +164,7 @@ def linearize(sink: UOp) -> list[UOp]:
     # values of reductions that move with neither this loop nor an inner one are computed before it opens: a row's
     # statistics once per row in a kernel that writes the rows it reduced (softmax), not once per element
     for n in from_reduce:
-      if n not in done and deps[n] <= open_ranges: emit(n)
+      if n not in done and deps[n] <= open_ranges and not waits_for_siblings(n): emit(n)
     emit(r.src[0])
     lin_r = r if done[r.src[0]] is r.src[0] else r.replace(src=(done[r.src[0]],))
     done[r] = lin_r
