@@ -140,3 +140,22 @@ def test_c_prints_indices_as_pointer_offsets_and_fused_mulacc() -> None:
   x = np.random.default_rng(0).integers(-64, 64, n * n + 1).astype(np.float32)  # exact products and sums
   got = run("C", prog, [np.zeros(n * n, np.float32), x])[0]
   np.testing.assert_array_equal(got, x[:-1] * x[1:] + x[:-1])
+
+def test_masked_select_of_a_masked_value_is_not_miscompiled() -> None:
+  # gcc 12.2 at -O3 with AVX2/AVX-512 vectorised t = c ? v : 0; out = c ? (t finite ? w : 0) : 0 with the wrong mask
+  # (lanes where c held stored 0): max_unpool2d's gradient through isfinite lost rows. Codegen folds the inner select
+  # (pm_same_condition), so the program gcc sees has none; torch as the oracle of the whole gradient
+  torch = pytest.importorskip("torch")
+  from ember import Tensor
+  rng = np.random.default_rng(0)
+  idx = np.array([[[0, 2, 5, 6, 8]], [[1, 3, 5, 7, 9]]])
+  v, w = rng.standard_normal((2, 1, 5)).astype(np.float32), rng.standard_normal((2, 1, 10)).astype(np.float32)
+  ve = Tensor(v, requires_grad=True, device="CPU")
+  summed = Tensor.zeros(2, 1, 10, device="CPU").scatter_reduce(2, Tensor(idx.astype(np.int32), device="CPU"), ve,
+                                                               "sum", include_self=False)
+  (summed.isfinite().where(summed, 0) * Tensor(w, device="CPU")).sum().backward()
+  vt = torch.tensor(v, requires_grad=True)
+  st = torch.zeros(2, 1, 10).scatter_reduce(2, torch.tensor(idx), vt, "sum", include_self=False)
+  (torch.where(st.isfinite(), st, 0) * torch.tensor(w)).sum().backward()
+  assert ve.grad is not None
+  np.testing.assert_allclose(ve.grad.numpy(), vt.grad.numpy(), rtol=1e-6)

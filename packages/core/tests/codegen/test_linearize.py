@@ -208,3 +208,21 @@ def test_unrolled_reduction_copy_that_folds_to_a_constant() -> None:
     check_well_formed(full_rewrite(ast, Device["PYTHON"].renderer, [Opt("UPCAST_OUTER", axis, 4)])[0])
   want = np.linalg.inv(a.numpy())
   np.testing.assert_allclose(inv.numpy(), want, rtol=1e-5)
+
+def test_selects_inside_a_select_on_the_same_condition_fold() -> None:
+  # c ? f(c ? a : b) : g(c ? d : e) is c ? f(a) : g(e) (pm_same_condition): the inner selects are gone from the kernel
+  # (gcc 12 -O3 -mavx2 vectorised t = c ? v : 0; c ? (t < k ? u : 0) : 0 with the wrong mask)
+  from ember.codegen import simplify_kernel
+  hits = Tensor(np.array([0, 1, 2, 0, 1], np.int32))
+  v, u = Tensor(np.linspace(-1, 1, 5).astype(np.float32)), Tensor(np.arange(5, dtype=np.float32))
+  c = hits > 0
+  t = c.where(v, 0.0)
+  out = c.where((t < 0.5).where(u, 0.0), 0.0) + (~c).where(c.where(1.0, u), 2.0)
+  sink = simplify_kernel(ast_of(out))
+  wheres = [n for n in sink.toposort() if n.op is Ops.WHERE]
+  for w in wheres:
+    inner = [n for arm in w.src[1:] for n in arm.toposort() if n.op is Ops.WHERE and n.src[0] is w.src[0]]
+    assert not inner, "a select on the same condition inside a select's arm"
+  cn = np.array([0, 1, 2, 0, 1]) > 0
+  want = np.where(cn, np.where(np.linspace(-1, 1, 5) < 0.5, np.arange(5), 0), 0) + np.where(cn, 2.0, np.arange(5))
+  np.testing.assert_allclose(out.numpy(), want, rtol=1e-6)

@@ -158,8 +158,36 @@ pm_float_abs = PatternMatcher([
                                                                              UPat.cvar("m"))),)))), _zero_or_abs),
 ])
 
+SAME_COND_SEARCH = 64  # nodes of each arm searched for a select on the same condition (bounds the cost per select)
+
+def _arm_selects(arm: UOp, c: UOp) -> list[UOp]:
+  """The selects on condition `c` among the first SAME_COND_SEARCH nodes under `arm` (breadth first)."""
+  found: list[UOp] = []
+  seen, queue = {arm}, [arm]
+  for n in queue:
+    if n.op is Ops.WHERE and n.src[0] is c: found.append(n)
+    for s in n.src:
+      if s not in seen and len(seen) < SAME_COND_SEARCH:
+        seen.add(s)
+        queue.append(s)
+  return found
+
+def _same_condition(w: UOp) -> UOp | None:
+  """`c ? f(c ? a : b) : g(c ? d : e)` is `c ? f(a) : g(e)`: inside an arm of a select its condition is known. Besides
+  dropping the inner selects, this keeps gcc 12 from miscompiling the loop: at -O3 with AVX2 or AVX-512 it vectorised
+  `t = c ? v : 0; out = c ? (t < k ? u : 0) : 0` with the wrong mask (lanes where c held stored 0: the gradient of
+  max_unpool2d through isfinite)."""
+  c, x, y = w.src
+  inner_x, inner_y = _arm_selects(x, c), _arm_selects(y, c)
+  if not inner_x and not inner_y: return None
+  nx = x.substitute({n: n.src[1] for n in inner_x}) if inner_x else x
+  ny = y.substitute({n: n.src[2] for n in inner_y}) if inner_y else y
+  return None if nx is x and ny is y else w.replace(src=(c, nx, ny))
+
+pm_same_condition = PatternMatcher([(UPat(Ops.WHERE, name="w"), _same_condition)])
+
 # built once: joining tables indexes every rule again (an inspect.signature per rule), which every kernel paid
-pm_simplify = symbolic + pm_lower_alu + pm_recombine_divmod + pm_reduce_collapse + pm_float_abs
+pm_simplify = symbolic + pm_lower_alu + pm_recombine_divmod + pm_reduce_collapse + pm_float_abs + pm_same_condition
 
 def simplify_kernel(ast: UOp) -> UOp:
   """Fold movement-op index math (a reshape of a permuted view leaves (k//a)*a + k%a chains that recombine to k) and
