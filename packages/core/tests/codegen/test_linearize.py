@@ -149,31 +149,6 @@ def test_render_is_deterministic():
   r = Device["PYTHON"].renderer
   assert get_program(ast, r).src == get_program(ast, r).src
 
-def test_group_walk_and_range_deps_on_an_unrolled_matmul():
-  """A register-blocked matmul's reduction group has one body per accumulator: its nodes are listed by one walk over
-  all the bodies, in the order of each body's toposort less what an earlier body listed, and range_deps gives the same
-  sets with the toposort given or not."""
-  from ember.codegen import simplify_kernel
-  from ember.codegen.linearize import _toposort_all, range_deps
-  from ember.codegen.opt import apply_opts_list, hand_coded_opts
-  a, b = Tensor(np.ones((16, 32), np.float32)), Tensor(np.ones((32, 64), np.float32))
-  renderer = Device["CPU"].renderer
-  ast = simplify_kernel(ast_of(a @ b))
-  sink = apply_opts_list(ast, hand_coded_opts(ast, renderer))
-  roots = [r.src[0] for r in sink.toposort() if r.op is Ops.REDUCE]
-  assert len(roots) >= 8  # unrolled: many accumulators
-  listed: dict[UOp, None] = {}
-  for root in roots:
-    for n in root.toposort():
-      if n not in listed: listed[n] = None
-  assert _toposort_all(roots) == list(listed)
-  want: dict[UOp, frozenset[UOp]] = {}  # the ranges under each node, less those a reduction on the way closes
-  for n in sink.toposort():
-    d = set().union(*(want[s] for s in n.src)) | ({n} if n.op is Ops.RANGE else set())
-    want[n] = frozenset(d - set(n.src[1:]) if n.op is Ops.REDUCE else d)
-  assert range_deps(sink) == want and range_deps(sink, list(sink.toposort())) == want
-  check_well_formed(linearize(sink))
-
 def _gauss_jordan_inverse(ab: Tensor, n: int) -> Tensor:
   """[A | I] reduced by Gauss-Jordan with partial pivoting (selects and one-hot sums): A's inverse."""
   rows = Tensor.arange(n, dtype=dtypes.int32)
