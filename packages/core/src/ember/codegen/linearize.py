@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Iterable
 from ember.dtype import dtypes
 from ember.errors import CompileError
-from ember.uop.ops import Ops, UOp, AxisType
+from ember.uop.ops import Ops, UOp, AxisType, toposort_all
 
 def reduce_identity(op: Ops, dtype) -> object:
   if op is Ops.ADD: return 0
@@ -39,21 +39,7 @@ def range_deps(sink: UOp, topo: Iterable[UOp] | None = None) -> dict[UOp, frozen
     deps[n] = d
   return deps
 
-def _toposort_all(roots: list[UOp]) -> list[UOp]:
-  """The nodes under `roots`, sources before users: each root's toposort in turn, less what an earlier one listed
-  (one walk where a reduction group's bodies share most of their nodes; an unrolled group has hundreds of roots)."""
-  visited: dict[UOp, None] = {}
-  for root in roots:
-    stack: list[tuple[UOp, bool]] = [(root, False)]
-    while stack:
-      node, expanded = stack.pop()
-      if node in visited: continue
-      if expanded:
-        visited[node] = None
-        continue
-      stack.append((node, True))
-      stack += [(s, False) for s in reversed(node.src) if s not in visited]
-  return list(visited)
+def _toposort_all(roots: list[UOp]) -> list[UOp]: return list(toposort_all(roots))
 
 def linearize(sink: UOp) -> list[UOp]:
   if sink.op is not Ops.SINK: raise CompileError(f"linearize needs a SINK, got {sink.op}")

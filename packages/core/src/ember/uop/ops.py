@@ -16,7 +16,7 @@ import struct
 import weakref
 from dataclasses import dataclass
 from enum import Enum, auto
-from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, TypeVar
 from ember.dtype import DType, PtrDType, AnyDType, dtypes, as_const, least_upper_dtype
 from ember.errors import ArgumentError, DTypeError, ShapeError
 
@@ -188,21 +188,7 @@ class UOp(metaclass=UOpMetaClass):
   # ** graph walks **
   def toposort(self, gate: Callable[[UOp], bool] | None = None) -> dict[UOp, None]:
     """All nodes reachable from self, sources before users (iterative: deep graphs never hit the recursion limit)."""
-    visited: dict[UOp, None] = {}
-    stack: list[tuple[UOp, bool]] = [(self, False)]
-    while stack:
-      node, expanded = stack.pop()
-      if node in visited: continue
-      if expanded:
-        visited[node] = None
-        continue
-      if gate is not None and not gate(node):
-        visited[node] = None
-        continue
-      stack.append((node, True))
-      for s in reversed(node.src):
-        if s not in visited: stack.append((s, False))
-    return visited
+    return toposort_all((self,), gate)
   @_cached_property
   def key(self) -> bytes:
     import hashlib
@@ -778,3 +764,24 @@ def pretty_print(u: UOp, max_nodes: int = 40) -> str:
     srcs = ", ".join(names[s] for s in n.src)
     lines.append(f"{names[n]} = UOp({n.op}, {n.dtype!r}, ({srcs}), arg={n.arg!r})")
   return "\n".join(lines)
+
+def toposort_all(roots: Iterable[UOp], gate: Callable[[UOp], bool] | None = None) -> dict[UOp, None]:
+  """The nodes under `roots`, sources before users: each root's toposort in turn, less what an earlier root listed (one
+  walk where many roots share most of their nodes, as an unrolled reduction group's bodies do); `gate(node)` False
+  lists a node without walking below it."""
+  visited: dict[UOp, None] = {}
+  for root in roots:
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:
+      node, expanded = stack.pop()
+      if node in visited: continue
+      if expanded:
+        visited[node] = None
+        continue
+      if gate is not None and not gate(node):
+        visited[node] = None
+        continue
+      stack.append((node, True))
+      for s in reversed(node.src):
+        if s not in visited: stack.append((s, False))
+  return visited
