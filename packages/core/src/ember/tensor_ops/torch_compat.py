@@ -19,7 +19,8 @@ from ember.dtype import DType, dtypes, least_upper_float, strong_dtype
 from ember.errors import (ArgumentError, AxisError, DTypeError, DTypeNotImplementedError, EmptyReductionError,
                           IndexingError, ShapeError)
 from ember.tensor_index import check_index_range, data_checks_run
-from ember.uop.ops import GroupOp, Ops, int_size
+from ember.tensor_ops.reduce import ValuesIndices
+from ember.uop.ops import int_size
 
 if TYPE_CHECKING:
   from ember.tensor import Tensor
@@ -43,10 +44,6 @@ _ERFINV_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 
                 0.00943887047, 1.00167406, 2.83297682)
 
 # the named tuples torch returns (plain tuples unpack the same way)
-class ValuesIndices(NamedTuple):
-  values: Tensor
-  indices: Tensor
-
 class MinMax(NamedTuple):
   min: Tensor
   max: Tensor
@@ -109,11 +106,7 @@ def _write(t: Tensor, result: Tensor, op: str) -> Tensor:
   if _kind_rank(strong_dtype(result.dtype)) > _kind_rank(strong_dtype(t.dtype)):
     raise DTypeError(f"{op}: the result's dtype {strong_dtype(result.dtype)!r} cannot be written into a {t.dtype!r} "
                      f"tensor in place; use the out-of-place {op.rstrip('_')}()")
-  # a result that reads t's buffer at other positions (x.T, a cumsum, a gather) is materialised first: one kernel
-  # writing the buffer it still reads read overwritten elements (x.T of arange(1, 7) as 2x3 became [[1, 4, 4], ...])
-  bufs = t.uop.buffers
-  moved = any(u.op in GroupOp.Movement and u.op is not Ops.RESHAPE and u.buffers & bufs for u in result.uop.toposort())
-  return t.assign(result.contiguous() if moved else result)
+  return t.assign(result)  # a result reading t elsewhere gets its own buffer first (the scheduler's assign rule)
 
 def _finite_max(dt: DType) -> float:
   if dt is dtypes.fp8e4m3: return 448.0
