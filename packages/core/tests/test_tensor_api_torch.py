@@ -617,6 +617,25 @@ def test_in_place_ops_refuse_results_their_dtype_cannot_hold() -> None:
   for name in ("arccos_", "erfc_", "deg2rad_"):
     check_raises_like_torch(name, lambda n=name: getattr(Tensor(INTS), n)(), lambda n=name: getattr(T(INTS), n)())
   check_raises_like_torch("true_divide_", lambda: Tensor(INTS).true_divide_(2), lambda: T(INTS).true_divide_(2))
+  # Tensor's own in-place family (elementwise.py) refuses the same way: these truncated silently
+  for name, args in (("exp_", ()), ("sigmoid_", ()), ("div_", (2,)), ("add_", (1.5,)), ("pow_", (0.5,)),
+                     ("clamp_", (0.5, 2.5))):
+    check_raises_like_torch(name, lambda n=name, a=args: getattr(Tensor(INTS), n)(*a),
+                            lambda n=name, a=args: getattr(T(INTS), n)(*a))
+  check_raises_like_torch("add_ into bool", lambda: Tensor([True, False]).add_(1), lambda: T([True, False]).add_(1))
+  for name, args in (("add_", (2,)), ("mul_", (3,)), ("pow_", (2,)), ("neg_", ()), ("abs_", ()), ("clamp_", (0, 2)),
+                     ("div_", (2,)), ("floor_", ()), ("relu_", ())):
+    ours, want = Tensor(INTS).contiguous().realize(), T(INTS.copy())
+    kw = {"rounding_mode": "floor"} if name == "div_" else {}  # floor division keeps ints
+    getattr(ours, name)(*args, **kw)
+    getattr(want, name)(*args, **kw)
+    assert ours.dtype == dtypes.from_np(INTS.dtype)
+    np.testing.assert_array_equal(ours.numpy(), want.numpy())
+  # a fill value is cast to the tensor's dtype, as torch casts it
+  ours, want, m = Tensor(INTS).contiguous().realize(), T(INTS.copy()), INTS > 2
+  ours.masked_fill_(Tensor(m), 1.5)
+  want.masked_fill_(T(m), 1.5)
+  np.testing.assert_array_equal(ours.numpy(), want.numpy())
   check_raises_like_torch("index_add_ float into int",
                           lambda: Tensor(INTS).index_add_(0, Tensor([0]), Tensor(X[:1, :1])),
                           lambda: T(INTS).index_add_(0, T([0]), T(X[:1, :1])))

@@ -4,7 +4,7 @@ A mixin of `ember.tensor.Tensor`. This module cannot import ember.tensor (which 
 ember.tensor hands it `PyBool`, `Tensor`, `_binop` ... once Tensor exists (`LATE_NAMES`)."""
 from __future__ import annotations
 from typing import TYPE_CHECKING, Any
-from ember.dtype import DType, dtypes, least_upper_dtype, least_upper_float, to_dtype
+from ember.dtype import DType, dtypes, least_upper_dtype, least_upper_float, strong_dtype, to_dtype
 from ember.errors import DTypeError, ShapeError, DeviceError, IntegerDivisionByZeroError
 from ember.uop.ops import Ops, UOp, GroupOp, sint
 
@@ -168,33 +168,52 @@ class ElementwiseMixin:
   def lshift(self: Tensor, x: Any) -> Tensor: return _shift(Ops.SHL, self, x)
   def rshift(self: Tensor, x: Any) -> Tensor: return _shift(Ops.SHR, self, x)
 
-  # ** torch's in-place methods: the result written into this tensor's memory (assign), returning it **
-  def add_(self: Tensor, x: Any, *, alpha: Any = None) -> Tensor: return self.assign(self.add(x, alpha=alpha))
-  def sub_(self: Tensor, x: Any, *, alpha: Any = None) -> Tensor: return self.assign(self.sub(x, alpha=alpha))
-  def mul_(self: Tensor, x: Any) -> Tensor: return self.assign(self.mul(x))
+  # ** torch's in-place methods: the result written into this tensor's memory (assign), returning it; refused where
+  # the result's kind does not fit this dtype (as torch: `int_tensor.exp_()` would truncate) **
+  def add_(self: Tensor, x: Any, *, alpha: Any = None) -> Tensor:
+    return _in_place(self, self.add(x, alpha=alpha), 'add_')
+  def sub_(self: Tensor, x: Any, *, alpha: Any = None) -> Tensor:
+    return _in_place(self, self.sub(x, alpha=alpha), 'sub_')
+  def mul_(self: Tensor, x: Any) -> Tensor: return _in_place(self, self.mul(x), 'mul_')
   def div_(self: Tensor, x: Any, *, rounding_mode: str | None = None) -> Tensor:
-    return self.assign(self.div(x, rounding_mode=rounding_mode))
-  def pow_(self: Tensor, x: Any) -> Tensor: return self.assign(self.pow(x))
-  def neg_(self: Tensor) -> Tensor: return self.assign(self.neg())
-  def abs_(self: Tensor) -> Tensor: return self.assign(self.abs())
-  def exp_(self: Tensor) -> Tensor: return self.assign(self.exp())
-  def log_(self: Tensor) -> Tensor: return self.assign(self.log())
-  def sqrt_(self: Tensor) -> Tensor: return self.assign(self.sqrt())
-  def floor_(self: Tensor) -> Tensor: return self.assign(self.floor())
-  def ceil_(self: Tensor) -> Tensor: return self.assign(self.ceil())
-  def round_(self: Tensor, decimals: PyInt = 0) -> Tensor: return self.assign(self.round(decimals))
-  def relu_(self: Tensor) -> Tensor: return self.assign(self.relu())
-  def sigmoid_(self: Tensor) -> Tensor: return self.assign(self.sigmoid())
-  def tanh_(self: Tensor) -> Tensor: return self.assign(self.tanh())
-  def clamp_(self: Tensor, min: Any = None, max: Any = None) -> Tensor: return self.assign(self.clamp(min, max))
-  def clip_(self: Tensor, min: Any = None, max: Any = None) -> Tensor: return self.assign(self.clip(min, max))
-  def lerp_(self: Tensor, end: Any, weight: Any) -> Tensor: return self.assign(self.lerp(end, weight))
-  def masked_fill_(self: Tensor, mask: Tensor, value: Any) -> Tensor: return self.assign(self.masked_fill(mask, value))
+    return _in_place(self, self.div(x, rounding_mode=rounding_mode), 'div_')
+  def pow_(self: Tensor, x: Any) -> Tensor: return _in_place(self, self.pow(x), 'pow_')
+  def neg_(self: Tensor) -> Tensor: return _in_place(self, self.neg(), 'neg_')
+  def abs_(self: Tensor) -> Tensor: return _in_place(self, self.abs(), 'abs_')
+  def exp_(self: Tensor) -> Tensor: return _in_place(self, self.exp(), 'exp_')
+  def log_(self: Tensor) -> Tensor: return _in_place(self, self.log(), 'log_')
+  def sqrt_(self: Tensor) -> Tensor: return _in_place(self, self.sqrt(), 'sqrt_')
+  def floor_(self: Tensor) -> Tensor: return _in_place(self, self.floor(), 'floor_')
+  def ceil_(self: Tensor) -> Tensor: return _in_place(self, self.ceil(), 'ceil_')
+  def round_(self: Tensor, decimals: PyInt = 0) -> Tensor: return _in_place(self, self.round(decimals), 'round_')
+  def relu_(self: Tensor) -> Tensor: return _in_place(self, self.relu(), 'relu_')
+  def sigmoid_(self: Tensor) -> Tensor: return _in_place(self, self.sigmoid(), 'sigmoid_')
+  def tanh_(self: Tensor) -> Tensor: return _in_place(self, self.tanh(), 'tanh_')
+  def clamp_(self: Tensor, min: Any = None, max: Any = None) -> Tensor:
+    return _in_place(self, self.clamp(min, max), 'clamp_')
+  def clip_(self: Tensor, min: Any = None, max: Any = None) -> Tensor:
+    return _in_place(self, self.clip(min, max), 'clip_')
+  def lerp_(self: Tensor, end: Any, weight: Any) -> Tensor: return _in_place(self, self.lerp(end, weight), 'lerp_')
+  def masked_fill_(self: Tensor, mask: Tensor, value: Any) -> Tensor:
+    """The value is cast to this dtype, as torch does (1.5 into an int tensor fills 1)."""
+    return self.assign(self.masked_fill(mask, value).cast(self.dtype))
   def copy_(self: Tensor, src: Any) -> Tensor:
     """Write `src` (broadcast to this shape, cast to this dtype) into this tensor."""
     value = src if isinstance(src, Tensor) else Tensor(src, device=self.device)
     return self.assign(value.to(self.device).cast(self.dtype)._broadcast_to(self.shape))
 
+
+def _kind_rank(dt: DType) -> int:
+  """bool < int < float: the order in which an in-place result may be written (a float into an int tensor may not)."""
+  return 0 if dt is dtypes.bool else 1 if dtypes.is_int(dt) else 2
+
+def _in_place(t: Tensor, result: Tensor, op: str) -> Tensor:
+  """An in-place op: `result` written into t's buffer (assign), refused as torch refuses it where the result's kind
+  (bool < int < float) does not fit t's dtype (`exp_` or `div_` of an int tensor would truncate, silently)."""
+  if _kind_rank(strong_dtype(result.dtype)) > _kind_rank(strong_dtype(t.dtype)):
+    raise DTypeError(f"{op}: the result's dtype {strong_dtype(result.dtype)!r} cannot be written into a {t.dtype!r} "
+                     f"tensor in place; use the out-of-place {op.rstrip('_')}() (or cast the tensor first)")
+  return t.assign(result)  # a result reading t elsewhere gets its own buffer first (the scheduler's assign rule)
 
 def _refuse_zero_divisor(x: Any, reverse: bool, what: str) -> None:
   """IntegerDivisionByZeroError for an int division by a Python 0 (known without a sync; torch raises for it)."""

@@ -19,6 +19,7 @@ from ember.dtype import DType, dtypes, least_upper_float, strong_dtype
 from ember.errors import (ArgumentError, AxisError, DTypeError, DTypeNotImplementedError, EmptyReductionError,
                           IndexingError, ShapeError)
 from ember.tensor_index import check_index_range, data_checks_run
+from ember.tensor_ops.elementwise import _in_place as _write
 from ember.tensor_ops.reduce import ValuesIndices
 from ember.uop.ops import int_size
 
@@ -96,17 +97,6 @@ def _with_grad(value: Tensor, x: Tensor, dydx: Tensor) -> Tensor:
   lin = x.isfinite().where(x, 0) * dydx.detach()
   # where lin is not finite (an infinite derivative: lgamma at 0) the value stays as it is, with no gradient
   return value.detach() + lin.isfinite().detach().where(lin - lin.detach(), 0)
-
-def _kind_rank(dt: DType) -> int:
-  return 0 if dt is dtypes.bool else 1 if dtypes.is_int(dt) else 2
-
-def _write(t: Tensor, result: Tensor, op: str) -> Tensor:
-  """An in-place op: `result` written into t's buffer (assign), refused as torch refuses it where the result's kind
-  (bool < int < float) does not fit t's dtype (arccos_ of an int tensor would truncate)."""
-  if _kind_rank(strong_dtype(result.dtype)) > _kind_rank(strong_dtype(t.dtype)):
-    raise DTypeError(f"{op}: the result's dtype {strong_dtype(result.dtype)!r} cannot be written into a {t.dtype!r} "
-                     f"tensor in place; use the out-of-place {op.rstrip('_')}()")
-  return t.assign(result)  # a result reading t elsewhere gets its own buffer first (the scheduler's assign rule)
 
 def _finite_max(dt: DType) -> float:
   if dt is dtypes.fp8e4m3: return 448.0
