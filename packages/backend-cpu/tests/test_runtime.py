@@ -30,6 +30,12 @@ def test_alloc_is_aligned_and_zero_copy(size: int) -> None:
   alloc._copyout(memoryview(out), buf)  # ... and read back by a copy
   np.testing.assert_array_equal(out, data)
 
+def test_alloc_past_the_address_space_is_a_typed_out_of_memory_error() -> None:
+  # mmap's ENOMEM (an OSError) becomes ember's OutOfMemoryError, a MemoryError the LRU allocator frees its cache on
+  from ember.errors import OutOfMemoryError
+  with pytest.raises(OutOfMemoryError, match=r"CPUAllocator: out of memory allocating 4096\.0 PiB"):
+    CPUAllocator().alloc(2 ** 62)
+
 def test_copyin_from_read_only_and_writable_memory() -> None:
   alloc = CPUAllocator()
   buf = alloc.alloc(8)

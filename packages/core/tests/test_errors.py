@@ -219,3 +219,13 @@ def test_int_division_by_a_python_zero_raises() -> None:
     with pytest.raises(RuntimeError): op(torch.tensor([3, -4]))  # torch raises RuntimeError("ZeroDivisionError")
   assert (Tensor([3.0]) // 0).item() == float("inf")  # floats divide by zero as IEEE says
   assert (7 // Tensor([0, 2])).tolist() == [0, 3]  # a divisor tensor's zeros are not read (no sync): they give 0
+
+def test_an_allocation_the_host_cannot_make_is_a_typed_out_of_memory_error() -> None:
+  # 2^50 bytes is past any x86-64 / arm64 user address space, so it fails whatever the overcommit policy; the tensor
+  # the user built stays usable, and the next (small) realize works
+  from ember.errors import OutOfMemoryError
+  big = Tensor.zeros(2 ** 48, device="PYTHON").contiguous()
+  with pytest.raises(OutOfMemoryError, match=r"out of memory allocating 1\.0 PiB") as info:
+    big.realize()
+  assert isinstance(info.value, MemoryError) and "smaller shapes" in str(info.value)
+  np.testing.assert_array_equal((Tensor.ones(3, device="PYTHON") + 1).numpy(), [2, 2, 2])

@@ -52,6 +52,10 @@ class DTypeNotImplementedError(DTypeError, NotImplementedError):
 class DeviceError(EmberError, RuntimeError):
   """A device cannot be found, loaded or used."""
 
+class OutOfMemoryError(DeviceError, MemoryError):
+  """A device could not allocate a buffer (the host's mmap or malloc, a GPU's heap). A MemoryError too, so code that
+  catches MemoryError, and an allocator that frees its cache and retries, treat it as one."""
+
 class PluginError(DeviceError):
   """A backend plugin is broken, incompatible or misconfigured."""
 

@@ -64,7 +64,7 @@ from ember.device.registration import (PLUGIN_API_VERSION, PROJECT_NAME, Backend
                                          RendererRegistry, hookimpl, hookspec)
 from ember.dtype import DType, PtrDType, dtypes
 from ember.errors import (AxisError, CompileError, DeviceError, DTypeError, EmberError, GradientError, JitError,
-                          MemoryAccessError, PluginError, ShapeError)
+                          MemoryAccessError, OutOfMemoryError, PluginError, ShapeError)
 from ember.helpers import NUM_CPU_THREADS, QDOT, Target, getenv
 from ember.renderer import Estimates, ProgramSpec, Renderer
 from ember.renderer.cstyle import CStyleLanguage, ptr_dtype, text_rules, value_dtype
@@ -149,7 +149,8 @@ __all__ = [
   "Buffer", "Compiler", "Compiled", "Program", "from_mv", "mv_address", "UOp", "Ops", "GroupOp", "AxisType", "UPat",
   "KernelInfo", "AddrSpace", "QDOT", "QDOT_PLANE",
   "PatternMatcher", "graph_rewrite", "DType", "PtrDType", "dtypes", "EmberError", "ShapeError", "AxisError",
-  "DTypeError", "DeviceError", "PluginError", "CompileError", "MemoryAccessError", "JitError", "GradientError",
+  "DTypeError", "DeviceError", "PluginError", "CompileError", "MemoryAccessError", "OutOfMemoryError", "JitError",
+  "GradientError",
   "Target", "getenv", "NUM_CPU_THREADS", "HWQueue", "HCQSignal", "HCQBuffer", "HCQArgs", "HCQProgram", "HCQAllocator",
   "HCQCompiled", "HCQGraph", "ShimDialect", "HostShimCompiler", "HostKernel", "load_shim", "aligned_layout",
   "signature_layout", "shim_arg_layout", "ElfFile", "ElfSection", "ElfSegment", "ElfSymbol", "read_elf",

@@ -13,6 +13,7 @@ A backend subclasses these (through `ember.plugin`, which re-exports them):
 from __future__ import annotations
 import contextlib
 import ctypes
+import errno
 from abc import ABC, abstractmethod
 import functools
 from collections import defaultdict
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol, cast
 import ember.profiler as profiler
 from ember.dtype import DType, dtypes
-from ember.errors import CompileError, DeviceError
+from ember.errors import CompileError, DeviceError, OutOfMemoryError
 from ember.helpers import LRU, content_hash, diskcache_get, diskcache_put, CACHELEVEL
 
 @dataclass(frozen=True)
@@ -32,13 +33,27 @@ class BufferSpec:
   uncached: bool = False
   cpu_access: bool = False
 
+def _bytes(n: int) -> str:
+  """n bytes as a person reads it: 1 KiB = 1024 bytes."""
+  size, unit = float(n), "bytes"
+  for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+    if size < 1024 or unit == "PiB": break
+    size /= 1024
+  return f"{n} bytes" if unit == "bytes" else f"{size:.1f} {unit} ({n} bytes)"
+
 class Allocator(ABC):
   """Allocates device memory. Subclasses implement `_alloc`, `_free`, `_copyin`, `_copyout`."""
   supports_copy_from_disk: bool = False
   def alloc(self, size: int, options: BufferSpec | None = None) -> Any:
     if not isinstance(size, int) or size < 0:
       raise DeviceError(f"{type(self).__name__}.alloc: size must be a non-negative int, got {size!r}")
-    return self._alloc(size, options or BufferSpec())
+    try: return self._alloc(size, options or BufferSpec())
+    except OutOfMemoryError: raise
+    except (MemoryError, OSError) as e:  # mmap's ENOMEM is an OSError; a plain MemoryError names no size
+      if isinstance(e, OSError) and e.errno not in (errno.ENOMEM, errno.EOVERFLOW, errno.EFBIG): raise
+      why = f" ({e})" if str(e) else ""
+      raise OutOfMemoryError(f"{type(self).__name__}: out of memory allocating {_bytes(size)}{why}; free tensors "
+                             "you no longer need, or use smaller shapes or batches") from e
   def free(self, opaque: Any, size: int, options: BufferSpec | None = None) -> None:
     self._free(opaque, options or BufferSpec())
   @abstractmethod
