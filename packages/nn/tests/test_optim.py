@@ -124,6 +124,11 @@ def test_optimizer_errors():
   with pytest.raises(OptimizerError, match="no parameters"): SGD([Tensor([1.0]).requires_grad_(False)])
   with pytest.raises(OptimizerError, match="nesterov"): SGD([Tensor([1.0])], nesterov=True)
   with pytest.raises(OptimizerError, match="b1"): Adam([Tensor([1.0])], b1=1.0)
+  # errors name the optimizer the user called (Adam and AdamW are LAMBs underneath), for every bad setting torch refuses
+  with pytest.raises(OptimizerError, match="^Adam: learning rate"): Adam([Tensor([1.0])], lr=-1)
+  with pytest.raises(OptimizerError, match="^AdamW: eps"): AdamW([Tensor([1.0])], eps=-1e-8)
+  with pytest.raises(OptimizerError, match="^Adam: weight_decay"): Adam([Tensor([1.0])], weight_decay=-0.1)
+  with pytest.raises(OptimizerError, match="^LAMB: b2"): LAMB([Tensor([1.0])], b2=-0.5)
 
 
 SCHEDULES = {

@@ -25,14 +25,15 @@ class Optimizer(ABC):
   """Base class. `params` may hold model buffers too (requires_grad=False, e.g. BatchNorm running statistics): they
   are not updated, only realized with each step, so their pending updates land. Tensors whose `requires_grad` is
   None become parameters."""
-  def __init__(self, params: Sequence[Tensor], lr: float):
+  def __init__(self, params: Sequence[Tensor], lr: float, name: str | None = None):
+    self.name = name or type(self).__name__  # what errors call it: Adam and AdamW are LAMBs
     for p in params:
       if p.requires_grad is None: p.requires_grad = True
     self.params = _unique([p for p in params if p.requires_grad])
     self.buffers = _unique([p for p in params if not p.requires_grad])
     if not self.params:
-      raise OptimizerError(f"{type(self).__name__} got no parameters to optimize (none has requires_grad)")
-    if lr < 0: raise OptimizerError(f"{type(self).__name__}: learning rate must be >= 0, got {lr}")
+      raise OptimizerError(f"{self.name} got no parameters to optimize (none has requires_grad)")
+    if lr < 0: raise OptimizerError(f"{self.name}: learning rate must be >= 0, got {lr}")
     device = self.params[0].device
     self.lr = filled((), lr, dtype=dtypes.float32, device=device)
     self.state: list[Tensor] = []  # per-parameter slots, realized with the parameters
@@ -99,10 +100,12 @@ class LAMB(Optimizer):
   """LAMB (You et al. 2019): the Adam direction plus decoupled weight decay, scaled per parameter by the trust ratio
   ||p|| / ||update||. `adam=True` drops the trust ratio; Adam and AdamW are this class with fixed settings."""
   def __init__(self, params: Sequence[Tensor], lr: float = 1e-3, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
-               weight_decay: float = 0.0, adam: bool = False, decoupled: bool = True):
-    super().__init__(params, lr)
-    for name, b in (("b1", b1), ("b2", b2)):
-      if not 0 <= b < 1: raise OptimizerError(f"{type(self).__name__}: {name} must be in [0, 1), got {b}")
+               weight_decay: float = 0.0, adam: bool = False, decoupled: bool = True, name: str | None = None):
+    super().__init__(params, lr, name)
+    for key, b in (("b1", b1), ("b2", b2)):
+      if not 0 <= b < 1: raise OptimizerError(f"{self.name}: {key} must be in [0, 1), got {b}")
+    if eps < 0: raise OptimizerError(f"{self.name}: eps must be >= 0, got {eps}")
+    if weight_decay < 0: raise OptimizerError(f"{self.name}: weight_decay must be >= 0, got {weight_decay}")
     self.b1, self.b2, self.eps, self.weight_decay = b1, b2, eps, weight_decay
     self.adam, self.decoupled = adam, decoupled
     device = self.params[0].device
@@ -144,13 +147,13 @@ def Adam(params: Sequence[Tensor], lr: float = 1e-3, b1: float = 0.9, b2: float 
          weight_decay: float = 0.0, *, betas: tuple[float, float] | None = None) -> LAMB:
   """torch.optim.Adam (weight_decay is an L2 penalty added to the gradient); `betas=` as torch spells (b1, b2)."""
   b1, b2 = _betas("Adam", b1, b2, betas)
-  return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True, decoupled=False)
+  return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True, decoupled=False, name="Adam")
 
 def AdamW(params: Sequence[Tensor], lr: float = 1e-3, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
           weight_decay: float = 0.01, *, betas: tuple[float, float] | None = None) -> LAMB:
   """torch.optim.AdamW (decoupled weight decay: p *= 1 - lr*wd before the Adam step); `betas=` as torch spells it."""
   b1, b2 = _betas("AdamW", b1, b2, betas)
-  return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True, decoupled=True)
+  return LAMB(params, lr, b1, b2, eps, weight_decay, adam=True, decoupled=True, name="AdamW")
 
 class RMSprop(Optimizer):
   """torch.optim.RMSprop: g += wd*p; v = alpha*v + (1-alpha)*g^2; with `centered` the running mean a of g is
