@@ -724,3 +724,15 @@ def test_linalg_edges() -> None:
   check_raises_like_torch("det of ints", lambda: Tensor(INTS[:3, :3]).det(), lambda: T(INTS[:3, :3]).det())
   check_raises_like_torch("det not square", lambda: Tensor(X).det(), lambda: T(X).det())
   check_raises_like_torch("inverse 1-d", lambda: Tensor(X[0]).inverse(), lambda: T(X[0]).inverse())
+
+def test_half_mean_and_var_accumulate_in_float32_as_torch() -> None:
+  # 70,000 halves: their sum (and the count) overflow half, which made mean nan and var inf
+  a = np.full(70000, 2, np.float16)
+  a[::3] = 300
+  rows = (np.random.default_rng(3).standard_normal((8, 3000)) * 50).astype(np.float16)
+  for x in (a, rows):
+    axis = -1
+    for name in ("mean", "var", "std"):
+      ours, want = getattr(Tensor(x), name)(axis), getattr(T(x), name)(axis)
+      assert ours.dtype == dtypes.float16
+      np.testing.assert_allclose(ours.numpy().astype(np.float32), want.numpy().astype(np.float32), rtol=2e-3)

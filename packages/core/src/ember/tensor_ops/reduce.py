@@ -163,8 +163,12 @@ class ReduceMixin:
   def mean(self: Tensor, axis: Any = None, keepdim: PyBool = False) -> Tensor:
     x = self.cast(least_upper_float(strong_dtype(self.dtype)))
     n = prod(s for i, s in enumerate(self.shape) if i in self._reduce_axes(axis)) if self.ndim else 1
-    out = x.sum(axis, keepdim)
-    return out.div(n) if n != 0 else out * math.nan
+    # half / bfloat16 / fp8 sum and divide in float32, cast once at the end (as torch): 70,000 halves of 2 summed to
+    # inf in half, and the count itself (70,000) is inf there, so their mean was nan
+    narrow = x.dtype.itemsize < 4
+    out = (x.cast(dtypes.float32) if narrow else x).sum(axis, keepdim)
+    out = out.div(n) if n != 0 else out * math.nan
+    return out.cast(x.dtype) if narrow else out
   def _cumsum0(self: Tensor) -> Tensor:
     """Inclusive cumulative sum along a 1-d tensor, as a reduction over a padded, expanded window (index math only)."""
     n = self.shape[0]
@@ -186,6 +190,8 @@ class ReduceMixin:
     """
     if unbiased is not None: correction = int(bool(unbiased))
     x = self._float()
+    if x.dtype.itemsize < 4:  # half / bfloat16 / fp8: squares and their sum in float32 (they overflow in half)
+      return x.float().var(axis, keepdim, correction).cast(x.dtype)
     dev = x - x.mean(axis, keepdim=True)
     return dev.square().sum(axis, keepdim=keepdim).div(max(0, self._axis_count(axis) - correction))
   @takes_dim()
