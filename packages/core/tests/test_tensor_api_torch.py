@@ -736,3 +736,18 @@ def test_half_mean_and_var_accumulate_in_float32_as_torch() -> None:
       ours, want = getattr(Tensor(x), name)(axis), getattr(T(x), name)(axis)
       assert ours.dtype == dtypes.float16
       np.testing.assert_allclose(ours.numpy().astype(np.float32), want.numpy().astype(np.float32), rtol=2e-3)
+
+def test_half_norms_scans_and_attention_compute_in_float32_as_torch() -> None:
+  # a row's sum of squares (and attention scores of 100 products of ~30s) overflow half: normalize gave zeros, norm
+  # inf, attention nan; cumsum of half came back float32
+  x = (np.random.default_rng(4).standard_normal((4, 5000)) * 30).astype(np.float16)
+  ours, want = Tensor(x), T(x)
+  def close(a: Tensor, b: Any, rtol: float) -> None:
+    assert a.dtype == dtypes.float16
+    np.testing.assert_allclose(a.numpy().astype(np.float32), b.numpy().astype(np.float32), rtol=rtol, atol=rtol)
+  close(ours.normalize(dim=-1), torch.nn.functional.normalize(want, dim=-1), 5e-3)
+  close(ours.norm(dim=-1), want.norm(dim=-1), 5e-3)
+  close(ours.cumsum(-1), want.cumsum(-1), 5e-2)
+  q, tq = ours.reshape(1, 4, 50, 100), want.reshape(1, 4, 50, 100)
+  close(q.scaled_dot_product_attention(q, q, is_causal=True),
+        torch.nn.functional.scaled_dot_product_attention(tq, tq, tq, is_causal=True), 5e-2)

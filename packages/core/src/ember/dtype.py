@@ -203,6 +203,11 @@ def strong_dtype(dt: DType) -> DType:
   if dt is dtypes.weakfloat: return dtypes.default_float
   return dt
 
+def narrow_float(dt: DType) -> bool:
+  """half, bfloat16 and the fp8s: composite reductions (mean, var, norms, attention) compute in float32 and cast once
+  at the end, as torch does, where sums of squares or of many elements overflow them."""
+  return dtypes.is_float(dt) and dt.itemsize < 4
+
 def sum_acc_dtype(dt: DType) -> DType:
   """The dtype a sum accumulates in.
 

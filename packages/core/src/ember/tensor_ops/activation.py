@@ -5,7 +5,7 @@ ember.tensor hands it `PyFloat`, `PyInt`, `Tensor` once Tensor exists (`LATE_NAM
 from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
-from ember.dtype import DType
+from ember.dtype import DType, narrow_float
 from ember.errors import ArgumentError
 
 if TYPE_CHECKING:
@@ -176,5 +176,6 @@ class ActivationMixin:
     [0.6, 0.8]
     """
     x = self._float()
+    if narrow_float(x.dtype): return x.float().normalize(p, dim, eps).cast(x.dtype)  # the sum of squares overflows
     norm = x.square().sum(dim, keepdim=True).sqrt() if p == 2 else x.abs().pow(p).sum(dim, keepdim=True).pow(1 / p)
     return x / norm.maximum(eps)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import math
 from typing import TYPE_CHECKING, Sequence
-from ember.dtype import dtypes, least_upper_dtype, strong_dtype, sum_acc_dtype
+from ember.dtype import dtypes, least_upper_dtype, narrow_float, strong_dtype, sum_acc_dtype
 from ember.errors import ArgumentError, DTypeError, ShapeError
 from ember.helpers import prod
 from ember.uop.ops import int_shape, int_size, sint
@@ -410,6 +410,10 @@ class NNMixin:
     if enable_gqa and self.ndim >= 3 and key.shape[-3] != self.shape[-3]:
       rep = int_size(self.shape[-3], "sdpa's enable_gqa") // int_size(key.shape[-3], "sdpa's enable_gqa")
       key, value = key.repeat_interleave(rep, -3), value.repeat_interleave(rep, -3)
+    if narrow_float(self.dtype):  # half scores overflow (64 products of 30s): computed in float32, as torch's CPU path
+      mask = attn_mask.float() if attn_mask is not None and dtypes.is_float(attn_mask.dtype) else attn_mask
+      return self.float().scaled_dot_product_attention(key.float(), value.float(), mask, dropout_p, is_causal, scale,
+                                                       enable_gqa).cast(self.dtype)
     sc = scale if scale is not None else 1 / math.sqrt(int_size(self.shape[-1], "sdpa's default scale"))
     scores = (self @ key.transpose(-2, -1)) * sc
     if is_causal:

@@ -7,7 +7,7 @@ import functools
 import math
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, TypeVar, cast
 import numpy as np
-from ember.dtype import DType, dtypes, least_upper_float, strong_dtype, sum_acc_dtype, to_dtype
+from ember.dtype import DType, dtypes, least_upper_float, narrow_float, strong_dtype, sum_acc_dtype, to_dtype
 from ember.errors import ArgumentError, EmptyReductionError, ShapeError
 from ember.helpers import prod
 from ember.uop.ops import Ops, UOp, int_size
@@ -165,7 +165,7 @@ class ReduceMixin:
     n = prod(s for i, s in enumerate(self.shape) if i in self._reduce_axes(axis)) if self.ndim else 1
     # half / bfloat16 / fp8 sum and divide in float32, cast once at the end (as torch): 70,000 halves of 2 summed to
     # inf in half, and the count itself (70,000) is inf there, so their mean was nan
-    narrow = x.dtype.itemsize < 4
+    narrow = narrow_float(x.dtype)
     out = (x.cast(dtypes.float32) if narrow else x).sum(axis, keepdim)
     out = out.div(n) if n != 0 else out * math.nan
     return out.cast(x.dtype) if narrow else out
@@ -190,7 +190,7 @@ class ReduceMixin:
     """
     if unbiased is not None: correction = int(bool(unbiased))
     x = self._float()
-    if x.dtype.itemsize < 4:  # half / bfloat16 / fp8: squares and their sum in float32 (they overflow in half)
+    if narrow_float(x.dtype):  # half / bfloat16 / fp8: squares and their sum in float32 (they overflow in half)
       return x.float().var(axis, keepdim, correction).cast(x.dtype)
     dev = x - x.mean(axis, keepdim=True)
     return dev.square().sum(axis, keepdim=keepdim).div(max(0, self._axis_count(axis) - correction))
@@ -307,7 +307,8 @@ class ReduceMixin:
     >>> Tensor([1, 2, 3]).cumsum().tolist()
     [1, 3, 6]
     """
-    return self.cast(sum_acc_dtype(self.dtype))._scan(Ops.ADD, axis, 0)
+    out = self.cast(sum_acc_dtype(self.dtype))._scan(Ops.ADD, axis, 0)
+    return out.cast(self.dtype) if narrow_float(self.dtype) else out  # half sums in float32, returns half (torch)
   @takes_dim()
   def cumprod(self: Tensor, axis: PyInt = 0) -> Tensor:
     """Inclusive cumulative product along `axis`.
@@ -315,7 +316,8 @@ class ReduceMixin:
     >>> Tensor([1, 2, 3]).cumprod().tolist()
     [1, 2, 6]
     """
-    return self.cast(sum_acc_dtype(self.dtype))._scan(Ops.MUL, axis, 1)
+    out = self.cast(sum_acc_dtype(self.dtype))._scan(Ops.MUL, axis, 1)
+    return out.cast(self.dtype) if narrow_float(self.dtype) else out
   def _cum_extreme(self: Tensor, axis: PyInt, largest: PyBool) -> tuple[Tensor, Tensor]:
     src = self.cast(strong_dtype(self.dtype))
     ax = src._resolve_dim(axis) if src.ndim else 0

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 import numpy as np
-from ember.dtype import DType, dtypes, least_upper_float, strong_dtype
+from ember.dtype import DType, dtypes, least_upper_float, narrow_float, strong_dtype
 from ember.errors import (ArgumentError, AxisError, DTypeError, DTypeNotImplementedError, EmptyReductionError,
                           IndexingError, ShapeError)
 from ember.tensor_index import check_index_range, data_checks_run
@@ -842,6 +842,7 @@ class TorchCompatMixin:
     """
     x = self.cast(dtype) if dtype is not None else self
     _need_float(x, "norm")
+    if narrow_float(x.dtype): return x.float().norm(p, dim, keepdim).cast(x.dtype)  # as torch: in float32, cast once
     if p == "fro": p = 2
     if isinstance(p, str): raise ArgumentError(f"norm p must be a number or 'fro', got {p!r}; for the nuclear norm "
                                                "use svd()[1].sum(-1)")
