@@ -75,6 +75,26 @@ def test_packed_operand_counts_as_contiguous_within_its_blocks() -> None:
   assert _lane_stride(packed, n, 16) is None  # the second block of 8 starts 48 elements on
   assert _lane_stride(k * 16 + n, n, 16) == 1 and _lane_stride(n * 6 + k, n, 8) == 6
 
+def _python_lane_stride(fn, n_end: int, k_end: int, span: int) -> int | None:
+  """The lane stride of index `fn(n, k)` along n over blocks of `span` (0: one step), by evaluating every point."""
+  steps = {fn(n + 1, k) - fn(n, k) for n in range(n_end - 1) for k in range(k_end)} if span == 0 else \
+    {(fn(b + c, k) - fn(b, k)) / c for b in range(0, n_end, span) for c in range(1, span) for k in range(k_end)}
+  return int(steps.pop()) if len(steps) == 1 else None
+
+def test_lane_strides_are_kept_per_range_and_span() -> None:
+  # choosing opts asks the same index for its strides again and again, and they are kept on the index: each (range,
+  # span) keeps its own answer, in any order of asking
+  from ember.codegen.opt import _lane_stride, _stride
+  from ember.uop.ops import AxisType
+  n, k = UOp.range(16, 0, AxisType.GLOBAL), UOp.range(6, 1, AxisType.REDUCE)
+  packed = (n // 8) * 48 + k * 8 + n % 8
+  fns = {n: lambda nv, kv: (nv // 8) * 48 + kv * 8 + nv % 8, k: lambda kv, nv: (nv // 8) * 48 + kv * 8 + nv % 8}
+  ends = {n: (16, 6), k: (6, 16)}
+  for rng, span in [(n, 8), (n, 16), (k, 0), (n, 0), (n, 8), (k, 2), (n, 16), (k, 0)]:
+    want = _python_lane_stride(fns[rng], *ends[rng], span)
+    assert _lane_stride(packed, rng, span) == want, (rng.arg, span)
+    if span == 0: assert _stride(packed, rng) == want
+
 def test_batched_matmul_blocks_match_numpy() -> None:
   a, b = _realized(3, 8, 6), _realized(3, 6, 16, seed=1)
   ast = _kernel(a @ b)

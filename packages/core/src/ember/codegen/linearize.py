@@ -27,13 +27,21 @@ def _union(sets: list[frozenset[UOp]]) -> frozenset[UOp]:
   if not sets: return _NONE
   return sets[0] if all(x is sets[0] for x in sets) else frozenset().union(*sets)
 
+def _sources_union(src: tuple[UOp, ...], sets: dict[UOp, frozenset[UOp]]) -> frozenset[UOp]:
+  """The union of the sets of `src` (`_union` without its lists for one or two sources, most nodes: a linear walk
+  over an unrolled kernel calls this for every node twice)."""
+  if len(src) == 1: return sets[src[0]] or _NONE
+  if len(src) == 2:
+    a, b = sets[src[0]], sets[src[1]]
+    return (a or _NONE) if a is b or not b else b if not a else a | b
+  return _union([sets[s] for s in src])
+
 def range_deps(sink: UOp, topo: Iterable[UOp] | None = None) -> dict[UOp, frozenset[UOp]]:
   """Per node under `sink` (`topo`: its toposort, where the caller has it), the ranges it moves with (a reduction's
   own ranges excluded)."""
   deps: dict[UOp, frozenset[UOp]] = {}
   for n in sink.toposort() if topo is None else topo:
-    src = n.src
-    d = (deps[src[0]] or _NONE) if len(src) == 1 else _union([deps[s] for s in src])  # one source: its set
+    d = _sources_union(n.src, deps)
     if n.op is Ops.RANGE: d = d | {n}
     if n.op is Ops.REDUCE: d = d - frozenset(n.src[1:])
     deps[n] = d
@@ -91,8 +99,7 @@ def linearize(sink: UOp) -> list[UOp]:
   # the reductions under each node, itself included (a reduction's input holds the ones that feed it), in one walk
   reduces_under: dict[UOp, frozenset[UOp]] = {}
   for n in topo:
-    src = n.src
-    under = (reduces_under[src[0]] or _NONE) if len(src) == 1 else _union([reduces_under[s] for s in src])
+    under = _sources_union(n.src, reduces_under)
     reduces_under[n] = under | {n} if n.op is Ops.REDUCE else under
   def feeds_from(r: UOp) -> frozenset[UOp]: return reduces_under[r.src[0]]
 
@@ -145,7 +152,7 @@ def linearize(sink: UOp) -> list[UOp]:
   opened: list[UOp] = []
   from_reduce: dict[UOp, None] = {}  # in topo order
   for n in topo:
-    if n.op is Ops.REDUCE or (n.op is not Ops.STORE and any(s in from_reduce for s in n.src)): from_reduce[n] = None
+    if n.op is Ops.REDUCE or (n.op is not Ops.STORE and not from_reduce.keys().isdisjoint(n.src)): from_reduce[n] = None
   for r in globals_:
     # values of reductions that move with neither this loop nor an inner one are computed before it opens: a row's
     # statistics once per row in a kernel that writes the rows it reduced (softmax), not once per element

@@ -263,8 +263,14 @@ def opt_threads(opts: list[Opt] | tuple[Opt, ...]) -> int | None:
 
 def _stride(idx: UOp, rng: UOp) -> int | None:
   """How much `idx` moves when `rng` steps by one, if that is a constant."""
-  diff = graph_rewrite(idx.substitute({rng: rng + 1}) - idx, symbolic, name="stride")
-  return diff.arg if diff.op is Ops.CONST else None
+  return _lane_stride(idx, rng, 0)
+
+def _strides_of(idx: UOp) -> dict[tuple[UOp, int], int | None]:
+  """The strides found so far of index `idx`, by (range, span), kept on the node: choosing a matmul's opts asks the
+  same question of the same index 2-3 times (its axes, whether B stays resident, whether it is packed wide; 256 asks
+  for 94 answers in the MLP step and transformer block), each a substitution and a symbolic rewrite."""
+  if (found := idx.__dict__.get("_strides")) is None: found = idx.__dict__["_strides"] = {}
+  return found
 
 MATMUL_COLS = 2  # vectors of columns per register block of a matmul (hand_coded_opts)
 WIDE_COLS, WIDE_ROWS = 4, 4  # a matmul of exactly 4 vectors of columns takes them all in one block
@@ -331,13 +337,18 @@ def block_columns(end: int, width: int) -> int | None:
 def _lane_stride(idx: UOp, rng: UOp, span: int) -> int | None:
   """How much `idx` moves per lane when `rng` is unrolled by `span` (rng -> r*span + c), if every lane c moves it by
   the same constant: a packed operand (`(n//span)*K*span + k*span + n%span`) is contiguous across the lanes of one
-  block although not across blocks."""
-  if span < 2 or _const_end(rng) % span: return _stride(idx, rng)
+  block although not across blocks. `span` 0: how much it moves when `rng` steps by one (`_stride`)."""
+  if span < 2 or _const_end(rng) % span: span = 0
+  if (key := (rng, span)) in (found := _strides_of(idx)): return found[key]
+  if span == 0:
+    diff = graph_rewrite(idx.substitute({rng: rng + 1}) - idx, symbolic, name="stride")
+    found[key] = diff.arg if diff.op is Ops.CONST else None
+    return found[key]
   outer = UOp.range(_const_end(rng) // span, -1, AxisType.GLOBAL, rng.dtype)
   at = lambda c: idx.substitute({rng: outer * span + c})  # noqa: E731
   one, last = (graph_rewrite(at(c) - at(0), symbolic, name="lane stride") for c in (1, span - 1))
-  if one.op is not Ops.CONST or last.op is not Ops.CONST: return None
-  return one.arg if last.arg == one.arg * (span - 1) else None
+  found[key] = one.arg if one.op is Ops.CONST and last.op is Ops.CONST and last.arg == one.arg * (span - 1) else None
+  return found[key]
 
 def matmul_axes(ast: UOp, width: int, span: int | None = None) -> tuple[int, int | None] | None:
   """(column range, row range or None) of a matmul-like reduction kernel, as indexes into `output_ranges`: the column

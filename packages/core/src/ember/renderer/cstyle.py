@@ -380,23 +380,28 @@ class CStyleLanguage(Renderer):
     for u in uops:
       for s in u.src:
         if s in users: users[s].append(u)
+    # loops opened or closed before each position: one opens or closes between two places where the counts differ
+    # (a scan of the uops between a value and its user, per value, was a quadratic part of rendering a large kernel)
+    loop_marks = [0]
+    for u in uops: loop_marks.append(loop_marks[-1] + (u.op is Ops.RANGE or u.op is Ops.END))
     inlined: set[UOp] = set()
-    reads_acc: dict[UOp, frozenset[UOp]] = {}  # accumulators an uop's (inlined) expression reads
+    # accumulators an uop's (inlined) expression reads, for the uops that read any (most read none)
+    reads_acc: dict[UOp, frozenset[UOp]] = {}
     for u in uops:
       if u.op is Ops.DEFINE_ACC: reads_acc[u] = frozenset({u})
       elif u.op is Ops.ASSIGN: reads_acc[u] = frozenset({u.src[0]})
       else:  # named values are snapshots; the string of an inlined one or of an INDEX carries its sources' reads
-        carried = [reads_acc[s] for s in u.src if s in reads_acc and (s in inlined or s.op in _by_name)]
-        reads_acc[u] = frozenset().union(*carried)
+        carried = [a for s in u.src if (a := reads_acc.get(s)) is not None and (s in inlined or s.op in _by_name)]
+        if carried: reads_acc[u] = carried[0] if len(carried) == 1 else frozenset().union(*carried)
       if not (u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST)) or len(users[u]) != 1: continue
       user = users[u][0]
       if user.op in self.named_operands: continue
       # an INDEX is printed where it is loaded or stored: those are the real places of evaluation
       ends = [pos[x] for x in users[user]] if user.op is Ops.INDEX else [pos[user]]
       if not ends: continue
-      between = uops[pos[u] + 1:max(ends)]
-      if any(x.op in (Ops.RANGE, Ops.END) for x in between): continue
-      if any(x.op is Ops.ASSIGN and x.src[0] in reads_acc[u] for x in between): continue
+      start, end = pos[u] + 1, max(ends)
+      if loop_marks[max(end, start)] != loop_marks[start]: continue
+      if (acc := reads_acc.get(u)) and any(x.op is Ops.ASSIGN and x.src[0] in acc for x in uops[start:end]): continue
       inlined.add(u)
     return inlined
 
