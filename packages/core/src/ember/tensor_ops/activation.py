@@ -5,7 +5,7 @@ ember.tensor hands it `PyFloat`, `PyInt`, `Tensor` once Tensor exists (`LATE_NAM
 from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
-from ember.dtype import DType, narrow_float
+from ember.dtype import DType, dtypes, narrow_float
 from ember.errors import ArgumentError
 
 if TYPE_CHECKING:
@@ -149,6 +149,8 @@ class ActivationMixin:
     e = (x - x._amax(ax, keepdim=True).detach()).exp()
     # one reciprocal per row and a multiply per element (as torch's CPU softmax does): a division per element was a
     # third of the softmax's time on AVX-512 (vdivps), and the results differ from it by at most an ulp
+    if narrow_float(x.dtype):  # a half row's sum of exps passes 65504 past 65504 elements: summed in float32, as torch
+      return (e * e.sum(ax, keepdim=True, dtype=dtypes.float32).reciprocal()).cast(x.dtype)
     return e * e.sum(ax, keepdim=True).reciprocal()
   def log_softmax(self: Tensor, axis: PyInt | None = -1, dtype: DType | str | None = None,
                   dim: PyInt | None = None) -> Tensor:
