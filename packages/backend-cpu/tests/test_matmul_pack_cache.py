@@ -98,3 +98,15 @@ def test_weight_with_a_host_view_is_packed_every_call() -> None:
     out, n = _run(lambda: x @ w.T)
     np.testing.assert_allclose(out, X @ W1.T, rtol=1e-4, atol=1e-4)
     assert n == 2
+
+@pytest.mark.parametrize("graph", [True, False])
+def test_jit_writing_its_input_makes_that_buffer_s_pack_stale(graph: bool) -> None:
+  # a replay writes the buffer passed in for the captured one: its write count moves, so a kept pack of it (the matmul
+  # reading it as B after the replay) is packed again, and the other weight's pack stays valid
+  x, ws, wants = Tensor(X).realize(), [Tensor(W0).realize(), Tensor(W1).realize()], [W0.copy(), W1.copy()]
+  scale = TinyJit(lambda w: w.assign(w * 0.5).realize())
+  with Context(DEBUG=0 if graph else 2):
+    for i in range(8):
+      scale(ws[i % 2])
+      wants[i % 2] = wants[i % 2] * 0.5
+      for w, want in zip(ws, wants): np.testing.assert_allclose((x @ w.T).numpy(), X @ want.T, rtol=1e-4, atol=1e-4)

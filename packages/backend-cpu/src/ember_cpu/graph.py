@@ -175,15 +175,23 @@ class CPUGraph:
     self.T = (ctypes.c_int32 * max(self.n, 1))(*threads)
     self.B = (ctypes.c_void_p * max(len(self.buffers), 1))(*[_address(b.ensure_allocated()._buf) for b in self.buffers])
     self.V = (ctypes.c_int64 * max(len(self.var_values), 1))(*self.var_values)
-    self.inputs = [slots.get(id(b)) for b in input_buffers]
+    # (address table slot, position among the replay's inputs) of each input a kernel reads
+    self.inputs = [(slots[id(b)], i) for i, b in enumerate(input_buffers) if id(b) in slots]
     self.runtime = _runtime()
+    # the C call's arguments as ctypes values once: converting six Python arguments per replay cost more (~1 us) than
+    # the call itself; the tables are rewritten in place, so their addresses stay valid
+    self.run_args = (ctypes.c_void_p(self.fn), ctypes.c_int32(self.n),
+                     *(ctypes.cast(table, ctypes.c_void_p) for table in (self.T, self.F, self.B, self.V)))
 
   def __call__(self, input_buffers: list[Buffer], var_vals: dict[str, int] | None = None) -> None:
-    for slot, b in zip(self.inputs, input_buffers):
-      if slot is not None: self.B[slot] = _address(b.ensure_allocated()._buf)
-    for name, value in (var_vals or {}).items():
-      if (slot := self.var_slots.get(name)) is not None: self.V[slot] = value
-    self.runtime.ember_graph_run(self.fn, self.n, self.T, self.F, self.B, self.V)
+    table = self.B
+    for slot, i in self.inputs:
+      b = input_buffers[i]
+      table[slot] = _address(b._buf if b.is_allocated else b.allocate()._buf)
+    if var_vals:
+      for name, value in var_vals.items():
+        if (var_slot := self.var_slots.get(name)) is not None: self.V[var_slot] = value
+    self.runtime.ember_graph_run(*self.run_args)
 
 def _function_address(prg: Any) -> int:
   """The machine-code address of a loaded kernel (a CPUProgram's ctypes function or an LLVMProgram's JIT code)."""

@@ -196,3 +196,26 @@ def test_sharded_inputs_and_outputs_replay():
     out = f(Tensor(xn).shard(devs, 0).realize())
     assert out.device == devs
     np.testing.assert_array_equal(out.numpy(), xn * 2 + 1)
+
+def test_replays_see_each_call_s_inputs_realized_lazy_or_views():
+  # a replay of realized inputs skips realizing them and re-deriving their shapes; lazy inputs, views and reshaped
+  # buffers go the general way: whichever way, every replay computes on its own call's values
+  f = TinyJit(lambda a, b: (a @ b + 1).contiguous())
+  kinds = ["realized", "realized", "realized", "lazy", "realized", "view", "reshaped", "realized", "lazy"]
+  for i, kind in enumerate(kinds):
+    a, b = _inputs(i)
+    ta, tb = Tensor(a).realize(), Tensor(b).realize()
+    if kind == "lazy": ta = Tensor(a * 2) * 0.5
+    if kind == "view": tb = Tensor(np.ascontiguousarray(b.T)).realize().T
+    if kind == "reshaped": ta = Tensor(a.reshape(12)).realize().reshape(4, 3)
+    np.testing.assert_allclose(f(ta, tb).numpy(), a @ b + 1, rtol=1e-5, atol=1e-5, err_msg=f"call {i}: {kind}")
+
+def test_replays_still_check_their_arguments():
+  f = TinyJit(lambda x, s: (x * s).contiguous())
+  x = np.arange(4, dtype=np.float32)
+  for _ in range(4): np.testing.assert_array_equal(f(Tensor(x).realize(), 3.0).numpy(), x * 3)
+  with pytest.raises(JitError, match="changed"): f(Tensor(np.ones(5, np.float32)).realize(), 3.0)
+  with pytest.raises(JitError, match="changed"): f(Tensor(x.astype(np.int32)).realize(), 3.0)
+  with pytest.raises(JitError, match="changed"): f(Tensor(x).realize(), Tensor(np.float32(3)).realize())
+  with pytest.raises(JitError, match="changed"): f(Tensor(x).realize().shard(("PYTHON", "PYTHON:1"), 0), 3.0)
+  np.testing.assert_array_equal(f(Tensor(x + 1).realize(), 3.0).numpy(), (x + 1) * 3)

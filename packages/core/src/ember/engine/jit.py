@@ -25,12 +25,15 @@ from ember.device.base import Buffer
 from ember.errors import JitError
 from ember.engine import realize as engine
 from ember.helpers import BEAM, DEBUG, JIT, Context
-from ember.schedule import is_kept, note_packed, pack_is_fresh
+from ember.schedule import buffer_of, is_kept, note_packed, pack_is_fresh
 from ember.uop.ops import Ops, UOp
 
 R = TypeVar("R")
 Captured = list[tuple[engine.CompiledRunner | None, list[Buffer], dict[str, int]]]
 Packs = list[tuple[engine.CompiledRunner, list[Buffer], dict[str, int]]]
+
+# looked up once: an Enum member read through its class costs ~0.13 us on CPython 3.11, a tenth of _plain_inputs' time
+_RESHAPE, _BUFFER = Ops.RESHAPE, Ops.BUFFER
 
 _capturing: list[str] = []  # the functions TinyJit is capturing now, innermost last
 
@@ -86,16 +89,28 @@ class TinyJit(Generic[R]):
     self.ret: Any = None
     # called with the input buffers, and with the bound Variables too where the runner `takes_var_vals`
     self.graph: Callable[..., Any] | None = None
+    self._reset_replay()
     if fxn is not None: functools.update_wrapper(self, fxn)
   def __get__(self, obj: Any, objtype: Any = None) -> Any: return functools.partial(self.__call__, obj)
   def reset(self) -> None:
     self.cnt, self.captured, self.expected, self.ret, self.graph = 0, [], [], None, None
     self.packs, self.written = [], []
+    self._reset_replay()
+  def _reset_replay(self) -> None:
+    # what a replay precomputes at capture (_plan_replay): the arguments' classes, shapes, dtypes and devices where
+    # they are plain (_plain_inputs), packs and written buffers by input slot, and the graph's own kernel timing hook
+    self.plain: list[tuple[type[Any], tuple[Any, ...], Any, str] | None] | None = None
+    self.pack_plan: list[tuple[engine.CompiledRunner, Buffer, int, Buffer, dict[str, int]]] = []
+    self.written_bases: list[Buffer] = []
+    self.written_inputs: list[int] = []
+    self.graph_times: Callable[[], list[tuple[int, int]]] | None = None
   def __call__(self, *args: Any, **kwargs: Any) -> R:
     if self.fxn is None:  # used as @TinyJit(prune=True)
       self.fxn = args[0]
       functools.update_wrapper(self, self.fxn)
       return self  # type: ignore[return-value]
+    if self.cnt >= 2 and JIT.value and (plain_bufs := self._plain_inputs(args, kwargs)) is not None:
+      return self._replay(plain_bufs, {})
     inputs = _input_tensors(args, kwargs)
     for t in inputs:
       if t.dtype.weak: raise JitError(f"JIT inputs must be real buffers, got a weak {t.dtype!r} tensor; use .clone()")
@@ -133,32 +148,74 @@ class TinyJit(Generic[R]):
       # what a device graph's replay writes, for the write counts it does not pass through the runners (Buffer.writes)
       self.written = [bufs[i] for runner, bufs, _ in captured if runner is not None for i in runner.written]
       self.graph = _device_graph(captured, in_bufs)
+      self._plan_replay(args, kwargs, var_vals)
       self.cnt += 1
       return ret
     if info != self.expected:
       raise JitError(f"TinyJit inputs changed: expected {self.expected}, got {info}; "
                      "shapes, dtypes and devices must stay the same")
-    swap = {id(old): new for old, new in zip(self.in_bufs, in_bufs)}
-    for pack, bufs, vv in self.packs:  # kept packed weights: packed again once their source was written or swapped
-      scratch, src = bufs[0], swap.get(id(bufs[1]), bufs[1])
+    return self._replay(in_bufs, var_vals)
+
+  def _plan_replay(self, args: tuple[Any, ...], kwargs: dict[str, Any], var_vals: dict[str, int]) -> None:
+    """Precompute at capture what each replay would otherwise work out per call: where the kept packs' sources and the
+    written buffers sit among the inputs, and, when the capture bound no Variables and took no sharded tensor, each
+    argument's class, shape, dtype and device for `_plain_inputs`."""
+    slot = {id(b): i for i, b in enumerate(self.in_bufs)}
+    self.pack_plan = [(pack, bufs[0], slot.get(id(bufs[1]), -1), bufs[1], vv) for pack, bufs, vv in self.packs]
+    self.written_bases = [b.base for b in self.written if id(b) not in slot]
+    self.written_inputs = [slot[id(b)] for b in self.written if id(b) in slot]
+    self.graph_times = getattr(self.graph, "kernel_times_ns", None)
+    from ember.tensor import Tensor
+    values = (*args, *kwargs.values())
+    if var_vals or any(isinstance(a, UOp) or (isinstance(a, Tensor) and a.sharding is not None) for a in values): return
+    self.plain = [(type(a), a.shape, a.dtype, a.device) if isinstance(a, Tensor) else None for a in values]
+
+  def _plain_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Buffer] | None:
+    """The replay's input buffers when every tensor argument is one whole buffer already, of the class, shape, dtype and
+    device captured, and no argument binds a Variable (a replay in a loop): what the general path finds after realizing
+    each input and unbinding its shape, at a tenth of its Python cost (a small matvec's whole kernel is ~30 us). None
+    where anything differs or is not plain: the general path then realizes, swaps or reports it."""
+    plain = self.plain
+    values: tuple[Any, ...] = (*args, *kwargs.values()) if kwargs else args
+    if plain is None or len(values) != len(plain): return None
+    bufs = []
+    for a, want in zip(values, plain):
+      if want is None:
+        from ember.tensor import Tensor
+        if isinstance(a, (Tensor, UOp)): return None  # a tensor or a Variable where the capture had neither
+        continue
+      cls, shape, dtype, device = want
+      if type(a) is not cls or a.sharding is not None: return None
+      u = b = a.uop
+      while b.op is _RESHAPE: b = b.src[0]
+      if b.op is not _BUFFER or b.arg.device != device or b.dtype != dtype or u.shape != shape: return None
+      bufs.append(buffer_of(b))
+    return bufs
+
+  def _replay(self, in_bufs: list[Buffer], var_vals: dict[str, int]) -> R:
+    """Run the capture on this call's input buffers (in the capture's input order) and bound Variable values."""
+    for pack, scratch, src_slot, src, vv in self.pack_plan:  # kept packed weights: packed again once stale
+      if src_slot >= 0: src = in_bufs[src_slot]
       if pack_is_fresh(scratch, src): continue
       pack([scratch, src], {**vv, **var_vals})
       note_packed(scratch, src)
       engine.GlobalCounters.kernel_count += 1
     # each kernel timed on its own (DEBUG=2, a profile): launched one by one, not as the device's graph, unless the
     # graph times its kernels itself (HCQ: a GPU timestamp around each), which a profile then reads after the replay
-    graph_times = getattr(self.graph, "kernel_times_ns", None)
+    graph_times = self.graph_times
     timed = DEBUG.value >= 2 or (profiler.enabled and graph_times is None)
     # a graph replays the capture in one device call; one that `takes_var_vals` also takes new Variable values
     if self.graph is not None and not timed and (not var_vals or getattr(self.graph, "takes_var_vals", False)):
       start = profiler.now_us() if profiler.enabled else 0.0
       if var_vals: self.graph(in_bufs, var_vals)
       else: self.graph(in_bufs)
-      for b in self.written: swap.get(id(b), b).base.writes += 1
+      for base in self.written_bases: base.writes += 1
+      for i in self.written_inputs: in_bufs[i].base.writes += 1
       engine.GlobalCounters.kernel_count += len(self.captured)
       if profiler.enabled and graph_times is not None: self._record_graph_replay(start, graph_times())
       self.cnt += 1
       return self.ret
+    swap = {id(old): new for old, new in zip(self.in_bufs, in_bufs)}
     start = profiler.now_us() if profiler.enabled else 0.0
     for runner, bufs, vv in self.captured:
       real = [swap.get(id(b), b) for b in bufs]
@@ -234,6 +291,4 @@ def _device_graph(captured: Captured, in_bufs: list[Buffer]) -> Callable[..., An
   graph = Device[runners[0].device].graph
   return graph(captured, in_bufs) if graph is not None else None
 
-def _buf(t: Any) -> Buffer:
-  from ember.schedule import buffer_of
-  return buffer_of(t.uop)
+def _buf(t: Any) -> Buffer: return buffer_of(t.uop)
