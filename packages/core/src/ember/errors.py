@@ -82,6 +82,6 @@ class ProfileError(EmberError, ValueError, RuntimeError):
 
 __all__ = ["EmberError", "ShapeError", "AxisError", "IndexRangeError", "EmptyReductionError", "ArgumentError",
            "IntegerDivisionByZeroError", "ContextKeyError", "IndexingError", "DTypeError", "DTypeNotImplementedError",
-           "DeviceError", "PluginError",
+           "DeviceError", "OutOfMemoryError", "PluginError",
            "CompileError",
            "MemoryAccessError", "JitError", "GradientError", "ShardingError", "VizError", "ProfileError"]
