@@ -753,3 +753,14 @@ def test_half_norms_scans_and_attention_compute_in_float32_as_torch() -> None:
   q, tq = ours.reshape(1, 4, 50, 100), want.reshape(1, 4, 50, 100)
   close(q.scaled_dot_product_attention(q, q, is_causal=True),
         torch.nn.functional.scaled_dot_product_attention(tq, tq, tq, is_causal=True), 5e-2)
+
+def test_int_fill_values_and_bounds_that_do_not_fit_raise_like_torch() -> None:
+  # masked_fill(m, 1000) and clamp(-1000, 1000) of an int8 tensor wrote -24 (the value wrapped); torch refuses both.
+  # Arithmetic with such a scalar wraps in both (x + 1000), and stays so
+  i8 = np.array([1, -3], np.int8)
+  check_raises_like_torch("masked_fill", lambda: Tensor(i8).masked_fill(Tensor([True, False]), 1000),
+                          lambda: T(i8).masked_fill(T([True, False]), 1000))
+  check_raises_like_torch("clamp", lambda: Tensor(i8).clamp(-1000, 1000), lambda: T(i8).clamp(-1000, 1000))
+  check_raises_like_torch("clamp int32", lambda: Tensor(INTS).clamp(0, 2 ** 31), lambda: T(INTS).clamp(0, 2 ** 31))
+  np.testing.assert_array_equal(Tensor(i8).clamp(-128, 127).numpy(), T(i8).clamp(-128, 127).numpy())
+  np.testing.assert_array_equal((Tensor(i8) + 1000).numpy(), (T(i8) + 1000).numpy())

@@ -11,7 +11,7 @@ import math
 import struct
 from dataclasses import dataclass
 from typing import Any, Final
-from ember.errors import DTypeError
+from ember.errors import ArgumentError, DTypeError
 from ember.helpers import DEFAULT_FLOAT, DEFAULT_INT
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -202,6 +202,13 @@ def strong_dtype(dt: DType) -> DType:
   if dt is dtypes.weakint: return dtypes.default_int
   if dt is dtypes.weakfloat: return dtypes.default_float
   return dt
+
+def check_scalar_fits(v: Any, dt: DType, op: str) -> None:
+  """A Python int that `op` writes into an int tensor of dtype `dt` must fit it (torch raises too): masked_fill(m, 1000)
+  of an int8 tensor wrote -24. Arithmetic (`x + 1000`) wraps, as torch's does, and is not checked here."""
+  if isinstance(v, int) and not isinstance(v, bool) and dtypes.is_int(dt) and not dtypes.min(dt) <= v <= dtypes.max(dt):
+    raise ArgumentError(f"{op}: {v} does not fit {dt!r} (range {dtypes.min(dt)}..{dtypes.max(dt)}); cast the tensor "
+                        "to a wider dtype first")
 
 def narrow_float(dt: DType) -> bool:
   """half, bfloat16 and the fp8s: composite reductions (mean, var, norms, attention) compute in float32 and cast once

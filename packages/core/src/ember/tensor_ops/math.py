@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import math
 from typing import TYPE_CHECKING, Any
-from ember.dtype import dtypes, least_upper_float, strong_dtype
+from ember.dtype import check_scalar_fits, dtypes, least_upper_float, strong_dtype
 from ember.errors import DTypeError, ShapeError
 from ember.tensor_ops.elementwise import _refuse_zero_divisor
 from ember.uop.ops import Ops
@@ -188,6 +188,7 @@ class MathMixin:
     lo, hi = (min_ if min is None else min), (max_ if max is None else max)
     if lo is None and hi is None:
       raise ShapeError("clip/clamp needs at least one bound: pass min_ (min=) or max_ (max=), or both")
+    for bound in (lo, hi): check_scalar_fits(bound, self.dtype, "clip/clamp")
     ret, bounds = self, []
     if lo is not None:
       a, low = ret._broadcasted(lo)

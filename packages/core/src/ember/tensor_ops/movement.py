@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
-from ember.dtype import dtypes, least_upper_dtype, strong_dtype
+from ember.dtype import check_scalar_fits, dtypes, least_upper_dtype, strong_dtype
 from ember.errors import AxisError, DTypeError, ShapeError
 from ember.helpers import prod
 from ember.uop.ops import Ops, UOp, int_shape, int_size, sint
@@ -515,6 +515,7 @@ class MovementMixin:
     [0, 2, 0]
     """
     if mask.dtype is not dtypes.bool: raise DTypeError(f"masked_fill mask must be bool, got {mask.dtype!r}")
+    check_scalar_fits(value, self.dtype, "masked_fill")
     v = value.cast(self.dtype) if isinstance(value, Tensor) else Tensor(_const_uop(value, self.dtype, self.device))
     return mask.where(v, self)
   def _flat_true_positions(self: Tensor, count: int) -> Tensor:
