@@ -219,3 +219,25 @@ def test_replays_still_check_their_arguments():
   with pytest.raises(JitError, match="changed"): f(Tensor(x).realize(), Tensor(np.float32(3)).realize())
   with pytest.raises(JitError, match="changed"): f(Tensor(x).realize().shard(("PYTHON", "PYTHON:1"), 0), 3.0)
   np.testing.assert_array_equal(f(Tensor(x + 1).realize(), 3.0).numpy(), (x + 1) * 3)
+
+def test_tensors_inside_lists_and_dicts_are_inputs() -> None:
+  # they were baked into the capture: every replay read the first call's data
+  @TinyJit
+  def pair(xs: list[Tensor], d: dict[str, Tensor]) -> Tensor: return (xs[0] + xs[1] * d["w"]).realize()
+  for i in range(5):
+    out = pair([Tensor([float(i)]), Tensor([1.0])], {"w": Tensor([float(i * i)])})
+    np.testing.assert_allclose(out.numpy(), [i + i * i])
+  assert pair.cnt >= 3  # it replayed
+
+def test_a_changed_python_argument_captures_again() -> None:
+  # a scale baked into the capture: replays returned x * 1.0 for scale=3.0
+  @TinyJit
+  def scaled(x: Tensor, scale: float = 1.0, flags: tuple[bool, ...] = (False,)) -> Tensor:
+    return (x * scale + (1 if flags[0] else 0)).realize()
+  x = Tensor([1.0, 2.0]).realize()
+  calls = [(1.0, (False,))] * 3 + [(3.0, (False,))] * 3 + [(3.0, (True,))] * 3 + [(float("nan"), (False,))] * 3
+  with pytest.warns(UserWarning, match="Python argument changed"):
+    for scale, flags in calls:
+      want = np.array([1.0, 2.0]) * scale + flags[0]
+      np.testing.assert_allclose(scaled(x, scale=scale, flags=flags).numpy(), want)
+  assert scaled.cnt >= 2  # the last value (NaN, equal to itself here) replays

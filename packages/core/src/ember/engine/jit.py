@@ -10,7 +10,10 @@ calls `graph_runner(new_input_buffers)` instead of launching the kernels one by 
 wherever the capture used the old ones, and may return before the GPU finishes (`Device.synchronize` waits).
 
 Replay cannot see Python values: reading tensor data to the host while capturing (`item()`, `numpy()`, `tolist()`,
-`data()`, `bool(t)`) raises `JitError`, since the value read would be baked into every replay. Inputs whose shapes
+`data()`, `bool(t)`) raises `JitError`, since the value read would be baked into every replay. Tensors inside list,
+tuple and dict arguments are inputs like the others. Python arguments (numbers, strings, flags, and lists or dicts of
+them) are baked into the capture: where one differs from the captured call's, the function runs and is captured again
+(tinygrad's TinyJit replays the old value silently). Inputs whose shapes
 hold bound Variables replay with each call's values. `prune=True` runs the kernels that depend on neither the inputs
 nor state the replay itself changes once, at capture, and drops them from the replay. `JITBEAM=N` compiles the
 captured kernels under BEAM=N (a search per new kernel, see ember.codegen.search): the kernels replays run are searched
@@ -19,6 +22,7 @@ and the rest of the program is not.
 from __future__ import annotations
 import functools
 import sys
+import warnings
 from typing import Any, Callable, Generic, TypeVar
 import ember.profiler as profiler
 from ember.device.base import Buffer
@@ -64,8 +68,21 @@ def _per_device(t: Any) -> list[Any]:
   return list(t.sharding.shards) if t.sharding is not None else [t]
 
 def _input_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
-  from ember.tensor import Tensor
-  return [s for a in (*args, *kwargs.values()) if isinstance(a, Tensor) for s in _per_device(a)]
+  """The tensor arguments, in order, including those inside lists, tuples and dicts (a replay swaps each one in: a
+  tensor in a list was baked into the capture, so every replay read the first call's data)."""
+  return _flatten_returns((*args, *kwargs.values()))
+
+_SCALARS = (int, float, bool, str, bytes, complex, type(None))
+
+def _scalar_key(x: Any) -> Any:
+  """What a Python value baked into a capture is compared by: scalars by type and value (NaN equal to NaN), containers
+  by their items, tensors and Variables (swapped in or bound per call) and other objects (a model, a function) not."""
+  if isinstance(x, _SCALARS): return (type(x), "nan" if isinstance(x, float) and x != x else x)
+  if isinstance(x, (list, tuple)): return (type(x), tuple(_scalar_key(v) for v in x))
+  if isinstance(x, dict): return (dict, tuple((k, _scalar_key(v)) for k, v in x.items()))
+  if hasattr(x, "item") and getattr(x, "shape", None) == () and hasattr(x, "dtype") and type(x).__module__ == "numpy":
+    return (type(x), x.item())  # a numpy scalar
+  return None
 
 def _flatten_returns(ret: Any) -> list[Any]:
   from ember.tensor import Tensor
@@ -81,25 +98,28 @@ class TinyJit(Generic[R]):
   """
   def __init__(self, fxn: Callable[..., R] | None = None, prune: bool = False):
     self.fxn, self.prune = fxn, prune
+    self.recaptures = 0  # captures dropped because a Python argument changed (warned about at the third)
     self.cnt = 0
     self.captured: Captured = []
     self.packs: Packs = []  # PACK calls of kept packed weights, run where stale (_kept_packs)
     self.written: list[Buffer] = []
     self.expected: list[Any] = []
     self.ret: Any = None
+    self.scalars: Any = None  # _scalar_key of the captured call's arguments: Python values the capture baked in
     # called with the input buffers, and with the bound Variables too where the runner `takes_var_vals`
     self.graph: Callable[..., Any] | None = None
     self._reset_replay()
     if fxn is not None: functools.update_wrapper(self, fxn)
   def __get__(self, obj: Any, objtype: Any = None) -> Any: return functools.partial(self.__call__, obj)
   def reset(self) -> None:
-    self.cnt, self.captured, self.expected, self.ret, self.graph = 0, [], [], None, None
+    self.cnt, self.captured, self.expected, self.ret, self.graph, self.scalars = 0, [], [], None, None, None
     self.packs, self.written = [], []
     self._reset_replay()
   def _reset_replay(self) -> None:
     # what a replay precomputes at capture (_plan_replay): the arguments' classes, shapes, dtypes and devices where
     # they are plain (_plain_inputs), packs and written buffers by input slot, and the graph's own kernel timing hook
     self.plain: list[tuple[type[Any], tuple[Any, ...], Any, str] | None] | None = None
+    self.plain_scalars: list[tuple[int, Any]] = []  # (argument position, _scalar_key) of the plain non-tensor arguments
     self.pack_plan: list[tuple[engine.CompiledRunner, Buffer, int, Buffer, dict[str, int]]] = []
     self.written_bases: list[Buffer] = []
     self.written_inputs: list[int] = []
@@ -114,6 +134,7 @@ class TinyJit(Generic[R]):
     inputs = _input_tensors(args, kwargs)
     for t in inputs:
       if t.dtype.weak: raise JitError(f"JIT inputs must be real buffers, got a weak {t.dtype!r} tensor; use .clone()")
+    scalars = _scalar_key((args, tuple(sorted(kwargs.items(), key=lambda kv: kv[0]))))
     if not JIT.value or self.cnt == 0:
       self.cnt += 1
       ret = self.fxn(*args, **kwargs)
@@ -128,7 +149,7 @@ class TinyJit(Generic[R]):
     info = [(_unbind_shape(t.shape, var_vals), t.dtype, t.device) for t in inputs]
     info += [_unbind_shape((u,), var_vals) for u in (*args, *kwargs.values()) if isinstance(u, UOp)]
     if self.cnt == 1:
-      self.expected = info
+      self.expected, self.scalars = info, scalars
       captured: Captured = []
       hook = lambda runner, bufs, vv: captured.append((runner, list(bufs), dict(vv)))  # noqa: E731
       engine.capture_hooks.append(hook)
@@ -154,6 +175,19 @@ class TinyJit(Generic[R]):
     if info != self.expected:
       raise JitError(f"TinyJit inputs changed: expected {self.expected}, got {info}; "
                      "shapes, dtypes and devices must stay the same")
+    if scalars != self.scalars:
+      # a Python value the capture baked in (a scale, a flag, a size) changed: the replay would compute with the old
+      # one, so the function runs again and is captured anew for the new values (as a guard failure recompiles)
+      self.recaptures += 1
+      if self.recaptures == 3 or DEBUG.value >= 1:
+        warnings.warn(f"TinyJit {getattr(self.fxn, '__qualname__', '')}: a Python argument changed since the capture "
+                      f"({self.recaptures} times), so the function ran and was captured again; pass values that change "
+                      "as Tensors or Variables to replay without that", stacklevel=2)
+      self.reset()
+      self.cnt = 1
+      ret = self.fxn(*args, **kwargs)
+      for t in _flatten_returns(ret): t.realize()
+      return ret
     return self._replay(in_bufs, var_vals)
 
   def _plan_replay(self, args: tuple[Any, ...], kwargs: dict[str, Any], var_vals: dict[str, int]) -> None:
@@ -168,7 +202,9 @@ class TinyJit(Generic[R]):
     from ember.tensor import Tensor
     values = (*args, *kwargs.values())
     if var_vals or any(isinstance(a, UOp) or (isinstance(a, Tensor) and a.sharding is not None) for a in values): return
+    if any(isinstance(a, (list, tuple, dict)) and _flatten_returns(a) for a in values): return  # tensors inside
     self.plain = [(type(a), a.shape, a.dtype, a.device) if isinstance(a, Tensor) else None for a in values]
+    self.plain_scalars = [(i, key) for i, a in enumerate(values) if (key := _scalar_key(a)) is not None]
 
   def _plain_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Buffer] | None:
     """The replay's input buffers when every tensor argument is one whole buffer already, of the class, shape, dtype and
@@ -190,6 +226,8 @@ class TinyJit(Generic[R]):
       while b.op is _RESHAPE: b = b.src[0]
       if b.op is not _BUFFER or b.arg.device != device or b.dtype != dtype or u.shape != shape: return None
       bufs.append(buffer_of(b))
+    for i, key in self.plain_scalars:  # a Python value baked into the capture changed: the general path recaptures
+      if _scalar_key(values[i]) != key: return None
     return bufs
 
   def _replay(self, in_bufs: list[Buffer], var_vals: dict[str, int]) -> R:
