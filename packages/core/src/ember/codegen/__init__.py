@@ -89,14 +89,15 @@ def apply_opts(ast: UOp, renderer: Renderer, work: int, threads: int | None = No
   `core_id`'s), so a range of symbolic trip count (a decode step's position) splits too: its threads are as many as
   its largest value allows, and a thread whose share starts past the bound value's end runs no iteration."""
   if NOOPT.value or not renderer.has_threads: return ast, None
-  ranges = global_ranges(ast)
+  topo = ast.toposort()  # one walk of the unrolled kernel for its ranges, its reductions and the substitution
+  ranges = global_ranges(ast, topo)
   if not ranges: return ast, None
   nthreads = threads or NUM_CPU_THREADS.value or (renderer.global_max[0] if renderer.global_max else 1)
   first = ranges[0]
   n = min(nthreads, range_trips(first))
-  reduces = any(x.op is Ops.REDUCE for x in ast.toposort())
+  reduces = any(x.op is Ops.REDUCE for x in topo)
   if n < 2 or (threads is None and work < (THREAD_MIN_WORK if reduces else THREAD_MIN_ELEMENTS)): return ast, None
-  return ast.substitute({first: first.replace(arg=(first.arg[0], AxisType.THREAD))}), [n, 1, 1]
+  return uop_rewrite.substitute(ast, {first: first.replace(arg=(first.arg[0], AxisType.THREAD))}, topo), [n, 1, 1]
 
 def apply_gpudims(ast: UOp, renderer: Renderer) -> tuple[UOp, list[int] | None, list[int] | None]:
   """GPU renderers: the output ranges become one flat hardware index `gidx0*L + lidx0` (block, thread).

@@ -19,6 +19,7 @@ Float sums are reassociated (a tree instead of a left fold); MAX keeps NaN propa
 same MAX op.
 """
 from __future__ import annotations
+from typing import Iterable
 from ember.dtype import DType, dtypes
 from ember.helpers import prod
 from ember.renderer import Renderer
@@ -34,10 +35,10 @@ def _pow2_divisor(n: int, cap: int) -> int:
   while size * 2 <= cap and n % (size * 2) == 0: size *= 2
   return size
 
-def global_ranges(ast: UOp) -> list[UOp]:
-  """The kernel's output loops, outermost first."""
-  return sorted((n for n in ast.toposort() if n.op is Ops.RANGE and n.arg[1] is AxisType.GLOBAL),
-                key=lambda r: r.arg[0])
+def global_ranges(ast: UOp, topo: Iterable[UOp] | None = None) -> list[UOp]:
+  """The kernel's output loops, outermost first (`topo`: `ast.toposort()`, where the caller has it)."""
+  return sorted((n for n in (ast.toposort() if topo is None else topo) if n.op is Ops.RANGE and
+                 n.arg[1] is AxisType.GLOBAL), key=lambda r: r.arg[0])
 
 def unflatten(flat: UOp, counts: list[int]) -> list[UOp]:
   """The index along each of `counts` (row-major: the last fastest) that the flat index `flat` stands for."""

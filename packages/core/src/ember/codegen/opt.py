@@ -541,8 +541,8 @@ def fuse_mulacc(uops: list[UOp]) -> list[UOp]:
   # partial sums combined with each other after their loop stay `acc + a*b`: gcc vectorises a group of those as one
   # vector accumulator, but has no vector reduction for a group of fma calls (the lanes of a matmul's block, each
   # stored on its own, need none)
-  partial = {s for u in uops if u.op in (Ops.ADD, Ops.MAX) and all(s.op is Ops.DEFINE_ACC for s in u.src)
-             for s in u.src}
+  partial = {s for u in uops if u.op in (Ops.ADD, Ops.MAX) and u.src[0].op is Ops.DEFINE_ACC
+             and all(s.op is Ops.DEFINE_ACC for s in u.src) for s in u.src}
   fused = {u for u in uops if u.op is Ops.ADD and u.dtype in (dtypes.float32, dtypes.float64) and len(u.src) == 2
            and u.src[0].op is Ops.DEFINE_ACC and u.src[0] not in partial and u.src[1].op is Ops.MUL
            and uses.get(u.src[1], 0) == 1}
@@ -556,7 +556,7 @@ def fuse_mulacc(uops: list[UOp]) -> list[UOp]:
       mul = u.src[1]
       srcs = (new.get(mul.src[0], mul.src[0]), new.get(mul.src[1], mul.src[1]), new.get(u.src[0], u.src[0]))
       n = UOp(Ops.MULACC, u.dtype, srcs, FUSED)
-    elif any(s in new for s in u.src): n = UOp(u.op, u.dtype, tuple(new.get(s, s) for s in u.src), u.arg, u.tag)
+    elif not new.keys().isdisjoint(u.src): n = UOp(u.op, u.dtype, tuple([new.get(s, s) for s in u.src]), u.arg, u.tag)
     else: n = u
     if n is not u: new[u] = n
     out.append(n)

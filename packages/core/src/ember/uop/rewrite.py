@@ -388,11 +388,12 @@ def rewrite_walk(sink: UOp, rewrite: Callable[[UOp, Any], UOp | None], ctx: Any,
     for k in walked: k.__dict__[memo] = _SAME if (v := replace[k]) is k else v
   return replace[sink]
 
-def substitute(sink: UOp, mapping: dict[UOp, UOp]) -> UOp:
-  """Replace nodes by identity, rebuilding their users (no fixed point: replacements are not rewritten again)."""
+def substitute(sink: UOp, mapping: dict[UOp, UOp], topo: Iterable[UOp] | None = None) -> UOp:
+  """Replace nodes by identity, rebuilding their users (no fixed point: replacements are not rewritten again).
+  `topo`: `sink.toposort()`, where the caller has it."""
   if not mapping: return sink
   replace: dict[UOp, UOp] = {}
-  for node in sink.toposort():
+  for node in sink.toposort() if topo is None else topo:
     if node in mapping:
       replace[node] = mapping[node]
       continue
