@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from ember import Device, Tensor, TinyJit, Variable
 from ember.plugin import LLVMRenderer
-from ember.nn.llm.attention import BLOCK, CHUNKS, decode_attention, fused_decode_attention
+from ember.nn.llm.attention import (BLOCK, CHUNKS, cache_shape, cached_rows, decode_attention, fused_decode_attention,
+                                    store_rows)
 
 def oracle(q: np.ndarray, cache: np.ndarray, mask: np.ndarray, k_new: np.ndarray, v_new: np.ndarray, n: int,
            rep: int) -> np.ndarray:
@@ -35,9 +36,25 @@ def rows(k_new: np.ndarray, v_new: np.ndarray) -> np.ndarray:
   """The step's own cache rows (S, 2 * kv): keys, then values."""
   return np.concatenate([k_new.reshape(len(k_new), -1), v_new.reshape(len(v_new), -1)], axis=1)
 
+def blocked(cache: np.ndarray) -> tuple[np.ndarray, int]:
+  """A cache of rows (S, C, 2 * kv) in the kernel's blocked layout (S, B, 2 * kv, BLOCK), each BLOCK rows' keys
+  transposed then their values, C padded with zero rows to whole blocks; and the padded row count."""
+  S, C, kv2 = cache.shape
+  B = -(-C // BLOCK)
+  padded = np.zeros((S, B * BLOCK, kv2), cache.dtype)
+  padded[:, :C] = cache
+  by_block = padded.reshape(S, B, BLOCK, kv2)
+  keys = by_block[..., :kv2 // 2].transpose(0, 1, 3, 2).reshape(S, B, -1)
+  values = by_block[..., kv2 // 2:].reshape(S, B, -1)
+  return np.concatenate([keys, values], axis=2).reshape(S, B, kv2, BLOCK), B * BLOCK
+
+def padded_mask(mask: np.ndarray, rows: int) -> np.ndarray:
+  return np.concatenate([mask, np.full((rows - len(mask), mask.shape[1]), -np.inf, np.float32)])
+
 def run(q, cache, mask, k_new, v_new, n, rep, C):
-  return decode_attention(*(Tensor(a) for a in (q, cache, mask, rows(k_new, v_new))), Variable("pos", 1, C).bind(n),
-                          rep).numpy()
+  layout, rows_ = blocked(cache)
+  return decode_attention(*(Tensor(a) for a in (q, layout, padded_mask(mask, rows_), rows(k_new, v_new))),
+                          Variable("pos", 1, C).bind(n), rep).numpy()
 
 LONG = CHUNKS * BLOCK + 45  # two blocks per chunk, the last chunks past the end
 
@@ -71,7 +88,8 @@ def test_one_capture_serves_every_position():
   mask = np.zeros((C, 1), np.float32)
   step = TinyJit(lambda *a: decode_attention(*a[:4], a[4], rep).realize())
   var = Variable("pos", 1, C)
-  tensors = [Tensor(a) for a in (q, cache, mask, rows(k_new, v_new))]
+  layout, padded = blocked(cache)
+  tensors = [Tensor(a) for a in (q, layout, padded_mask(mask, padded), rows(k_new, v_new))]
   for n in (5, 6, LONG, 1, LONG - 1, 17):
     got = step(*tensors, var.bind(n)).numpy()
     np.testing.assert_allclose(got, oracle(q, cache, mask, k_new, v_new, n, rep), rtol=2e-5, atol=2e-5)
@@ -87,8 +105,39 @@ def test_three_kernels_the_queries_scaled_once():
   # copied again into the buffer the kernels took: a fourth kernel per layer)
   C = LONG
   q, cache, k_new, v_new = inputs(1, 3, 3, 64, C, np.float16, seed=3)
-  t = decode_attention(*(Tensor(a).realize() for a in (q, cache, np.zeros((C, 1), np.float32), rows(k_new, v_new))),
+  layout, padded = blocked(cache)
+  mask = np.zeros((padded, 1), np.float32)
+  t = decode_attention(*(Tensor(a).realize() for a in (q, layout, mask, rows(k_new, v_new))),
                        Variable("pos", 1, C).bind(40), 3)
   assert len([it for it in t.schedule() if it.kind != "copy"]) == 3
   np.testing.assert_allclose(t.numpy(), oracle(q, cache, np.zeros((C, 1), np.float32), k_new, v_new, 40, 3),
                              rtol=2e-5, atol=2e-5)
+
+def test_half_subnormals_and_zeros_read_exactly():
+  # the kernel widens halves from their bits (scaled by 2^-112, the queries by 2^112): subnormal halves, zeros and
+  # negative zeros are the values the oracle reads
+  C, n = 40, 37
+  q, cache, k_new, v_new = inputs(1, 2, 2, 16, C, np.float16, seed=4)
+  tiny = np.array([6e-8, -6e-8, 3e-6, -2e-5, 0.0, -0.0, 6.1e-5, 65504.0], np.float16)
+  cache[0, ::3, ::5] = tiny[np.arange(len(cache[0, ::3, ::5].flat)) % len(tiny)].reshape(cache[0, ::3, ::5].shape)
+  mask = np.zeros((C, 1), np.float32)
+  got = run(q * 1e-3, cache, mask, k_new, v_new, n, 2, C)  # small queries: the huge keys do not swamp the softmax
+  np.testing.assert_allclose(got, oracle(q * 1e-3, cache, mask, k_new, v_new, n, 2), rtol=2e-5, atol=2e-5)
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_blocked_layout_stores_and_reads_rows(dtype):
+  # store_rows (the host's write of new rows) and cached_rows (the views prefill reads) against the layout the kernel
+  # reads, built here from its definition; a row range that crosses blocks, and one slot of two
+  S, C, kv = 2, 37, 6
+  rows_ = np.random.default_rng(5).standard_normal((S, C, 2 * kv)).astype(dtype)
+  layer = np.zeros(cache_shape(S, C, kv), dtype)
+  assert layer.shape == (S, 3, 2 * kv, BLOCK)
+  store_rows(layer, rows_[0, :13], 0, 0)
+  store_rows(layer, rows_[0, 13:], 0, 13)
+  store_rows(layer, rows_[1], 1, 0)
+  want, padded = blocked(rows_)
+  np.testing.assert_array_equal(layer, want)
+  keys, values = cached_rows(Tensor(layer))
+  assert keys.shape == values.shape == (S, padded, kv)
+  np.testing.assert_array_equal(keys.numpy()[:, :C], rows_[:, :, :kv])
+  np.testing.assert_array_equal(values.numpy()[:, :C], rows_[:, :, kv:])

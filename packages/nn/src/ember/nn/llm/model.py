@@ -6,7 +6,8 @@ Grouped-query attention shares each KV head between n_heads / n_kv_heads query h
 Kernels per step are kept few: Wq|Wk|Wv is one (dim + 2·kv, dim) matmul and Wg|Wu one (2·ffn, dim) matmul; the
 RMSNorm scale is applied to the matmul's output rows; RoPE is one elementwise kernel over the query and key heads
 together; each layer's cache is one (max_context, 2·kv) tensor (keys then values; float16 unless
-kv_dtype="float32", widened inside the attention kernels); the residual stream is stored after each add.
+kv_dtype="float32", widened inside the attention kernels), blocked where the fused decode kernels read it (16
+positions' keys transposed, then their values: `KVCache`); the residual stream is stored after each add.
 
 Weights: by default Q4_0, Q4_1 and Q8_0 matrices stay quantised on the device (`QuantWeight`: packed quants plus
 per-block scales, ~5.3 bits per weight for Q4_1 instead of 32) and are dequantised inside the matmul kernel, with the
@@ -40,11 +41,11 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 import numpy as np
-from ember import Tensor, TinyJit, UOp, Variable
+from ember import Device, Tensor, TinyJit, UOp, Variable
 from ember.errors import EmberError
 from ember.nn.gguf import BLOCK_LAYOUT, GGMLType, GGUFFile, dequantize, tensor_nbytes
 from ember.nn.llm.quant import BLOCK, HALF, KEPT, HalfWeight, QuantWeight, stored_sum
-from ember.nn.llm.attention import decode_attention, fused_decode_attention
+from ember.nn.llm.attention import cache_shape, cached_rows, decode_attention, fused_decode_attention, store_rows
 
 SUPPORTED_ARCHS = ("llama", "mistral", "qwen2", "qwen3")
 NEOX_ROPE_ARCHS = ("qwen2", "qwen3")  # rotate-half RoPE: llama.cpp's converter leaves their q/k rows as they are
@@ -230,9 +231,10 @@ KV_DTYPES = {"float16": np.float16, "float32": np.float32}  # what a KV cache ma
 @dataclass
 class KVCache:
   """The keys and values of `slots` independent sequences: per layer a (slots, max_context, 2·kv_dim) tensor of the
-  model's `kv_dtype` (float16 by default), keys in the first kv_dim columns; `pos[s]` is the number of positions slot s
-  has filled. Rows at or past a slot's position are never read before being written (a batched decode step masks
-  them)."""
+  model's `kv_dtype` (float16 by default), keys in the first kv_dim columns, or where the decode step attends with
+  `decode_attention`, the blocked (slots, blocks, 2·kv_dim, BLOCK) layout it reads (`attention.cache_shape`: each
+  BLOCK positions' keys transposed, then their values); `pos[s]` is the number of positions slot s has filled. Rows
+  at or past a slot's position are never read before being written (a batched decode step masks them)."""
   layers: list[Tensor]
   max_context: int
   pos: list[int] = field(default_factory=list)
@@ -244,6 +246,12 @@ class KVCache:
   @property
   def slots(self) -> int: return _layer_shape(self.layers[0])[0] if self.layers else len(self.pos) or 1
 
+  @property
+  def rows(self) -> int:
+    """Rows a layer holds per slot: max_context, rounded up to whole blocks in the blocked layout."""
+    shape = _layer_shape(self.layers[0])
+    return shape[1] * shape[3] if len(shape) == 4 else shape[1]
+
   def write_rows(self, rows: Iterable[np.ndarray], slot: int, pos: int) -> None:
     """Store `rows` (per layer a (T, 2·kv_dim) float32 array: an (n_layers, T, 2·kv_dim) array, or an iterable that
     makes them one at a time) at positions pos..pos+T-1 of `slot`, rounded to the cache's dtype: a host copy into the
@@ -251,15 +259,38 @@ class KVCache:
     if self._rows is None: self._rows = [_host_rows(t) for t in self.layers]
     for layer, host, new in zip(self.layers, self._rows, rows):
       T = new.shape[0]
-      if host is not None: host[slot, pos:pos + T] = new
+      if layer.ndim == 4: _write_blocked(layer, host, new, slot, pos)
+      elif host is not None: host[slot, pos:pos + T] = new
       else:
         width = _layer_shape(layer)[2]
         at = (slot * self.max_context + pos) * width * layer.dtype.itemsize
         host_rows = np.ascontiguousarray(new, _np_dtype(layer))
         layer.buffer().view(T * width, layer.dtype, at).copyin(host_rows.data)
 
+def _write_blocked(layer: Tensor, host: np.ndarray | None, new: np.ndarray, slot: int, pos: int) -> None:
+  """`KVCache.write_rows` for a blocked layer: into its host view, else the blocks the rows fall in copied out of the
+  buffer, written and copied back (a position's key elements lie BLOCK apart)."""
+  if host is not None:
+    store_rows(host, new, slot, pos)
+    return
+  S, B, kv2, block = _layer_shape(layer)
+  first, last = pos // block, (pos + new.shape[0] - 1) // block
+  size, item = kv2 * block, layer.dtype.itemsize
+  view = layer.buffer().view((last + 1 - first) * size, layer.dtype, (slot * B + first) * size * item)
+  blocks = np.empty((1, last + 1 - first, kv2, block), _np_dtype(layer))
+  view.copyout(blocks.data.cast("B"))
+  store_rows(blocks, new, 0, pos - first * block)
+  view.copyin(blocks.data.cast("B"))
+
+def _cached(cache: Tensor) -> tuple[Tensor, Tensor]:
+  """A cache layer's keys and values (S, rows, kv_dim), in either layout (views of it)."""
+  if cache.ndim == 4: return cached_rows(cache)
+  kv = cache.shape[2] // 2
+  return cache[:, :, :kv], cache[:, :, kv:]
+
 def _layer_shape(t: Tensor) -> tuple[int, ...]:
-  """A cache layer's (slots, max_context, 2·kv_dim): a buffer of fixed size, so never symbolic."""
+  """A cache layer's (slots, max_context, 2·kv_dim) or blocked (slots, blocks, 2·kv_dim, BLOCK): a buffer of fixed
+  size, so never symbolic."""
   shape = tuple(s for s in t.shape if isinstance(s, int))
   if len(shape) != t.ndim: raise ModelError(f"a KV cache layer needs concrete sizes, got the shape {t.shape}")
   return shape
@@ -320,8 +351,11 @@ class LlamaLayer:
     q, new_rows, new = self._qkv(x, cos, sin, cache)
     # the position is the leading dim of everything symbolic: buffers of these shapes then have constant strides
     # float16 rows are widened to float32 inside the kernels that read them
-    keys = cache.shrink(((0, S), (0, n), (0, kv))).permute(1, 0, 2).float()  # (n, S, kv)
-    values = cache.shrink(((0, S), (0, n), (kv, 2 * kv))).permute(1, 0, 2).float()
+    keys, values = (t.shrink(((0, S), (0, n), (0, kv))).permute(1, 0, 2) for t in _cached(cache))  # (n, S, kv)
+    # a blocked cache's rows copied out in row order first: read through the view, each attention kernel indexed the
+    # cache by position // 16 and % 16 and stayed scalar (a 2000-token prefill 2.5x slower)
+    if cache.ndim == 4: keys, values = keys.contiguous(), values.contiguous()
+    keys, values = keys.float(), values.float()
     if S > 1:  # this sequence's rows, (n, 1, kv)
       chosen = slot.reshape(1, S, 1)
       keys, values = (chosen.where(t, 0.0).sum(1, keepdim=True) for t in (keys, values))
@@ -349,15 +383,15 @@ class LlamaLayer:
     S, hd, n_kv, kv = x.shape[0], cfg.head_dim, cfg.n_kv_heads, cfg.kv_dim
     rep = cfg.n_heads // n_kv
     q, new_row, new = self._qkv(x, cos, sin, cache)
-    if fused_decode_attention(x.device):
+    if cache.ndim == 4:  # the blocked layout, made where `fused_decode_attention` says (`Llama.new_cache`)
       attn = decode_attention(q.reshape(S, cfg.n_heads, hd), cache, mask, new, n, rep)
       if isinstance(self.attn_output, QuantWeight) and self.attn_output.qdot_ok(): attn = attn.contiguous()
       return self._finish(x, attn.reshape(S, cfg.q_dim)), new_row
     q = q.reshape(S, n_kv, rep, hd)
     # the position is the leading dim of everything symbolic: buffers of these shapes then have constant strides
     # float16 rows are widened to float32 inside the kernels that read them
-    keys = cache.shrink(((0, S), (0, n), (0, kv))).permute(1, 0, 2).reshape(n, S, n_kv, 1, hd).float()
-    values = cache.shrink(((0, S), (0, n), (kv, 2 * kv))).permute(1, 0, 2).reshape(n, S, n_kv, 1, hd).float()
+    keys, values = (t.shrink(((0, S), (0, n), (0, kv))).permute(1, 0, 2).reshape(n, S, n_kv, 1, hd).float()
+                    for t in _cached(cache))
     k_new, v_new = new[:, :kv].reshape(S, n_kv, 1, hd), new[:, kv:].reshape(S, n_kv, 1, hd)
     # one softmax over the cached scores and the new one, without concatenating them
     scale = 1.0 / math.sqrt(hd)
@@ -495,7 +529,10 @@ class Llama:
   def new_cache(self, slots: int = 1) -> KVCache:
     """An empty KV cache of `slots` independent sequences (the captured steps serve every cache of that size)."""
     if slots < 1: raise ModelError(f"a KV cache needs at least one slot, got {slots}")
-    zeros = np.zeros((slots, self.max_context, 2 * self.cfg.kv_dim), KV_DTYPES[self.kv_dtype])
+    device = Device.DEFAULT if self.device is None else Device.canonicalize(self.device)
+    shape = cache_shape(slots, self.max_context, self.cfg.kv_dim) if fused_decode_attention(device) else \
+      (slots, self.max_context, 2 * self.cfg.kv_dim)
+    zeros = np.zeros(shape, KV_DTYPES[self.kv_dtype])
     return KVCache([Tensor(zeros, device=self.device).realize() for _ in self.layers], self.max_context)
 
   # the default cache, for single-sequence use (CLI, generate(model, ...))
@@ -567,7 +604,7 @@ class Llama:
       raise ModelError(f"decode_batch slots must be distinct slots of the cache's {S}, got {list(slots)}")
     ids = np.zeros(S, np.int64)
     positions = np.zeros(S, np.int64)
-    mask = np.full((C, S), -np.inf, np.float32)
+    mask = np.full((cache.rows, S), -np.inf, np.float32)
     for token, slot in zip(tokens, slots):
       p = cache.pos[slot]
       if p == 0: raise ModelError(f"slot {slot} is empty; a sequence starts with forward() (prefill), not a decode")
