@@ -229,3 +229,18 @@ def test_an_allocation_the_host_cannot_make_is_a_typed_out_of_memory_error() -> 
     big.realize()
   assert isinstance(info.value, MemoryError) and "smaller shapes" in str(info.value)
   np.testing.assert_array_equal((Tensor.ones(3, device="PYTHON") + 1).numpy(), [2, 2, 2])
+
+def test_index_checks_read_indices_already_in_memory_on_the_host() -> None:
+  # a realized index tensor (a batch's targets) is checked with numpy: no kernel, nothing to compile before the op
+  # returns; a computed one still through a kernel, with the same message
+  from ember import GlobalCounters
+  x = Tensor.ones(4, 3).contiguous().realize()
+  good, bad = Tensor([0, 1, 2, 1]).realize(), Tensor([0, 1, 5, 1]).realize()
+  GlobalCounters.reset()
+  x.cross_entropy(good)
+  assert GlobalCounters.kernel_count == 0
+  for index in (bad, (bad + 0)):  # in memory, computed
+    with pytest.raises(IndexRangeError, match=r"index 5 is out of range \[0, 3\)"): x.cross_entropy(index)
+    with pytest.raises(IndexRangeError, match=r"index 5 is out of range \[-4, 4\)"): x[index]
+  np.testing.assert_allclose(x.cross_entropy(Tensor([0, -100, 2, 1]).realize(), ignore_index=-100).numpy(),
+                             np.log(3), rtol=1e-6)
