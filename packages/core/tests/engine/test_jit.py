@@ -241,3 +241,17 @@ def test_a_changed_python_argument_captures_again() -> None:
       want = np.array([1.0, 2.0]) * scale + flags[0]
       np.testing.assert_allclose(scaled(x, scale=scale, flags=flags).numpy(), want)
   assert scaled.cnt >= 2  # the last value (NaN, equal to itself here) replays
+
+def test_replays_take_each_call_s_variable_value_between_general_calls():
+  # a bound Variable argument replays with the value bound on each call, whether the tensors are plain buffers (the
+  # replay reads the value straight from the binding) or need realizing; another Variable is a changed input
+  from ember import Variable
+  data = np.arange(40, dtype=np.float32).reshape(10, 4)
+  cache = Tensor(data).realize()
+  f = TinyJit(lambda x, pos: (cache[:pos].sum(0) + x).realize())
+  for i, n in enumerate((2, 3, 5, 7, 1, 9, 4, 10, 6)):
+    x = np.full(4, i, np.float32)
+    tx = Tensor(x).realize() if i % 3 else Tensor(x - 1) + 1
+    np.testing.assert_allclose(f(tx, Variable("pos", 1, 10).bind(n)).numpy(), data[:n].sum(0) + x, err_msg=f"pos {n}")
+  with pytest.raises(JitError, match="changed"):
+    f(Tensor(np.ones(4, np.float32)).realize(), Variable("p", 1, 10).bind(3))

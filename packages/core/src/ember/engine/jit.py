@@ -37,7 +37,7 @@ Captured = list[tuple[engine.CompiledRunner | None, list[Buffer], dict[str, int]
 Packs = list[tuple[engine.CompiledRunner, list[Buffer], dict[str, int]]]
 
 # looked up once: an Enum member read through its class costs ~0.13 us on CPython 3.11, a tenth of _plain_inputs' time
-_RESHAPE, _BUFFER = Ops.RESHAPE, Ops.BUFFER
+_RESHAPE, _BUFFER, _BIND, _CONST = Ops.RESHAPE, Ops.BUFFER, Ops.BIND, Ops.CONST
 
 _capturing: list[str] = []  # the functions TinyJit is capturing now, innermost last
 
@@ -118,7 +118,8 @@ class TinyJit(Generic[R]):
   def _reset_replay(self) -> None:
     # what a replay precomputes at capture (_plan_replay): the arguments' classes, shapes, dtypes and devices where
     # they are plain (_plain_inputs), packs and written buffers by input slot, and the graph's own kernel timing hook
-    self.plain: list[tuple[type[Any], tuple[Any, ...], Any, str] | None] | None = None
+    # per argument: None (a Python value), (class, shape, dtype, device) of a tensor, or the Variable an argument binds
+    self.plain: list[tuple[type[Any], tuple[Any, ...], Any, str] | UOp | None] | None = None
     self.plain_scalars: list[tuple[int, Any]] = []  # (argument position, _scalar_key) of the plain non-tensor arguments
     self.pack_plan: list[tuple[engine.CompiledRunner, Buffer, int, Buffer, dict[str, int]]] = []
     self.written_bases: list[Buffer] = []
@@ -129,8 +130,8 @@ class TinyJit(Generic[R]):
       self.fxn = args[0]
       functools.update_wrapper(self, self.fxn)
       return self  # type: ignore[return-value]
-    if self.cnt >= 2 and JIT.value and (plain_bufs := self._plain_inputs(args, kwargs)) is not None:
-      return self._replay(plain_bufs, {})
+    if self.cnt >= 2 and JIT.value and (plain := self._plain_inputs(args, kwargs)) is not None:
+      return self._replay(*plain)
     inputs = _input_tensors(args, kwargs)
     for t in inputs:
       if t.dtype.weak: raise JitError(f"JIT inputs must be real buffers, got a weak {t.dtype!r} tensor; use .clone()")
@@ -192,8 +193,8 @@ class TinyJit(Generic[R]):
 
   def _plan_replay(self, args: tuple[Any, ...], kwargs: dict[str, Any], var_vals: dict[str, int]) -> None:
     """Precompute at capture what each replay would otherwise work out per call: where the kept packs' sources and the
-    written buffers sit among the inputs, and, when the capture bound no Variables and took no sharded tensor, each
-    argument's class, shape, dtype and device for `_plain_inputs`."""
+    written buffers sit among the inputs, and, when the capture took no sharded tensor and no tensor of a symbolic
+    shape, each argument's class, shape, dtype and device, or the Variable it binds, for `_plain_inputs`."""
     slot = {id(b): i for i, b in enumerate(self.in_bufs)}
     self.pack_plan = [(pack, bufs[0], slot.get(id(bufs[1]), -1), bufs[1], vv) for pack, bufs, vv in self.packs]
     self.written_bases = [b.base for b in self.written if id(b) not in slot]
@@ -201,25 +202,35 @@ class TinyJit(Generic[R]):
     self.graph_times = getattr(self.graph, "kernel_times_ns", None)
     from ember.tensor import Tensor
     values = (*args, *kwargs.values())
-    if var_vals or any(isinstance(a, UOp) or (isinstance(a, Tensor) and a.sharding is not None) for a in values): return
+    if any(isinstance(a, Tensor) and (a.sharding is not None or not all(isinstance(s, int) for s in a.shape))
+           for a in values): return
     if any(isinstance(a, (list, tuple, dict)) and _flatten_returns(a) for a in values): return  # tensors inside
-    self.plain = [(type(a), a.shape, a.dtype, a.device) if isinstance(a, Tensor) else None for a in values]
+    if any(isinstance(a, UOp) and not _bound_variable(a) for a in values): return
+    if set(var_vals) != {a.src[0].arg[0] for a in values if isinstance(a, UOp)}: return
+    self.plain = [(type(a), a.shape, a.dtype, a.device) if isinstance(a, Tensor) else a.src[0] if isinstance(a, UOp)
+                  else None for a in values]
     self.plain_scalars = [(i, key) for i, a in enumerate(values) if (key := _scalar_key(a)) is not None]
 
-  def _plain_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Buffer] | None:
-    """The replay's input buffers when every tensor argument is one whole buffer already, of the class, shape, dtype and
-    device captured, and no argument binds a Variable (a replay in a loop): what the general path finds after realizing
-    each input and unbinding its shape, at a tenth of its Python cost (a small matvec's whole kernel is ~30 us). None
-    where anything differs or is not plain: the general path then realizes, swaps or reports it."""
+  def _plain_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Buffer], dict[str, int]] | None:
+    """The replay's input buffers and Variable values when every tensor argument is one whole buffer already, of the
+    class, shape, dtype and device captured, and each Variable argument is the captured one bound to a constant (a
+    replay in a loop, a decode step): what the general path finds after realizing each input and unbinding its shape,
+    at a tenth of its Python cost (a small matvec's whole kernel is ~30 us). None where anything differs or is not
+    plain: the general path then realizes, swaps or reports it."""
     plain = self.plain
     values: tuple[Any, ...] = (*args, *kwargs.values()) if kwargs else args
     if plain is None or len(values) != len(plain): return None
-    bufs = []
+    bufs, var_vals = [], {}
     for a, want in zip(values, plain):
       if want is None:
         from ember.tensor import Tensor
         if isinstance(a, (Tensor, UOp)): return None  # a tensor or a Variable where the capture had neither
         continue
+      if type(want) is UOp:  # the Variable the capture bound: this call's value (UOps are interned: `is` compares)
+        if type(a) is not UOp or a.op is not _BIND or a.src[0] is not want or a.src[1].op is not _CONST: return None
+        var_vals[want.arg[0]] = a.src[1].arg
+        continue
+      assert isinstance(want, tuple)
       cls, shape, dtype, device = want
       if type(a) is not cls or a.sharding is not None: return None
       u = b = a.uop
@@ -228,7 +239,7 @@ class TinyJit(Generic[R]):
       bufs.append(buffer_of(b))
     for i, key in self.plain_scalars:  # a Python value baked into the capture changed: the general path recaptures
       if _scalar_key(values[i]) != key: return None
-    return bufs
+    return bufs, var_vals
 
   def _replay(self, in_bufs: list[Buffer], var_vals: dict[str, int]) -> R:
     """Run the capture on this call's input buffers (in the capture's input order) and bound Variable values."""
@@ -330,3 +341,7 @@ def _device_graph(captured: Captured, in_bufs: list[Buffer]) -> Callable[..., An
   return graph(captured, in_bufs) if graph is not None else None
 
 def _buf(t: Any) -> Buffer: return buffer_of(t.uop)
+
+def _bound_variable(u: UOp) -> bool:
+  """A Variable bound to a constant (`Variable("n", 1, 64).bind(5)`): what a replay reads its value from directly."""
+  return u.op is _BIND and u.src[0].op is Ops.DEFINE_VAR and u.src[1].op is _CONST
