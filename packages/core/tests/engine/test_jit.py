@@ -255,3 +255,14 @@ def test_replays_take_each_call_s_variable_value_between_general_calls():
     np.testing.assert_allclose(f(tx, Variable("pos", 1, 10).bind(n)).numpy(), data[:n].sum(0) + x, err_msg=f"pos {n}")
   with pytest.raises(JitError, match="changed"):
     f(Tensor(np.ones(4, np.float32)).realize(), Variable("p", 1, 10).bind(3))
+
+def test_an_unbound_variable_argument_raises_instead_of_replaying_the_last_value():
+  from ember import Variable
+  data = np.arange(40, dtype=np.float32).reshape(10, 4)
+  cache = Tensor(data).realize()
+  f = TinyJit(lambda x, pos: (cache[:pos].sum(0) + x).realize())
+  for n in (2, 3, 5): f(Tensor(np.zeros(4, np.float32)).realize(), Variable("pos", 1, 10).bind(n))
+  with pytest.raises(JitError, match="bound to no value"):
+    f(Tensor(np.zeros(4, np.float32)).realize(), Variable("pos", 1, 10))  # replayed the last value, 5, before
+  np.testing.assert_allclose(f(Tensor(np.zeros(4, np.float32)).realize(), Variable("pos", 1, 10).bind(4)).numpy(),
+                             data[:4].sum(0))

@@ -149,6 +149,11 @@ class TinyJit(Generic[R]):
     var_vals: dict[str, int] = {}
     info = [(_unbind_shape(t.shape, var_vals), t.dtype, t.device) for t in inputs]
     info += [_unbind_shape((u,), var_vals) for u in (*args, *kwargs.values()) if isinstance(u, UOp)]
+    for u in (*args, *kwargs.values()):
+      if isinstance(u, UOp) and (unbound := [x.arg[0] for x in u.toposort() if x.op is Ops.DEFINE_VAR
+                                             and x.arg[0] not in var_vals]):
+        raise JitError(f"TinyJit argument {unbound[0]!r} is a Variable bound to no value: a replay would reuse the "
+                       f"last call's; pass it bound, Variable({unbound[0]!r}, ...).bind(value)")
     if self.cnt == 1:
       self.expected, self.scalars = info, scalars
       captured: Captured = []
