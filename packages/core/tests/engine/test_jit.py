@@ -266,3 +266,17 @@ def test_an_unbound_variable_argument_raises_instead_of_replaying_the_last_value
     f(Tensor(np.zeros(4, np.float32)).realize(), Variable("pos", 1, 10))  # replayed the last value, 5, before
   np.testing.assert_allclose(f(Tensor(np.zeros(4, np.float32)).realize(), Variable("pos", 1, 10).bind(4)).numpy(),
                              data[:4].sum(0))
+
+def test_a_returned_input_is_this_calls() -> None:
+  # the capture's return value held the captured call's input tensor (or a reshape of it): replays handed it back
+  def bump(x: Tensor) -> Tensor:
+    x.assign(x + 1)
+    return x
+  for fn, want in ((lambda x: x, lambda i: [i]), (lambda x: x.reshape(1, 1), lambda i: [[i]]),
+                   (bump, lambda i: [i + 1]), (lambda x: (x * 2, {"same": x}), None)):
+    jit = TinyJit(fn)
+    for i in range(5):
+      out = jit(Tensor([float(i)]).realize())
+      if want is not None: assert out.numpy().tolist() == want(float(i))
+      else: assert out[0].numpy().tolist() == [2.0 * i] and out[1]["same"].numpy().tolist() == [float(i)]
+    assert jit.cnt >= 3

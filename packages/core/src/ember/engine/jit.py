@@ -30,7 +30,7 @@ from ember.errors import JitError
 from ember.engine import realize as engine
 from ember.helpers import BEAM, DEBUG, JIT, Context
 from ember.schedule import buffer_of, is_kept, note_packed, pack_is_fresh
-from ember.uop.ops import Ops, UOp
+from ember.uop.ops import GroupOp, Ops, UOp
 
 R = TypeVar("R")
 Captured = list[tuple[engine.CompiledRunner | None, list[Buffer], dict[str, int]]]
@@ -83,6 +83,24 @@ def _scalar_key(x: Any) -> Any:
   if hasattr(x, "item") and getattr(x, "shape", None) == () and hasattr(x, "dtype") and type(x).__module__ == "numpy":
     return (type(x), x.item())  # a numpy scalar
   return None
+
+def _copy_input_views(ret: Any, inputs: set[int]) -> Any:
+  """`ret` with each (unsharded) tensor whose graph is only a view of an input's buffer replaced by a copy of it; `ret`
+  itself where there is none."""
+  from ember.tensor import Tensor
+  if isinstance(ret, Tensor):
+    if ret.sharding is not None: return ret
+    u = ret.uop
+    if not all(n.op in GroupOp.Movement or n.op is Ops.BUFFER for n in u.toposort()): return ret
+    return ret.contiguous() if any(id(buffer_of(b).base) in inputs for b in u.buffers) else ret
+  if isinstance(ret, (list, tuple)):
+    new = [_copy_input_views(r, inputs) for r in ret]
+    if all(a is b for a, b in zip(new, ret)): return ret
+    return type(ret)(*new) if hasattr(ret, "_fields") else type(ret)(new)  # a named tuple takes its fields
+  if isinstance(ret, dict):
+    new_d = {k: _copy_input_views(v, inputs) for k, v in ret.items()}
+    return ret if all(new_d[k] is v for k, v in ret.items()) else type(ret)(new_d)
+  return ret
 
 def _flatten_returns(ret: Any) -> list[Any]:
   from ember.tensor import Tensor
@@ -166,6 +184,11 @@ class TinyJit(Generic[R]):
           ret = self.fxn(*args, **kwargs)
           outs = _flatten_returns(ret)
           Tensor.realize(*outs) if outs else None
+          # a returned input, or a reshape of one (after any assign to it landed), is the captured call's buffer: a
+          # replay would hand back that call's tensor. Returned as a copy made by a captured kernel, it is this call's
+          if outs and (own := _copy_input_views(ret, {id(b.base) for b in in_bufs})) is not ret:
+            ret = own
+            Tensor.realize(*_flatten_returns(ret))
       finally:
         engine.capture_hooks.remove(hook)
         _capturing.pop()
