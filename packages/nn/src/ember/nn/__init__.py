@@ -12,10 +12,11 @@ from ember.nn.layers import (Linear, Conv1d, Conv2d, Conv3d, ConvTranspose1d, Co
                              LSTMCell, Sequential, Identity, ReLU, SiLU, Sigmoid, Tanh, GELU, LeakyReLU, ELU,
                              Softmax, LogSoftmax, Flatten, MaxPool2d, AvgPool2d, Upsample, ModuleList,
                              MultiheadAttention, RNN, LSTM, GRU)
+from ember.nn.module import Buffer, IncompatibleKeys, Module, Parameter
 from ember.nn import functional, optim, state
 
 __all__ = ["Linear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "BatchNorm", "BatchNorm1d",
            "BatchNorm2d", "BatchNorm3d", "LayerNorm", "RMSNorm", "GroupNorm", "InstanceNorm", "Embedding", "Dropout",
            "LSTMCell", "Sequential", "Identity", "ReLU", "SiLU", "Sigmoid", "Tanh", "GELU", "LeakyReLU", "ELU",
            "Softmax", "LogSoftmax", "Flatten", "MaxPool2d", "AvgPool2d", "Upsample", "ModuleList", "MultiheadAttention",
-           "RNN", "LSTM", "GRU", "functional", "optim", "state"]
+           "RNN", "LSTM", "GRU", "Module", "Parameter", "Buffer", "IncompatibleKeys", "functional", "optim", "state"]

@@ -13,8 +13,9 @@ from ember.dtype import dtypes
 from ember.errors import ArgumentError, DTypeError, IndexRangeError, ShapeError
 from ember.nn import functional as F
 from ember.nn.functional import static_shape
+from ember.nn.module import Buffer, Module, Parameter
 
-def _param(t: Tensor) -> Tensor: return t.requires_grad_(True)
+def _param(t: Tensor) -> Tensor: return Parameter(t)
 
 def _positive(layer: str, **sizes: Any) -> None:
   """A layer's sizes (features, channels, kernel dims, groups) are ints >= 1: a typed error naming the bad one."""
@@ -22,9 +23,9 @@ def _positive(layer: str, **sizes: Any) -> None:
     for x in (v if isinstance(v, (tuple, list)) else (v,)):
       if isinstance(x, bool) or not isinstance(x, numbers.Integral) or x < 1:
         raise ShapeError(f"{layer}: {name} must be a positive int (or ints), got {v!r}")
-def _buffer(t: Tensor) -> Tensor: return t.requires_grad_(False)
+def _buffer(t: Tensor) -> Tensor: return Buffer(t)
 
-class Linear:
+class Linear(Module):
   """y = x @ weight.T + bias, weight (out_features, in_features).
 
   >>> Linear(3, 2)(Tensor.ones(4, 3)).shape
@@ -41,7 +42,7 @@ class Linear:
     out = x @ self.weight.T
     return out + self.bias if self.bias is not None else out
 
-class _ConvNd:
+class _ConvNd(Module):
   ndim: int
   def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int],
                stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
@@ -76,7 +77,7 @@ class Conv3d(_ConvNd):
   """torch.nn.Conv3d: x (N, Cin, D, H, W) -> (N, Cout, D_out, H_out, W_out)."""
   ndim = 3
 
-class _ConvTransposeNd:
+class _ConvTransposeNd(Module):
   ndim: int
   def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int],
                stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
@@ -120,7 +121,7 @@ class ConvTranspose2d(_ConvTransposeNd):
   """
   ndim = 2
 
-class BatchNorm:
+class BatchNorm(Module):
   """Batch normalisation over the channel dim 1 of (N, C, ...) inputs (torch's BatchNorm1d/2d/3d).
 
   In training mode (`Tensor.training` or `Context(TRAINING=1)`) it normalises with the batch statistics and, with
@@ -145,11 +146,12 @@ class BatchNorm:
                        f"got shape {x.shape}")
     axes = (0,) + tuple(range(2, x.ndim))
     view = (1, self.num_features) + (1,) * (x.ndim - 2)
-    if Tensor.is_training() or not self.track_running_stats:
+    training = self.training
+    if training or not self.track_running_stats:
       mean = x.mean(axes, keepdim=True)
       centered = x - mean
       var = centered.square().mean(axes, keepdim=True)
-      if Tensor.is_training() and self.track_running_stats:
+      if training and self.track_running_stats:
         count = math.prod(static_shape(x, "BatchNorm")[a] for a in axes)
         if count < 2:
           raise ShapeError(f"BatchNorm in training mode needs more than one value per channel, got shape {x.shape}")
@@ -168,7 +170,7 @@ BatchNorm1d = BatchNorm
 BatchNorm2d = BatchNorm
 BatchNorm3d = BatchNorm
 
-class LayerNorm:
+class LayerNorm(Module):
   """Normalise over the trailing `normalized_shape` dims, then scale and shift elementwise (torch.nn.LayerNorm)."""
   def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5, elementwise_affine: bool = True,
                bias: bool = True):
@@ -180,7 +182,7 @@ class LayerNorm:
   def __call__(self, x: Tensor) -> Tensor:
     return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
-class RMSNorm:
+class RMSNorm(Module):
   """x / sqrt(mean(x^2) + eps) * weight over the last dim (torch.nn.RMSNorm, eps defaulting to 1e-6)."""
   def __init__(self, dim: int, eps: float = 1e-6, elementwise_affine: bool = True):
     _positive("RMSNorm", dim=dim)
@@ -189,7 +191,7 @@ class RMSNorm:
   def __call__(self, x: Tensor) -> Tensor:
     return F.rms_norm(x, F.static_shape(x, "RMSNorm")[-1:], self.weight, self.eps)
 
-class GroupNorm:
+class GroupNorm(Module):
   """Normalise each of `num_groups` channel groups of (N, C, ...) inputs, then an affine per channel."""
   def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True):
     _positive("GroupNorm", num_groups=num_groups, num_channels=num_channels)
@@ -200,7 +202,7 @@ class GroupNorm:
     self.bias = _param(F.filled((num_channels,), 0.0)) if affine else None
   def __call__(self, x: Tensor) -> Tensor: return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
 
-class InstanceNorm:
+class InstanceNorm(Module):
   """Normalise each channel of each sample over its spatial dims (torch's InstanceNorm1d/2d without running stats)."""
   def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = False):
     _positive("InstanceNorm", num_features=num_features)
@@ -209,7 +211,7 @@ class InstanceNorm:
     self.bias = _param(F.filled((num_features,), 0.0)) if affine else None
   def __call__(self, x: Tensor) -> Tensor: return F.group_norm(x, self.num_features, self.weight, self.bias, self.eps)
 
-class Embedding:
+class Embedding(Module):
   """A lookup table: integer ids (...) -> rows of weight (vocab_size, embed_size), as (..., embed_size).
 
   >>> Embedding(10, 4)(Tensor([[1, 2, 3]])).shape
@@ -228,14 +230,14 @@ class Embedding:
     except IndexRangeError as e: raise IndexRangeError(f"Embedding of {self.vocab_size} ids: {e}") from None
     return onehot.cast(self.weight.dtype) @ self.weight
 
-class Dropout:
+class Dropout(Module):
   """Zero elements with probability p in training mode (scaling the rest by 1/(1-p)); the identity in eval mode."""
   def __init__(self, p: float = 0.5):
     if not 0 <= p <= 1: raise ArgumentError(f"Dropout probability must be in [0, 1], got {p}")
     self.p = p
-  def __call__(self, x: Tensor) -> Tensor: return F.dropout(x, self.p, training=Tensor.is_training())
+  def __call__(self, x: Tensor) -> Tensor: return F.dropout(x, self.p, training=self.training)
 
-class LSTMCell:
+class LSTMCell(Module):
   """One LSTM step (torch.nn.LSTMCell): (x, (h, c)) -> (h', c'), gates ordered input, forget, cell, output."""
   def __init__(self, input_size: int, hidden_size: int, bias: bool = True):
     _positive("LSTMCell", input_size=input_size, hidden_size=hidden_size)
@@ -257,7 +259,7 @@ class LSTMCell:
     c_new = f.sigmoid() * c + i.sigmoid() * g.tanh()
     return o.sigmoid() * c_new.tanh(), c_new
 
-class Sequential(list):
+class Sequential(Module, list):
   """Layers (or any callables) applied in order; state-dict keys are the indices, as in torch (`0.weight`).
 
   >>> model = Sequential(Linear(4, 8), Tensor.relu, Linear(8, 2))
@@ -272,9 +274,9 @@ class Sequential(list):
 
 # ** torch's stateless modules: callables holding their arguments (no parameters) **
 
-class _Stateless:
+class _Stateless(Module):
   def __repr__(self) -> str:
-    args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+    args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
     return f"{type(self).__name__}({args})"
 
 class Identity(_Stateless):
@@ -345,14 +347,14 @@ class Upsample(_Stateless):
     return x.interpolate(self.size, mode=self.mode, align_corners=bool(self.align_corners),
                          scale_factor=self.scale_factor)
 
-class ModuleList(list):
+class ModuleList(Module, list):
   """Layers held in a list (state-dict keys are the indices, as torch's `layers.0.weight`); not callable."""
   def __init__(self, modules: Sequence[Any] = ()):
     super().__init__(modules)
 
 # ** attention and recurrent layers, with torch's parameter names and layouts (their state dicts load as they are) **
 
-class MultiheadAttention:
+class MultiheadAttention(Module):
   """torch.nn.MultiheadAttention (same embed dim for query, key and value): `in_proj_weight` (3E, E), `in_proj_bias`,
   `out_proj` (a Linear). Returns (output, attention weights averaged over the heads, or per head with
   average_attn_weights=False; None when need_weights=False, which runs the fused attention)."""
@@ -396,7 +398,7 @@ class MultiheadAttention:
       kp = key_padding_mask.reshape(N, 1, 1, S)
       pad = kp.where(float("-inf"), 0.0) if kp.dtype is dtypes.bool else kp
       mask = pad if mask is None else mask + pad
-    p = self.dropout if Tensor.is_training() else 0.0
+    p = self.dropout if self.training else 0.0
     if need_weights:
       scores = (q @ k.transpose(-2, -1)) / math.sqrt(D)
       if mask is not None: scores = scores + mask
@@ -409,7 +411,7 @@ class MultiheadAttention:
     if not batched: return out.squeeze(1), (weights.squeeze(0) if weights is not None else None)
     return (out.transpose(0, 1) if self.batch_first else out), weights
 
-class _RNNBase(abc.ABC):
+class _RNNBase(Module, abc.ABC):
   """torch's multi-layer RNN/LSTM/GRU: parameters weight_ih_l{k}, weight_hh_l{k}, bias_ih_l{k}, bias_hh_l{k} (and
   `_reverse` ones when bidirectional), gates stacked as torch stacks them; inputs (T, N, F) or (N, T, F) with
   batch_first, or unbatched (T, F). The time loop is unrolled into the graph (T steps)."""
@@ -470,7 +472,7 @@ class _RNNBase(abc.ABC):
         outs.append(Tensor.stack(*[y for y in ys if y is not None], dim=0))
         for i, s in enumerate(st): finals[i].append(s)
       x = outs[0] if dirs == 1 else Tensor.cat(*outs, dim=-1)
-      if self.dropout and layer < self.num_layers - 1 and Tensor.is_training():
+      if self.dropout and layer < self.num_layers - 1 and self.training:
         x = F.dropout(x, self.dropout, training=True)
     out_state = tuple(Tensor.stack(*f, dim=0) for f in finals)
     if not batched: return x.squeeze(1), tuple(s.squeeze(1) for s in out_state)
