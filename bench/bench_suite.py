@@ -310,9 +310,12 @@ WORKLOADS.update({f"resnet_block_b{b}": functools.partial(_resnet_block, b) for 
 
 # Worker threads keep spinning after a call: numpy's OpenBLAS pool for ~2^28 cycles (0.1 s), torch's OpenMP pool for
 # a few ms. Run right after either, ember's matmul 1024 measured 18-25 ms instead of 12-14 ms (its own pool spins
-# 2000 iterations, then sleeps). So in each round every framework starts after SETTLE_S of quiet, makes one untimed
-# call (waking its own pool) and then the timed one, as it would inside its own loop.
+# 2000 iterations, then sleeps). So in each round every framework starts after SETTLE_S of quiet, makes untimed calls
+# (waking its own pool) for at least WARM_S, and then the timed one, as it would inside its own loop. One untimed call
+# was not enough on every host: on one, torch's OpenMP pool took 2-3 calls to come back after the quiet (a 512^3
+# matmul timed 7.9 ms after one untimed call, 0.70 ms back to back), which made small rows look 5-9x faster in ember.
 SETTLE_S = 0.15
+WARM_S = 0.02
 
 def _timed(fn: Callable[[], Any]) -> float:
   st = time.perf_counter()
@@ -448,7 +451,9 @@ def bench_workload(wl: Workload, rounds: int, seed: int = 0) -> dict[str, Any]:
   for rnd in range((wl.rounds or rounds) + 1):  # round 0 warms up (JIT capture, caches)
     for k, fn in runners.items():
       time.sleep(SETTLE_S)  # the previous framework's workers stop spinning (see SETTLE_S)
-      fn()  # untimed: the timed call follows a call of its own framework
+      warm = time.perf_counter()
+      fn()  # untimed: the timed call follows calls of its own framework, for at least WARM_S
+      while time.perf_counter() - warm < WARM_S: fn()
       t = _timed(fn)
       if rnd > 0: times[k].append(t)
   if wl.stateful:  # the JIT'd train step's replay launches: µs per kernel
