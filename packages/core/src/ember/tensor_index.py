@@ -133,13 +133,6 @@ def data_checks_run() -> bool:
 
 HOST_CHECK_MAX = 1 << 22  # index tensors up to this many elements that are already one buffer are checked on the host
 
-def _whole_buffer(t: Tensor) -> bool:
-  """Whether t is one realized buffer (or a reshape of one) on one device: numpy() copies it out without a kernel."""
-  if t.sharding is not None: return False
-  u = t.uop
-  while u.op is Ops.RESHAPE: u = u.src[0]
-  return u.op is Ops.BUFFER
-
 def check_index_range(index: Tensor, size: int, what: str, low: int | None = None, skip: int | None = None) -> None:
   """IndexRangeError when int tensor `index` holds a value outside [low, size) (low defaults to -size: negative
   indices count from the end), other than `skip` (an ignore_index): what torch checks, where ember's one-hot gathers
@@ -147,7 +140,7 @@ def check_index_range(index: Tensor, size: int, what: str, low: int | None = Non
   in a replay such an index selects zeros. `what` starts the message."""
   if not data_checks_run() or not all(isinstance(s, int) for s in index.shape) or index.numel() == 0: return
   lo = -size if low is None else low
-  if _whole_buffer(index) and index.numel() <= HOST_CHECK_MAX:
+  if index.is_realized and index.numel() <= HOST_CHECK_MAX:  # numpy() copies it out, with no kernel
     # already in memory (a batch's targets, ids read from a file): read on the host, with no kernel to schedule,
     # compile and wait for (a cold first call of a train step waited ~90 ms of gcc for this check's kernel alone)
     flat = index.numpy().reshape(-1).astype(np.int64)

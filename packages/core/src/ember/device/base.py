@@ -35,11 +35,12 @@ class BufferSpec:
 
 def _bytes(n: int) -> str:
   """n bytes as a person reads it: 1 KiB = 1024 bytes."""
-  size, unit = float(n), "bytes"
-  for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
-    if size < 1024 or unit == "PiB": break
+  if n < 1024: return f"{n} bytes"
+  size = n / 1024
+  for unit in ("KiB", "MiB", "GiB", "TiB"):
+    if size < 1024: return f"{size:.1f} {unit} ({n} bytes)"
     size /= 1024
-  return f"{n} bytes" if unit == "bytes" else f"{size:.1f} {unit} ({n} bytes)"
+  return f"{size:.1f} PiB ({n} bytes)"
 
 class Allocator(ABC):
   """Allocates device memory. Subclasses implement `_alloc`, `_free`, `_copyin`, `_copyout`."""

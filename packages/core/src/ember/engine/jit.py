@@ -154,11 +154,7 @@ class TinyJit(Generic[R]):
     for t in inputs:
       if t.dtype.weak: raise JitError(f"JIT inputs must be real buffers, got a weak {t.dtype!r} tensor; use .clone()")
     scalars = _scalar_key((args, tuple(sorted(kwargs.items(), key=lambda kv: kv[0]))))
-    if not JIT.value or self.cnt == 0:
-      self.cnt += 1
-      ret = self.fxn(*args, **kwargs)
-      for t in _flatten_returns(ret): t.realize()
-      return ret
+    if not JIT.value or self.cnt == 0: return self._run(args, kwargs)
     from ember.tensor import Tensor
     for t in inputs: t.realize()
     in_bufs = [t.buffer() if not t.uop.is_realized else _buf(t) for t in inputs]
@@ -213,11 +209,16 @@ class TinyJit(Generic[R]):
                       f"({self.recaptures} times), so the function ran and was captured again; pass values that change "
                       "as Tensors or Variables to replay without that", stacklevel=2)
       self.reset()
-      self.cnt = 1
-      ret = self.fxn(*args, **kwargs)
-      for t in _flatten_returns(ret): t.realize()
-      return ret
+      return self._run(args, kwargs)
     return self._replay(in_bufs, var_vals)
+
+  def _run(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+    """A call run as plain code (the first, or one after a reset), its returns realized: the next call captures."""
+    assert self.fxn is not None  # set by __init__ or the decorator call
+    self.cnt += 1
+    ret = self.fxn(*args, **kwargs)
+    for t in _flatten_returns(ret): t.realize()
+    return ret
 
   def _plan_replay(self, args: tuple[Any, ...], kwargs: dict[str, Any], var_vals: dict[str, int]) -> None:
     """Precompute at capture what each replay would otherwise work out per call: where the kept packs' sources and the

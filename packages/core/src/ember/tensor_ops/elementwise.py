@@ -195,8 +195,8 @@ class ElementwiseMixin:
     return _in_place(self, self.clip(min, max), 'clip_')
   def lerp_(self: Tensor, end: Any, weight: Any) -> Tensor: return _in_place(self, self.lerp(end, weight), 'lerp_')
   def masked_fill_(self: Tensor, mask: Tensor, value: Any) -> Tensor:
-    """The value is cast to this dtype, as torch does (1.5 into an int tensor fills 1)."""
-    return self.assign(self.masked_fill(mask, value).cast(self.dtype))
+    """The value is cast to this dtype (masked_fill's), as torch does (1.5 into an int tensor fills 1)."""
+    return _in_place(self, self.masked_fill(mask, value), 'masked_fill_')
   def copy_(self: Tensor, src: Any) -> Tensor:
     """Write `src` (broadcast to this shape, cast to this dtype) into this tensor."""
     value = src if isinstance(src, Tensor) else Tensor(src, device=self.device)

@@ -166,7 +166,7 @@ class ReduceMixin:
     # half / bfloat16 / fp8 sum and divide in float32, cast once at the end (as torch): 70,000 halves of 2 summed to
     # inf in half, and the count itself (70,000) is inf there, so their mean was nan
     narrow = narrow_float(x.dtype)
-    out = (x.cast(dtypes.float32) if narrow else x).sum(axis, keepdim)
+    out = x.sum(axis, keepdim, dtype=dtypes.float32 if narrow else None)
     out = out.div(n) if n != 0 else out * math.nan
     return out.cast(x.dtype) if narrow else out
   def _cumsum0(self: Tensor) -> Tensor:
