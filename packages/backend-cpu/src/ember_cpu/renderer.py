@@ -11,6 +11,7 @@ from typing import Any, Callable
 from ember.plugin import (CStyleLanguage, LLVMRenderer, DType, Ops, UOp, UPat, PatternMatcher, dtypes, NUM_CPU_THREADS,
                           text_rules, value_dtype)
 from ember_cpu import vectorize
+from ember_cpu.compiler import _host_cpu_id, _is_x86, is_host_arch
 
 ARGFMT_SUFFIX = "_argfmt"
 
@@ -102,6 +103,24 @@ pm_clang = pm_cpu + PatternMatcher([
    _half_to_float),
 ])
 
+# ** fused multiply-adds on targets without them **
+# exp2's polynomial (ember.codegen.transcendental) is MULACCs that may round once: one vfmadd each where the target has
+# FMA (a softmax of (4096, 1024) on one core 2.8 -> 2.3 ms), but a call to libm's fmaf per lane where it has not. There
+# they are a multiply and an add again, as before. Kernel opts' MULACCs come later (ember.codegen.opt.fuse_mulacc)
+
+_FMA_ARCHS = ("x86-64-v3", "x86-64-v4")  # the named x86 targets known to have FMA; other names count as without
+
+def has_fma(arch: str) -> bool:
+  """Whether the CPU `arch` (the host by default) has a fused multiply-add instruction: every non-x86 target gcc builds
+  for here (64-bit ARM, RISC-V, POWER), an x86 host whose flags list fma, the x86-64-v3 and v4 levels."""
+  if not _is_x86(): return True
+  if is_host_arch(arch): return "fma" in _host_cpu_id().split()
+  return arch.lower() in _FMA_ARCHS
+
+pm_unfuse = PatternMatcher([
+  (UPat(Ops.MULACC, arg="fma", src=(UPat.var("a"), UPat.var("b"), UPat.var("c"))), lambda a, b, c: a * b + c),
+])
+
 def _index_offsets(ctx: Any, x: UOp, buf: UOp, idx: UOp) -> str:
   """`buf[x+y+c]` printed `(buf+x+y)[c]`: under -fwrapv gcc cannot prove that int `x+c` and `x+c+1` are neighbours,
   nor that a wrapping int sum `x+y` of a loop-invariant x and a loop counter's y moves affinely with the loop, but
@@ -155,6 +174,7 @@ class ClangRenderer(CStyleLanguage):
   pack_operands = True  # a matmul's B in its register block's layout (ember.codegen.pack)
   def __init__(self, arch: str = "") -> None:
     self.arch, self.global_max = arch, (cpu_threads(),)
+    if not has_fma(arch): self.extra_matcher = pm_clang + pm_unfuse
   def plan_render(self, uops: list[UOp], ctx: Any) -> None:
     # register blocks and upcast lanes as GCC vector code (ember_cpu.vectorize): what gcc's SLP vectoriser would
     # rebuild from the unrolled scalars, at a fraction of its compile time

@@ -29,6 +29,7 @@ from ember.dtype import DType, dtypes
 from ember.errors import DTypeError
 from ember.uop.ops import Ops, UOp
 from ember.uop.rewrite import PatternMatcher, UPat, graph_rewrite
+from ember.codegen.opt import FUSED
 
 # ** exact constants from integer series **
 
@@ -113,10 +114,11 @@ def _float_bits(v: float, fmt: _Format) -> int:
   """The bits of float `v` in `fmt`, as a signed int of its width."""
   return int.from_bytes(struct.pack("<f" if fmt.dtype.itemsize == 4 else "<d", v), "little", signed=True)
 
-def _poly(x: UOp, coeffs: list[float]) -> UOp:
-  """coeffs[0] + x*coeffs[1] + x**2*coeffs[2] + ... by Horner."""
+def _poly(x: UOp, coeffs: list[float], fused: bool = False) -> UOp:
+  """coeffs[0] + x*coeffs[1] + x**2*coeffs[2] + ... by Horner; `fused`: each step one MULACC that may round once."""
   acc = x.const_like(coeffs[-1])
-  for c in reversed(coeffs[:-1]): acc = acc * x + c
+  for c in reversed(coeffs[:-1]):
+    acc = UOp(Ops.MULACC, x.dtype, (acc, x, x.const_like(c)), FUSED) if fused else acc * x + c
   return acc
 
 def _two_sum(a: UOp, b: UOp) -> tuple[UOp, UOp]:
@@ -138,16 +140,6 @@ def _two_prod(a: UOp, b: UOp, fmt: _Format) -> tuple[UOp, UOp]:
   bh, bl = _split(b, fmt)
   return p, _sub(ah * bh, p) + ah * bl + al * bh + al * bl
 
-def _pow2(k: UOp, fmt: _Format) -> UOp:
-  """2**k as a float, for an int k in the normal exponent range."""
-  biased = (k + fmt.bias).cast(fmt.int_dtype)
-  return biased.alu(Ops.SHL, UOp.const(fmt.int_dtype, fmt.mant - 1)).bitcast(fmt.dtype)
-
-def _ldexp(x: UOp, k: UOp, fmt: _Format) -> UOp:
-  """x * 2**k for |k| up to about twice the exponent range: two exact-or-final scalings, so one rounding."""
-  half = k.alu(Ops.SHR, k.const_like(1))  # floor(k / 2)
-  return x * _pow2(half, fmt) * _pow2(_sub(k, half), fmt)
-
 def _in_float32(fn: Callable[[UOp], UOp], d: UOp) -> UOp:
   return fn(d.cast(dtypes.float32)).cast(d.dtype)
 
@@ -158,24 +150,39 @@ def _exp2_coeffs(fmt: _Format) -> list[float]:
   ln2 = _ln2(200)
   return [_round(ln2 ** n / math.factorial(n), fmt.dtype) for n in range(fmt.exp2_deg + 1)]
 
-def xexp2(d: UOp) -> UOp:
-  """2**d from basic ALU ops."""
-  if (fmt := _format_of(d)) is None: return _in_float32(xexp2, d)
-  hi_limit, lo_limit = float(fmt.emax + 1), -float(fmt.bias + fmt.mant)  # 2**lo_limit: a quarter of the least subnormal
-  # clamped to [lo_limit, hi_limit] the same steps give the special results: 2**hi_limit overflows to inf (so does
-  # inf), 2**lo_limit rounds to 0 (so does -inf). nan stays in x and reaches the result through r; only q, which is
-  # cast to int, computes on 0 for it. No select wraps the result, so a sum of exp2 stays a plain vectorisable add.
-  x = d.lt(lo_limit).where(d.const_like(lo_limit), d)
-  x = x.gt(hi_limit).where(x.const_like(hi_limit), x)
+def _clamp_magnitude(d: UOp, limit: float, fmt: _Format) -> UOp:
+  """d with |d| > limit (infinities included) replaced by +-limit; nan stays nan. Integer ops on the bits, no select:
+  with e = bits(limit) - |bits(d)|, the excess -e is taken off where e < 0 and |bits(d)| <= bits(inf) (not nan)."""
+  idt, width = fmt.int_dtype, fmt.int_dtype.itemsize * 8
+  bits = d.bitcast(idt)
+  mag = bits & UOp.const(idt, (1 << (width - 1)) - 1)
+  e = _sub(UOp.const(idt, _float_bits(limit, fmt)), mag)
+  inf_bits = _float_bits(math.inf, fmt)
+  over = (e & _sub(mag, UOp.const(idt, inf_bits + 1))).alu(Ops.SHR, UOp.const(idt, width - 1))  # -1 where replaced
+  return (bits + (e & over)).bitcast(fmt.dtype)
+
+def xexp2(d: UOp, fused: bool = False) -> UOp:
+  """2**d from basic ALU ops; `fused`: the polynomial's steps are MULACCs that may round once (a fused multiply-add)."""
+  if (fmt := _format_of(d)) is None: return _in_float32(functools.partial(xexp2, fused=fused), d)
+  # |d| clamped to bias + mant: 2**-(bias + mant), a quarter of the least subnormal, rounds to 0 (so does -inf) and
+  # 2**(bias + mant) overflows to inf (so does inf), while the exponent's two halves below stay in the normal range. nan
+  # stays in x and reaches the result through r. No select anywhere (the clamp is integer ops on the bits): a select
+  # stays scalar in the CPU renderer's vector code, and gcc turned the two nested clamps into six masked compares and
+  # blends per half vector, a third of a softmax's time
+  x = _clamp_magnitude(d, float(fmt.bias + fmt.mant), fmt)
   # q = round(x) by the magic add: 1.5 * 2**(mant-1) + x has no fraction bits left (|x| <= bias + mant is far below
   # 2**(mant-2)), so the add rounds x to an integer and the subtraction is exact; q as an int is the difference of the
-  # sum's bits and the magic's bits. No select and no float-to-int conversion (undefined for nan in C): a select on
-  # nan here made gcc evaluate the polynomial twice per vector and blend
+  # sum's bits and the magic's bits. No float-to-int conversion (undefined for nan in C)
   magic = x.const_like(1.5 * 2.0 ** (fmt.mant - 1))
   t = x + magic
   r = _sub(x, _sub(t, magic))  # exact, |r| <= 1/2 (nan for nan)
-  k = t.bitcast(fmt.int_dtype) - UOp.const(fmt.int_dtype, _float_bits(magic.arg, fmt))
-  return _ldexp(_poly(r, _exp2_coeffs(fmt)), k.cast(dtypes.int32), fmt)
+  # 2**q in two factors, 2**floor(q/2) and 2**(q - floor(q/2)), so a result in the subnormal range rounds once. With
+  # both biases folded into the magic's bits: kb = q + 2*bias, kb >> 1 = floor(q/2) + bias, kb - that = the rest + bias
+  idt, shift = fmt.int_dtype, UOp.const(fmt.int_dtype, fmt.mant - 1)
+  kb = _sub(t.bitcast(idt), UOp.const(idt, _float_bits(magic.arg, fmt) - 2 * fmt.bias))
+  half = kb.alu(Ops.SHR, UOp.const(idt, 1))
+  p1, p2 = half.alu(Ops.SHL, shift).bitcast(fmt.dtype), _sub(kb, half).alu(Ops.SHL, shift).bitcast(fmt.dtype)
+  return _poly(r, _exp2_coeffs(fmt), fused) * p1 * p2
 
 # ** log2 **
 
@@ -326,7 +333,8 @@ _FLOATS = tuple(dtypes.floats)
 
 # ctx: the ops the target computes natively (a renderer's `code_for_op` keys); the others become basic ALU ops
 pm_transcendental = PatternMatcher([
-  (UPat(Ops.EXP2, dtype=_FLOATS, src=(UPat.var("d"),)), lambda ctx, d: None if Ops.EXP2 in ctx else xexp2(d)),  # 2**d
+  (UPat(Ops.EXP2, dtype=_FLOATS, src=(UPat.var("d"),)),
+   lambda ctx, d: None if Ops.EXP2 in ctx else xexp2(d, fused=Ops.MULACC in ctx)),  # 2**d
   (UPat(Ops.LOG2, dtype=_FLOATS, src=(UPat.var("d"),)), lambda ctx, d: None if Ops.LOG2 in ctx else xlog2(d)),  # log2 d
   (UPat(Ops.SIN, dtype=_FLOATS, src=(UPat.var("d"),)), lambda ctx, d: None if Ops.SIN in ctx else xsin(d)),  # sin d
 ])
