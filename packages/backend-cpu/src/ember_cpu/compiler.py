@@ -13,12 +13,14 @@ import functools
 import hashlib
 import os
 import platform
+import re
 import shutil
 import struct
 import subprocess
 import sys
 import tempfile
 from typing import Any
+from ember.helpers import CACHELEVEL, content_hash, diskcache_get, diskcache_put
 from ember.plugin import Compiler, CompileError
 
 HOST_ARCHS = ("", "native", "host")  # the ARCH values that mean this machine's CPU
@@ -97,7 +99,8 @@ class ClangCompiler(Compiler):
   gcc without _Float16, or one that does not know `arch`)."""
   binary_format = "elf-so"
   parallel_compile = True  # each compile is its own compiler process in its own temporary directory
-  batch_compile = True  # kernels are plain C functions with distinct names: one translation unit holds several
+  batch_compile = True  # kernels are plain C functions: one translation unit holds several
+  batch_repeated_names = True  # and kernels of one name too (`compile_batch`)
   def __init__(self, cc: str | None = None, arch: str = "") -> None:
     if cc is None and (chosen := os.environ.get("EMBER_CC")):
       if (cc := shutil.which(chosen)) is None:
@@ -118,31 +121,113 @@ class ClangCompiler(Compiler):
     self.cc, self.arch, self.flags = found, arch, c_flags(arch) + (GCC_FLAGS if _is_gcc(version) else ())
     key = _digest(version, *self.flags, _host_cpu_id() if is_host_arch(arch) else "")
     super().__init__(f"compile_c_{os.path.basename(found)}_{key}")
+  def _run(self, args: list[str], src: str, out: str) -> bytes:
+    """`cc` on `src` (read from stdin) with `args`, returning the file `out` it writes."""
+    try: proc = subprocess.run([self.cc, *args], input=src.encode(), capture_output=True, timeout=300)
+    except (OSError, subprocess.SubprocessError) as e: raise CompileError(f"running {self.cc} failed: {e}") from e
+    if proc.returncode != 0:
+      errors = proc.stderr.decode(errors="replace")
+      raise CompileError(f"{self.cc} rejected a kernel:\n{errors}\nsource:\n{_numbered(src)}")
+    with open(out, "rb") as f: return f.read()
   def compile(self, src: str) -> bytes:
     with tempfile.TemporaryDirectory(prefix="ember_cc_") as tmp:
       out = os.path.join(tmp, "kernel.so")
-      try:
-        cmd = [self.cc, "-x", "c", "-", "-o", out, *self.flags]
-        proc = subprocess.run(cmd, input=src.encode(), capture_output=True, timeout=300)
-      except (OSError, subprocess.SubprocessError) as e:
-        raise CompileError(f"running {self.cc} failed: {e}") from e
-      if proc.returncode != 0:
-        errors = proc.stderr.decode(errors="replace")
-        raise CompileError(f"{self.cc} rejected a kernel:\n{errors}\nsource:\n{_numbered(src)}")
-      with open(out, "rb") as f: return f.read()
+      return self._run(["-x", "c", "-", "-o", out, *self.flags], src, out)
   def compile_together(self, srcs: list[str]) -> bytes:
-    """One shared object of every kernel in `srcs`: their sources in one translation unit, each `static` helper line
-    (a bit cast the renderer defines per kernel) written once. gcc starting and linking cost ~45 ms a process, a
-    small kernel's own code a few ms."""
-    seen: set[str] = set()
-    lines = []
-    for src in srcs:
-      for line in src.splitlines():
-        if line.startswith("static "):
-          if line in seen: continue
-          seen.add(line)
-        lines.append(line)
-    return self.compile("\n".join(lines) + "\n")
+    """One shared object of every kernel in `srcs` (their names distinct): their sources in one translation unit."""
+    return self.compile(_one_unit(srcs))
+  def compile_batch(self, srcs: list[str]) -> list[bytes]:
+    """A shared object for each kernel of `srcs` out of one compile of them all, names repeating or not (a train
+    step's small kernels: four r_256_10, two E_512). A repeated name's kernels are renamed apart in the translation
+    unit (`<name>__<i>`); the shared object built gives the name to the first of them (`--defsym`), and a copy of it
+    with the name's dynamic symbol pointed at the i-th (`_elf_rebind`) is the i-th's. One compiler process for the
+    batch instead of one per kernel: gcc's start and link cost ~23 ms a process, a small kernel's own code a few ms.
+    Where shared objects are not ELF (macOS), the kernels of each name compile in separate batches."""
+    names = [_kernel_symbol(src) for src in srcs]
+    count: dict[str, int] = {}
+    nth: list[int] = []  # which of its name's kernels each one is
+    for name in names:
+      nth.append(count.get(name, 0))
+      count[name] = nth[-1] + 1
+    copies = max(count.values())
+    if copies == 1: return [self.compile_together(srcs)] * len(srcs)
+    if sys.platform == "darwin":
+      groups = [[src for src, i in zip(srcs, nth) if i == j] for j in range(copies)]
+      libs = [self.compile_together(g) if len(g) > 1 else self.compile(g[0]) for g in groups]
+      return [libs[i] for i in nth]
+    def symbols(name: str) -> tuple[str, str]: return name, name + _ARGFMT
+    def renames(i: int) -> dict[str, str]:
+      return {s: f"{s}__{i}" for name, n in count.items() if n > max(i, 1) for s in symbols(name)}
+    parts = []
+    for src, name, i in zip(srcs, names, nth):
+      if count[name] == 1: parts.append(src)
+      else: parts.append("".join(f"#define {s} {s}__{i}\n" for s in symbols(name)) + src +
+                         "".join(f"#undef {s}\n" for s in symbols(name)))
+    with tempfile.TemporaryDirectory(prefix="ember_cc_") as tmp:
+      out = os.path.join(tmp, "kernels.so")
+      defsyms = [f"-Wl,--defsym={a}={b}" for a, b in renames(0).items()]
+      first = self._run(["-x", "c", "-", "-o", out, *self.flags, *defsyms], _one_unit(parts), out)
+    libs = [first] + [_elf_rebind(first, renames(i)) for i in range(1, copies)]
+    return [libs[i] for i in nth]
+  def compile_batch_cached(self, srcs: list[str]) -> list[bytes]:
+    """`Compiler.compile_batch_cached` for kernels whose names may repeat (see `compile_batch`): the binaries of `srcs`
+    through the disk cache, the ones not cached out of one `compile_batch`, each cached under its own source. A batch
+    the compiler rejects is compiled kernel by kernel, so the error names the kernel at fault."""
+    if len(srcs) == 1: return [self.compile_cached(srcs[0])]
+    caching = self.cachekey is not None and CACHELEVEL.value >= 1
+    keys = [content_hash(src) for src in srcs]
+    libs = [diskcache_get(self.cachekey, key) if caching and self.cachekey is not None else None for key in keys]
+    todo = [i for i, lib in enumerate(libs) if not isinstance(lib, bytes)]
+    built: list[bytes] | None = None
+    if len(todo) > 1:
+      try: built = self.compile_batch([srcs[i] for i in todo])
+      except CompileError: built = None
+    for j, i in enumerate(todo):
+      libs[i] = self.compile_cached(srcs[i]) if built is None else built[j]
+      if built is not None and caching and self.cachekey is not None: diskcache_put(self.cachekey, keys[i], built[j])
+    return [lib for lib in libs if isinstance(lib, bytes)]
+
+_ARGFMT = "_argfmt"  # ember_cpu.renderer.ARGFMT_SUFFIX: the C renderer defines `const char <kernel>_argfmt[]`
+_SYMBOL = re.compile(r"^const char (\w+)" + _ARGFMT + r"\[\]", re.M)
+
+def _kernel_symbol(src: str) -> str:
+  """The kernel a C renderer's source defines: the name of its argument format string."""
+  if (m := _SYMBOL.search(src)) is None: raise CompileError(f"no kernel (`const char <name>{_ARGFMT}[]`) in:\n{src}")
+  return m.group(1)
+
+def _elf_rebind(lib: bytes, renames: dict[str, str]) -> bytes:
+  """A copy of the ELF shared object `lib` (64-bit, little-endian) whose dynamic symbols `renames` names point where
+  the symbols they map to do (value and size): `dlsym` then finds the target under the name. Nothing in a kernel's
+  shared object refers to its own kernels, so no relocation needs to follow."""
+  if lib[:6] != b"\x7fELF\x02\x01": raise CompileError("not a 64-bit little-endian ELF shared object")
+  out = bytearray(lib)
+  shoff, = struct.unpack_from("<Q", lib, 0x28)
+  shentsize, shnum = struct.unpack_from("<HH", lib, 0x3A)
+  sections = [struct.unpack_from("<IIQQQQIIQQ", lib, shoff + i * shentsize) for i in range(shnum)]
+  for _, kind, _, _, offset, size, link, _, _, entsize in sections:
+    if kind != 11: continue  # SHT_DYNSYM
+    strtab = sections[link][4]
+    at: dict[str, int] = {}
+    for pos in range(offset + entsize, offset + size, entsize):
+      name, = struct.unpack_from("<I", lib, pos)
+      at[lib[strtab + name:lib.index(b"\0", strtab + name)].decode()] = pos
+    for name, target in renames.items():
+      if name not in at or target not in at: raise CompileError(f"shared object has no dynamic symbol {name}/{target}")
+      out[at[name] + 8:at[name] + 24] = lib[at[target] + 8:at[target] + 24]  # st_value, st_size
+  return bytes(out)
+
+def _one_unit(srcs: list[str]) -> str:
+  """Kernel sources as one translation unit, each `static` helper line (a bit cast the renderer defines per kernel)
+  written once."""
+  seen: set[str] = set()
+  lines = []
+  for src in srcs:
+    for line in src.splitlines():
+      if line.startswith("static "):
+        if line in seen: continue
+        seen.add(line)
+      lines.append(line)
+  return "\n".join(lines) + "\n"
 
 def _llvm() -> Any:
   try: import llvmlite.binding as llvm

@@ -112,21 +112,21 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
 
 # a batch of kernels for one compiler process (`Compiler.batch_compile`): at most this much source; a larger kernel
 # compiles alone (its own code, not the process, is the cost). While one compile is under way, the kernels generated
-# meanwhile wait for a second thread until they hold this much source (a large kernel starts at once): small ones
-# gather into batches instead of a process each
+# meanwhile wait for a second thread until they hold this much source (BATCH_MIN_CHARS): small ones gather into
+# batches instead of a process each
 BATCH_CHARS = 16384
 BATCH_MIN_CHARS = 4096
 
 def compile_ahead(items: list[ScheduleItem]) -> None:
   """The runners of every kernel of `items` not compiled before, on devices whose compiler may run on several threads
-  at once (`Compiler.parallel_compile`): their code is generated here, then the sources compile on one thread per
-  core, the compiler processes side by side instead of one after another (a transformer block's 23 kernels on 2
-  cores). The compiles start while later kernels are still being generated, so the compiler processes also run
-  beside codegen; the largest kernels are generated first (their compiles take longest: a matmul's register blocks
-  last in the schedule would leave their compile to run after all codegen is done); small kernels generated while a
-  compile is under way gather and compile together, one process for the batch where the compiler can
-  (`batch_compile`: a small kernel's compile is mostly the process's start and link; see BATCH_CHARS). get_runner
-  then finds them all."""
+  at once (`Compiler.parallel_compile`): their code is generated here, and the sources compile on one thread per
+  core while later kernels are still being generated, the compiler processes beside codegen and beside each other.
+  The smallest kernels are generated first: their code takes little time to generate and, gathered into batches of
+  one compiler process each where the compiler can (`batch_compile`: a small kernel's compile is mostly the
+  process's start and link), it keeps the compile threads busy while the large kernels (a matmul's register blocks,
+  tens of ms of codegen each) are generated; what compiles after the last codegen is then one large kernel, not the
+  pile of small ones that gathered during it (a train step's 28 small kernels: 230 ms of compiles after codegen).
+  get_runner then finds them all."""
   from concurrent.futures import Future, ThreadPoolExecutor
   from ember.device import Device
   todo: dict[Key, tuple[str, Any, UOp]] = {}
@@ -155,20 +155,23 @@ def compile_ahead(items: list[ScheduleItem]) -> None:
     def flush(device: str) -> None:
       keys = waiting.pop(device)
       compiler: Compiler = todo[keys[0]][1].compiler
-      while keys:  # batches of distinct kernel names (each is a symbol of the shared binary) and bounded source
+      # kernels of one name may share a batch where the compiler renames them apart (ClangCompiler.compile_batch),
+      # else each is a symbol of the shared binary and the names must be distinct
+      repeats = getattr(compiler, "batch_repeated_names", False)
+      while keys:  # batches of bounded source
         names: set[str] = set()
         batch: list[Key] = []
         size = 0
         for k in keys:
-          if batch and (not compiler.batch_compile or specs[k].name in names or size + len(specs[k].src) > BATCH_CHARS):
-            continue
+          if batch and (not compiler.batch_compile or (not repeats and specs[k].name in names) or
+                        size + len(specs[k].src) > BATCH_CHARS): continue
           batch.append(k)
           names.add(specs[k].name)
           size += len(specs[k].src)
         submit(device, compiler, batch)
         chosen = set(batch)
         keys = [k for k in keys if k not in chosen]
-    for k in sorted(todo, key=lambda k: -_work(todo[k][2])):  # the largest first: their compiles take longest
+    for k in sorted(todo, key=lambda k: _work(todo[k][2])):  # the smallest first: see above
       device, dev, ast = todo[k]
       specs[k] = _codegen(device, dev, ast)
       waiting.setdefault(device, []).append(k)
