@@ -20,7 +20,6 @@ import subprocess
 import sys
 import tempfile
 from typing import Any
-from ember.helpers import CACHELEVEL, content_hash, diskcache_get, diskcache_put
 from ember.plugin import Compiler, CompileError
 
 HOST_ARCHS = ("", "native", "host")  # the ARCH values that mean this machine's CPU
@@ -100,7 +99,8 @@ class ClangCompiler(Compiler):
   binary_format = "elf-so"
   parallel_compile = True  # each compile is its own compiler process in its own temporary directory
   batch_compile = True  # kernels are plain C functions: one translation unit holds several
-  batch_repeated_names = True  # and kernels of one name too (`compile_batch`)
+  # and kernels of one name too, each its own binary out of one compile (`compile_batch`; the engine caches them)
+  batch_repeated_names = True
   def __init__(self, cc: str | None = None, arch: str = "") -> None:
     if cc is None and (chosen := os.environ.get("EMBER_CC")):
       if (cc := shutil.which(chosen)) is None:
@@ -169,23 +169,6 @@ class ClangCompiler(Compiler):
       first = self._run(["-x", "c", "-", "-o", out, *self.flags, *defsyms], _one_unit(parts), out)
     libs = [first] + [_elf_rebind(first, renames(i)) for i in range(1, copies)]
     return [libs[i] for i in nth]
-  def compile_batch_cached(self, srcs: list[str]) -> list[bytes]:
-    """`Compiler.compile_batch_cached` for kernels whose names may repeat (see `compile_batch`): the binaries of `srcs`
-    through the disk cache, the ones not cached out of one `compile_batch`, each cached under its own source. A batch
-    the compiler rejects is compiled kernel by kernel, so the error names the kernel at fault."""
-    if len(srcs) == 1: return [self.compile_cached(srcs[0])]
-    caching = self.cachekey is not None and CACHELEVEL.value >= 1
-    keys = [content_hash(src) for src in srcs]
-    libs = [diskcache_get(self.cachekey, key) if caching and self.cachekey is not None else None for key in keys]
-    todo = [i for i, lib in enumerate(libs) if not isinstance(lib, bytes)]
-    built: list[bytes] | None = None
-    if len(todo) > 1:
-      try: built = self.compile_batch([srcs[i] for i in todo])
-      except CompileError: built = None
-    for j, i in enumerate(todo):
-      libs[i] = self.compile_cached(srcs[i]) if built is None else built[j]
-      if built is not None and caching and self.cachekey is not None: diskcache_put(self.cachekey, keys[i], built[j])
-    return [lib for lib in libs if isinstance(lib, bytes)]
 
 _ARGFMT = "_argfmt"  # ember_cpu.renderer.ARGFMT_SUFFIX: the C renderer defines `const char <kernel>_argfmt[]`
 _SYMBOL = re.compile(r"^const char (\w+)" + _ARGFMT + r"\[\]", re.M)
