@@ -266,7 +266,9 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, MathMixin, Activati
   # ** realize and data out **
   def schedule(self, *others: Tensor) -> list:
     from ember.schedule import create_schedule
-    items, _ = create_schedule([t.uop for t in _graph_tensors((self, *others))])
+    todo = _graph_tensors((self, *others))
+    readers = _old_value_readers_of(todo)[0] if _old_value_readers else []  # what realize() would run with them
+    items, _ = create_schedule([t.uop for t in todo + readers])
     return items
   def realize(self, *others: Tensor) -> Tensor:
     """Run the kernels that compute this tensor (and `others`); returns self. A sharded tensor runs its shards'."""
@@ -276,9 +278,14 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, MathMixin, Activati
   def _realize_all(*tensors: Tensor) -> None:
     todo = [t for t in _graph_tensors(tensors) if not _is_done(t.uop)]
     if not todo: return  # (before the imports: a TinyJit replay's result is realized already, ~1 us of them a call)
-    from ember.schedule import create_schedule
+    from ember.schedule import OverwriteOrderError, create_schedule
     from ember.engine.realize import run_schedule
-    items, becomes = create_schedule([t.uop for t in todo])
+    readers, assigns = _old_value_readers_of(todo) if _old_value_readers else ([], [])
+    try: items, becomes = create_schedule([t.uop for t in todo + readers])
+    except OverwriteOrderError:  # a kernel needs an assign's old and new value: the old value's readers go first,
+      Tensor._realize_all(*readers)  # then the rest in dependency order (as before assigns were deferred)
+      items, becomes = create_schedule([t.uop for t in todo if not _is_done(t.uop)], order_overwrites=False)
+    for n in assigns: _old_value_readers.pop(n, None)
     run_schedule(items)
     _apply_becomes(becomes)
   @property
@@ -442,8 +449,10 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, MathMixin, Activati
       if _is_buffer_view(self.uop): self.realize()
       else: self.replace(self.contiguous()).realize()
     value = other.cast(self.dtype) if other.dtype is not self.dtype else other
-    if (pending := _pending_readers(self.uop.buffers, exclude=(self, other))): Tensor._realize_all(*pending)
+    pending = _pending_readers(self.uop.buffers, exclude=(self, other))
     self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, value.uop))
+    # the tensors still to be computed that read the old value are realized with the assign, before it (or earlier)
+    if pending: _old_value_readers[self.uop] = [weakref.ref(t) for t in pending]
     return self
   def replace(self, x: Tensor) -> Tensor:
     """This object holds `x`'s value from now on (its graph, or its shards), so references to it see `x`."""
@@ -742,6 +751,33 @@ def _apply_becomes(becomes: dict[UOp, UOp]) -> None:
   for t in list(all_tensors):
     if t.uop in becomes: t.uop = becomes[t.uop]
     elif not _is_done(t.uop) and any(b in becomes for b in t.uop.toposort()): t.uop = t.uop.substitute(becomes)
+
+# a pending assign -> the tensors that were still to be computed and read its target's buffer when it was made: they
+# must see the old value, so they are realized in the assign's schedule, which orders them before the assign
+# (ember.schedule, write after read), or earlier. One schedule for a train step's backward and its parameter updates,
+# where realizing them when each assign is made ran the backward, then generated and compiled the updates' kernels
+_old_value_readers: weakref.WeakKeyDictionary[UOp, list[weakref.ref[Tensor]]] = weakref.WeakKeyDictionary()
+
+def _old_value_readers_of(todo: list[Tensor]) -> tuple[list[Tensor], list[UOp]]:
+  """The tensors to realize with `todo` because a pending assign in their graphs overwrites what they read (and those
+  that a pending assign in theirs overwrites, in turn), but those of `todo`; and those assigns."""
+  from ember.uop.ops import toposort_all
+  chosen = {id(t) for t in todo}
+  readers: list[Tensor] = []
+  assigns: dict[UOp, None] = {}
+  roots = [t.uop for t in todo]
+  while roots:
+    more: list[UOp] = []
+    for n in toposort_all(roots, gate=lambda n: not _is_done(n)):
+      if n.op is not Ops.ASSIGN or n in assigns or (refs := _old_value_readers.get(n)) is None: continue
+      assigns[n] = None
+      for r in refs:
+        if (t := r()) is not None and id(t) not in chosen and not _is_done(t.uop):
+          chosen.add(id(t))
+          readers.append(t)
+          more.append(t.uop)
+    roots = more
+  return readers, list(assigns)
 
 def _pending_readers(bufs: frozenset[UOp], exclude: tuple[Tensor, ...] = ()) -> list[Tensor]:
   """The live tensors still to be computed that read any of `bufs` (before a buffer is overwritten, these must run

@@ -23,7 +23,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 from ember.device.base import Buffer
 from ember.dtype import dtypes, strong_dtype
-from ember.errors import DeviceError
+from ember.errors import DeviceError, EmberError
 from ember.helpers import prod
 from ember.uop.ops import Ops, UOp, BufferArg, GroupOp, next_unique
 from ember.uop import rewrite as uop_rewrite
@@ -123,21 +123,25 @@ def _expensive_to_recompute(u: UOp, realize: set[UOp]) -> bool:
   computed = [n for n in nodes if n is u or n not in realize]
   return any(n.op in _EXPENSIVE for n in computed) or sum(1 for n in computed if n in data and n.op in GroupOp.ALU) >= 6
 
-def _reads_target_elsewhere(value: UOp, target: UOp) -> bool:
+def _reads_target_elsewhere(value: UOp, target: UOp, realized: set[UOp]) -> bool:
   """Whether `value` reads the buffer under `target` other than through `target` itself at the element being written:
   through another view of the buffer, or through a movement op (reshapes of a contiguous target keep the position)
-  above anything that reads it."""
+  above anything that reads it. What `realized` nodes read is their kernels' (run before the assign's), not its."""
   base, inside = target.base, set(target.toposort())  # the target's own view chain reads it where it writes
   reads: dict[UOp, bool] = {}
-  for u in value.toposort():
+  for u in value.toposort(gate=lambda n: n is value or n not in realized):
+    if u is not value and u in realized:
+      reads[u] = False
+      continue
     reads[u] = u is target or u is base or any(reads[s] for s in u.src)
     if u in inside: continue
     if base in u.src: return True
     if u.op in GroupOp.Movement and u.op is not Ops.RESHAPE and any(reads[s] for s in u.src): return True
   return False
 
-def find_realize(targets: list[UOp]) -> tuple[list[UOp], dict[UOp, list[UOp]]]:
-  """Which nodes become buffers, in dependency order."""
+def find_realize(targets: list[UOp], order_overwrites: bool = True) -> tuple[list[UOp], dict[UOp, list[UOp]]]:
+  """Which nodes become buffers, in dependency order (and each ASSIGN after the readers of the old value its result
+  does not feed, with `order_overwrites`: `_overwrites_last`)."""
   sink = UOp(Ops.SINK, dtypes.void, tuple(targets))
   topo = [n for n in sink.toposort() if n is not sink]
   consumers: dict[UOp, list[UOp]] = {n: [] for n in topo}
@@ -159,7 +163,7 @@ def find_realize(targets: list[UOp]) -> tuple[list[UOp], dict[UOp, list[UOp]]]:
       target, value = n.src
       # the value may read the target's buffer only at the element it overwrites: one kernel reading it elsewhere (a
       # transpose, flip, shift or broadcast of the target) would read elements it already overwrote
-      if _reads_target_elsewhere(value, target) and value.op is not Ops.CONTIGUOUS: realize.add(value)
+      if _reads_target_elsewhere(value, target, realize) and value.op is not Ops.CONTIGUOUS: realize.add(value)
   # a broadcast's value gets a buffer by what computing it costs given the buffers below it, so the values are decided
   # base by base in toposort order, every broadcast of one base against the same state: a base below this one is
   # decided first in any order of the targets, one beside it cannot change its cost (in the order the broadcasts came
@@ -188,7 +192,61 @@ def find_realize(targets: list[UOp]) -> tuple[list[UOp], dict[UOp, list[UOp]]]:
   buffers = realize | plain
   realize |= {n for n in reduces if _is_matmul_like(n) and _reduce_must_realize(n, consumers, realize, buffers)} | plain
   order = [n for n in topo if n in realize and n.op is not Ops.BUFFER]
-  return order, consumers
+  return (_overwrites_last(order, realize) if order_overwrites else order), consumers
+
+class OverwriteOrderError(EmberError, RuntimeError):
+  """One schedule cannot both read a buffer's old value and overwrite it: a kernel reading the old value needs the
+  new one too. Realize the readers of the old value first (what `Tensor.assign` does where this is raised)."""
+
+def _overwrites_last(order: list[UOp], realize: set[UOp]) -> list[UOp]:
+  """`order` with every ASSIGN after the kernels that read the buffer it overwrites (its old value): write after read.
+  Data dependencies alone leave a reader that the ASSIGN's value does not need free to come after it (a train step's
+  whole backward and its parameter updates in one schedule: the backward of the first layer reads the second layer's
+  weights, which the second layer's update overwrites). A reader that needs the ASSIGN's result reads the new value
+  and stays after it. Raises OverwriteOrderError where no order satisfies both."""
+  targets = {n.src[0].base: n for n in order if n.op is Ops.ASSIGN and n.src[0].base.op is Ops.BUFFER}
+  if not targets: return order
+  deps: dict[UOp, list[UOp]] = {}  # realized node -> the realized nodes its kernel reads
+  readers: dict[UOp, list[UOp]] = {}  # ASSIGN -> the other realized nodes whose kernels read its target's buffer
+  for node in order:
+    deps[node] = []
+    stack, seen = list(node.src), set()
+    while stack:
+      u = stack.pop()
+      if u in seen: continue
+      seen.add(u)
+      if u in realize and u.op is not Ops.BUFFER: deps[node].append(u)
+      elif u.op is Ops.BUFFER:
+        if (a := targets.get(u)) is not None and a is not node: readers.setdefault(a, []).append(node)
+      else: stack.extend(u.src)
+  if not readers: return order
+  after: dict[UOp, set[UOp]] = {a: set() for a in readers}  # ASSIGN -> the realized nodes that need its result
+  for node in order:
+    for a, needs in after.items():
+      if any(d is a or d in needs for d in deps[node]): needs.add(node)
+  extra = {a: [r for r in rs if r not in after[a]] for a, rs in readers.items()}
+  index = {n: i for i, n in enumerate(order)}
+  if all(index[r] < index[a] for a, rs in extra.items() for r in rs): return order
+  out: list[UOp] = []
+  state: dict[UOp, int] = {}  # 1: being placed, 2: placed
+  def place(n: UOp) -> None:
+    todo = [(n, iter([*deps[n], *extra.get(n, ())]))]
+    state[n] = 1
+    while todo:
+      cur, it = todo[-1]
+      nxt = next(it, None)
+      if nxt is None:
+        todo.pop()
+        state[cur] = 2
+        out.append(cur)
+      elif (st := state.get(nxt)) == 1: raise OverwriteOrderError(f"a kernel reads both the old and the new value "
+                                                                 f"of the buffer an {nxt.op} overwrites")
+      elif st is None:
+        state[nxt] = 1
+        todo.append((nxt, iter([*deps[nxt], *extra.get(nxt, ())])))
+  for n in order:
+    if n not in state: place(n)
+  return out
 
 _SELECTS = {Ops.WHERE, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ}
 
@@ -278,10 +336,11 @@ def _reduce_must_realize(r: UOp, consumers: dict[UOp, list[UOp]], realize: set[U
     if c.op in (Ops.COPY, Ops.ASSIGN, Ops.BITCAST): return True
     node = c
 
-def lower_schedule(targets: list[UOp]) -> tuple[list[LoweredCall], dict[UOp, UOp], list[UOp]]:
+def lower_schedule(targets: list[UOp], order_overwrites: bool = True) -> tuple[list[LoweredCall], dict[UOp, UOp],
+                                                                              list[UOp]]:
   """Fusion and lowering: the calls that compute `targets` over BUFFER UOps, what each realized target becomes (a
   buffer view), and the views a size-changing BITCAST makes (output, source: `bind_buffers` makes them views)."""
-  order, _ = find_realize(targets)
+  order, _ = find_realize(targets, order_overwrites)
   realized: dict[UOp, UOp] = {}
   calls: list[LoweredCall] = []
   becomes: dict[UOp, UOp] = {}
@@ -445,12 +504,14 @@ def pack_operands(items: list[ScheduleItem]) -> list[ScheduleItem]:
     out.append(ScheduleItem(CallKind.KERNEL, it.device, [*it.bufs, scratch], it.ast, it.var_vals, packed=plan))
   return out
 
-def create_schedule(targets: list[UOp]) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
-  """The calls that compute `targets`, and what each realized target becomes (a buffer view)."""
+def create_schedule(targets: list[UOp], order_overwrites: bool = True) -> tuple[list[ScheduleItem], dict[UOp, UOp]]:
+  """The calls that compute `targets`, and what each realized target becomes (a buffer view). `order_overwrites`:
+  each ASSIGN after the kernels reading the old value of what it overwrites (`_overwrites_last`), else in dependency
+  order only."""
   if (tracer := uop_rewrite.TRACER) is not None and targets:  # VIZ shows the graph this schedule cuts into kernels
     tracer.record_graph("tensor graph", targets[0].sink(*targets[1:]))
   from ember.codegen import timed_pass
-  with timed_pass("schedule"): calls, becomes, bitcast_views = lower_schedule(targets)
+  with timed_pass("schedule"): calls, becomes, bitcast_views = lower_schedule(targets, order_overwrites)
   items, pinned = bind_buffers(calls, bitcast_views)
   with timed_pass("plan packing"): items = pack_operands(items)
   held = {id(buffer_of(r)) for r in becomes.values() if r.base.op is Ops.BUFFER} | pinned
