@@ -129,6 +129,39 @@ def _index_offsets(ctx: Any, x: UOp, buf: UOp, idx: UOp) -> str:
   terms, const = _index_terms(idx, ctx.inlined)
   return f"({'+'.join([ctx[buf], *(ctx[t] for t in terms)])})[{ctx.renderer.render_const(const, idx.dtype)}]"
 
+# ** the next row's cache lines, one loop ahead **
+# A kernel that walks rows one after another (a softmax: per row a max loop, an exp loop, a scale loop) reads each
+# row's first cache lines cold: the hardware prefetchers stop at 4 KB pages and start over on each, so every row
+# began with a wait on memory (perf: 30-40% of a softmax of (4096, 1024) on the row's first load). A loop of 64-byte
+# vector loads that covers one row of an outer loop exactly (index = outer*N + inner*lanes, inner's trip count *
+# lanes == N, N floats at least a page, one row per block) also prefetches the same line of the next row, so that row
+# streams in while this one computes (one core: 2.3 -> 2.0 ms). Prefetches never fault, past the buffer's end included.
+
+_PAGE = 4096  # shorter rows share pages, which the hardware prefetchers stream through
+
+def _row_prefetch(ctx: Any, g: vectorize.Lanes) -> str | None:
+  """`__builtin_prefetch` of the next row's line for a vector load group `g` that covers one row, else None."""
+  first = g.uops[0]
+  if first.op is not Ops.LOAD or len(g.uops) * g.dtype.itemsize != 64: return None
+  if (index := first.src[0]).op is not Ops.INDEX or len(index.src) != 2: return None
+  buf, idx = index.src
+  terms, const = _index_terms(idx, ctx.inlined)
+  if len(terms) != 2: return None
+  strides: dict[UOp, int] = {}
+  for t in terms:
+    if t.op is Ops.RANGE: strides[t] = 1
+    elif t.op is Ops.MUL and (rng := t.src[0]).op is Ops.RANGE and (n := t.src[1]).op is Ops.CONST: strides[rng] = n.arg
+    else: return None
+  if len(strides) != 2: return None
+  (outer, row), (inner, step) = sorted(strides.items(), key=lambda kv: -kv[1])
+  if ctx.loop_parent.get(inner) is not outer: return None  # the next row is the enclosing loop's next iteration
+  if step != len(g.uops) or inner.src[0].op is not Ops.CONST or inner.src[0].arg * step != row: return None
+  if const != 0 or row * g.dtype.itemsize < _PAGE: return None  # one row a block, as long as a page at least
+  # rows read a few at a time (a matvec's block of rows far apart) are streams the prefetchers already follow
+  if any(o is not g and o.kind == "load" and o.uops[0].op is Ops.LOAD and o.uops[0].src[0].src[0] is buf
+         and inner in o.uops[0].src[0].toposort() for o in ctx.plan.emit_at.values()): return None
+  return f"__builtin_prefetch(&({'+'.join([ctx[buf], *(ctx[t] for t in terms)])})[{const + row}], 0, 3);"
+
 def _fma(ctx: Any, x: UOp) -> str:
   return f"__builtin_fma{'f' if x.dtype is dtypes.float32 else ''}({','.join(ctx[s] for s in x.src)})"
 
@@ -176,6 +209,14 @@ class ClangRenderer(CStyleLanguage):
     self.arch, self.global_max = arch, (cpu_threads(),)
     if not has_fma(arch): self.extra_matcher = pm_clang + pm_unfuse
   def plan_render(self, uops: list[UOp], ctx: Any) -> None:
+    # each loop's enclosing loop (_row_prefetch)
+    ctx.loop_parent = {}
+    open_loops: list[UOp] = []
+    for u in uops:
+      if u.op is Ops.RANGE:
+        ctx.loop_parent[u] = open_loops[-1] if open_loops else None
+        open_loops.append(u)
+      elif u.op is Ops.END and open_loops: open_loops.pop()
     # register blocks and upcast lanes as GCC vector code (ember_cpu.vectorize): what gcc's SLP vectoriser would
     # rebuild from the unrolled scalars, at a fraction of its compile time
     if (plan := vectorize.plan(uops, ctx.inlined, self.simd_width * 4)) is not None:
@@ -184,7 +225,9 @@ class ClangRenderer(CStyleLanguage):
     plan = ctx.plan
     if plan is not None and u in plan.unprinted: return
     if plan is None or u not in plan.lane_of: return super().render_uop(u, ctx)
-    if (group := plan.emit_at.get(u)) is not None: vectorize.emit_group(ctx, plan, group, plan.block[u])
+    if (group := plan.emit_at.get(u)) is None: return
+    vectorize.emit_group(ctx, plan, group, plan.block[u])
+    if group.kind == "load" and (ahead := _row_prefetch(ctx, group)) is not None: ctx.emit(ahead)
   def render(self, uops: list[UOp], name: str = "kernel") -> str:
     src = super().render(uops, name)
     return src + f'const char {name}{ARGFMT_SUFFIX}[] = "{kernel_argfmt(uops, self.has_threads)}";\n'
