@@ -48,7 +48,6 @@ class Optimizer(ABC):
 
   def schedule_step(self) -> list[Tensor]:
     """Assign the updates lazily and return the tensors to realize (what `OptimizerGroup` realizes in one go)."""
-    _realize_pending_readers(self.params)
     for i, p in enumerate(self.params):
       if p.grad is None: continue
       if p.grad.shape != p.shape:
@@ -71,13 +70,6 @@ class Optimizer(ABC):
     return filled((size,), value, dtype=dtypes.float32, device=device).requires_grad_(False)
 
 def _unique(ts: list[Tensor]) -> list[Tensor]: return list({id(t): t for t in ts}.values())
-
-def _realize_pending_readers(params: list[Tensor]) -> None:
-  """Run, in one schedule, everything still lazy that reads the parameters (their gradients, the loss ...): otherwise
-  each parameter's assign would realize them separately before overwriting its buffer."""
-  pending = Tensor.pending_readers(*params)
-  pending += [p.grad for p in params if p.grad is not None and not p.grad.is_realized]
-  if pending: Tensor.realize(*_unique(pending))
 
 class SGD(Optimizer):
   """torch.optim.SGD: g = grad + wd*p; with momentum b = momentum*b + g, g = b (or g + momentum*b with nesterov);
@@ -250,7 +242,6 @@ class OptimizerGroup:
   def zero_grad(self) -> None:
     for o in self.optimizers: o.zero_grad()
   def step(self) -> None:
-    _realize_pending_readers([p for o in self.optimizers for p in o.params])
     Tensor.realize(*_unique([t for o in self.optimizers for t in o.schedule_step()]))
 
 # ** learning-rate schedules (torch.optim.lr_scheduler): each step() writes the new rate into the optimizer's lr tensor,
