@@ -1,7 +1,9 @@
 """Register blocks of packed matmuls (ember.codegen.opt.packed_wide, ember.codegen.pack.WIDE_PANEL): a B packed in
 blocks of 4 vectors of columns (its columns in 64s, its K x 64 panels within WIDE_PANEL) runs 4 rows x 4 vectors where
-the rows are in fours, else the rows it has x 2 vectors over the same packed copy; deeper panels are packed in 2-vector
-blocks. Every class against numpy (float16 against torch), on both CPU renderers and end to end, eager and JIT'd."""
+the rows are in fours or padding them to fours is cheap (66 rows computed as 68), 6 rows where the matmul has 2^27
+multiply-adds or more (opt.TALL_BLOCK_MACS; 1030 rows computed as 1032), else the rows it has x 2 vectors over a
+2-vector packing; deeper panels are packed in 2-vector blocks. Every class against numpy (float16 against torch), on
+both CPU renderers and end to end, eager and JIT'd."""
 from __future__ import annotations
 import numpy as np
 import pytest
@@ -31,7 +33,11 @@ def _block(plan: PackPlan, kind: str = "C") -> list[int]:
 # name: (input shapes, ember function, numpy function, the block: [columns, rows])
 CASES = {
   "x@W.T, rows in fours": ([(64, 300), (256, 300)], lambda a, b: a @ b.T, lambda a, b: a @ b.T, [64, 4]),
-  "x@W.T, 66 rows": ([(66, 300), (256, 300)], lambda a, b: a @ b.T, lambda a, b: a @ b.T, [32, 6]),
+  "x@W.T, 66 rows padded to fours": ([(66, 300), (256, 300)], lambda a, b: a @ b.T, lambda a, b: a @ b.T, [64, 4]),
+  "x@W.T, 2^27 multiply-adds, rows padded to sixes": ([(1030, 256), (512, 256)], lambda a, b: a @ b.T,
+                                                       lambda a, b: a @ b.T, [64, 6]),
+  "x@W.T, 50 rows": ([(50, 300), (256, 300)], lambda a, b: a @ b.T, lambda a, b: a @ b.T, [32, 5]),
+  "x@W.T, 100 rows padded to eights": ([(100, 300), (96, 300)], lambda a, b: a @ b.T, lambda a, b: a @ b.T, [32, 8]),
   "x@W.T, 37 rows": ([(37, 129), (192, 129)], lambda a, b: a @ b.T, lambda a, b: a @ b.T, [32]),
   "a.T@b, B past L2": ([(300, 64), (300, 1024)], lambda a, b: a.T @ b, lambda a, b: a.T @ b, [64, 4]),
   "batched q@k.T": ([(2, 64, 96), (2, 128, 96)], lambda q, k: q @ k.transpose(-1, -2),

@@ -32,8 +32,8 @@ from ember.uop.symbolic import symbolic, split_terms, term_factor
 class KernelOptError(CompileError):
   """An optimisation does not apply to this kernel (the range does not divide, is symbolic, ...)."""
 
-OPT_KINDS = ("UPCAST", "UPCAST_OUTER", "UPCAST_STRIDED", "SPLIT", "THREADS", "UNROLL", "PADTO", "LOCAL", "GROUP",
-             "GROUPTOP", "TC")
+OPT_KINDS = ("UPCAST", "UPCAST_OUTER", "UPCAST_STRIDED", "UPCAST_PADDED", "SPLIT", "THREADS", "UNROLL", "PADTO",
+             "LOCAL", "GROUP", "GROUPTOP", "TC")
 LAUNCH_KINDS = ("LOCAL", "GROUP", "GROUPTOP", "TC")
 """GPU opts: how codegen maps the kernel onto blocks and threads (codegen/launch.py), at most one per kernel."""
 
@@ -42,7 +42,8 @@ class Opt:
   """One optimisation. UPCAST/UPCAST_OUTER/UPCAST_STRIDED: `axis` is the axis number of a constant output range at the
   time the opt applies (UPCAST_OUTER makes the shortened range axis 0 and numbers every other range one up;
   UPCAST_STRIDED takes lanes `n/amt` apart, n the range's size, and writes each reduction's products `moving *
-  shared`, see `rows_apart_opts`); SPLIT: every
+  shared`, see `rows_apart_opts`; UPCAST_PADDED first pads a range `amt` does not divide up to a multiple of it, the
+  extra lanes loading what the range's last iteration loads and storing nothing, see `pad_range`); SPLIT: every
   float ADD/MAX reduction is split into `amt` partial sums over its innermost range (`axis` 0; `axis` 1 splits the
   ADD ones only, leaving MAX to a compiler that vectorises it as written); THREADS: the outermost output loop runs
   on `amt` CPU threads. UNROLL: the reduction range with axis number `axis` runs `amt` iterations per loop trip
@@ -149,9 +150,14 @@ def _split_key(red: UOp) -> tuple[tuple[object, int], ...]:
 
 def apply_opt(ast: UOp, opt: Opt) -> UOp:
   """Apply one opt to a kernel AST; KernelOptError when it does not fit this kernel."""
-  if opt.op in ("UPCAST", "UPCAST_OUTER", "UPCAST_STRIDED"):
+  if opt.op in ("UPCAST", "UPCAST_OUTER", "UPCAST_STRIDED", "UPCAST_PADDED"):
     rng = next((r for r in output_ranges(ast) if r.arg[0] == opt.axis), None)
     if rng is None: raise KernelOptError(f"{opt}: the kernel has no constant output range with axis {opt.axis}")
+    if opt.op == "UPCAST_PADDED":
+      if opt.amt >= 2 and _const_end(rng) % opt.amt:
+        ast = pad_range(ast, rng, opt.amt, clamp=True)
+        rng = next(r for r in output_ranges(ast) if r.arg[0] == opt.axis)
+      return upcast(ast, rng, opt.amt)
     if opt.op != "UPCAST": ast = shared_operand_first(ast, rng, moving_first=opt.op == "UPCAST_STRIDED")
     return upcast(ast, rng, opt.amt, outermost=opt.op == "UPCAST_OUTER", strided=opt.op == "UPCAST_STRIDED")
   if opt.op == "SPLIT":
@@ -194,15 +200,27 @@ def unroll_reduce(ast: UOp, rng: UOp, amt: int) -> UOp:
   if not new: raise KernelOptError(f"no reduction runs over the range with axis {rng.arg[0]}")
   return graph_rewrite(ast.substitute(new), symbolic, name="unroll")
 
-def pad_range(ast: UOp, rng: UOp, amt: int) -> UOp:
+def pad_range(ast: UOp, rng: UOp, amt: int, clamp: bool = False) -> UOp:
   """Output range `rng` (n iterations) runs ceil(n/amt)*amt: every load and store whose index moves with it is gated
   by `rng < n` (a gated-off load reads 0 and nothing is stored), so the extra iterations compute garbage they never
-  write. What LOCAL needs for a size no block divides."""
+  write. What LOCAL needs for a size no block divides. `clamp`: the stores are gated, the loads are not: they read at
+  `min(rng, n-1)` (what iteration n-1 reads, always in bounds) and stay unconditional. A register block's rows padded
+  so (a matmul's 1024 rows in blocks of 6) then load their A values with no test in the reduction's loop, where a
+  gated load there cost more than the larger block saved (130 against 141 GFLOP/s for 1024^3)."""
   end = _const_end(rng)
   if amt < 2 or rng.arg[1] is not AxisType.GLOBAL: raise KernelOptError(f"cannot pad a range of {end} to {amt}")
   padded = UOp.range(-(-end // amt) * amt, rng.arg[0], AxisType.GLOBAL, rng.dtype)
-  ast = ast.substitute({rng: padded})
   valid = padded.lt(end)
+  if clamp:
+    at = valid.where(padded, padded.const_like(end - 1))
+    new: dict[UOp, UOp] = {}
+    for n in ast.toposort():
+      if n.op is Ops.STORE and rng in (idx := n.src[0]).src[1].toposort():
+        gate = valid if len(idx.src) == 2 else idx.src[2].substitute({rng: padded}) & valid
+        new[idx] = idx.replace(src=(idx.src[0], idx.src[1].substitute({rng: padded}), gate))
+    # the stores' indices first (they move with the padded range, gated); every other use of `rng` reads clamped
+    return ast.substitute(new).substitute({rng: at})
+  ast = ast.substitute({rng: padded})
   gated: dict[UOp, UOp] = {}
   for idx in (n for n in ast.toposort() if n.op is Ops.INDEX and n.src[0].op is Ops.PARAM):
     if padded not in idx.src[1].toposort(): continue
@@ -273,7 +291,22 @@ def _strides_of(idx: UOp) -> dict[tuple[UOp, int], int | None]:
   return found
 
 MATMUL_COLS = 2  # vectors of columns per register block of a matmul (hand_coded_opts)
-WIDE_COLS, WIDE_ROWS = 4, 4  # a matmul of exactly 4 vectors of columns takes them all in one block
+# a matmul of exactly 4 vectors of columns takes them all in one block; 6 rows x 4 vectors: 24 of AVX-512's 32 vector
+# registers accumulate, 4 hold B's vectors, one A's broadcast. Against 4 rows, each B vector loaded (from L2: the
+# panel is 64-256 KB) serves 6 FMAs instead of 4. One thread, CPU time, best of 5 under load, B packed: 768^3 146 ->
+# 163 GFLOP/s, 1024^3 (rows padded to 1026) 138-141 -> 154-155, 2048^3 150 (8 x 2 vectors) -> 161
+WIDE_COLS, WIDE_ROWS = 4, 6
+
+# multiply-adds of a matmul from which its block takes WIDE_ROWS rows; smaller ones take 4. The 6-row block unrolls
+# 1.5x the accumulators, and codegen's time grows with them: a cold first call of the MLP step (784-512-512-10, batch
+# 256, kernels of 2^25-2^27 multiply-adds) spent 151 -> 229 ms (best of 4-6) applying opts, for 6.77 -> 6.55 ms a
+# step (one thread, best of 60)
+TALL_BLOCK_MACS = 1 << 27
+
+def wide_rows(end: int) -> bool:
+  """Whether `end` rows suit the WIDE_COLS-vector block: WIDE_ROWS of them per block (padded where that is cheap,
+  `block_rows`) or 4 (a multiple of 4 that padding to 6 would cost too much: 8, 16, 28)."""
+  return end % 4 == 0 or block_rows(end, WIDE_ROWS) == WIDE_ROWS
 
 def column_spans(end: int, width: int, cols: int = MATMUL_COLS) -> list[int]:
   """Columns per register block of a matmul with `end` output columns, best first: WIDE_COLS vectors where they divide
@@ -298,15 +331,15 @@ RESIDENT_ELEMENTS, RESIDENT_MAX_ELEMENTS, RESIDENT_PACK_ROWS = 1 << 16, 1 << 18,
 def resident_column(ast: UOp, width: int) -> int | None:
   """The output range (an index into `output_ranges`) a matmul's B is read along, where B is contiguous over
   WIDE_COLS vectors of those columns, small enough (RESIDENT_ELEMENTS; up to RESIDENT_MAX_ELEMENTS where fewer than
-  RESIDENT_PACK_ROWS rows share it) to stay in cache as it lies, and the rows are a multiple of WIDE_ROWS:
-  codegen/pack.py leaves such a B unpacked and the kernel takes 4 rows x 4 vectors of columns.
+  RESIDENT_PACK_ROWS rows share it) to stay in cache as it lies, and the rows suit the block (`wide_rows`):
+  codegen/pack.py leaves such a B unpacked and the kernel takes 6 (or 4) rows x 4 vectors of columns.
   On the 2-core development VM (one thread, CPU time of the programs, medians of 3 alternating runs) 256^3 ran
   0.49 -> 0.40 ms, 512^3 4.5 -> 3.5 ms, 2048x256x256 4.6 -> 3.7 ms against B packed in 2-vector blocks of 8 rows; a
   B of 784 x 512 stayed faster packed (1.7-2.7 against 3.7-4.2 ms), and 10 rows blocked 2 at a time were slower
   than 5. None where B does not qualify."""
   if (axes := matmul_axes(ast, width, wide := WIDE_COLS * width)) is None: return None
   rngs = output_ranges(ast)
-  if axes[1] is not None and _const_end(rngs[axes[1]]) % WIDE_ROWS: return None
+  if axes[1] is not None and not wide_rows(_const_end(rngs[axes[1]])): return None
   col = rngs[axes[0]]
   reds = [n for n in ast.toposort() if n.op is Ops.REDUCE]
   idxs = dict.fromkeys(n.src[0].src[1] for r in reds for n in r.src[0].toposort() if n.op is Ops.LOAD)
@@ -321,9 +354,9 @@ def resident_column(ast: UOp, width: int) -> int | None:
 
 def packed_wide(ast: UOp, width: int, axes: tuple[int, int | None]) -> bool:
   """Whether a matmul's B is read from a copy packed in blocks of WIDE_COLS vectors (contiguous within each block of
-  columns, not across blocks: `(n//64)*K*64 + k*64 + n%64`). codegen/pack.py packs so where the rows are in fours and
-  a block's panel of B fits its WIDE_PANEL: the kernel then runs 4 rows x 4 vectors, loading each A value once per 64
-  columns instead of 32 (A, streamed from L3 once per column block, is read half as often)."""
+  columns, not across blocks: `(n//64)*K*64 + k*64 + n%64`). codegen/pack.py packs so where the rows suit the block
+  (`wide_rows`) and its panel of B fits WIDE_PANEL: the kernel then runs 6 rows x 4 vectors, loading each A value once
+  per 64 columns instead of 32 (A, streamed from L3 once per column block, is read half as often)."""
   if matmul_axes(ast, width, WIDE_COLS * width) != axes: return False
   col = output_ranges(ast)[axes[0]]
   reds = [n for n in ast.toposort() if n.op is Ops.REDUCE]
@@ -391,11 +424,19 @@ def matmul_opts(ast: UOp, width: int, cols: int, rows: int,
   # a row apart (a (512, 10) weight gradient blocked along its 512) kept all 160 multiply-adds scalar
   if any(_lane_stride(n.src[0].src[1], rngs[ci], span) != 1 for n in ast.toposort() if n.op is Ops.STORE): return []
   opts = [Opt("UPCAST_OUTER", rngs[ci].arg[0], span)]
-  if ri is not None and rows > 1:
-    rend = _const_end(rngs[ri])
-    r = next((r for r in range(rows, 1, -1) if rend % r == 0), 1)
-    if r > 1: opts.append(Opt("UPCAST", rngs[ri].arg[0] + 1, r))  # after UPCAST_OUTER every other axis is one up
+  if ri is not None and (r := block_rows(_const_end(rngs[ri]), rows)) > 1:
+    # after UPCAST_OUTER every other axis is one up
+    opts.append(Opt("UPCAST" if _const_end(rngs[ri]) % r == 0 else "UPCAST_PADDED", rngs[ri].arg[0] + 1, r))
   return opts
+
+PAD_WASTE = 20  # a matmul's rows are padded up to a multiple of its block's where that adds at most 1/PAD_WASTE
+
+def block_rows(end: int, rows: int) -> int:
+  """Rows per register block for a matmul of `end` rows: `rows` where they divide them or padding them up to a
+  multiple adds at most 1/PAD_WASTE of the rows (UPCAST_PADDED: 1024 in blocks of 6 computes 1026), else the largest
+  count up to `rows` that divides them."""
+  if rows < 2 or end % rows == 0 or (-end % rows) * PAD_WASTE <= end: return max(rows, 1)
+  return next((r for r in range(rows, 1, -1) if end % r == 0), 1)
 
 SHORT_REDUCE_ONE_THREAD = 1 << 20  # output elements x lanes up to which a short reduction runs on one thread
 
@@ -500,11 +541,13 @@ def hand_coded_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
   # accumulators: 4x the first-call time of a transformer block, spent rewriting the unrolled graph)
   # A B small enough to stay in L2 unpacked (`resident_column`) takes 4 rows x 4 vectors, read where it lies
   # A B that codegen/pack.py copied into blocks of 4 vectors (its columns in 64s) takes 4 rows x 4 vectors too where
-  # the rows are in fours (`packed_wide`)
+  # the rows suit them (`packed_wide`, `wide_rows`); either takes 6 rows in a matmul of TALL_BLOCK_MACS or more
   if (axes := matmul_axes(ast, width)) is not None:
     if _const_end(output_ranges(ast)[axes[0]]) == WIDE_COLS * width or resident_column(ast, width) == axes[0] or \
        packed_wide(ast, width, axes):
-      return matmul_opts(ast, width, WIDE_COLS, WIDE_ROWS, axes)
+      rngs = [n for n in ast.toposort() if n.op is Ops.RANGE]
+      big = all(r.src[0].op is Ops.CONST for r in rngs) and prod(_const_end(r) for r in rngs) >= TALL_BLOCK_MACS
+      return matmul_opts(ast, width, WIDE_COLS, WIDE_ROWS if big else 4, axes)
     if (mm := matmul_opts(ast, width, MATMUL_COLS, 8, axes)): return mm
   # reductions the target's compiler vectorises as they are (`Renderer.vector_reduce_ops`, e.g. the CPU's MAX as an
   # int max) run fastest unsplit: partial lanes only make it shuffle them

@@ -22,13 +22,13 @@ from ember.helpers import NOOPT, prod
 from ember.renderer import Renderer
 from ember.uop.ops import Ops, UOp, AxisType, KernelInfo
 from ember.codegen.opt import output_ranges, block_columns, resident_column, _const_end, _lane_stride, \
-  MATMUL_COLS, WIDE_COLS, WIDE_ROWS
+  MATMUL_COLS, WIDE_COLS, wide_rows
 
 # elements of one column block's panel of B (K x the block's columns) up to which B is packed in blocks of 4 vectors
 # (256 KB of float32, an eighth of the development VM's L2 per core). CPU time of the programs, alternating runs under
 # load: 1024^3 (a 256 KB panel) ran 96 -> 113 GFLOP/s on two threads (median of 12, faster in 10) in 4 x 4-vector
 # blocks; 2048^3 (512 KB) ran slower than 8 rows x 2 vectors over a 256 KB panel (112 -> 102 on one thread, median of 6)
-WIDE_PANEL = 1 << 16
+WIDE_PANEL = 1 << 17
 
 PACK_MIN_ROWS = 32  # outputs sharing each column block of B (rows of a matmul, pixels of a convolution)
 PACK_MIN_ELEMENTS = 1 << 14  # elements of B (64 KB of float32): smaller operands stay in L1/L2 as they are
@@ -98,14 +98,14 @@ def plan_packing(ast: UOp, renderer: Renderer) -> PackPlan | None:
   brngs = _ranges(idx)
   batch = [r for r in output_ranges(sink) if r in brngs and r is not col]
   ks = [r for r in red.src[1:] if r in brngs]
-  # blocks of 4 vectors where the kernel runs 4 rows x 4 vectors over them (opt.packed_wide: rows in fours) and their
+  # blocks of 4 vectors where the kernel runs 6 rows x 4 vectors over them (opt.packed_wide, opt.wide_rows) and their
   # panel of B stays within WIDE_PANEL, else of 2 (a block of 2 vectors finds no constant lane stride in a 4-vector
   # packing); all the columns where they are 4 vectors
   if span == WIDE_COLS * width and _const_end(col) != span:
     # the kernel's rows: the innermost output range the other loads (A) move with and B does not (opt.matmul_axes)
     a_rngs = set().union(*(_ranges(n.src[0]) for n in red.src[0].toposort() if n.op is Ops.LOAD and n is not load))
     row = next((r for r in reversed(output_ranges(sink)) if r is not col and r not in brngs and r in a_rngs), None)
-    if row is None or _const_end(row) % WIDE_ROWS or prod(_const_end(r) for r in ks) * span > WIDE_PANEL:
+    if row is None or not wide_rows(_const_end(row)) or prod(_const_end(r) for r in ks) * span > WIDE_PANEL:
       span = MATMUL_COLS * width
   ends = [_const_end(r) for r in batch] + [_const_end(col) // span] + [_const_end(r) for r in ks] + [span]
   size = prod(ends)
