@@ -2,7 +2,7 @@
 (or 8) rows over row counts they do not divide computes the extra rows from clamped loads and stores none of them.
 Every case against numpy (or torch for gradients), on both CPU renderers where kernels run alone, end to end on the
 default one: row counts just past and just short of a multiple, a.T @ b, batched, a bias after the product, one
-thread and two, and the gradients of a layer whose rows are padded."""
+thread and two, the gradients of a layer whose rows are padded, and a convolution whose pixels take blocks of 7."""
 from __future__ import annotations
 import numpy as np
 import pytest
@@ -95,3 +95,18 @@ def test_gradients_of_a_layer_with_padded_rows_match_torch() -> None:
   assert ex.grad is not None and ew.grad is not None and tx.grad is not None and tw.grad is not None
   np.testing.assert_allclose(ex.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-3)
   np.testing.assert_allclose(ew.grad.numpy(), tw.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+def test_convolution_rows_in_sevens_match_torch() -> None:
+  # 5 x 28 x 28 pixels x 64 channels x 576: past TALL_BLOCK_MACS, its 28 pixels of a row in blocks of 7 (tall_rows)
+  from ember.codegen.pack import plan_packing
+  from ember.uop.rewrite import graph_rewrite
+  from ember.uop.symbolic import symbolic
+  x, w = _rand(5, 64, 28, 28), _rand(64, 64, 3, 3, seed=1) * 0.05
+  out = Tensor(x).conv2d(Tensor(w), padding=1)
+  ast = next(it.ast for it in reversed(out.schedule()) if it.kind != "copy" and
+             any(n.op is Ops.REDUCE for n in it.ast.toposort()))
+  plan = plan_packing(ast, device("C").renderer)
+  assert plan is not None
+  assert [o.amt for o in hand_coded_opts(graph_rewrite(plan.main, symbolic), device("C").renderer)] == [64, 7]
+  want = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), padding=1).numpy()
+  np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-3)

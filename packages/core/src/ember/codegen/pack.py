@@ -25,9 +25,10 @@ from ember.codegen.opt import output_ranges, block_columns, resident_column, _co
   MATMUL_COLS, WIDE_COLS, wide_rows
 
 # elements of one column block's panel of B (K x the block's columns) up to which B is packed in blocks of 4 vectors
-# (256 KB of float32, an eighth of the development VM's L2 per core). CPU time of the programs, alternating runs under
+# (512 KB of float32, a quarter of the AVX-512 VM's 2 MB L2 per core). CPU time of the programs, alternating runs under
 # load: 1024^3 (a 256 KB panel) ran 96 -> 113 GFLOP/s on two threads (median of 12, faster in 10) in 4 x 4-vector
-# blocks; 2048^3 (512 KB) ran slower than 8 rows x 2 vectors over a 256 KB panel (112 -> 102 on one thread, median of 6)
+# blocks; 2048^3 (512 KB) 151-152 -> 162-164 GFLOP/s on one thread (best of 5) in 6 x 4-vector blocks against 8 rows
+# x 2 vectors over a 256 KB panel (4 x 4-vector blocks had been slower there on a VM with a smaller L2)
 WIDE_PANEL = 1 << 17
 
 PACK_MIN_ROWS = 32  # outputs sharing each column block of B (rows of a matmul, pixels of a convolution)
