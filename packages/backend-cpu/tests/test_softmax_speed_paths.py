@@ -128,7 +128,8 @@ def _example() -> Any:
   spec.loader.exec_module(module)
   return module
 
-@pytest.mark.parametrize("shape", [(64, 1024), (9, 100)], ids=["lanes16", "lanes1"])
+@pytest.mark.parametrize("shape", [(64, 1024), (9, 1000), (9, 100), (7, 37)],
+                         ids=["lanes16", "lanes8", "lanes4", "lanes1"])
 @pytest.mark.parametrize("kind", ["normal", "large", "neginf"])
 def test_custom_softmax_matches_torch(shape: tuple[int, int], kind: str) -> None:
   x = _rows(kind, shape)
