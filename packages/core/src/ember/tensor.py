@@ -302,8 +302,8 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, MathMixin, Activati
   @staticmethod
   def pending_readers(*tensors: Tensor) -> list[Tensor]:
     """The live tensors, still to be computed, that read the buffers of `tensors`: what must be realized before those
-    buffers are overwritten in place. `assign` realizes its target's; an optimizer updating many parameters realizes
-    all of theirs in one schedule.
+    buffers are overwritten in place. `assign` keeps its target's, and realizing the assign realizes them in the same
+    schedule, before it.
 
     >>> w = Tensor([1.0, 2.0]).realize()
     >>> loss = (w * 2).sum()

@@ -116,7 +116,7 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
 # meanwhile wait for a second thread until they hold this much source (BATCH_MIN_CHARS): small ones gather into
 # batches instead of a process each
 BATCH_CHARS = 16384
-BATCH_MIN_CHARS = 4096
+BATCH_MIN_CHARS = 8192
 
 def compile_ahead(items: list[ScheduleItem]) -> None:
   """The runners of every kernel of `items` not compiled before, on devices whose compiler may run on several threads
