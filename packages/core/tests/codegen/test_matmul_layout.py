@@ -113,7 +113,8 @@ def _run_opts(ast: UOp, opts: list[Opt], inputs: dict[int, np.ndarray]) -> np.nd
   bufs[0].copyout(memoryview(out).cast("B"))
   return out
 
-# B contiguous over 4 vectors of columns and small enough for L2: no pack kernel, 4 rows x 64 columns per block
+# B contiguous over 4 vectors of columns and small enough for L2: no pack kernel, 4 rows x 64 columns per block where
+# the rows do not suit 8 (opt.eight_rows), 8 rows x 32 columns where they do
 @pytest.mark.parametrize("m,k,n,mode", [(12, 40, 64, ""), (36, 24, 128, ""), (8, 96, 192, ""), (20, 32, 64, "aT"),
                                         (12, 16, 256, "aT")])
 def test_resident_operand_is_read_in_place_by_wide_blocks(m: int, k: int, n: int, mode: str) -> None:
@@ -123,7 +124,7 @@ def test_resident_operand_is_read_in_place_by_wide_blocks(m: int, k: int, n: int
   ast = _kernels((a.T if mode == "aT" else a) @ b)[-1]
   assert plan_packing(ast, _Simd16()) is None
   opts = hand_coded_opts(ast, _Simd16())
-  assert opts[0].op == "UPCAST_OUTER" and opts[0].amt == 64 and opts[1:] and opts[1].amt == 4
+  assert opts[0].op == "UPCAST_OUTER" and [o.amt for o in opts] == ([32, 8] if m == 8 else [64, 4])
   got = _run_opts(ast, opts, {1: a_np.reshape(-1), 2: b_np.reshape(-1)}).reshape(m, n)
   np.testing.assert_allclose(got, (a_np.T if mode == "aT" else a_np) @ b_np, rtol=1e-4, atol=1e-4)
 
@@ -138,8 +139,10 @@ def test_mid_sized_operand_is_packed_once_many_rows_share_it(m: int, k: int, n: 
   plan = plan_packing(ast, _Simd16())
   assert (plan is not None) == packed
   if plan is not None: ast = graph_rewrite(plan.main, symbolic)
-  from ember.codegen.opt import TALL_BLOCK_MACS  # 6 rows from 2^27 multiply-adds (512^3), else 4
-  assert [o.amt for o in hand_coded_opts(ast, _Simd16())] == [64, 6 if m * k * n >= TALL_BLOCK_MACS else 4]
+  from ember.codegen.opt import TALL_BLOCK_MACS  # 6 x 4 vectors from 2^27 multiply-adds (512^3), else 8 x 2 (100
+  # and 252 rows padded to eights)
+  want = [64, 6] if m * k * n >= TALL_BLOCK_MACS else [32, 8]
+  assert [o.amt for o in hand_coded_opts(ast, _Simd16())] == want
   out = Tensor(a_np).realize() @ Tensor(b_np).realize()
   np.testing.assert_allclose(out.numpy(), a_np @ b_np, rtol=1e-4, atol=1e-4 * k ** 0.5)
 
@@ -155,8 +158,8 @@ def test_rows_no_wide_block_divides_keep_two_vector_blocks(m: int) -> None:
 
 def test_operands_past_l2_or_strided_are_still_packed() -> None:
   from ember.codegen.pack import plan_packing
-  # 2 MB of B: packed; its 1024 x 64 panels fit WIDE_PANEL, so 4-vector blocks of 4 rows
-  big = _kernels(Tensor.empty(64, 1024) @ Tensor.empty(1024, 512))[-1]
+  # 2 MB of B: packed; its 1024 x 64 panels fit WIDE_PANEL, so 4-vector blocks of 4 rows (60 rows: not eights)
+  big = _kernels(Tensor.empty(60, 1024) @ Tensor.empty(1024, 512))[-1]
   assert (plan := plan_packing(big, _Simd16())) is not None and plan.size == 1024 * 512
   assert [o.amt for o in hand_coded_opts(graph_rewrite(plan.main, symbolic), _Simd16())] == [64, 4]
   deep = _kernels(Tensor.empty(64, 4096) @ Tensor.empty(4096, 512))[-1]  # 4096 x 64 panels: 2-vector blocks

@@ -303,6 +303,19 @@ WIDE_COLS, WIDE_ROWS = 4, 6
 # step (one thread, best of 60)
 TALL_BLOCK_MACS = 1 << 27
 
+def tall_matmul(ast: UOp) -> bool:
+  """Whether a kernel runs TALL_BLOCK_MACS iterations or more of its innermost body (a matmul's multiply-adds)."""
+  rngs = [n for n in ast.toposort() if n.op is Ops.RANGE]
+  return all(r.src[0].op is Ops.CONST for r in rngs) and prod(_const_end(r) for r in rngs) >= TALL_BLOCK_MACS
+
+def eight_rows(ast: UOp, end: int) -> bool:
+  """Whether a matmul below TALL_BLOCK_MACS with `end` rows takes 8 rows x MATMUL_COLS vectors (its B packed in
+  blocks of that many, codegen/pack.py) instead of 4 x WIDE_COLS: where 8 divide its rows or padding to 8 is cheap
+  (`block_rows`). One thread, CPU time, best of 5, alternating runs: 784x256 @ 256x512 1.47-1.53 -> 1.28-1.29 ms,
+  512x256 @ 256x512 0.93-0.95 -> 0.82-0.83, 256x512 @ 512x512 0.94 -> 0.87-0.88, 256^3 (B read in place)
+  0.211-0.216 -> 0.204; a 32-column panel of B (K x 32) also stays in L1 where a 64-column one did not."""
+  return not tall_matmul(ast) and block_rows(end, 8) == 8
+
 def tall_rows(end: int) -> int:
   """Rows per WIDE_COLS-vector block of a matmul of TALL_BLOCK_MACS or more with `end` rows: WIDE_ROWS where they
   divide them or padding is cheap (`block_rows`), else 7 where 7 divide them (28 accumulators; gcc keeps one of them
@@ -553,10 +566,13 @@ def hand_coded_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
   if (axes := matmul_axes(ast, width)) is not None:
     if _const_end(output_ranges(ast)[axes[0]]) == WIDE_COLS * width or resident_column(ast, width) == axes[0] or \
        packed_wide(ast, width, axes):
-      rngs = [n for n in ast.toposort() if n.op is Ops.RANGE]
-      big = all(r.src[0].op is Ops.CONST for r in rngs) and prod(_const_end(r) for r in rngs) >= TALL_BLOCK_MACS
-      return matmul_opts(ast, width, WIDE_COLS, tall_rows(_const_end(output_ranges(ast)[axes[1]])) if big and
-                         axes[1] is not None else 4, axes)
+      if axes[1] is None: return matmul_opts(ast, width, WIDE_COLS, 1, axes)
+      rend = _const_end(output_ranges(ast)[axes[1]])
+      if tall_matmul(ast): return matmul_opts(ast, width, WIDE_COLS, tall_rows(rend), axes)
+      # below TALL_BLOCK_MACS, 8 rows x 2 vectors where the rows suit 8 (`eight_rows`): as many accumulators as
+      # 4 x 4 (the same codegen time), each B vector loaded serving 8 FMAs instead of 4
+      if eight_rows(ast, rend) and (mm := matmul_opts(ast, width, MATMUL_COLS, 8, axes)): return mm
+      return matmul_opts(ast, width, WIDE_COLS, 4, axes)
     if (mm := matmul_opts(ast, width, MATMUL_COLS, 8, axes)): return mm
   # reductions the target's compiler vectorises as they are (`Renderer.vector_reduce_ops`, e.g. the CPU's MAX as an
   # int max) run fastest unsplit: partial lanes only make it shuffle them

@@ -22,7 +22,7 @@ from ember.helpers import NOOPT, prod
 from ember.renderer import Renderer
 from ember.uop.ops import Ops, UOp, AxisType, KernelInfo
 from ember.codegen.opt import output_ranges, block_columns, resident_column, _const_end, _lane_stride, \
-  MATMUL_COLS, WIDE_COLS, wide_rows
+  MATMUL_COLS, WIDE_COLS, wide_rows, eight_rows
 
 # elements of one column block's panel of B (K x the block's columns) up to which B is packed in blocks of 4 vectors
 # (512 KB of float32, a quarter of the AVX-512 VM's 2 MB L2 per core). CPU time of the programs, alternating runs under
@@ -106,7 +106,8 @@ def plan_packing(ast: UOp, renderer: Renderer) -> PackPlan | None:
     # the kernel's rows: the innermost output range the other loads (A) move with and B does not (opt.matmul_axes)
     a_rngs = set().union(*(_ranges(n.src[0]) for n in red.src[0].toposort() if n.op is Ops.LOAD and n is not load))
     row = next((r for r in reversed(output_ranges(sink)) if r is not col and r not in brngs and r in a_rngs), None)
-    if row is None or not wide_rows(_const_end(row)) or prod(_const_end(r) for r in ks) * span > WIDE_PANEL:
+    if row is None or not wide_rows(_const_end(row)) or prod(_const_end(r) for r in ks) * span > WIDE_PANEL or \
+       eight_rows(sink, _const_end(row)):
       span = MATMUL_COLS * width
   ends = [_const_end(r) for r in batch] + [_const_end(col) // span] + [_const_end(r) for r in ks] + [span]
   size = prod(ends)
