@@ -110,3 +110,10 @@ def test_convolution_rows_in_sevens_match_torch() -> None:
   assert [o.amt for o in hand_coded_opts(graph_rewrite(plan.main, symbolic), device("C").renderer)] == [64, 7]
   want = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), padding=1).numpy()
   np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-3)
+
+def test_beam_candidates_include_padded_six_and_seven_row_blocks() -> None:
+  from ember.codegen.search import candidate_opts
+  ast = kernel_of(Tensor(_rand(100, 24)) @ Tensor(_rand(24, 64, seed=1)))
+  cands = candidate_opts(ast, device("C").renderer)
+  assert any(c and c[-1] == Opt("UPCAST_PADDED", c[-1].axis, 6) for c in cands)  # 100 rows computed as 102
+  assert any(c and c[-1] == Opt("UPCAST_PADDED", c[-1].axis, 7) for c in cands)  # 100 rows computed as 105

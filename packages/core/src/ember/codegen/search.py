@@ -34,12 +34,13 @@ JITBEAM = ContextVar("JITBEAM", 0)
 
 def candidate_opts(ast: UOp, renderer: Renderer) -> list[tuple[Opt, ...]]:
   """Stage-one candidates: none, the hand-coded opts, and for a matmul-like kernel every rows x column-vectors block
-  up to 32 vector accumulators; for other reductions partial sums of several widths. Only those that apply."""
+  up to 32 vector accumulators (rows a block does not divide padded where that is cheap, opt.block_rows); for other
+  reductions partial sums of several widths. Only those that apply."""
   width = max(getattr(renderer, "simd_width", 0), 1)
   cands: list[tuple[Opt, ...]] = [(), tuple(hand_coded_opts(ast, renderer))]
   if width > 1 and matmul_axes(ast, width) is not None:
     for cols in (1, 2, 4):
-      for rows in (1, 2, 4, 8):
+      for rows in (1, 2, 4, 6, 7, 8):
         if cols * rows <= 32: cands.append(tuple(matmul_opts(ast, width, cols, rows)))
   if any(n.op is Ops.REDUCE for n in ast.toposort()):
     cands += [(Opt("SPLIT", 0, amt),) for amt in (4, 8, 16, 32, 64)]
