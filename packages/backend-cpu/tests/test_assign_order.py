@@ -92,3 +92,15 @@ def test_a_kernel_reading_old_and_new_values_still_runs() -> None:
   np.testing.assert_allclose(p1.numpy(), a + 1)
   np.testing.assert_allclose(p2.numpy(), b + 1)
   assert n1.numpy().shape == n2.numpy().shape == (4,)
+
+def test_two_writes_into_parts_of_one_buffer_and_a_reader_of_its_old_value() -> None:
+  a = np.arange(8, dtype=np.float32)
+  x = Tensor(a.copy()).realize()
+  r = x * 10  # the old value
+  x[0:4] = x[0:4] + 1
+  x[4:8] = x[4:8] + 2
+  y = x * 1  # the new value
+  Tensor.realize(y, r)
+  np.testing.assert_allclose(r.numpy(), a * 10)
+  np.testing.assert_allclose(y.numpy(), a + np.array([1] * 4 + [2] * 4, np.float32))
+  np.testing.assert_allclose(x.numpy(), a + np.array([1] * 4 + [2] * 4, np.float32))

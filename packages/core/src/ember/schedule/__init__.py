@@ -204,7 +204,9 @@ def _overwrites_last(order: list[UOp], realize: set[UOp]) -> list[UOp]:
   whole backward and its parameter updates in one schedule: the backward of the first layer reads the second layer's
   weights, which the second layer's update overwrites). A reader that needs the ASSIGN's result reads the new value
   and stays after it. Raises OverwriteOrderError where no order satisfies both."""
-  targets = {n.src[0].base: n for n in order if n.op is Ops.ASSIGN and n.src[0].base.op is Ops.BUFFER}
+  targets: dict[UOp, list[UOp]] = {}  # buffer -> the ASSIGNs overwriting it (or parts of it)
+  for n in order:
+    if n.op is Ops.ASSIGN and n.src[0].base.op is Ops.BUFFER: targets.setdefault(n.src[0].base, []).append(n)
   if not targets: return order
   deps: dict[UOp, list[UOp]] = {}  # realized node -> the realized nodes its kernel reads
   readers: dict[UOp, list[UOp]] = {}  # ASSIGN -> the other realized nodes whose kernels read its target's buffer
@@ -216,8 +218,9 @@ def _overwrites_last(order: list[UOp], realize: set[UOp]) -> list[UOp]:
       if u in seen: continue
       seen.add(u)
       if u in realize and u.op is not Ops.BUFFER: deps[node].append(u)
-      elif u.op is Ops.BUFFER:
-        if (a := targets.get(u)) is not None and a is not node: readers.setdefault(a, []).append(node)
+      elif u.op is Ops.BUFFER:  # (another assign's target counts: two writes of one buffer keep no order here)
+        for a in targets.get(u, ()):
+          if a is not node: readers.setdefault(a, []).append(node)
       else: stack.extend(u.src)
   if not readers: return order
   after: dict[UOp, set[UOp]] = {a: set() for a in readers}  # ASSIGN -> the realized nodes that need its result
