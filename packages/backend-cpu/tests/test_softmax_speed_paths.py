@@ -148,5 +148,22 @@ def test_row_prefetch_only_for_rows_of_a_page(cols: int, ahead: bool) -> None:
   src = get_program(out.schedule()[-1].ast, Device["CPU"].renderer).src
   assert ("__builtin_prefetch" in src) == ahead
   assert ("prefer-vector-width=512" in src) == ahead  # its loops gcc vectorises itself at full width
-  # a row of 1000 is summed by one accumulator: within 1e-5 of torch, not 2e-6
+  # a row of 1000 is summed in 8 lanes, not 16: within 1e-5 of torch, not 2e-6
   np.testing.assert_allclose(out.numpy(), torch.softmax(torch.from_numpy(x), -1).numpy(), rtol=1e-5, atol=1e-7)
+
+# ** reductions over rows that 16 lanes do not divide **
+
+@pytest.mark.parametrize("cols", [1000, 100, 1004])
+def test_rows_split_into_half_or_quarter_vectors(cols: int) -> None:
+  """A float sum over rows of 1000 (100, 1004) floats splits into 8 (4) partial-sum lanes, and each row's lanes are
+  one vector: before, one scalar accumulator per row, a sum at twice torch's time and softmax's exp loop scalar."""
+  from ember.codegen import get_program
+  x = np.random.default_rng(cols).standard_normal((64, cols)).astype(np.float32)
+  out = Tensor(x).realize().sum(-1)
+  src = get_program(out.schedule()[-1].ast, Device["CPU"].renderer).src
+  assert "_v = " in src and "float acc1 " not in src, f"the partial sums of a row are not vector code:\n{src}"
+  np.testing.assert_allclose(out.numpy(), torch.from_numpy(x).sum(-1).numpy(), rtol=1e-5, atol=1e-4)
+  t = Tensor(x)
+  np.testing.assert_allclose(t.softmax(-1).numpy(), torch.softmax(torch.from_numpy(x), -1).numpy(), rtol=1e-5,
+                             atol=1e-7)
+  np.testing.assert_allclose(t.mean(0).numpy(), torch.from_numpy(x).mean(0).numpy(), rtol=1e-5, atol=1e-6)

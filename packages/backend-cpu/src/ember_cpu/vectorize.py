@@ -249,16 +249,27 @@ def _first_load(u: UOp) -> UOp | None:
     if x.op not in (Ops.DEFINE_ACC, Ops.ASSIGN, Ops.RANGE): stack.extend(reversed(x.src))
   return None
 
-def _by_address(run: list[UOp]) -> list[UOp]:
-  """Accumulator updates ordered by the address their first load reads: a tree of partial sums reads its inputs in
-  bit-reversed lane order (0, 8, 4, 12, ...), which these lanes then load as one vector."""
+def _address_runs(run: list[UOp], span: int) -> list[list[UOp]]:
+  """Accumulator updates ordered by the address their first load reads, cut where that address jumps by more than
+  `span` elements (a vector's lanes): a tree of partial sums reads its inputs in bit-reversed lane order (0, 8, 4, 12,
+  ...), which these lanes then load as one vector, and partial sums of rows far apart (4 rows of 1000 floats, 8 lanes
+  each) are a run per row, not 32 lanes chunked across rows into vectors that cannot load. Lanes reading one address
+  (a broadcast), nearby ones or other buffers stay one run (updates reading no load first, in program order)."""
+  unread: list[UOp] = []
   by_key: dict[Any, list[tuple[int, int, UOp]]] = {}
   for i, u in enumerate(run):
-    if (load := _first_load(u)) is None: by_key.setdefault(None, []).append((i, i, u))
+    if (load := _first_load(u)) is None: unread.append(u)
     else:
       key, const = _address(load.src[0])
       by_key.setdefault(key, []).append((const, i, u))
-  return [u for group in by_key.values() for _, _, u in sorted(group, key=lambda t: (t[0], t[1]))]
+  runs: list[list[UOp]] = [unread]
+  for group in by_key.values():
+    last: int | None = None
+    for const, _, u in sorted(group, key=lambda t: (t[0], t[1])):
+      if last is not None and const - last > span: runs.append([])
+      runs[-1].append(u)
+      last = const
+  return [r for r in runs if r]
 
 def _seeds(grower: _Grower, uops: list[UOp], vector_bytes: int) -> None:
   # runs of stores to consecutive addresses, in one block
@@ -291,7 +302,7 @@ def _seeds(grower: _Grower, uops: list[UOp], vector_bytes: int) -> None:
       updates.setdefault((grower.block[u], u.dtype, u.src[1].op, u.src[1].arg), []).append(u)
   for (_, dt, *_), run in updates.items():
     if widths := lane_widths(dt, vector_bytes):
-      _chunks(_by_address(run), widths, grower.grow, grower)
+      for part in _address_runs(run, widths[0]): _chunks(part, widths, grower.grow, grower)
 
 # ** keeping the program's order **
 
