@@ -92,13 +92,9 @@ def _softmax(cols: int = 1024) -> Workload:
 
 def _custom_softmax() -> Workload:
   """The one-kernel softmax of examples/custom_softmax.py (a hand-written kernel) on the softmax row's (4096, 1024)."""
-  import importlib.util
   from pathlib import Path
-  path = Path(__file__).resolve().parents[1] / "examples" / "custom_softmax.py"
-  spec = importlib.util.spec_from_file_location("custom_softmax", path)
-  assert spec is not None and spec.loader is not None
-  example = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(example)
+  from ember.testing.custom_kernels import load_example
+  example = load_example(Path(__file__).resolve().parents[1] / "examples", "custom_softmax")
   return Workload("softmax_custom", "softmax over (4096, 1024), one custom kernel (examples/custom_softmax.py)",
                   lambda r: {"x": r.standard_normal((4096, 1024), dtype=np.float32)}, example.custom_softmax,
                   _np_softmax, lambda x: torch.softmax(x, -1), rtol=1e-4, atol=1e-6, skip=("tinygrad",))

@@ -2,7 +2,6 @@
 of fused multiply-adds (plain multiplies and adds on targets without FMA), Tensor.softmax / log_softmax, and the
 one-kernel softmax of examples/custom_softmax.py."""
 from __future__ import annotations
-import importlib.util
 from pathlib import Path
 from typing import Any, Iterator
 import numpy as np
@@ -11,6 +10,7 @@ import torch
 from ember import Tensor
 from ember.device import Device
 from ember.dtype import dtypes
+from ember.testing.custom_kernels import load_example
 from ember.testing.hostshim import selected_device
 from ember_cpu.compiler import _is_x86
 from ember_cpu.renderer import has_fma
@@ -121,12 +121,7 @@ def test_softmax_half_computes_in_float32(cols: int) -> None:
 # ** the one-kernel softmax of examples/custom_softmax.py **
 
 def _example() -> Any:
-  path = Path(__file__).resolve().parents[3] / "examples" / "custom_softmax.py"
-  spec = importlib.util.spec_from_file_location("custom_softmax", path)
-  assert spec is not None and spec.loader is not None
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return load_example(Path(__file__).resolve().parents[3] / "examples", "custom_softmax")
 
 @pytest.mark.parametrize("shape", [(64, 1024), (9, 1000), (9, 100), (7, 37)],
                          ids=["lanes16", "lanes8", "lanes4", "lanes1"])
