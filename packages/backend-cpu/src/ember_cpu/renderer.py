@@ -168,6 +168,23 @@ def _row_prefetch(ctx: Any, g: vectorize.Lanes) -> str | None:
 _WIDE_LOOPS = ('#if defined(__x86_64__) && !defined(__clang__)\n__attribute__((target("prefer-vector-width=512")))\n'
                '#endif\n')
 
+# a kernel that runs at most this many operations (each uop counted once per trip of the loops around it) compiles
+# at gcc's -O1 plus the loop and SLP vectorisers instead of -O3 (`__attribute__((optimize))`; the command line's float
+# flags still hold): a train step's bias gradients, loss and small updates are a quarter of its cold first call's gcc
+# time and run a few microseconds either way
+SMALL_KERNEL_OPS = 1 << 16
+_SMALL = '#if !defined(__clang__)\n__attribute__((optimize("O1", "tree-vectorize")))\n#endif\n'
+
+def _small(uops: list[UOp]) -> bool:
+  ops, trips = 0, [1]
+  for u in uops:
+    if u.op is Ops.RANGE:
+      if u.src[0].op is not Ops.CONST: return False
+      trips.append(trips[-1] * u.src[0].arg)
+    elif u.op is Ops.END and len(trips) > 1: trips.pop()
+    else: ops += trips[-1]
+  return ops <= SMALL_KERNEL_OPS
+
 def _fma(ctx: Any, x: UOp) -> str:
   return f"__builtin_fma{'f' if x.dtype is dtypes.float32 else ''}({','.join(ctx[s] for s in x.src)})"
 
@@ -240,6 +257,7 @@ class ClangRenderer(CStyleLanguage):
     return src.replace(f"{self.kernel_prefix}{name}(", f"{_WIDE_LOOPS}{self.kernel_prefix}{name}(", 1)
   def render(self, uops: list[UOp], name: str = "kernel") -> str:
     src = super().render(uops, name)
+    if _small(uops): src = src.replace(f"{self.kernel_prefix}{name}(", f"{_SMALL}{self.kernel_prefix}{name}(", 1)
     return src + f'const char {name}{ARGFMT_SUFFIX}[] = "{kernel_argfmt(uops, self.has_threads)}";\n'
 
 class CPULLVMRenderer(LLVMRenderer):
