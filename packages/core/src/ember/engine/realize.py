@@ -116,9 +116,12 @@ def get_runner(device: str, ast: UOp) -> CompiledRunner:
 # meanwhile wait for a second thread until they hold this much source (BATCH_MIN_CHARS): small ones gather into
 # batches instead of a process each. 32 KB (was 16): what waits while every compile thread is busy goes in fewer
 # processes (the MLP step's 30 small kernels and 5 matmuls: 9 -> 6, its cold call's gcc CPU 595/612 -> 544/573 ms
-# min/median on two cores; the transformer block's 589/606 -> 537/560); 64 KB batched these two no differently
+# min/median on two cores; the transformer block's 589/606 -> 537/560); 64 KB batched these two no differently.
+# BATCH_MIN_CHARS 16 KB (was 8): MLP step gcc 533/540 -> 505/508 ms, wall 622/634 -> 597/616; transformer block gcc
+# 551/571 -> 502/507, wall 844/868 -> 833/854. 24 KB cut gcc further (475/492, 497/506) at the same wall: a compile
+# thread then waits idle while the large kernels are generated
 BATCH_CHARS = 32768
-BATCH_MIN_CHARS = 8192
+BATCH_MIN_CHARS = 16384
 
 def compile_ahead(items: list[ScheduleItem]) -> None:
   """The runners of every kernel of `items` not compiled before, on devices whose compiler may run on several threads
