@@ -49,3 +49,12 @@ def test_softmax_rows_split_over_threads() -> None:
   e = np.exp(x - x.max(1, keepdims=True))
   np.testing.assert_allclose(softmax.custom_softmax(Tensor(x, device="CPU")).numpy(), e / e.sum(1, keepdims=True),
                              rtol=1e-5, atol=1e-8)
+
+def test_debug_4_prints_a_custom_kernels_source(capsys: pytest.CaptureFixture[str]) -> None:
+  """DEBUG=4 prints each kernel's source when it is built, the hand-written ones too (docs/debugging.md)."""
+  softmax = load_example(EXAMPLES, "custom_softmax")
+  bufs = [np.zeros((3, 48), np.float32)] * 2
+  capsys.readouterr()
+  with Context(DEBUG=4): spec = get_program(_named(softmax.softmax_kernel(*placeholders(bufs)), softmax.softmax_kernel),
+                                            Device["CPU"].renderer)
+  assert spec.src.strip() and spec.src.strip() in capsys.readouterr().err

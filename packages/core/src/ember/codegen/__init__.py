@@ -265,6 +265,7 @@ def get_program(ast: UOp, renderer: Renderer, device: str = "", opts: list[Opt] 
     from ember.codegen.handwritten import handwritten_program
     if (tracer := uop_rewrite.TRACER) is not None: tracer.begin_kernel(ast, device)  # VIZ lists it with its source
     spec = handwritten_program(ast, renderer, device)  # a kernel a user wrote (Tensor.custom_kernel): loops as written
+    if DEBUG.value >= 4 and spec.src: _debug_print(spec.src)
     if tracer is not None: tracer.end_kernel(spec)
     return spec
   if opts is None and BEAM.value >= 1 and device and not NOOPT.value:
