@@ -150,7 +150,7 @@ def test_kernels_named_alike_compile_in_one_process_and_each_runs_its_own(tmp_pa
   srcs = [_KERNEL.format(op=op, name=name).replace("helper", f"helper_{i}")
           for i, (op, name) in enumerate(zip(ops, names))]
   with Context(CACHELEVEL=1, CACHEDB=str(tmp_path / "cache.db")):
-    libs = engine._compile_batch_cached(compiler, srcs)
+    libs = compiler.compile_batch_cached(srcs)
     for src, lib in zip(srcs, libs): assert compiler.compile_cached(src) == lib
   assert len(set(libs)) == 3 and libs[3] == libs[0]
   for name, lib, want in zip(names, libs, (4.0, 3.0, 2.0, 4.0)):

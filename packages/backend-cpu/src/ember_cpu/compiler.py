@@ -104,7 +104,7 @@ class ClangCompiler(Compiler):
   binary_format = "elf-so"
   parallel_compile = True  # each compile is its own compiler process in its own temporary directory
   batch_compile = True  # kernels are plain C functions: one translation unit holds several
-  # and kernels of one name too, each its own binary out of one compile (`compile_batch`; the engine caches them)
+  # and kernels of one name too, each its own binary out of one compile (`compile_batch`)
   batch_repeated_names = True
   def __init__(self, cc: str | None = None, arch: str = "") -> None:
     if cc is None and (chosen := os.environ.get("EMBER_CC")):

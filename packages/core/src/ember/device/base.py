@@ -224,25 +224,31 @@ class Compiler(ABC):
   # `compile_together` builds several kernels into one binary that holds them all (one compiler process for a batch of
   # small kernels instead of one each: starting the compiler and linking cost more than their code)
   batch_compile: bool = False
+  # `compile_batch` also takes kernels whose names repeat (each gets its own binary out of the one compile)
+  batch_repeated_names: bool = False
   def compile_together(self, srcs: list[str]) -> bytes:
     """One binary defining every kernel of `srcs` (their names distinct); compilers with `batch_compile` define it."""
     raise CompileError(f"{type(self).__name__} compiles one kernel at a time (batch_compile is False)")
+  def compile_batch(self, srcs: list[str]) -> list[bytes]:
+    """A binary for each kernel of `srcs` out of one compile: here the one `compile_together` builds, shared by all
+    (their names distinct); compilers with `batch_repeated_names` build one per kernel whatever the names."""
+    return [self.compile_together(srcs)] * len(srcs)
   def compile_batch_cached(self, srcs: list[str]) -> list[bytes]:
-    """The binaries of `srcs` (kernel names distinct), through the disk cache: the ones not cached are built by one
-    `compile_together` (the shared binary is each one's cache entry). A batch the compiler rejects is compiled kernel
-    by kernel, so the error names the kernel at fault."""
+    """The binaries of `srcs` through the disk cache: the ones not cached are built by one `compile_batch`, each
+    cached under its own source. A batch the compiler rejects is compiled kernel by kernel, so the error names the
+    kernel at fault."""
     if len(srcs) == 1 or not self.batch_compile: return [self.compile_cached(src) for src in srcs]
     caching = self.cachekey is not None and CACHELEVEL.value >= 1
     keys = [content_hash(src) for src in srcs]
     libs = [diskcache_get(cast(str, self.cachekey), key) if caching else None for key in keys]
     todo = [i for i, lib in enumerate(libs) if not isinstance(lib, bytes)]
-    together: bytes | None = None
+    built: list[bytes] | None = None
     if len(todo) > 1:
-      try: together = self.compile_together([srcs[i] for i in todo])
-      except CompileError: together = None
-    for i in todo:
-      libs[i] = self.compile_cached(srcs[i]) if together is None else together
-      if together is not None and caching: diskcache_put(cast(str, self.cachekey), keys[i], together)
+      try: built = self.compile_batch([srcs[i] for i in todo])
+      except CompileError: built = None
+    for j, i in enumerate(todo):
+      libs[i] = self.compile_cached(srcs[i]) if built is None else built[j]
+      if built is not None and caching: diskcache_put(cast(str, self.cachekey), keys[i], built[j])
     return cast(list[bytes], libs)
   def disassemble(self, lib: bytes) -> str: return f"<{len(lib)} bytes; {type(self).__name__} has no disassembler>"
 

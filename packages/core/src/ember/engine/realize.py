@@ -14,8 +14,7 @@ from typing import Any, Callable, Iterator
 import ember.profiler as profiler
 from ember.device.base import Buffer, Compiler
 from ember.errors import CompileError
-from ember.helpers import (BEAM, CACHELEVEL, DEBUG, NOOPT, NUM_CPU_THREADS, GlobalCounters, colored, content_hash,
-                           diskcache_get, diskcache_put, prod)
+from ember.helpers import BEAM, DEBUG, NOOPT, NUM_CPU_THREADS, GlobalCounters, colored, prod
 from ember.renderer import ProgramSpec
 from ember.schedule import CallKind, ScheduleItem, note_packed, pack_is_fresh
 from ember.uop.ops import Ops, UOp
@@ -154,8 +153,8 @@ def compile_ahead(items: list[ScheduleItem]) -> None:
       srcs = [specs[k].src for k in keys]
       if profiler.enabled:  # each compile an event on its worker thread's track
         names = ", ".join(specs[k].name for k in keys)
-        fut = pool.submit(profiler.timed, "compile", names, device, "compile", _compile_batch_cached, compiler, srcs)
-      else: fut = pool.submit(_compile_batch_cached, compiler, srcs)
+        fut = pool.submit(profiler.timed, "compile", names, device, "compile", compiler.compile_batch_cached, srcs)
+      else: fut = pool.submit(compiler.compile_batch_cached, srcs)
       running.append(fut)
       for i, k in enumerate(keys): compiled[k] = functools.partial(_nth_binary, fut, i)
     def flush(device: str) -> None:
@@ -163,7 +162,7 @@ def compile_ahead(items: list[ScheduleItem]) -> None:
       compiler: Compiler = todo[keys[0]][1].compiler
       # kernels of one name may share a batch where the compiler renames them apart (ClangCompiler.compile_batch),
       # else each is a symbol of the shared binary and the names must be distinct
-      repeats = getattr(compiler, "batch_repeated_names", False)
+      repeats = compiler.batch_repeated_names
       while keys:  # batches of bounded source
         names: set[str] = set()
         batch: list[Key] = []
@@ -201,25 +200,6 @@ def _codegen_order(todo: dict[Key, tuple[str, Any, UOp]]) -> list[Key]:
   return small + sorted((k for k in todo if work[k] >= LARGE_WORK), key=work.__getitem__, reverse=True)
 
 def _nth_binary(fut: Any, i: int) -> bytes: return fut.result()[i]
-
-def _compile_batch_cached(compiler: Compiler, srcs: list[str]) -> list[bytes]:
-  """The binaries of `srcs` through the disk cache: `compiler.compile_batch_cached`, or where the compiler builds a
-  batch whose kernel names repeat (`batch_repeated_names`: its `compile_batch` returns a binary per source), the ones
-  not cached out of one `compile_batch`, each cached under its own source. A batch the compiler rejects is compiled
-  kernel by kernel, so the error names the kernel at fault."""
-  if len(srcs) == 1 or not getattr(compiler, "batch_repeated_names", False): return compiler.compile_batch_cached(srcs)
-  table = compiler.cachekey if CACHELEVEL.value >= 1 else None
-  keys = [content_hash(src) for src in srcs]
-  libs = [diskcache_get(table, key) if table is not None else None for key in keys]
-  todo = [i for i, lib in enumerate(libs) if not isinstance(lib, bytes)]
-  built: list[bytes] | None = None
-  if len(todo) > 1:
-    try: built = compiler.compile_batch([srcs[i] for i in todo])  # type: ignore[attr-defined]
-    except CompileError: built = None
-  for j, i in enumerate(todo):
-    libs[i] = compiler.compile_cached(srcs[i]) if built is None else built[j]
-    if built is not None and table is not None: diskcache_put(table, keys[i], built[j])
-  return [lib for lib in libs if isinstance(lib, bytes)]
 
 def _work(ast: UOp) -> int:
   """The iterations of a kernel's loops (its constant ranges' product): a matmul's is its multiply-adds. Register
