@@ -560,9 +560,10 @@ def hand_coded_opts(ast: UOp, renderer: Renderer) -> list[Opt]:
   # 2 vectors of columns x 8 rows: B's rows are a power-of-two stride apart, so its panel does not stay in cache;
   # 8 rows per B load halve that traffic against 4x4 (2x16 and 4x8 are ~15% faster still, but unroll twice as many
   # accumulators: 4x the first-call time of a transformer block, spent rewriting the unrolled graph)
-  # A B small enough to stay in L2 unpacked (`resident_column`) takes 4 rows x 4 vectors, read where it lies
-  # A B that codegen/pack.py copied into blocks of 4 vectors (its columns in 64s) takes 4 rows x 4 vectors too where
-  # the rows suit them (`packed_wide`, `wide_rows`); either takes 6 rows in a matmul of TALL_BLOCK_MACS or more
+  # A B small enough to stay in L2 unpacked (`resident_column`), read where it lies, or copied by codegen/pack.py into
+  # blocks of 4 vectors (its columns in 64s) where the rows suit them (`packed_wide`, `wide_rows`): 6 (or 7) rows x 4
+  # vectors in a matmul of TALL_BLOCK_MACS or more (`tall_rows`), else 8 rows x 2 vectors where the rows suit 8
+  # (`eight_rows`), else 4 rows x 4 vectors
   if (axes := matmul_axes(ast, width)) is not None:
     if _const_end(output_ranges(ast)[axes[0]]) == WIDE_COLS * width or resident_column(ast, width) == axes[0] or \
        packed_wide(ast, width, axes):
