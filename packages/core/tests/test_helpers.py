@@ -57,6 +57,24 @@ def test_two_processes_write_the_cache_at_once(cachedb: Path):
     assert p.returncode == 0, err.decode()
   assert all(diskcache_get("race", f"{n}-{i}") == i for n in "ab" for i in range(200))
 
+def test_opening_the_cache_waits_out_a_writer_that_sqlite_would_not_wait_for(cachedb: Path):
+  # Another connection holds the write lock while this process opens the cache: sqlite answers the WAL switch with
+  # SQLITE_BUSY at once (no busy handler, to avoid a deadlock), which used to leave the process without a cache and
+  # drop its writes silently (the flaky two-process test). Opening must wait until the lock is released.
+  import threading
+  other = sqlite3.connect(cachedb, isolation_level=None, check_same_thread=False)
+  other.execute("CREATE TABLE other (x)")
+  other.execute("BEGIN IMMEDIATE")
+  other.execute("INSERT INTO other VALUES (1)")
+  release = threading.Timer(0.2, lambda: other.execute("COMMIT"))
+  release.start()
+  try:
+    assert diskcache_put("t", "k", [1, 2]) == [1, 2]
+  finally:
+    release.join()
+    other.close()
+  assert helpers._db() is not None and diskcache_get("t", "k") == [1, 2]
+
 class CountingCompiler(Compiler):
   calls = 0
   def compile(self, src: str) -> bytes:

@@ -268,16 +268,32 @@ class CacheWarning(UserWarning):
   """A disk-cache entry was damaged, foreign or of another format; it was dropped and its value is recomputed."""
 
 _db_conn: dict[str, sqlite3.Connection] = {}
+_DB_TIMEOUT = 30.0  # seconds a statement waits for another process's lock
+
+def _setup(conn: sqlite3.Connection, sql: str) -> None:
+  # sqlite answers SQLITE_BUSY at once, without waiting in its busy handler, when two connections open a new database
+  # together and both ask for the WAL journal (the switch needs an exclusive lock and waiting could deadlock). Such a
+  # failure left this process without a disk cache and silently dropped its writes, so retry with backoff instead.
+  deadline, pause = time.monotonic() + _DB_TIMEOUT, 0.001
+  while True:
+    try:
+      conn.execute(sql)
+      return
+    except sqlite3.OperationalError as e:
+      if getattr(e, "sqlite_errorcode", None) not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) \
+         or time.monotonic() + pause > deadline: raise
+    time.sleep(pause)
+    pause = min(pause * 2, 0.1)
 
 def _db() -> sqlite3.Connection | None:
   path = CACHEDB.value
   if path in _db_conn: return _db_conn[path]
   try:
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
-    for legacy in _LEGACY_TABLES: conn.execute(f"DROP TABLE IF EXISTS {legacy}")
-    conn.execute(f"CREATE TABLE IF NOT EXISTS {_CACHE_TABLE} "
+    conn = sqlite3.connect(path, timeout=_DB_TIMEOUT, isolation_level=None, check_same_thread=False)
+    _setup(conn, "PRAGMA journal_mode=WAL")
+    for legacy in _LEGACY_TABLES: _setup(conn, f"DROP TABLE IF EXISTS {legacy}")
+    _setup(conn, f"CREATE TABLE IF NOT EXISTS {_CACHE_TABLE} "
                  "(table_name TEXT, key TEXT, kind TEXT, checksum TEXT, value BLOB, PRIMARY KEY (table_name, key))")
   except (sqlite3.Error, OSError):
     return None  # an unwritable cache dir means no disk cache, not a failure
