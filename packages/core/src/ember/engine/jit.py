@@ -85,14 +85,12 @@ def _scalar_key(x: Any) -> Any:
   return None
 
 def _copy_input_views(ret: Any, inputs: set[int]) -> Any:
-  """`ret` with each (unsharded) tensor whose graph is only a view of an input's buffer replaced by a copy of it; `ret`
-  itself where there is none."""
+  """`ret` with each tensor whose graph is only a view of an input's buffer (a sharded one: any shard's) replaced by a
+  copy of it; `ret` itself where there is none."""
   from ember.tensor import Tensor
   if isinstance(ret, Tensor):
-    if ret.sharding is not None: return ret
-    u = ret.uop
-    if not all(n.op in GroupOp.Movement or n.op is Ops.BUFFER for n in u.toposort()): return ret
-    return ret.contiguous() if any(id(buffer_of(b).base) in inputs for b in u.buffers) else ret
+    views = [s.uop for s in ret.shards] if ret.sharding is not None else [ret.uop]
+    return ret.contiguous() if any(_input_view(u, inputs) for u in views) else ret
   if isinstance(ret, (list, tuple)):
     new = [_copy_input_views(r, inputs) for r in ret]
     if all(a is b for a, b in zip(new, ret)): return ret
@@ -101,6 +99,11 @@ def _copy_input_views(ret: Any, inputs: set[int]) -> Any:
     new_d = {k: _copy_input_views(v, inputs) for k, v in ret.items()}
     return ret if all(new_d[k] is v for k, v in ret.items()) else type(ret)(new_d)
   return ret
+
+def _input_view(u: UOp, inputs: set[int]) -> bool:
+  """`u` is only movement ops over buffers, one of them an input's (ids of base buffers)."""
+  if not all(n.op in GroupOp.Movement or n.op is Ops.BUFFER for n in u.toposort()): return False
+  return any(id(buffer_of(b).base) in inputs for b in u.buffers)
 
 def _flatten_returns(ret: Any) -> list[Any]:
   from ember.tensor import Tensor
