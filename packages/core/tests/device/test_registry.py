@@ -423,3 +423,13 @@ def test_ember_plugins_replaces_installed_entry_point(fake_site) -> None:
   names = [(r.name, r.source.distribution) for r in registry.backends]
   assert names == [("core", "ember-core"), ("alt", "ember-backend-alt"), ("toy", "EMBER_PLUGINS"),
                    ("alt2", "EMBER_PLUGINS")]
+
+def test_a_probe_process_slow_to_start_is_not_a_hung_probe() -> None:
+  # the probe's own timeout counts from its "calling" line: before it, the process is loading backends (a fresh
+  # interpreter on a loaded machine took over the 1 s the hanging-probe test allows its probe)
+  calling = '{"calling": "slow (ember-backend-slow 1.0.0)", "name": "slow"}\n'
+  started = registry_module._probe_answer("SLOW", calling, -9, True).reason
+  assert "ember_probe('SLOW') of backend slow" in started and f"within {registry_module.PROBE_TIMEOUT_S:g}s" in started
+  loading = registry_module._probe_answer("SLOW", "", -9, True).reason
+  assert f"start probing within {registry_module.PROBE_START_TIMEOUT_S:g}s" in loading
+  assert registry_module.PROBE_START_TIMEOUT_S >= 60

@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 ENTRY_POINT_GROUP = "ember.backends"
 BUILTIN_BACKEND = "core"
 PROBE_TIMEOUT_S = 120.0  # a probe that has not answered by then counts as hung
+# the probe process's time to load the backends and start the first probe, counted apart from the probe's own (a fresh
+# interpreter on a loaded 2-core machine took over a second, which a short PROBE_TIMEOUT_S misread as a hung probe)
+PROBE_START_TIMEOUT_S = 120.0
 
 # ** where backends come from **
 
@@ -183,14 +186,16 @@ def probe_child(config: str) -> None:
     registry.load()
   _report_probe(registry, cfg["device"], cfg["fd"])
 
-def _read_until_eof(fd: int, timeout: float) -> tuple[bytes, bool]:
-  """Everything written to the pipe ``fd`` until its writers close it; True if ``timeout`` ran out first."""
+def _read_probe_output(fd: int) -> tuple[bytes, bool]:
+  """Everything the probe process writes to the pipe ``fd`` until it closes it; True if it timed out first: after
+  PROBE_START_TIMEOUT_S without any probe started, or PROBE_TIMEOUT_S after the last ``calling`` line."""
   chunks: list[bytes] = []
-  deadline = time.monotonic() + timeout
+  deadline = time.monotonic() + PROBE_START_TIMEOUT_S
   while (left := deadline - time.monotonic()) > 0:
     if not select.select([fd], [], [], left)[0]: break
     if not (chunk := os.read(fd, 1 << 16)): return b"".join(chunks), False
     chunks.append(chunk)
+    if b'"calling"' in chunk: deadline = time.monotonic() + PROBE_TIMEOUT_S
   return b"".join(chunks), True
 
 def _wait_exit_code(pid: int) -> int:
@@ -204,7 +209,9 @@ def _probe_answer(name: str, output: str, exit_code: int, timed_out: bool) -> Pr
     except ValueError: continue  # a line cut short by the crash
     if "calling" in msg: calling = msg
     elif not timed_out and exit_code == 0: return ProbeResult(bool(msg["ok"]), str(msg["reason"]))
-  if timed_out: how = f"did not answer within {PROBE_TIMEOUT_S:.0f}s"
+  if timed_out:
+    how = f"did not answer within {PROBE_TIMEOUT_S:g}s" if calling else \
+          f"did not load its backends and start probing within {PROBE_START_TIMEOUT_S:g}s"
   elif exit_code < 0: how = f"killed the probe process with {_signal_name(-exit_code)}"
   else: how = f"ended the probe process with exit code {exit_code}"
   if not calling:
@@ -474,7 +481,7 @@ class BackendRegistry:
         if _can_fork(): child = self._fork_probe(name, read_fd, write_fd)
         else: child = self._spawn_probe(name, write_fd)
       finally: os.close(write_fd)  # the child holds the only writer now: EOF comes when it exits
-      output, timed_out = _read_until_eof(pipe.fileno(), PROBE_TIMEOUT_S)
+      output, timed_out = _read_probe_output(pipe.fileno())
     if timed_out: os.kill(child, signal.SIGKILL)
     return _probe_answer(name, output.decode(errors="replace"), _wait_exit_code(child), timed_out)
 
