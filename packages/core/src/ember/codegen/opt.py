@@ -26,6 +26,7 @@ from ember.errors import CompileError
 from ember.helpers import prod
 from ember.renderer import Renderer
 from ember.uop.ops import Ops, UOp, AxisType
+from ember.uop import rewrite as uop_rewrite
 from ember.uop.rewrite import graph_rewrite, PatternMatcher, UPat
 from ember.uop.symbolic import symbolic, split_terms, term_factor
 
@@ -82,22 +83,34 @@ def upcast(ast: UOp, rng: UOp, amt: int, outermost: bool = False, strided: bool 
     ast, rng, axis = ast.substitute(shift), shift[rng], 0
   outer = UOp.range(end // amt, axis, AxisType.GLOBAL, rng.dtype)
   lanes = [outer + c * (end // amt) if strided else outer * amt + c for c in range(amt)]
-  stores = _unroll(ast, rng, lanes)
+  stores = _unroll(ast, rng, lanes, symbolic)
   return graph_rewrite(ast.replace(src=stores), symbolic, name="upcast")
 
-def _unroll(ast: UOp, rng: UOp, values: list[UOp]) -> tuple[UOp, ...]:
+def _unroll(ast: UOp, rng: UOp, values: list[UOp], pm: PatternMatcher | None = None) -> tuple[UOp, ...]:
   """The kernel's stores with `rng` replaced by each of `values` in turn (all stores per value). One walk finds the
   nodes that move with `rng`; only those are rebuilt per value (a substitution per value walked the whole kernel: a
-  matmul's 32 column lanes, then 8 rows of 32 stores each, were most of a first call's opt time)."""
+  matmul's 32 column lanes, then 8 rows of 32 stores each, were most of a first call's opt time). `pm`: each lane's
+  nodes come out as `graph_rewrite(store, pm)` would make them, each node rewritten as it is built from rewritten
+  sources (`rewrite_node`), instead of raw copies the caller's rewrite then walks and builds again."""
   moving: dict[UOp, None] = {rng: None}
   for n in ast.toposort():
     if n is not ast and any(s in moving for s in n.src): moving[n] = None
+  if pm is not None and uop_rewrite.TRACER is not None: pm = None  # VIZ records the caller's rewrite step by step
+  del moving[rng]
+  # what the rewrite makes of the nodes that do not move (the same in every lane)
+  fixed: dict[UOp, UOp] = {}
+  if pm is not None:
+    for n in moving:
+      for s in n.src:
+        if s not in moving and s not in fixed: fixed[s] = graph_rewrite(s, pm)
   out: list[UOp] = []
   for v in values:
-    new = {rng: v}
+    new = {**fixed, rng: v if pm is None else graph_rewrite(v, pm)}
+    get = new.get
     for n in moving:
-      if n is not rng: new[n] = UOp(n.op, n.dtype, tuple(new.get(s, s) for s in n.src), n.arg, n.tag)
-    out += [new.get(st, st) for st in ast.src]
+      node = UOp(n.op, n.dtype, tuple([get(s, s) for s in n.src]), n.arg, n.tag)
+      new[n] = node if pm is None else uop_rewrite.rewrite_node(node, pm)
+    out += [get(st, st) for st in ast.src]
   return tuple(out)
 
 def shared_operand_first(ast: UOp, rng: UOp, moving_first: bool = False) -> UOp:
@@ -270,9 +283,23 @@ pm_recombine_divmod = PatternMatcher([
   (UPat(Ops.ADD, name="x", dtype=(dtypes.int32, dtypes.int64)), recombine_divmod),
 ])
 
+def constants_last(ast: UOp) -> UOp:
+  """`graph_rewrite(ast, pm_const_last)` that tries its rule only where it can match (a sum whose second term is a sum)
+  or where a source changed: most nodes of an unrolled kernel are neither, and walking them all took a tenth of its
+  opt time."""
+  if uop_rewrite.TRACER is not None: return graph_rewrite(ast, pm_const_last, name="constants last")
+  changed: dict[UOp, UOp] = {}
+  for n in ast.toposort():
+    if not changed.keys().isdisjoint(n.src):
+      node = UOp(n.op, n.dtype, tuple([changed.get(s, s) for s in n.src]), n.arg, n.tag)
+    elif n.op is Ops.ADD and n.src[1].op is Ops.ADD: node = n
+    else: continue
+    if (new := uop_rewrite.rewrite_node(node, pm_const_last)) is not n: changed[n] = new
+  return changed.get(ast, ast)
+
 def apply_opts_list(ast: UOp, opts: list[Opt] | tuple[Opt, ...]) -> UOp:
   for o in opts: ast = apply_opt(ast, o)
-  if any(o.op != "THREADS" for o in opts): ast = graph_rewrite(ast, pm_const_last, name="constants last")
+  if any(o.op != "THREADS" for o in opts): ast = constants_last(ast)
   return ast
 
 def opt_threads(opts: list[Opt] | tuple[Opt, ...]) -> int | None:

@@ -319,6 +319,17 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
   return rewrite_walk(sink, pm.rewrite, ctx, bottom_up, name, pm.memo if ctx is None and not bottom_up else None,
                       pm.root_ops)
 
+def rewrite_node(node: UOp, pm: PatternMatcher) -> UOp:
+  """`graph_rewrite(node, pm)` for a node whose sources are each already what `pm` rewrites them to (their own fixed
+  points): only its own rules are tried, with no walk below it, and the result is kept in the memo as a walk would.
+  What a kernel opt needs that builds each lane of an unrolled kernel from lanes it already rewrote (codegen/opt.py
+  `_unroll`): building raw copies of every lane and then walking them all cost twice the nodes and a walk."""
+  if (done := node.__dict__.get(pm.memo)) is not None: return node if done is _SAME else done
+  nxt = pm.rewrite(node)
+  ret = node if nxt is None else graph_rewrite(nxt, pm)
+  node.__dict__[pm.memo] = _SAME if ret is node else ret
+  return ret
+
 def ops_under(node: UOp) -> int:
   """The ops of every node under `node`, itself included, as a bit mask (1 << op.value); kept on each node."""
   if (mask := node.__dict__.get("_ops_under")) is not None: return mask
