@@ -21,8 +21,9 @@ def cpu_threads() -> int:
 
 def kernel_argfmt(uops: list[UOp], has_threads: bool) -> str:
   """The argument format of a kernel under the CPU calling convention."""
-  fmt = "P" * sum(1 for u in uops if u.op is Ops.PARAM)
-  fmt += "".join("q" if u.dtype.itemsize == 8 else "i" for u in uops if u.op is Ops.DEFINE_VAR)
+  PARAM, DEFINE_VAR = Ops.PARAM, Ops.DEFINE_VAR  # each `Ops.X` read is slow on Python 3.11
+  fmt = "P" * sum(1 for u in uops if u.op is PARAM)
+  fmt += "".join("q" if u.dtype.itemsize == 8 else "i" for u in uops if u.op is DEFINE_VAR)
   return fmt + ("ii" if has_threads else "")
 
 def _builtin(name: str) -> Callable[..., str]:
@@ -177,11 +178,12 @@ _SMALL = '#if !defined(__clang__)\n__attribute__((optimize("O1", "tree-vectorize
 
 def _small(uops: list[UOp]) -> bool:
   ops, trips = 0, [1]
+  RANGE, END, CONST = Ops.RANGE, Ops.END, Ops.CONST  # each `Ops.X` read is slow on Python 3.11
   for u in uops:
-    if u.op is Ops.RANGE:
-      if u.src[0].op is not Ops.CONST: return False
+    if (op := u.op) is RANGE:
+      if u.src[0].op is not CONST: return False
       trips.append(trips[-1] * u.src[0].arg)
-    elif u.op is Ops.END and len(trips) > 1: trips.pop()
+    elif op is END and len(trips) > 1: trips.pop()
     else: ops += trips[-1]
   return ops <= SMALL_KERNEL_OPS
 
@@ -235,14 +237,15 @@ class ClangRenderer(CStyleLanguage):
     # each loop's enclosing loop (_row_prefetch)
     ctx.loop_parent = {}
     open_loops: list[UOp] = []
+    RANGE, END = Ops.RANGE, Ops.END  # each `Ops.X` read is slow on Python 3.11 (EnumType.__getattr__)
     for u in uops:
-      if u.op is Ops.RANGE:
+      if (op := u.op) is RANGE:
         ctx.loop_parent[u] = open_loops[-1] if open_loops else None
         open_loops.append(u)
-      elif u.op is Ops.END and open_loops: open_loops.pop()
+      elif op is END and open_loops: open_loops.pop()
     # register blocks and upcast lanes as GCC vector code (ember_cpu.vectorize): what gcc's SLP vectoriser would
     # rebuild from the unrolled scalars, at a fraction of its compile time
-    if (plan := vectorize.plan(uops, ctx.inlined, self.simd_width * 4)) is not None:
+    if (plan := vectorize.plan(uops, ctx.inlined, self.simd_width * 4, ctx.users or None)) is not None:
       ctx.plan, ctx.inlined = plan, plan.inlined
   def render_uop(self, u: UOp, ctx: Any) -> None:
     plan = ctx.plan

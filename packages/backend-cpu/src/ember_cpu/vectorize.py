@@ -43,7 +43,14 @@ _INT_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.AND, Ops.OR, Ops.X
 # groups made of the program's uops (the others stand for operands: splat, const, gather)
 _OWNING = frozenset({"load", "store", "alu", "cast", "bitcast", "widen", "acc", "assign"})
 # sources defined for the whole of their scope, whatever moves: no use of them can come before their definition
-_ALWAYS_DEFINED = (Ops.CONST, Ops.PARAM, Ops.DEFINE_VAR, Ops.RANGE, Ops.SPECIAL, Ops.INDEX, Ops.DEFINE_LOCAL)
+_ALWAYS_DEFINED = frozenset({Ops.CONST, Ops.PARAM, Ops.DEFINE_VAR, Ops.RANGE, Ops.SPECIAL, Ops.INDEX,
+                             Ops.DEFINE_LOCAL})
+# the Ops members the planner's per-uop loops compare with, read once: on Python 3.11 every `Ops.X` goes through
+# EnumType.__getattr__'s slow attribute path (0.17 us, ten times a global's), and a register block's program is
+# thousands of uops walked several times
+_CONST, _ADD, _INDEX, _LOAD, _STORE = Ops.CONST, Ops.ADD, Ops.INDEX, Ops.LOAD, Ops.STORE
+_RANGE, _END, _DEFINE_ACC, _ASSIGN = Ops.RANGE, Ops.END, Ops.DEFINE_ACC, Ops.ASSIGN
+_NOT_FOLLOWED = frozenset({Ops.DEFINE_ACC, Ops.ASSIGN, Ops.RANGE})  # _first_load does not look below these
 
 @dataclass(eq=False)
 class Lanes:
@@ -81,29 +88,39 @@ def _address(index: UOp) -> tuple[tuple[Any, ...], int]:
   const, stack = 0, [index.src[1]]
   while stack:
     x = stack.pop()
-    if x.op is Ops.CONST: const += x.arg
-    elif x.op is Ops.ADD: stack.extend(x.src)
+    if (op := x.op) is _CONST: const += x.arg
+    elif op is _ADD: stack.extend(x.src)
     else: terms.append(x)
   gate = index.src[2] if len(index.src) == 3 else None
-  return (index.src[0], gate, tuple(sorted(terms, key=id))), const  # the terms as a multiset
+  return (index.src[0], gate, tuple(sorted(terms, key=id)) if len(terms) > 1 else tuple(terms)), const  # a multiset
 
 def _reads_acc(u: UOp) -> bool:
   return any(x.op in (Ops.DEFINE_ACC, Ops.ASSIGN) for x in u.toposort())
 
+def program_users(uops: list[UOp]) -> dict[UOp, list[UOp]]:
+  """Each uop's users in the program, in program order."""
+  users: dict[UOp, list[UOp]] = {u: [] for u in uops}
+  get = users.get
+  for u in uops:
+    for x in u.src:
+      if (us := get(x)) is not None: us.append(u)
+  return users
+
 class _Grower:
   """Builds groups from seeds, memoised by their lanes; a seed's new groups can be taken back (`rollback`)."""
-  def __init__(self, uops: list[UOp]) -> None:
-    self.pos = {u: i for i, u in enumerate(uops)}
-    self.users: dict[UOp, list[UOp]] = {u: [] for u in uops}
-    for u in uops:
-      for x in u.src:
-        if x in self.users: self.users[x].append(u)
-    self.written = {u.src[0].src[0] for u in uops if u.op is Ops.STORE and u.src[0].op is Ops.INDEX}  # buffers
+  def __init__(self, uops: list[UOp], users: dict[UOp, list[UOp]] | None = None) -> None:
+    self.pos: dict[UOp, int] = {}
     self.block: dict[UOp, int] = {}
-    depth = 0
-    for u in uops:
-      if u.op in (Ops.RANGE, Ops.END): depth += 1
-      self.block[u] = depth  # uops between the same loop boundaries share a block number
+    self.by_op: dict[Ops, list[UOp]] = {}  # the uops of each op, in program order
+    pos, block, by_op, depth = self.pos, self.block, self.by_op, 0
+    for i, u in enumerate(uops):
+      pos[u] = i
+      if (op := u.op) is _RANGE or op is _END: depth += 1
+      block[u] = depth  # uops between the same loop boundaries share a block number
+      if (same := by_op.get(op)) is None: by_op[op] = [u]
+      else: same.append(u)
+    self.users = program_users(uops) if users is None else users
+    self.written = {u.src[0].src[0] for u in by_op.get(_STORE, ()) if u.src[0].op is _INDEX}  # buffers
     self.lane_of: dict[UOp, tuple[Lanes, int]] = {}
     self.memo: dict[tuple[UOp, ...], Lanes] = {}
     self.log: list[tuple[UOp, ...]] = []
@@ -136,11 +153,11 @@ class _Grower:
 
   def _isomorphic(self, lanes: tuple[UOp, ...], narrow: bool = False) -> bool:
     first = lanes[0]
-    return ((first.dtype in _VECTOR_DTYPES or (narrow and first.dtype in _NARROW_DTYPES))
-            and len(set(lanes)) == len(lanes)
-            and all(u.op is first.op and u.dtype is first.dtype and len(u.src) == len(first.src)
-                    and (u.arg == first.arg or u.op is Ops.DEFINE_ACC)
-                    and u not in self.lane_of and self.block.get(u) == self.block.get(first) for u in lanes))
+    op, dt, arg, n, lane_of, block = first.op, first.dtype, first.arg, len(first.src), self.lane_of, self.block
+    where = block.get(first)
+    return ((dt in _VECTOR_DTYPES or (narrow and dt in _NARROW_DTYPES)) and len(set(lanes)) == len(lanes)
+            and all(u.op is op and u.dtype is dt and len(u.src) == n and (op is _DEFINE_ACC or u.arg == arg)
+                    and u not in lane_of and block.get(u) == where for u in lanes))
 
   def _make(self, lanes: tuple[UOp, ...]) -> Lanes:
     first, dt = lanes[0], value_dtype(lanes[0])
@@ -245,8 +262,8 @@ def _first_load(u: UOp) -> UOp | None:
   stack = list(reversed(u.src[1:]))
   while stack:
     x = stack.pop()
-    if x.op is Ops.LOAD: return x if x.src[0].op is Ops.INDEX else None
-    if x.op not in (Ops.DEFINE_ACC, Ops.ASSIGN, Ops.RANGE): stack.extend(reversed(x.src))
+    if x.op is _LOAD: return x if x.src[0].op is _INDEX else None
+    if x.op not in _NOT_FOLLOWED: stack.extend(reversed(x.src))
   return None
 
 def _address_runs(run: list[UOp], span: int) -> list[list[UOp]]:
@@ -271,11 +288,11 @@ def _address_runs(run: list[UOp], span: int) -> list[list[UOp]]:
       last = const
   return [r for r in runs if r]
 
-def _seeds(grower: _Grower, uops: list[UOp], vector_bytes: int) -> None:
+def _seeds(grower: _Grower, vector_bytes: int) -> None:
   # runs of stores to consecutive addresses, in one block
   stores: dict[tuple[Any, ...], dict[int, UOp]] = {}
-  for u in uops:
-    if u.op is Ops.STORE and u.src[0].op is Ops.INDEX and u.src[1].dtype in _VECTOR_DTYPES:
+  for u in grower.by_op.get(_STORE, ()):
+    if u.src[0].op is _INDEX and u.src[1].dtype in _VECTOR_DTYPES:
       key, const = grower.address(u.src[0])
       stores.setdefault((grower.block[u], u.src[1].dtype, *key), {}).setdefault(const, u)
   for (_, dt, *_), by_const in stores.items():
@@ -289,16 +306,15 @@ def _seeds(grower: _Grower, uops: list[UOp], vector_bytes: int) -> None:
         start = i
   # the updates of grouped accumulators: the k-th update of each lane in a block
   assigns: dict[UOp, list[UOp]] = {}
-  for u in uops:
-    if u.op is Ops.ASSIGN: assigns.setdefault(u.src[0], []).append(u)
+  for u in grower.by_op.get(_ASSIGN, ()): assigns.setdefault(u.src[0], []).append(u)
   for acc in [g for g in grower.groups if g.kind == "acc"]:
     per_lane = [assigns.get(u, []) for u in acc.uops]
     if all(len(a) == len(per_lane[0]) for a in per_lane):
       for lanes in zip(*per_lane): _seed(grower, grower.grow, tuple(lanes))
   # runs of accumulator updates not reached from a store (partial sums), in program order
   updates: dict[tuple[Any, ...], list[UOp]] = {}
-  for u in uops:
-    if u.op is Ops.ASSIGN and u not in grower.lane_of and u.dtype in _VECTOR_DTYPES:
+  for u in grower.by_op.get(_ASSIGN, ()):
+    if u not in grower.lane_of and u.dtype in _VECTOR_DTYPES:
       updates.setdefault((grower.block[u], u.dtype, u.src[1].op, u.src[1].arg), []).append(u)
   for (_, dt, *_), run in updates.items():
     if widths := lane_widths(dt, vector_bytes):
@@ -306,93 +322,119 @@ def _seeds(grower: _Grower, uops: list[UOp], vector_bytes: int) -> None:
 
 # ** keeping the program's order **
 
-def _points(uops: list[UOp], pos: dict[UOp, int], users: dict[UOp, list[UOp]], inlined: set[UOp],
-            emit: dict[UOp, int]) -> dict[UOp, tuple[int, ...]]:
-  """Where each uop is evaluated: its group's statement, its user's (inlined, or an INDEX at its loads and stores),
-  else its own line."""
-  points: dict[UOp, tuple[int, ...]] = {}
-  for u in reversed(uops):
-    if (at := emit.get(u)) is not None: points[u] = (at,)
-    elif u.op is Ops.INDEX or u in inlined:
-      us = users[u]
-      points[u] = points[us[0]] if len(us) == 1 else tuple(sorted({p for x in us for p in points[x]}))
-    else: points[u] = (pos[u],)
+def _scalar_points(uops: list[UOp], pos: dict[UOp, int], users: dict[UOp, list[UOp]], inlined: set[UOp],
+                   indexes: list[UOp]) -> dict[UOp, tuple[int, ...]]:
+  """Where each uop is evaluated in the scalar program: its user's place (inlined, or an INDEX at its loads and
+  stores), else its own line."""
+  points: dict[UOp, tuple[int, ...]] = {u: (i,) for i, u in enumerate(uops)}
+  for u in sorted([*indexes, *inlined], key=pos.__getitem__, reverse=True):  # users before their sources
+    us = users[u]
+    points[u] = points[us[0]] if len(us) == 1 else tuple(sorted({p for x in us for p in points[x]}))
   return points
 
-_Event = tuple[UOp, bool, Any]  # a read or write (True) of a resource by a uop, at an address (buffers)
+def _moved_points(old: dict[UOp, tuple[int, ...]], pos: dict[UOp, int], users: dict[UOp, list[UOp]],
+                  inlined: set[UOp], emit: dict[UOp, int],
+                  named: set[UOp]) -> tuple[dict[UOp, tuple[int, ...]], set[UOp]]:
+  """Where each uop is evaluated once the groups are printed (a grouped uop at its group's statement, a formerly
+  inlined one in `named` on its own line), and the uops whose places differ from `old`'s. Only those uops and the
+  INDEXes and inlined values whose places come from theirs can move: the rest keep their scalar places."""
+  affected = set(emit) | named
+  stack = list(affected)
+  while stack:
+    for s in stack.pop().src:
+      if s not in affected and (s.op is _INDEX or s in inlined) and s in pos:
+        affected.add(s)
+        stack.append(s)
+  new = dict(old)
+  for u in sorted(affected, key=pos.__getitem__, reverse=True):  # users before their sources
+    if (at := emit.get(u)) is not None: new[u] = (at,)
+    elif u.op is _INDEX or u in inlined:
+      us = users[u]
+      new[u] = new[us[0]] if len(us) == 1 else tuple(sorted({p for x in us for p in new[x]}))
+    else: new[u] = (pos[u],)
+  return new, {u for u in affected if new[u] != old[u]}
 
-def _events(uops: list[UOp], users: dict[UOp, list[UOp]],
-            address: Any) -> list[tuple[list[_Event], dict[Any, dict[int, list[_Event]]]]] | None:
+_Event = tuple[UOp, bool, Any]  # a read or write (True) of a resource by a uop, at an address (buffers)
+# a resource's events, its buffer events by their address's terms and constant, and by their terms alone
+_Resource = tuple[list[_Event], dict[Any, dict[int, list[_Event]]], dict[Any, list[_Event]]]
+
+def _events(by_op: dict[Ops, list[UOp]], users: dict[UOp, list[UOp]], address: Any) -> list[_Resource] | None:
   """The reads and writes of each accumulator and each written buffer, a buffer's indexed by its address's terms and
   constant (None: a program that reads memory some other way)."""
+  if Ops.QDOT in by_op: return None
   events: dict[Any, list[_Event]] = {}
-  for u in uops:
-    if u.op is Ops.DEFINE_ACC or u.op is Ops.ASSIGN:  # its users read the accumulator by name
-      acc = u if u.op is Ops.DEFINE_ACC else u.src[0]
-      evs = events.setdefault(acc, [])
-      evs.append((u, True, None))
-      evs += [(x, False, None) for x in users[u] if not (x.op is Ops.ASSIGN and x.src[0] is u and x.src[1] is not u)]
-    elif u.op is Ops.LOAD or u.op is Ops.STORE:
-      if u.src[0].op is not Ops.INDEX: return None
-      (buf, _, terms), const = address(u.src[0])
-      events.setdefault(buf, []).append((u, u.op is Ops.STORE, (terms, const)))
-    elif u.op is Ops.QDOT: return None
+  for u in [*by_op.get(_DEFINE_ACC, ()), *by_op.get(_ASSIGN, ())]:  # its users read the accumulator by name
+    evs = events.setdefault(u if u.op is _DEFINE_ACC else u.src[0], [])
+    evs.append((u, True, None))
+    evs += [(x, False, None) for x in users[u] if not (x.op is _ASSIGN and x.src[0] is u and x.src[1] is not u)]
+  for u in [*by_op.get(_LOAD, ()), *by_op.get(_STORE, ())]:
+    if u.src[0].op is not _INDEX: return None
+    (buf, _, terms), const = address(u.src[0])
+    events.setdefault(buf, []).append((u, u.op is _STORE, (terms, const)))
   out = []
   for evs in events.values():
     if not any(w for _, w, _ in evs): continue
     by_terms: dict[Any, dict[int, list[_Event]]] = {}
     for e in evs:
       if e[2] is not None: by_terms.setdefault(e[2][0], {}).setdefault(e[2][1], []).append(e)
-    out.append((evs, by_terms))
+    out.append((evs, by_terms, {terms: [e for es in at.values() for e in es] for terms, at in by_terms.items()}))
   return out
 
-def _violations(uops: list[UOp], pos: dict[UOp, int], users: dict[UOp, list[UOp]], old: dict[UOp, tuple[int, ...]],
-                events: list[tuple[list[_Event], dict[Any, dict[int, list[_Event]]]]], inlined: set[UOp],
+def _violations(pos: dict[UOp, int], users: dict[UOp, list[UOp]], old: dict[UOp, tuple[int, ...]],
+                new: dict[UOp, tuple[int, ...]], moved: set[UOp], events: list[_Resource], inlined: set[UOp],
                 lane_of: dict[UOp, tuple[Lanes, int]], emit: dict[UOp, int]) -> set[UOp] | None:
   """The uops of groups whose statements break the program's order (None: a break no group explains). `old` is
-  where each uop was evaluated in the scalar program, `emit` where each grouped uop is now."""
-  new = _points(uops, pos, users, inlined, emit)
+  where each uop was evaluated in the scalar program, `new` where it is with the groups printed at `emit`, `moved`
+  the uops whose places differ."""
   bad: set[UOp] = set()
+  printed = pos.copy()
+  printed.update(emit)
   # a value is defined before every place that reads it, and before its reader's text is printed (a scalar's where
   # it stands, inlined or not): only a moved reader or a grouped source can break that
-  for c in {u for u in uops if new[u] != old[u]} | {c for s in lane_of for c in users[s]}:
-    printed = emit.get(c, pos[c])
-    read = min(printed, *new[c])
+  get = printed.get
+  for c in moved | {c for s in lane_of for c in users[s]}:
+    read = printed[c]
+    if (at := new[c]) and at[0] < read: read = at[0]  # places are sorted
     for s in c.src:
-      if s.op in _ALWAYS_DEFINED or s in inlined: continue
-      if emit.get(s, pos[s]) >= read:
+      # most sources are defined before the read (a missing one is looked up below, as a KeyError)
+      if get(s, read) < read or s.op in _ALWAYS_DEFINED or s in inlined: continue
+      if printed[s] >= read:
         if not (culprits := {x for x in (s, c) if x in lane_of}): return None
         bad |= culprits
-  # reads and writes of one accumulator, and of one buffer where addresses may meet, keep their order
-  for evs, by_terms in events:
-    for a, wa, addr_a in [e for e in evs if new[e[0]] != old[e[0]]]:
+  # reads and writes of one accumulator, and of one buffer where addresses may meet, keep their order: an event at
+  # place p is 2p+1 for a write, 2p for a read (a read and a write at one place read first)
+  for evs, by_terms, by_terms_only in events:
+    if not (moved_evs := [e for e in evs if e[0] in moved]): continue
+    places = {(b, wb): [(2 * o + wb, 2 * n + wb) for o, n in zip(old[b], new[b])] for b, wb, _ in evs}
+    for a, wa, addr_a in moved_evs:
       if addr_a is None: meets = evs
       else:  # two addresses of the same terms meet only at the same constant offset
         meets = []
-        for terms, at in by_terms.items():
-          if terms == addr_a[0]: meets += at.get(addr_a[1], [])
-          else: meets += [e for es in at.values() for e in es]
+        for terms, at_terms in by_terms.items():
+          if terms == addr_a[0]: meets += at_terms.get(addr_a[1], [])
+          else: meets += by_terms_only[terms]
+      places_a = places[a, wa]
+      one = places_a[0] if len(places_a) == 1 else None
       for b, wb, _ in meets:
         if b is a or not (wa or wb): continue
-        for pa in zip(old[a], new[a]):
-          for pb in zip(old[b], new[b]):
-            if ((pa[0], wa) < (pb[0], wb)) != ((pa[1], wa) < (pb[1], wb)):
-              if not (culprits := {x for x in (a, b) if x in lane_of}): return None
-              bad |= culprits
+        places_b = places[b, wb]
+        if one is not None and len(places_b) == 1:  # the common case: one place each, before and after
+          if (one[0] < places_b[0][0]) == (one[1] < places_b[0][1]): continue
+        elif not any((oa < ob) != (na < nb) for ob, nb in places_b for oa, na in places_a): continue
+        if not (culprits := {x for x in (a, b) if x in lane_of}): return None
+        bad |= culprits
   return bad
 
-def plan(uops: list[UOp], inlined: set[UOp], vector_bytes: int) -> VectorPlan | None:
-  """The lane groups of a linear program (None: none pays), given the renderer's scalar inlining."""
-  grower = _Grower(uops)
-  _seeds(grower, uops, vector_bytes)
+def plan(uops: list[UOp], inlined: set[UOp], vector_bytes: int,
+         users: dict[UOp, list[UOp]] | None = None) -> VectorPlan | None:
+  """The lane groups of a linear program (None: none pays), given the renderer's scalar inlining (and the program's
+  users, `program_users`, where the caller has them)."""
+  grower = _Grower(uops, users)
+  _seeds(grower, vector_bytes)
   if not grower.groups: return None
-  pos = grower.pos
-  users: dict[UOp, list[UOp]] = {u: [] for u in uops}
-  for u in uops:
-    for s in u.src:
-      if s in users: users[s].append(u)
-  if (events := _events(uops, users, grower.address)) is None: return None
-  old = _points(uops, pos, users, inlined, {})
+  pos, users, indexes = grower.pos, grower.users, grower.by_op.get(_INDEX, [])
+  if (events := _events(grower.by_op, users, grower.address)) is None: return None
+  old = _scalar_points(uops, pos, users, inlined, indexes)
   alive = {id(g): g for g in grower.groups}
   last = {id(g): max(pos[u] for u in g.uops) for g in grower.groups}
   while True:
@@ -401,15 +443,16 @@ def plan(uops: list[UOp], inlined: set[UOp], vector_bytes: int) -> VectorPlan | 
     emit = {u: last[id(g)] for u, (g, _) in lane_of.items()}
     operands = {s for u in lane_of for s in u.src}
     kept = {u for u in inlined if u not in lane_of and u not in operands}
-    if (bad := _violations(uops, pos, users, old, events, kept, lane_of, emit)) is None: return None
+    new, moved = _moved_points(old, pos, users, kept, emit, inlined - kept)
+    if (bad := _violations(pos, users, old, new, moved, events, kept, lane_of, emit)) is None: return None
     if not bad: break
     for u in bad: alive.pop(id(lane_of[u][0]), None)
   emit_at = {max(g.uops, key=pos.__getitem__): g for g in alive.values()}
   unprinted: set[UOp] = set()
-  for u in reversed(uops):
-    if u.op is Ops.INDEX: unused = all((x in lane_of and lane_of[x][1] > 0 and lane_of[x][0].kind in ("load", "store"))
-                                       for x in users[u])
-    else: unused = u in kept and users[u][0] in unprinted
+  for u in sorted([*indexes, *kept], key=pos.__getitem__, reverse=True):  # users before their sources
+    if u.op is _INDEX: unused = all((x in lane_of and lane_of[x][1] > 0 and lane_of[x][0].kind in ("load", "store"))
+                                    for x in users[u])
+    else: unused = users[u][0] in unprinted
     if unused and users[u]: unprinted.add(u)
   return VectorPlan(lane_of, emit_at, kept, grower.block, unprinted)
 

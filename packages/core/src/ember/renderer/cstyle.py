@@ -64,7 +64,9 @@ def _max(a: str, b: str, dtype: DType) -> str:
 # ** the renderer **
 
 # uops always printed as their name or expression: reading one reads whatever accumulators its string names
-_by_name = (Ops.DEFINE_ACC, Ops.ASSIGN, Ops.INDEX)
+_by_name = frozenset({Ops.DEFINE_ACC, Ops.ASSIGN, Ops.INDEX})
+# the uops printed inside their single user where that keeps their value (`_plan_inlining`)
+_inlinable = frozenset(GroupOp.ALU | {Ops.CAST, Ops.BITCAST})
 
 @dataclass
 class _Ctx:
@@ -79,6 +81,9 @@ class _Ctx:
   wmma: dict[tuple[UOp, ...], str] = field(default_factory=dict)  # sources of a matrix instruction -> its result array
   depth: int = 1
   plan: object = None  # what a target's `plan_render` worked out for this program (the C renderer's vector lanes)
+  # each uop's place in the program and its users there, in program order (for `plan_render` too)
+  pos: dict[UOp, int] = field(default_factory=dict)
+  users: dict[UOp, list[UOp]] = field(default_factory=dict)
   def __getitem__(self, u: UOp) -> str:
     """The string of a source: its name, its inlined expression, or a constant's literal."""
     if u in self.names: return self.names[u]
@@ -369,58 +374,71 @@ class CStyleLanguage(Renderer):
     return f"{fn}({x})"
 
   # ** the program **
-  def _plan_inlining(self, uops: list[UOp]) -> set[UOp]:
-    """The ALU/CAST/BITCAST uops printed inside their single user instead of being named.
+  def _plan_inlining(self, uops: list[UOp], ctx: _Ctx | None = None) -> set[UOp]:
+    """The ALU/CAST/BITCAST uops printed inside their single user instead of being named (and, given a `ctx`, each
+    uop's place and users there).
 
     Inlining moves where an expression is evaluated to where its user is. That is only the same value when no loop
     opens or closes in between and no ASSIGN in between changes an accumulator the expression reads.
     """
-    pos = {u: i for i, u in enumerate(uops)}
+    # the Ops members read per uop, once: on Python 3.11 each `Ops.X` read takes EnumType.__getattr__'s slow path
+    RANGE, END, DEFINE_ACC, ASSIGN, INDEX = Ops.RANGE, Ops.END, Ops.DEFINE_ACC, Ops.ASSIGN, Ops.INDEX
+    pos: dict[UOp, int] = {}
     users: dict[UOp, list[UOp]] = {u: [] for u in uops}
-    for u in uops:
-      for s in u.src:
-        if s in users: users[s].append(u)
+    users_of = users.get
     # loops opened or closed before each position: one opens or closes between two places where the counts differ
     # (a scan of the uops between a value and its user, per value, was a quadratic part of rendering a large kernel)
-    loop_marks = [0]
-    for u in uops: loop_marks.append(loop_marks[-1] + (u.op is Ops.RANGE or u.op is Ops.END))
+    loop_marks, loops = [0], 0
+    for i, u in enumerate(uops):
+      pos[u] = i
+      if (op := u.op) is RANGE or op is END: loops += 1
+      loop_marks.append(loops)
+      for s in u.src:
+        if (us := users_of(s)) is not None: us.append(u)
+    if ctx is not None: ctx.pos, ctx.users = pos, users
     inlined: set[UOp] = set()
+    named_operands = self.named_operands
     # accumulators an uop's (inlined) expression reads, for the uops that read any (most read none)
     reads_acc: dict[UOp, frozenset[UOp]] = {}
     for u in uops:
-      if u.op is Ops.DEFINE_ACC: reads_acc[u] = frozenset({u})
-      elif u.op is Ops.ASSIGN: reads_acc[u] = frozenset({u.src[0]})
-      else:  # named values are snapshots; the string of an inlined one or of an INDEX carries its sources' reads
+      if (op := u.op) is DEFINE_ACC: reads_acc[u] = frozenset({u})
+      elif op is ASSIGN: reads_acc[u] = frozenset({u.src[0]})
+      elif reads_acc:  # named values are snapshots; an inlined one's string, or an INDEX's, carries its sources' reads
         carried = [a for s in u.src if (a := reads_acc.get(s)) is not None and (s in inlined or s.op in _by_name)]
         if carried: reads_acc[u] = carried[0] if len(carried) == 1 else frozenset().union(*carried)
-      if not (u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST)) or len(users[u]) != 1: continue
-      user = users[u][0]
-      if user.op in self.named_operands: continue
+      if op not in _inlinable or len(its_users := users[u]) != 1: continue
+      user = its_users[0]
+      if user.op in named_operands: continue
       # an INDEX is printed where it is loaded or stored: those are the real places of evaluation
-      ends = [pos[x] for x in users[user]] if user.op is Ops.INDEX else [pos[user]]
+      ends = [pos[x] for x in users[user]] if user.op is INDEX else [pos[user]]
       if not ends: continue
       start, end = pos[u] + 1, max(ends)
       if loop_marks[max(end, start)] != loop_marks[start]: continue
-      if (acc := reads_acc.get(u)) and any(x.op is Ops.ASSIGN and x.src[0] in acc for x in uops[start:end]): continue
+      if (acc := reads_acc.get(u)) and any(x.op is ASSIGN and x.src[0] in acc for x in uops[start:end]): continue
       inlined.add(u)
     return inlined
 
   def render(self, uops: list[UOp], name: str = "kernel") -> str:
     uops = emulate_floats(uops, self)
     ctx = _Ctx(self)
-    ctx.inlined = self._plan_inlining(uops)
+    ctx.inlined = self._plan_inlining(uops, ctx)
     self.plan_render(uops, ctx)
     reserved = frozenset(self.thread_args) | frozenset(self.type_map.values()) | _c_keywords
-    written = {u.src[0].src[0] for u in uops if u.op is Ops.STORE}
+    # the parameters: buffers (const unless stored to), then variables, in one walk of the program
+    written, buffers, variables = set(), [], []
+    STORE, PARAM, DEFINE_VAR = Ops.STORE, Ops.PARAM, Ops.DEFINE_VAR  # each `Ops.X` read is slow on 3.11
+    for u in uops:
+      if (op := u.op) is STORE: written.add(u.src[0].src[0])
+      elif op is PARAM: buffers.append(u)
+      elif op is DEFINE_VAR: variables.append(u)
     params: list[str] = []
-    for u in sorted((u for u in uops if u.op is Ops.PARAM), key=lambda u: u.arg):
+    for u in sorted(buffers, key=lambda u: u.arg):
       ctx.names[u] = f"data{u.arg}"
       const = "" if u in written else "const "
       params.append(f"{self.buffer_prefix}{const}{self.render_dtype(u.dtype)}{self.buffer_suffix} data{u.arg}")
-    for u in uops:
-      if u.op is Ops.DEFINE_VAR:
-        ctx.names[u] = var_name(u.arg[0], reserved)
-        params.append(f"{self.arg_int_prefix}{self.render_dtype(u.dtype)} {ctx.names[u]}")
+    for u in variables:
+      ctx.names[u] = var_name(u.arg[0], reserved)
+      params.append(f"{self.arg_int_prefix}{self.render_dtype(u.dtype)} {ctx.names[u]}")
     if self.has_threads:
       params += [f"{self.arg_int_prefix}{self.render_dtype(dtypes.int32)} {a}" for a in self.thread_args]
     params += list(self.extra_args)
