@@ -159,3 +159,25 @@ def test_ordered_comparisons_with_nan_are_false(op):
   np.testing.assert_array_equal(fn(Tensor(a), 1.0).numpy(), fn(torch.from_numpy(a), 1.0).numpy())
   ints = np.array([1, 2, 3], dtype=np.int32)
   np.testing.assert_array_equal(fn(Tensor(ints), 2).numpy(), fn(torch.from_numpy(ints), 2).numpy())
+
+@pytest.mark.parametrize("make", [
+  lambda: Tensor([1, 2, 3], requires_grad=True),
+  lambda: Tensor(np.arange(4, dtype=np.int64)).requires_grad_(),
+  lambda: setattr(Tensor([True, False]), "requires_grad", True),
+  lambda: Tensor(np.arange(3, dtype=np.uint8), requires_grad=True),
+], ids=["list", "requires_grad_", "attribute", "uint8"])
+def test_integer_and_bool_tensors_cannot_require_grad(make: Callable[[], Any]):
+  # as in torch (RuntimeError there): a gradient through the int -> float cast came back silently as zeros
+  from ember.errors import GradientError
+  with pytest.raises(GradientError, match="only floating-point tensors"):
+    make()
+  with pytest.raises(RuntimeError):
+    torch.tensor([1, 2, 3], requires_grad=True)
+
+def test_half_and_derived_integer_tensors_keep_autograd():
+  x = Tensor(np.array([1.0, -2.0], np.float16), requires_grad=True)
+  (x * x).float().sum().backward()
+  assert x.grad is not None and x.grad.numpy().tolist() == [2.0, -4.0]
+  y = Tensor(np.array([0.5, 1.5], np.float32), requires_grad=True)
+  idx = (y * 2).cast("int32")  # an int result of a tracked tensor is simply not tracked
+  assert not idx.requires_grad and idx.numpy().tolist() == [1, 3]

@@ -192,3 +192,13 @@ def test_new_optimizer_arguments_are_checked() -> None:
   with pytest.raises(OptimizerError): Adagrad(w, lr_decay=-1)
   with pytest.raises(OptimizerError): StepLR(SGD(w), 0)
   with pytest.raises(OptimizerError): clip_grad_norm_(w, 1.0, norm_type=0)
+
+def test_integer_tensors_given_to_an_optimizer_stay_buffers() -> None:
+  from ember import dtypes
+  w, steps = Tensor([1.0, 2.0]), Tensor([0], dtype=dtypes.int32)
+  opt = SGD([w, steps], lr=0.5)
+  assert w.requires_grad and not steps.requires_grad
+  assert opt.params == [w] and opt.buffers == [steps]
+  (w * w).sum().backward()
+  opt.step()
+  assert w.numpy().tolist() == [0.0, 0.0] and steps.numpy().tolist() == [0]

@@ -355,8 +355,10 @@ class MultiTensor(metaclass=_IsSharded):
 # ** helpers **
 
 def sharded(shards: Sequence[Tensor], axis: int | None, requires_grad: bool | None = None) -> Tensor:
-  """The tensor split along `axis` into `shards` (one per device, in device order; axis None: replicas)."""
-  return Tensor.from_sharding(Sharding(shards, axis), requires_grad)
+  """The tensor split along `axis` into `shards` (one per device, in device order; axis None: replicas). A result
+  that is not floating point (a comparison's, an index cast's) is not tracked, whatever its inputs were."""
+  layout = Sharding(shards, axis)
+  return Tensor.from_sharding(layout, requires_grad if dtypes.is_float(layout.dtype) else None)
 
 def _layout(t: Tensor) -> Sharding:
   assert t.sharding is not None, "a sharded tensor was expected here"

@@ -98,7 +98,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, MathMixin, Activati
   >>> Tensor([[1.0, 2.0], [3.0, 4.0]]).sum(axis=1).numpy()
   array([3., 7.], dtype=float32)
   """
-  __slots__ = ("uop", "sharding", "requires_grad", "grad", "__weakref__")
+  __slots__ = ("uop", "sharding", "_requires_grad", "grad", "__weakref__")
   training: bool = False
   no_grad: bool = False
 
@@ -146,6 +146,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, MathMixin, Activati
       raise DTypeError(f"cannot build a Tensor from {type(data).__name__}; "
                        "pass a list, scalar, numpy array, bytes or UOp")
     if dt is not None and uop.dtype is not dt: uop = _cast_uop(uop, dt)
+    if requires_grad: _check_differentiable(_value_dtype(uop), "Tensor(..., requires_grad=True)")
     if requires_grad and isinstance(dev, str): uop = _leaf_storage(uop, dev)
     self.uop: UOp = uop
     # a sharded tensor's layout (an ember.multi.Sharding: its per-device shards and their axis); it then has no `uop`
@@ -218,6 +219,15 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, MathMixin, Activati
   def shape(self) -> tuple[sint, ...]: return self.uop.shape if self.sharding is None else self.sharding.shape
   @property
   def dtype(self) -> DType: return _value_dtype(self.uop) if self.sharding is None else self.sharding.dtype
+  @property
+  def requires_grad(self) -> bool | None:
+    """True: autograd tracks this tensor (backward() fills its `.grad`); False: it never does; None: not yet decided
+    (an optimizer given it makes it True). Only floating-point tensors can be True."""
+    return self._requires_grad
+  @requires_grad.setter
+  def requires_grad(self, value: bool | None) -> None:
+    if value: _check_differentiable(self.dtype, "requires_grad = True")
+    self._requires_grad = value
   @property
   def device(self) -> str:
     """The device this tensor lives on (a sharded tensor: the tuple of its shards' devices)."""
@@ -429,6 +439,7 @@ class Tensor(CreationMixin, MovementMixin, ElementwiseMixin, MathMixin, Activati
     if self.sharding is not None: return self.sharding.detach()
     return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)), requires_grad=False)
   def requires_grad_(self, requires_grad: bool | None = True) -> Tensor:
+    if requires_grad: _check_differentiable(self.dtype, "requires_grad_()")
     if requires_grad and self.sharding is None: self.uop = _leaf_storage(self.uop, self.device)
     self.requires_grad = requires_grad
     return self
@@ -716,6 +727,13 @@ def _from_numpy(arr: np.ndarray, device: str, dtype: DType | None = None) -> UOp
   return _reshape(uop, tuple(arr.shape)) if arr.shape != (arr.size,) else uop
 
 def _np_dtype(dt: DType) -> Any: return np.dtype(dt.fmt) if dt.fmt is not None else np.float32
+def _check_differentiable(dt: DType, what: str) -> None:
+  # a gradient is a float: an int or bool tensor tracked by autograd got a gradient rounded to its dtype, or none
+  # through its cast (silently 0), so it cannot require one, as in PyTorch
+  if not dtypes.is_float(dt):
+    raise GradientError(f"{what}: only floating-point tensors can require gradients, this one is {dt!r}; cast it "
+                        "first (.float()), or leave requires_grad False for integer/bool data such as indices")
+
 def _value_dtype(u: UOp) -> DType:
   """The dtype of a tensor-level node: a value's (pointer dtypes appear only inside kernels)."""
   assert isinstance(u.dtype, DType), f"a tensor graph node has the pointer dtype {u.dtype}"

@@ -23,12 +23,12 @@ class OptimizerError(EmberError, ValueError):
 
 class Optimizer(ABC):
   """Base class. `params` may hold model buffers too (requires_grad=False, e.g. BatchNorm running statistics): they
-  are not updated, only realized with each step, so their pending updates land. Tensors whose `requires_grad` is
-  None become parameters."""
+  are not updated, only realized with each step, so their pending updates land. Floating-point tensors whose
+  `requires_grad` is None become parameters; integer and bool ones (step counters, index tables) stay buffers."""
   def __init__(self, params: Sequence[Tensor], lr: float, name: str | None = None):
     self.name = name or type(self).__name__  # what errors call it: Adam and AdamW are LAMBs
     for p in params:
-      if p.requires_grad is None: p.requires_grad = True
+      if p.requires_grad is None and dtypes.is_float(p.dtype): p.requires_grad = True
     self.params = _unique([p for p in params if p.requires_grad])
     self.buffers = _unique([p for p in params if not p.requires_grad])
     if not self.params:
