@@ -229,6 +229,10 @@ def test_an_allocation_the_host_cannot_make_is_a_typed_out_of_memory_error() -> 
     big.realize()
   assert isinstance(info.value, MemoryError) and "smaller shapes" in str(info.value)
   np.testing.assert_array_equal((Tensor.ones(3, device="PYTHON") + 1).numpy(), [2, 2, 2])
+  # past the address space, where ctypes/mmap raise OverflowError instead of a MemoryError: the same typed error
+  huge = Tensor.zeros(2 ** 40, 2 ** 40, device="PYTHON").contiguous()
+  with pytest.raises(OutOfMemoryError, match=r"out of memory allocating .* PiB \(4835703278458516698824704 bytes\)"):
+    huge.realize()
 
 def test_index_checks_read_indices_already_in_memory_on_the_host() -> None:
   # a realized index tensor (a batch's targets) is checked with numpy: no kernel, nothing to compile before the op

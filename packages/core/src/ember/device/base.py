@@ -50,7 +50,9 @@ class Allocator(ABC):
       raise DeviceError(f"{type(self).__name__}.alloc: size must be a non-negative int, got {size!r}")
     try: return self._alloc(size, options or BufferSpec())
     except OutOfMemoryError: raise
-    except (MemoryError, OSError) as e:  # mmap's ENOMEM is an OSError; a plain MemoryError names no size
+    # mmap's ENOMEM is an OSError; a plain MemoryError names no size; a size past the address space (2^80 bytes) is
+    # an OverflowError of ctypes or mmap
+    except (MemoryError, OSError, OverflowError) as e:
       if isinstance(e, OSError) and e.errno not in (errno.ENOMEM, errno.EOVERFLOW, errno.EFBIG): raise
       why = f" ({e})" if str(e) else ""
       raise OutOfMemoryError(f"{type(self).__name__}: out of memory allocating {_bytes(size)}{why}; free tensors "
