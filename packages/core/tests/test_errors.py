@@ -248,3 +248,12 @@ def test_index_checks_read_indices_already_in_memory_on_the_host() -> None:
     with pytest.raises(IndexRangeError, match=r"index 5 is out of range \[-4, 4\)"): x[index]
   np.testing.assert_allclose(x.cross_entropy(Tensor([0, -100, 2, 1]).realize(), ignore_index=-100).numpy(),
                              np.log(3), rtol=1e-6)
+
+@pytest.mark.parametrize("padding", [(-5, 0), (-2, -2), (2, -4)])
+@pytest.mark.parametrize("mode", ["constant", "reflect"])
+def test_padding_that_crops_more_than_there_is_names_the_pad(padding, mode) -> None:
+  # torch raises too (narrow(): length must be non-negative); ember's message named an internal shrink instead
+  from ember.errors import ShapeError
+  with pytest.raises(ShapeError, match=r"pad \(.*\): dim 1 has 3 elements, and its padding .* crops [45]"):
+    Tensor.ones(2, 3).pad(padding, mode=mode)
+  assert Tensor.ones(2, 3).pad((-1, -2)).shape == (2, 0) and Tensor.ones(2, 3).pad((-3, 1)).shape == (2, 1)

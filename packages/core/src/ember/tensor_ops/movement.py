@@ -68,6 +68,10 @@ class MovementMixin:
   def pad(self: Tensor, padding: Sequence[Any], mode: str = "constant", value: float = 0.0) -> Tensor:
     """Pad with `padding` as ((before, after), ...) per dim, or torch-style flat (last dim first)."""
     pads = _norm_padding(padding, self.ndim)
+    for d, ((b, a), s) in enumerate(zip(pads, self.shape)):
+      if isinstance(s, int) and isinstance(b, int) and isinstance(a, int) and s + min(b, 0) + min(a, 0) < 0:
+        raise ShapeError(f"pad {tuple(padding)}: dim {d} has {s} elements, and its padding ({b}, {a}) crops "
+                         f"{-min(b, 0) - min(a, 0)}; negative padding crops at most the elements there are")
     if self.sharding is not None: return self.sharding.pad(self, pads, mode, value)
     if mode != "constant": return self._pad_mode(pads, mode)
     if all(b == 0 and a == 0 for b, a in pads): return self
