@@ -71,6 +71,8 @@ class VectorPlan:
   inlined: set[UOp]
   block: dict[UOp, int]
   unprinted: set[UOp]  # the addresses of lanes after a vector load's or store's first, and what is inlined in them
+  # what the renderer does at each uop the groups take over: print a group (at its emit_at uop), or nothing (None)
+  takes: dict[UOp, Lanes | None] = field(default_factory=dict)
   names: dict[Lanes, str] = field(default_factory=dict)
   splats: dict[tuple[UOp, int, int], str] = field(default_factory=dict)  # (value, lanes, block) -> its broadcast
 
@@ -82,17 +84,25 @@ def lane_widths(dt: DType, vector_bytes: int) -> list[int]:
     size //= 2
   return widths
 
-def _address(index: UOp) -> tuple[tuple[Any, ...], int]:
-  """An INDEX as (buffer, gate, its non-constant terms) and the sum of its constant terms."""
-  terms: list[UOp] = []
-  const, stack = 0, [index.src[1]]
+def _sum_terms(root: UOp, sums: dict[UOp, tuple[tuple[UOp, ...], int]]) -> tuple[tuple[UOp, ...], int]:
+  """An integer value as the non-constant terms of its ADD tree and the sum of its constant terms; `sums` has those
+  of the nodes seen before (the addresses of a register block share all but their constants)."""
+  stack = [root]
   while stack:
-    x = stack.pop()
-    if (op := x.op) is _CONST: const += x.arg
-    elif op is _ADD: stack.extend(x.src)
-    else: terms.append(x)
+    if (x := stack[-1]) in sums: stack.pop()
+    elif x.op is _ADD:
+      if missing := [s for s in x.src if s not in sums]: stack += missing
+      else:
+        parts = [sums[s] for s in x.src]
+        sums[stack.pop()] = (tuple(t for terms, _ in parts for t in terms), sum(const for _, const in parts))
+    else: sums[stack.pop()] = ((), x.arg) if x.op is _CONST else ((x,), 0)
+  return sums[root]
+
+def _address(index: UOp, sums: dict[UOp, tuple[tuple[UOp, ...], int]]) -> tuple[tuple[Any, ...], int]:
+  """An INDEX as (buffer, gate, its non-constant terms) and the sum of its constant terms."""
+  terms, const = _sum_terms(index.src[1], sums)
   gate = index.src[2] if len(index.src) == 3 else None
-  return (index.src[0], gate, tuple(sorted(terms, key=id)) if len(terms) > 1 else tuple(terms)), const  # a multiset
+  return (index.src[0], gate, tuple(sorted(terms, key=id)) if len(terms) > 1 else terms), const  # a multiset
 
 def _reads_acc(u: UOp) -> bool:
   return any(x.op in (Ops.DEFINE_ACC, Ops.ASSIGN) for x in u.toposort())
@@ -108,24 +118,25 @@ def program_users(uops: list[UOp]) -> dict[UOp, list[UOp]]:
 
 class _Grower:
   """Builds groups from seeds, memoised by their lanes; a seed's new groups can be taken back (`rollback`)."""
-  def __init__(self, uops: list[UOp], users: dict[UOp, list[UOp]] | None = None) -> None:
-    self.pos: dict[UOp, int] = {}
+  def __init__(self, uops: list[UOp], users: dict[UOp, list[UOp]] | None = None,
+               pos: dict[UOp, int] | None = None) -> None:
+    self.pos = {u: i for i, u in enumerate(uops)} if pos is None else pos
+    self.users = program_users(uops) if users is None else users
     self.block: dict[UOp, int] = {}
     self.by_op: dict[Ops, list[UOp]] = {}  # the uops of each op, in program order
-    pos, block, by_op, depth = self.pos, self.block, self.by_op, 0
-    for i, u in enumerate(uops):
-      pos[u] = i
+    block, by_op, depth = self.block, self.by_op, 0
+    for u in uops:
       if (op := u.op) is _RANGE or op is _END: depth += 1
       block[u] = depth  # uops between the same loop boundaries share a block number
       if (same := by_op.get(op)) is None: by_op[op] = [u]
       else: same.append(u)
-    self.users = program_users(uops) if users is None else users
     self.written = {u.src[0].src[0] for u in by_op.get(_STORE, ()) if u.src[0].op is _INDEX}  # buffers
     self.lane_of: dict[UOp, tuple[Lanes, int]] = {}
     self.memo: dict[tuple[UOp, ...], Lanes] = {}
     self.log: list[tuple[UOp, ...]] = []
     self.groups: list[Lanes] = []
     self.addresses: dict[UOp, tuple[tuple[Any, ...], int]] = {}
+    self.sums: dict[UOp, tuple[tuple[UOp, ...], int]] = {}  # _sum_terms
 
   def rollback(self, mark: tuple[int, int]) -> None:
     for key in self.log[mark[0]:]: del self.memo[key]
@@ -136,7 +147,7 @@ class _Grower:
   def mark(self) -> tuple[int, int]: return len(self.log), len(self.groups)
 
   def address(self, index: UOp) -> tuple[tuple[Any, ...], int]:
-    if (hit := self.addresses.get(index)) is None: hit = self.addresses[index] = _address(index)
+    if (hit := self.addresses.get(index)) is None: hit = self.addresses[index] = _address(index, self.sums)
     return hit
 
   def own(self, g: Lanes) -> Lanes:
@@ -266,7 +277,7 @@ def _first_load(u: UOp) -> UOp | None:
     if x.op not in _NOT_FOLLOWED: stack.extend(reversed(x.src))
   return None
 
-def _address_runs(run: list[UOp], span: int) -> list[list[UOp]]:
+def _address_runs(grower: _Grower, run: list[UOp], span: int) -> list[list[UOp]]:
   """Accumulator updates ordered by the address their first load reads, cut where that address jumps by more than
   `span` elements (a vector's lanes): a tree of partial sums reads its inputs in bit-reversed lane order (0, 8, 4, 12,
   ...), which these lanes then load as one vector, and partial sums of rows far apart (4 rows of 1000 floats, 8 lanes
@@ -277,7 +288,7 @@ def _address_runs(run: list[UOp], span: int) -> list[list[UOp]]:
   for i, u in enumerate(run):
     if (load := _first_load(u)) is None: unread.append(u)
     else:
-      key, const = _address(load.src[0])
+      key, const = grower.address(load.src[0])
       by_key.setdefault(key, []).append((const, i, u))
   runs: list[list[UOp]] = [unread]
   for group in by_key.values():
@@ -318,7 +329,7 @@ def _seeds(grower: _Grower, vector_bytes: int) -> None:
       updates.setdefault((grower.block[u], u.dtype, u.src[1].op, u.src[1].arg), []).append(u)
   for (_, dt, *_), run in updates.items():
     if widths := lane_widths(dt, vector_bytes):
-      for part in _address_runs(run, widths[0]): _chunks(part, widths, grower.grow, grower)
+      for part in _address_runs(grower, run, widths[0]): _chunks(part, widths, grower.grow, grower)
 
 # ** keeping the program's order **
 
@@ -333,25 +344,26 @@ def _scalar_points(uops: list[UOp], pos: dict[UOp, int], users: dict[UOp, list[U
   return points
 
 def _moved_points(old: dict[UOp, tuple[int, ...]], pos: dict[UOp, int], users: dict[UOp, list[UOp]],
-                  inlined: set[UOp], emit: dict[UOp, int],
+                  inlined: set[UOp], indexes: list[UOp], emit: dict[UOp, int],
                   named: set[UOp]) -> tuple[dict[UOp, tuple[int, ...]], set[UOp]]:
   """Where each uop is evaluated once the groups are printed (a grouped uop at its group's statement, a formerly
   inlined one in `named` on its own line), and the uops whose places differ from `old`'s. Only those uops and the
   INDEXes and inlined values whose places come from theirs can move: the rest keep their scalar places."""
   affected = set(emit) | named
   stack = list(affected)
+  placed_by_users = inlined.union(indexes)
   while stack:
     for s in stack.pop().src:
-      if s not in affected and (s.op is _INDEX or s in inlined) and s in pos:
+      if s in placed_by_users and s not in affected:
         affected.add(s)
         stack.append(s)
-  new = dict(old)
-  for u in sorted(affected, key=pos.__getitem__, reverse=True):  # users before their sources
-    if (at := emit.get(u)) is not None: new[u] = (at,)
-    elif u.op is _INDEX or u in inlined:
-      us = users[u]
-      new[u] = new[us[0]] if len(us) == 1 else tuple(sorted({p for x in us for p in new[x]}))
-    else: new[u] = (pos[u],)
+  new = old.copy()
+  new.update({u: (at,) for u, at in emit.items()})
+  new.update({u: (pos[u],) for u in named if u not in emit})
+  derived = [u for u in affected if u not in emit and u not in named]  # INDEXes and inlined values
+  for u in sorted(derived, key=pos.__getitem__, reverse=True):  # users before their sources
+    us = users[u]
+    new[u] = new[us[0]] if len(us) == 1 else tuple(sorted({p for x in us for p in new[x]}))
   return new, {u for u in affected if new[u] != old[u]}
 
 _Event = tuple[UOp, bool, Any]  # a read or write (True) of a resource by a uop, at an address (buffers)
@@ -404,32 +416,30 @@ def _violations(pos: dict[UOp, int], users: dict[UOp, list[UOp]], old: dict[UOp,
   # reads and writes of one accumulator, and of one buffer where addresses may meet, keep their order: an event at
   # place p is 2p+1 for a write, 2p for a read (a read and a write at one place read first)
   for evs, by_terms, by_terms_only in events:
-    if not (moved_evs := [e for e in evs if e[0] in moved]): continue
-    places = {(b, wb): [(2 * o + wb, 2 * n + wb) for o, n in zip(old[b], new[b])] for b, wb, _ in evs}
-    for a, wa, addr_a in moved_evs:
+    for a, wa, addr_a in [e for e in evs if e[0] in moved]:
       if addr_a is None: meets = evs
       else:  # two addresses of the same terms meet only at the same constant offset
         meets = []
         for terms, at_terms in by_terms.items():
           if terms == addr_a[0]: meets += at_terms.get(addr_a[1], [])
           else: meets += by_terms_only[terms]
-      places_a = places[a, wa]
-      one = places_a[0] if len(places_a) == 1 else None
+      if not (places_a := [(2 * o + wa, 2 * n + wa) for o, n in zip(old[a], new[a])]): continue
+      single, (old_a, new_a) = len(places_a) == 1, places_a[0]  # the common case: one place, before and after
       for b, wb, _ in meets:
         if b is a or not (wa or wb): continue
-        places_b = places[b, wb]
-        if one is not None and len(places_b) == 1:  # the common case: one place each, before and after
-          if (one[0] < places_b[0][0]) == (one[1] < places_b[0][1]): continue
-        elif not any((oa < ob) != (na < nb) for ob, nb in places_b for oa, na in places_a): continue
+        if single and len(old_b := old[b]) == 1 and len(new_b := new[b]) == 1:
+          if (old_a < 2 * old_b[0] + wb) == (new_a < 2 * new_b[0] + wb): continue
+        elif not any((oa < 2 * ob + wb) != (na < 2 * nb + wb)
+                     for ob, nb in zip(old[b], new[b]) for oa, na in places_a): continue
         if not (culprits := {x for x in (a, b) if x in lane_of}): return None
         bad |= culprits
   return bad
 
-def plan(uops: list[UOp], inlined: set[UOp], vector_bytes: int,
-         users: dict[UOp, list[UOp]] | None = None) -> VectorPlan | None:
-  """The lane groups of a linear program (None: none pays), given the renderer's scalar inlining (and the program's
-  users, `program_users`, where the caller has them)."""
-  grower = _Grower(uops, users)
+def plan(uops: list[UOp], inlined: set[UOp], vector_bytes: int, users: dict[UOp, list[UOp]] | None = None,
+         pos: dict[UOp, int] | None = None) -> VectorPlan | None:
+  """The lane groups of a linear program (None: none pays), given the renderer's scalar inlining (and, where the
+  caller has them, the program's users, `program_users`, and each uop's place)."""
+  grower = _Grower(uops, users, pos)
   _seeds(grower, vector_bytes)
   if not grower.groups: return None
   pos, users, indexes = grower.pos, grower.users, grower.by_op.get(_INDEX, [])
@@ -443,7 +453,7 @@ def plan(uops: list[UOp], inlined: set[UOp], vector_bytes: int,
     emit = {u: last[id(g)] for u, (g, _) in lane_of.items()}
     operands = {s for u in lane_of for s in u.src}
     kept = {u for u in inlined if u not in lane_of and u not in operands}
-    new, moved = _moved_points(old, pos, users, kept, emit, inlined - kept)
+    new, moved = _moved_points(old, pos, users, kept, indexes, emit, (inlined - kept) - lane_of.keys())
     if (bad := _violations(pos, users, old, new, moved, events, kept, lane_of, emit)) is None: return None
     if not bad: break
     for u in bad: alive.pop(id(lane_of[u][0]), None)
@@ -454,7 +464,10 @@ def plan(uops: list[UOp], inlined: set[UOp], vector_bytes: int,
                                     for x in users[u])
     else: unused = users[u][0] in unprinted
     if unused and users[u]: unprinted.add(u)
-  return VectorPlan(lane_of, emit_at, kept, grower.block, unprinted)
+  takes: dict[UOp, Lanes | None] = dict.fromkeys(unprinted)
+  takes.update(dict.fromkeys(lane_of))
+  takes.update(emit_at)
+  return VectorPlan(lane_of, emit_at, kept, grower.block, unprinted, takes=takes)
 
 # ** printing the groups (ctx: the C renderer's per-render state) **
 

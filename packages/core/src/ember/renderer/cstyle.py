@@ -398,12 +398,14 @@ class CStyleLanguage(Renderer):
     if ctx is not None: ctx.pos, ctx.users = pos, users
     inlined: set[UOp] = set()
     named_operands = self.named_operands
-    # accumulators an uop's (inlined) expression reads, for the uops that read any (most read none)
+    # accumulators an uop's (inlined) expression reads, for the uops that read any (most read none); only what an
+    # INDEX or an inlining candidate reads is ever looked up
     reads_acc: dict[UOp, frozenset[UOp]] = {}
     for u in uops:
       if (op := u.op) is DEFINE_ACC: reads_acc[u] = frozenset({u})
       elif op is ASSIGN: reads_acc[u] = frozenset({u.src[0]})
-      elif reads_acc:  # named values are snapshots; an inlined one's string, or an INDEX's, carries its sources' reads
+      elif (op is INDEX or (op in _inlinable and len(users[u]) == 1)) and reads_acc:
+        # named values are snapshots; an inlined one's string, or an INDEX's, carries its sources' reads
         carried = [a for s in u.src if (a := reads_acc.get(s)) is not None and (s in inlined or s.op in _by_name)]
         if carried: reads_acc[u] = carried[0] if len(carried) == 1 else frozenset().union(*carried)
       if op not in _inlinable or len(its_users := users[u]) != 1: continue
