@@ -129,6 +129,16 @@ def test_optimizer_errors():
   with pytest.raises(OptimizerError, match="^AdamW: eps"): AdamW([Tensor([1.0])], eps=-1e-8)
   with pytest.raises(OptimizerError, match="^Adam: weight_decay"): Adam([Tensor([1.0])], weight_decay=-0.1)
   with pytest.raises(OptimizerError, match="^LAMB: b2"): LAMB([Tensor([1.0])], b2=-0.5)
+  # NaN passed every `x < 0` check and turned each weight NaN at the first step; inf likewise; and SGD took a
+  # negative momentum or weight decay, which torch refuses
+  nan, inf = float("nan"), float("inf")
+  for make, what in ((lambda: SGD([Tensor([1.0])], lr=nan), "^SGD: learning rate"),
+                     (lambda: Adam([Tensor([1.0])], lr=inf), "^Adam: learning rate"),
+                     (lambda: AdamW([Tensor([1.0])], weight_decay=nan), "^AdamW: weight_decay"),
+                     (lambda: SGD([Tensor([1.0])], momentum=-0.9), "^SGD: momentum"),
+                     (lambda: SGD([Tensor([1.0])], weight_decay=nan), "^SGD: weight_decay"),
+                     (lambda: Adagrad([Tensor([1.0])], eps=nan), "^Adagrad: eps")):
+    with pytest.raises(OptimizerError, match=what + " must be a finite number >= 0"): make()
 
 
 SCHEDULES = {

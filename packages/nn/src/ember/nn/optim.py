@@ -11,6 +11,7 @@ TinyJit-captured step replays with their current values.
 """
 from __future__ import annotations
 import math
+import numbers
 from abc import ABC, abstractmethod
 from typing import Callable, Sequence
 from ember import Tensor, TinyJit
@@ -20,6 +21,14 @@ from ember.nn.functional import assign, filled, static_shape
 
 class OptimizerError(EmberError, ValueError):
   """An optimizer was built with no parameters or an invalid hyperparameter."""
+
+def _nonnegative(owner: str, **values: float) -> None:
+  # `x < 0` lets NaN through (every comparison with NaN is False): a NaN learning rate turned every weight NaN at the
+  # first step, silently
+  for key, v in values.items():
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v < 0:
+      what = "learning rate" if key == "lr" else key
+      raise OptimizerError(f"{owner}: {what} must be a finite number >= 0, got {v!r}")
 
 class Optimizer(ABC):
   """Base class. `params` may hold model buffers too (requires_grad=False, e.g. BatchNorm running statistics): they
@@ -33,7 +42,7 @@ class Optimizer(ABC):
     self.buffers = _unique([p for p in params if not p.requires_grad])
     if not self.params:
       raise OptimizerError(f"{self.name} got no parameters to optimize (none has requires_grad)")
-    if lr < 0: raise OptimizerError(f"{self.name}: learning rate must be >= 0, got {lr}")
+    _nonnegative(self.name, lr=lr)
     device = self.params[0].device
     self.lr = filled((), lr, dtype=dtypes.float32, device=device)
     self.state: list[Tensor] = []  # per-parameter slots, realized with the parameters
@@ -77,6 +86,7 @@ class SGD(Optimizer):
   def __init__(self, params: Sequence[Tensor], lr: float = 1e-3, momentum: float = 0.0, weight_decay: float = 0.0,
                nesterov: bool = False):
     super().__init__(params, lr)
+    _nonnegative("SGD", momentum=momentum, weight_decay=weight_decay)
     if nesterov and momentum <= 0: raise OptimizerError("SGD: nesterov needs momentum > 0")
     self.momentum, self.weight_decay, self.nesterov = momentum, weight_decay, nesterov
     self.bufs = self._zeros_like_params() if momentum else []
@@ -96,8 +106,7 @@ class LAMB(Optimizer):
     super().__init__(params, lr, name)
     for key, b in (("b1", b1), ("b2", b2)):
       if not 0 <= b < 1: raise OptimizerError(f"{self.name}: {key} must be in [0, 1), got {b}")
-    if eps < 0: raise OptimizerError(f"{self.name}: eps must be >= 0, got {eps}")
-    if weight_decay < 0: raise OptimizerError(f"{self.name}: weight_decay must be >= 0, got {weight_decay}")
+    _nonnegative(self.name, eps=eps, weight_decay=weight_decay)
     self.b1, self.b2, self.eps, self.weight_decay = b1, b2, eps, weight_decay
     self.adam, self.decoupled = adam, decoupled
     device = self.params[0].device
@@ -154,7 +163,7 @@ class RMSprop(Optimizer):
                weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False):
     super().__init__(params, lr)
     if not 0 <= alpha <= 1: raise OptimizerError(f"RMSprop: alpha must be in [0, 1], got {alpha}")
-    if momentum < 0 or eps < 0: raise OptimizerError(f"RMSprop: momentum and eps must be >= 0, got {momentum}, {eps}")
+    _nonnegative("RMSprop", momentum=momentum, eps=eps, weight_decay=weight_decay)
     self.alpha, self.eps, self.weight_decay, self.momentum, self.centered = alpha, eps, weight_decay, momentum, centered
     self.square_avg = self._zeros_like_params()
     self.grad_avg = self._zeros_like_params() if centered else []
@@ -177,9 +186,8 @@ class Adagrad(Optimizer):
   def __init__(self, params: Sequence[Tensor], lr: float = 1e-2, lr_decay: float = 0.0, weight_decay: float = 0.0,
                initial_accumulator_value: float = 0.0, eps: float = 1e-10):
     super().__init__(params, lr)
-    if lr_decay < 0 or initial_accumulator_value < 0 or eps < 0:
-      raise OptimizerError(f"Adagrad: lr_decay, initial_accumulator_value and eps must be >= 0, got {lr_decay}, "
-                           f"{initial_accumulator_value}, {eps}")
+    _nonnegative("Adagrad", lr_decay=lr_decay, weight_decay=weight_decay,
+                 initial_accumulator_value=initial_accumulator_value, eps=eps)
     self.lr_decay, self.weight_decay, self.eps = lr_decay, weight_decay, eps
     self.sums = [self._slot(math.prod(static_shape(p, "optimizer")), initial_accumulator_value, p.device)
                  for p in self.params]
@@ -212,7 +220,7 @@ class Muon(Optimizer):
   def __init__(self, params: Sequence[Tensor], lr: float = 1e-3, momentum: float = 0.95, weight_decay: float = 0.1,
                ns_steps: int = 5, ns_coefficients: Sequence[float] = (3.4445, -4.775, 2.0315), nesterov: bool = True):
     super().__init__(params, lr)
-    if momentum < 0: raise OptimizerError(f"Muon: momentum must be >= 0, got {momentum}")
+    _nonnegative("Muon", momentum=momentum, weight_decay=weight_decay)
     if nesterov and momentum <= 0: raise OptimizerError("Muon: nesterov needs momentum > 0")
     if ns_steps < 0: raise OptimizerError(f"Muon: ns_steps must be >= 0, got {ns_steps}")
     if not ns_coefficients: raise OptimizerError("Muon: ns_coefficients needs at least one coefficient")
