@@ -51,22 +51,57 @@ def _toposort_all(roots: list[UOp]) -> list[UOp]: return list(toposort_all(roots
 
 def linearize(sink: UOp) -> list[UOp]:
   if sink.op is not Ops.SINK: raise CompileError(f"linearize needs a SINK, got {sink.op}")
-  topo = list(sink.toposort())
-  deps = range_deps(sink, topo)
+  topo = sink.toposort()
+  # one walk for everything the program's order needs from the graph (a walk per question cost a third of the pass
+  # on an unrolled kernel): per node the ranges it moves with (`range_deps`) and the reductions under it, itself
+  # included (a reduction's input holds the ones that feed it); the arguments, reductions, output ranges and the
+  # values computed from reductions (in topo order)
+  deps: dict[UOp, frozenset[UOp]] = {}
+  reduces_under: dict[UOp, frozenset[UOp]] = {}
+  params: list[UOp] = []
+  variables: list[UOp] = []
+  local_bufs: list[UOp] = []
+  outer_ranges: list[UOp] = []
+  groups: dict[tuple[UOp, ...], list[UOp]] = {}  # reductions by their ranges
+  from_reduce: dict[UOp, None] = {}
+  outer_types = (AxisType.GLOBAL, AxisType.THREAD, AxisType.LOOP)
+  for n in topo:
+    src, op = n.src, n.op
+    if len(src) == 2:
+      a, b = deps[src[0]], deps[src[1]]
+      if a is b or not b: d = a
+      elif not a: d = b
+      else: d = a | b
+      a, b = reduces_under[src[0]], reduces_under[src[1]]
+      if a is b or not b: under = a
+      elif not a: under = b
+      else: under = a | b
+    elif len(src) == 1: d, under = deps[src[0]], reduces_under[src[0]]
+    elif not src: d = under = _NONE
+    else: d, under = _sources_union(src, deps), _sources_union(src, reduces_under)
+    if op is Ops.RANGE:
+      d = d | {n}
+      if n.arg[1] in outer_types: outer_ranges.append(n)
+    elif op is Ops.REDUCE:
+      d = d - frozenset(src[1:])
+      under = under | {n}
+      groups.setdefault(src[1:], []).append(n)
+      from_reduce[n] = None
+    elif op is Ops.PARAM: params.append(n)
+    elif op is Ops.DEFINE_VAR: variables.append(n)
+    elif op is Ops.DEFINE_LOCAL: local_bufs.append(n)
+    if under and op is not Ops.STORE and not from_reduce.keys().isdisjoint(src):
+      from_reduce[n] = None
+    deps[n], reduces_under[n] = d, under
   out: list[UOp] = []
   done: dict[UOp, UOp] = {}
   acc_count = [0]
-  # arguments first: buffer params by slot, then variables by name
-  for p in sorted((n for n in topo if n.op is Ops.PARAM), key=lambda n: n.arg):
+  # arguments first: buffer params by slot, then variables by name; block-shared buffers are declared at the top of
+  # the kernel (MSL allows them only at kernel scope)
+  for p in [*sorted(params, key=lambda n: n.arg), *sorted(variables, key=lambda n: n.arg),
+            *sorted(local_bufs, key=lambda n: n.arg)]:
     done[p] = p
     out.append(p)
-  for v in sorted((n for n in topo if n.op is Ops.DEFINE_VAR), key=lambda n: n.arg):
-    done[v] = v
-    out.append(v)
-  # block-shared buffers are declared at the top of the kernel (MSL allows them only at kernel scope)
-  for lb in sorted((n for n in topo if n.op is Ops.DEFINE_LOCAL), key=lambda n: n.arg):
-    done[lb] = lb
-    out.append(lb)
 
   def emit(n: UOp) -> UOp:
     stack: list[tuple[UOp, bool]] = [(n, False)]
@@ -80,10 +115,17 @@ def linearize(sink: UOp) -> list[UOp]:
         done[node] = done[node.src[0]]
         continue
       if not ready:
-        stack.append((node, True))
+        # its sources first; one already emitted each (most nodes of a loop's body) is emitted now, as it would be
+        # when popped next
+        top = len(stack)
         for s in reversed(node.src):
           if s not in done: stack.append((s, False))
-        continue
+        if len(stack) != top:
+          stack.insert(top, (node, True))
+          continue
+        if node.op is Ops.AFTER:
+          done[node] = done[node.src[0]]
+          continue
       new_src = tuple([done[s] for s in node.src])
       new = node if new_src == node.src else UOp(node.op, node.dtype, new_src, node.arg, node.tag)
       done[node] = new
@@ -92,15 +134,6 @@ def linearize(sink: UOp) -> list[UOp]:
 
   # reductions over the same ranges that do not feed each other share one loop (an unrolled kernel has many)
   open_ranges: set[UOp] = set()
-  groups: dict[tuple[UOp, ...], list[UOp]] = {}
-  for n in topo:
-    if n.op is Ops.REDUCE: groups.setdefault(n.src[1:], []).append(n)
-
-  # the reductions under each node, itself included (a reduction's input holds the ones that feed it), in one walk
-  reduces_under: dict[UOp, frozenset[UOp]] = {}
-  for n in topo:
-    under = _sources_union(n.src, reduces_under)
-    reduces_under[n] = under | {n} if n.op is Ops.REDUCE else under
   def feeds_from(r: UOp) -> frozenset[UOp]: return reduces_under[r.src[0]]
 
   def emit_reduce(node: UOp) -> None:
@@ -146,14 +179,8 @@ def linearize(sink: UOp) -> list[UOp]:
     return any(s not in done and not deps[s] <= open_ranges
                for red in reduces_under[n] if red not in done for s in groups[red.src[1:]])
 
-  outer_types = (AxisType.GLOBAL, AxisType.THREAD, AxisType.LOOP)
-  globals_ = sorted((n for n in topo if n.op is Ops.RANGE and n.arg[1] in outer_types),
-                    key=lambda r: r.arg[0])
   opened: list[UOp] = []
-  from_reduce: dict[UOp, None] = {}  # in topo order
-  for n in topo:
-    if n.op is Ops.REDUCE or (n.op is not Ops.STORE and not from_reduce.keys().isdisjoint(n.src)): from_reduce[n] = None
-  for r in globals_:
+  for r in sorted(outer_ranges, key=lambda r: r.arg[0]):
     # values of reductions that move with neither this loop nor an inner one are computed before it opens: a row's
     # statistics once per row in a kernel that writes the rows it reduced (softmax), not once per element
     for n in from_reduce:

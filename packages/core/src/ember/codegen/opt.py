@@ -91,7 +91,7 @@ def _unroll(ast: UOp, rng: UOp, values: list[UOp], pm: PatternMatcher | None = N
   nodes that move with `rng`; only those are rebuilt per value (a substitution per value walked the whole kernel: a
   matmul's 32 column lanes, then 8 rows of 32 stores each, were most of a first call's opt time). `pm`: each lane's
   nodes come out as `graph_rewrite(store, pm)` would make them, each node rewritten as it is built from rewritten
-  sources (`rewrite_node`), instead of raw copies the caller's rewrite then walks and builds again."""
+  sources (`rewrite_built`), instead of raw copies the caller's rewrite then walks and builds again."""
   moving: dict[UOp, None] = {rng: None}
   for n in ast.toposort():
     if n is not ast and any(s in moving for s in n.src): moving[n] = None
@@ -109,7 +109,7 @@ def _unroll(ast: UOp, rng: UOp, values: list[UOp], pm: PatternMatcher | None = N
     get = new.get
     for n in moving:
       node = UOp(n.op, n.dtype, tuple([get(s, s) for s in n.src]), n.arg, n.tag)
-      new[n] = node if pm is None else uop_rewrite.rewrite_node(node, pm)
+      new[n] = node if pm is None else uop_rewrite.rewrite_built(node, pm)
     out += [get(st, st) for st in ast.src]
   return tuple(out)
 
@@ -294,7 +294,7 @@ def constants_last(ast: UOp) -> UOp:
       node = UOp(n.op, n.dtype, tuple([changed.get(s, s) for s in n.src]), n.arg, n.tag)
     elif n.op is Ops.ADD and n.src[1].op is Ops.ADD: node = n
     else: continue
-    if (new := uop_rewrite.rewrite_node(node, pm_const_last)) is not n: changed[n] = new
+    if (new := uop_rewrite.rewrite_built(node, pm_const_last)) is not n: changed[n] = new
   return changed.get(ast, ast)
 
 def apply_opts_list(ast: UOp, opts: list[Opt] | tuple[Opt, ...]) -> UOp:

@@ -266,6 +266,10 @@ class UOp(metaclass=UOpMetaClass):
     if isinstance(x, float) and not dtypes.is_float(base): return UOp.const(dtypes.default_float, x)
     return self.const_like(x)
   def _bin(self, op: Ops, x: Any, reverse: bool = False) -> UOp:
+    # two values of one dtype (index math, most of what rewrite rules build): the node `alu` builds, built here
+    if type(x) is UOp and x.dtype is self.dtype and self.op is not Ops.INDEX and x.op is not Ops.INDEX and \
+       op not in GroupOp.Comparison:
+      return UOp(op, self.dtype, (x, self) if reverse else (self, x))
     me = _value(self)
     other = _value(me.ufix(x))
     if other.dtype is not me.dtype:

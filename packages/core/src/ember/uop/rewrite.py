@@ -319,14 +319,36 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None, bottom_up: boo
   return rewrite_walk(sink, pm.rewrite, ctx, bottom_up, name, pm.memo if ctx is None and not bottom_up else None,
                       pm.root_ops)
 
-def rewrite_node(node: UOp, pm: PatternMatcher) -> UOp:
-  """`graph_rewrite(node, pm)` for a node whose sources are each already what `pm` rewrites them to (their own fixed
-  points): only its own rules are tried, with no walk below it, and the result is kept in the memo as a walk would.
-  What a kernel opt needs that builds each lane of an unrolled kernel from lanes it already rewrote (codegen/opt.py
-  `_unroll`): building raw copies of every lane and then walking them all cost twice the nodes and a walk."""
+REWRITE_NODE_DEPTH = 32  # nodes below this depth of a rewrite_node recursion are left to graph_rewrite's walk
+
+def rewrite_node(node: UOp, pm: PatternMatcher, depth: int = 0) -> UOp:
+  """`graph_rewrite(node, pm)` for a table whose walks keep a memo (no ctx, top-down), by recursion over the nodes
+  the memo does not hold: the same rewrite of each node from its rewritten sources, without the walk's stack and
+  bookkeeping (what rules return is a few new nodes on rewritten ones, and a walk per rule that fired cost more than
+  the rules). Below REWRITE_NODE_DEPTH (a large graph the memo has not seen) the walk takes over."""
+  memo = pm.memo
+  if (done := node.__dict__.get(memo)) is not None: return node if done is _SAME else done
+  if depth > REWRITE_NODE_DEPTH or pm.root_ops is not None: return graph_rewrite(node, pm)
+  srcs = []
+  for s in node.src:
+    done = s.__dict__.get(memo)
+    srcs.append(s if done is _SAME else done if done is not None else rewrite_node(s, pm, depth + 1))
+  # UOps compare by identity (no __eq__): `==` of the tuples is the identity check, in C
+  rebuilt = node if (new_src := tuple(srcs)) == node.src else UOp(node.op, node.dtype, new_src, node.arg, node.tag)
+  if rebuilt is not node and (done := rebuilt.__dict__.get(memo)) is not None: ret = rebuilt if done is _SAME else done
+  else: ret = rewrite_built(rebuilt, pm, depth)
+  node.__dict__[memo] = _SAME if ret is node else ret
+  return ret
+
+def rewrite_built(node: UOp, pm: PatternMatcher, depth: int = 0) -> UOp:
+  """`rewrite_node` of a node whose sources are each already what `pm` rewrites them to (their own fixed points): its
+  own rules, and a rewrite of what they return. What a kernel opt calls for each node of an unrolled kernel's lanes
+  as it builds it from lanes it already rewrote (codegen/opt.py `_unroll`): raw copies of every lane, then a walk of
+  them all, cost twice the nodes and the walk."""
   if (done := node.__dict__.get(pm.memo)) is not None: return node if done is _SAME else done
-  nxt = pm.rewrite(node)
-  ret = node if nxt is None else graph_rewrite(nxt, pm)
+  if (fn := pm.compiled.get(node.op)) is None: fn = pm._compile(node.op)
+  nxt = fn(node, None)
+  ret = node if nxt is None else rewrite_node(nxt, pm, depth + 1)
   node.__dict__[pm.memo] = _SAME if ret is node else ret
   return ret
 
@@ -352,6 +374,7 @@ def rewrite_walk(sink: UOp, rewrite: Callable[[UOp, Any], UOp | None], ctx: Any,
   replace: dict[UOp, UOp] = {}
   in_progress: set[UOp] = set()
   walked: list[UOp] = []  # the nodes this walk rewrote (the ones found in the memo are not walked below)
+  rebuilt_fixed: list[UOp] = []  # nodes rebuilt on rewritten sources that no rule changed
   # stack entries: (original, stage, working node); a node is looked up in the memo before it is pushed
   stack: list[tuple[UOp, int, UOp]] = [(sink, 0, sink)]
   steps = 0
@@ -383,6 +406,7 @@ def rewrite_walk(sink: UOp, rewrite: Callable[[UOp, Any], UOp | None], ctx: Any,
         replace[orig] = rebuilt
         in_progress.discard(orig)
         walked.append(orig)
+        if rebuilt is not node: rebuilt_fixed.append(rebuilt)
       else:
         # rewrite the replacement fully, then map the original to its final form
         stack.append((orig, 2, nxt))
@@ -397,6 +421,9 @@ def rewrite_walk(sink: UOp, rewrite: Callable[[UOp, Any], UOp | None], ctx: Any,
       walked.append(orig)
   if memo is not None:
     for k in walked: k.__dict__[memo] = _SAME if (v := replace[k]) is k else v
+    # a node rebuilt on rewritten sources that no rule changed rewrites to itself: a later walk (the next lane's rule
+    # results, built on it) stops there
+    for k in rebuilt_fixed: k.__dict__.setdefault(memo, _SAME)
   return replace[sink]
 
 def substitute(sink: UOp, mapping: dict[UOp, UOp], topo: Iterable[UOp] | None = None) -> UOp:

@@ -15,7 +15,8 @@ def _is_int(u: UOp) -> bool: return not isinstance(u.dtype, PtrDType) and dtypes
 # ** constant folding **
 
 def fold_alu(x: UOp) -> UOp | None:
-  if not all(s.op is Ops.CONST for s in x.src): return None
+  for s in x.src:  # a loop, not all(...): this is tried on every ALU node a rewrite walks
+    if s.op is not Ops.CONST: return None
   if x.dtype.weak and x.op in GroupOp.Transcendental: return None
   try: return UOp.const(x.dtype, exec_alu(x.op, cast(DType, x.dtype), tuple(s.arg for s in x.src)))
   except (OverflowError, ZeroDivisionError, ValueError): return None
@@ -44,8 +45,13 @@ def fold_by_range(x: UOp) -> UOp | None:
 
 def split_terms(x: UOp) -> list[UOp]:
   """The addends of a nested ADD, left to right."""
-  if x.op is Ops.ADD: return split_terms(x.src[0]) + split_terms(x.src[1])
-  return [x]
+  if x.op is not Ops.ADD: return [x]
+  terms: list[UOp] = []
+  stack = [x]
+  while stack:
+    if (n := stack.pop()).op is Ops.ADD: stack += (n.src[1], n.src[0])
+    else: terms.append(n)
+  return terms
 
 def term_factor(t: UOp) -> tuple[UOp | None, int]:
   """A term as (variable part, integer coefficient); a constant is (None, value)."""
@@ -66,9 +72,10 @@ def combine_terms(x: UOp) -> UOp | None:
   terms = split_terms(x)
   if len(terms) < 2: return None
   coeffs: dict[UOp | None, int] = {}
-  for t in terms:
-    v, c = term_factor(t)
-    coeffs[v] = coeffs.get(v, 0) + c
+  for t in terms:  # term_factor, inlined: tried on every int sum a rewrite walks
+    if t.op is Ops.CONST: coeffs[None] = coeffs.get(None, 0) + t.arg
+    elif t.op is Ops.MUL and t.src[1].op is Ops.CONST: coeffs[t.src[0]] = coeffs.get(t.src[0], 0) + t.src[1].arg
+    else: coeffs[t] = coeffs.get(t, 0) + 1
   if len(coeffs) == len(terms) and (None not in coeffs or terms[-1].op is Ops.CONST): return None
   return build_sum(x.dtype, [(v, c) for v, c in coeffs.items()])
 
