@@ -247,10 +247,12 @@ class ClangRenderer(CStyleLanguage):
     # rebuild from the unrolled scalars, at a fraction of its compile time
     if (plan := vectorize.plan(uops, ctx.inlined, self.simd_width * 4, ctx.users or None, ctx.pos or None)) is not None:
       ctx.plan, ctx.inlined = plan, plan.inlined
+      ctx.silent = plan.silent
   def render_uop(self, u: UOp, ctx: Any) -> None:
     plan = ctx.plan
-    if plan is None or u not in plan.takes: return super().render_uop(u, ctx)
-    if (group := plan.takes[u]) is None: return  # unprinted, or a lane its group prints elsewhere
+    if plan is None or (group := plan.emit_at.get(u)) is None:
+      if plan is None or u not in plan.silent: super().render_uop(u, ctx)
+      return
     vectorize.emit_group(ctx, plan, group, plan.block[u])
     if group.kind == "load" and (ahead := _row_prefetch(ctx, group)) is not None: ctx.emit(ahead)
   def render_kernel(self, name: str, params: list[str], body: list[str], helpers: list[str]) -> str:

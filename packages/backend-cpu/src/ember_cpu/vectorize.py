@@ -71,8 +71,7 @@ class VectorPlan:
   inlined: set[UOp]
   block: dict[UOp, int]
   unprinted: set[UOp]  # the addresses of lanes after a vector load's or store's first, and what is inlined in them
-  # what the renderer does at each uop the groups take over: print a group (at its emit_at uop), or nothing (None)
-  takes: dict[UOp, Lanes | None] = field(default_factory=dict)
+  silent: set[UOp] = field(default_factory=set)  # the uops the renderer prints nothing for: unprinted, or lanes
   names: dict[Lanes, str] = field(default_factory=dict)
   splats: dict[tuple[UOp, int, int], str] = field(default_factory=dict)  # (value, lanes, block) -> its broadcast
 
@@ -92,6 +91,9 @@ def _sum_terms(root: UOp, sums: dict[UOp, tuple[tuple[UOp, ...], int]]) -> tuple
     if (x := stack[-1]) in sums: stack.pop()
     elif x.op is _ADD:
       if missing := [s for s in x.src if s not in sums]: stack += missing
+      elif len(x.src) == 2:
+        (terms_a, const_a), (terms_b, const_b) = sums[x.src[0]], sums[x.src[1]]
+        sums[stack.pop()] = (terms_a + terms_b, const_a + const_b)
       else:
         parts = [sums[s] for s in x.src]
         sums[stack.pop()] = (tuple(t for terms, _ in parts for t in terms), sum(const for _, const in parts))
@@ -104,8 +106,13 @@ def _address(index: UOp, sums: dict[UOp, tuple[tuple[UOp, ...], int]]) -> tuple[
   gate = index.src[2] if len(index.src) == 3 else None
   return (index.src[0], gate, tuple(sorted(terms, key=id)) if len(terms) > 1 else terms), const  # a multiset
 
-def _reads_acc(u: UOp) -> bool:
-  return any(x.op in (Ops.DEFINE_ACC, Ops.ASSIGN) for x in u.toposort())
+def _reads_acc(u: UOp, memo: dict[UOp, bool]) -> bool:
+  """Whether `u`'s value depends on an accumulator; `memo` has the answers for the nodes seen before."""
+  if (hit := memo.get(u)) is None:
+    for x in u.toposort(lambda x: x not in memo):  # sources before users: each one's sources are answered
+      if x not in memo: memo[x] = x.op is _DEFINE_ACC or x.op is _ASSIGN or any(memo[s] for s in x.src)
+    hit = memo[u]
+  return hit
 
 def program_users(uops: list[UOp]) -> dict[UOp, list[UOp]]:
   """Each uop's users in the program, in program order."""
@@ -137,6 +144,7 @@ class _Grower:
     self.groups: list[Lanes] = []
     self.addresses: dict[UOp, tuple[tuple[Any, ...], int]] = {}
     self.sums: dict[UOp, tuple[tuple[UOp, ...], int]] = {}  # _sum_terms
+    self.reads: dict[UOp, bool] = {}  # _reads_acc
 
   def rollback(self, mark: tuple[int, int]) -> None:
     for key in self.log[mark[0]:]: del self.memo[key]
@@ -149,6 +157,8 @@ class _Grower:
   def address(self, index: UOp) -> tuple[tuple[Any, ...], int]:
     if (hit := self.addresses.get(index)) is None: hit = self.addresses[index] = _address(index, self.sums)
     return hit
+
+  def reads_acc(self, u: UOp) -> bool: return _reads_acc(u, self.reads)
 
   def own(self, g: Lanes) -> Lanes:
     for i, u in enumerate(g.uops): self.lane_of[u] = (g, i)
@@ -179,7 +189,7 @@ class _Grower:
     if op is Ops.LOAD and all(u.src[0].op is Ops.INDEX for u in lanes):
       addresses = [self.address(u.src[0]) for u in lanes]
       key, base = addresses[0]
-      if all(k == key and c == base + i for i, (k, c) in enumerate(addresses)) and not _reads_acc(first.src[0]):
+      if all(k == key and c == base + i for i, (k, c) in enumerate(addresses)) and not self.reads_acc(first.src[0]):
         return self.own(Lanes("load", lanes, dt))
     elif op is Ops.DEFINE_ACC:
       return self.own(Lanes("acc", lanes, dt, (self.grow(tuple(u.src[0] for u in lanes)),)))
@@ -215,7 +225,7 @@ class _Grower:
                  and self.users[x] == [u] for x, u in zip(loads, lanes)) \
           or loads[0].src[0].src[0] in self.written:
         return None
-    if loads[0].op is not Ops.LOAD or _reads_acc(loads[0].src[0]) or not all(x.src[0].op is Ops.INDEX for x in loads):
+    if loads[0].op is not _LOAD or self.reads_acc(loads[0].src[0]) or not all(x.src[0].op is _INDEX for x in loads):
       return None
     addresses = [self.address(x.src[0]) for x in loads]
     key, base = addresses[0]
@@ -379,18 +389,33 @@ def _events(by_op: dict[Ops, list[UOp]], users: dict[UOp, list[UOp]], address: A
     evs = events.setdefault(u if u.op is _DEFINE_ACC else u.src[0], [])
     evs.append((u, True, None))
     evs += [(x, False, None) for x in users[u] if not (x.op is _ASSIGN and x.src[0] is u and x.src[1] is not u)]
+  buffers = set()
   for u in [*by_op.get(_LOAD, ()), *by_op.get(_STORE, ())]:
     if u.src[0].op is not _INDEX: return None
     (buf, _, terms), const = address(u.src[0])
     events.setdefault(buf, []).append((u, u.op is _STORE, (terms, const)))
-  out = []
-  for evs in events.values():
+    buffers.add(buf)
+  out: list[_Resource] = []
+  for resource, evs in events.items():
+    if resource not in buffers:  # an accumulator: written, at no address
+      out.append((evs, {}, {}))
+      continue
     if not any(w for _, w, _ in evs): continue
     by_terms: dict[Any, dict[int, list[_Event]]] = {}
     for e in evs:
       if e[2] is not None: by_terms.setdefault(e[2][0], {}).setdefault(e[2][1], []).append(e)
     out.append((evs, by_terms, {terms: [e for es in at.values() for e in es] for terms, at in by_terms.items()}))
   return out
+
+def _same_order(evs: list[_Event], old: dict[UOp, tuple[int, ...]], new: dict[UOp, tuple[int, ...]]) -> bool:
+  """Whether events of one place each are ordered alike before and after (ties included), so that no pair of them
+  can break the program's order: sorted by their places before, their places after rise with them."""
+  keys = []
+  for b, wb, _ in evs:
+    if len(old_b := old[b]) != 1 or len(new_b := new[b]) != 1: return False
+    keys.append((2 * old_b[0] + wb, 2 * new_b[0] + wb))
+  keys.sort()
+  return all((o1 == o2) == (n1 == n2) and n1 <= n2 for (o1, n1), (o2, n2) in zip(keys, keys[1:]))
 
 def _violations(pos: dict[UOp, int], users: dict[UOp, list[UOp]], old: dict[UOp, tuple[int, ...]],
                 new: dict[UOp, tuple[int, ...]], moved: set[UOp], events: list[_Resource], inlined: set[UOp],
@@ -416,7 +441,8 @@ def _violations(pos: dict[UOp, int], users: dict[UOp, list[UOp]], old: dict[UOp,
   # reads and writes of one accumulator, and of one buffer where addresses may meet, keep their order: an event at
   # place p is 2p+1 for a write, 2p for a read (a read and a write at one place read first)
   for evs, by_terms, by_terms_only in events:
-    for a, wa, addr_a in [e for e in evs if e[0] in moved]:
+    if not (moved_evs := [e for e in evs if e[0] in moved]) or _same_order(evs, old, new): continue
+    for a, wa, addr_a in moved_evs:
       if addr_a is None: meets = evs
       else:  # two addresses of the same terms meet only at the same constant offset
         meets = []
@@ -464,10 +490,9 @@ def plan(uops: list[UOp], inlined: set[UOp], vector_bytes: int, users: dict[UOp,
                                     for x in users[u])
     else: unused = users[u][0] in unprinted
     if unused and users[u]: unprinted.add(u)
-  takes: dict[UOp, Lanes | None] = dict.fromkeys(unprinted)
-  takes.update(dict.fromkeys(lane_of))
-  takes.update(emit_at)
-  return VectorPlan(lane_of, emit_at, kept, grower.block, unprinted, takes=takes)
+  silent = unprinted | lane_of.keys()
+  silent -= emit_at.keys()
+  return VectorPlan(lane_of, emit_at, kept, grower.block, unprinted, silent=silent)
 
 # ** printing the groups (ctx: the C renderer's per-render state) **
 

@@ -84,6 +84,7 @@ class _Ctx:
   # each uop's place in the program and its users there, in program order (for `plan_render` too)
   pos: dict[UOp, int] = field(default_factory=dict)
   users: dict[UOp, list[UOp]] = field(default_factory=dict)
+  silent: set[UOp] = field(default_factory=set)  # uops that `plan_render` found print nothing
   def __getitem__(self, u: UOp) -> str:
     """The string of a source: its name, its inlined expression, or a constant's literal."""
     if u in self.names: return self.names[u]
@@ -406,16 +407,20 @@ class CStyleLanguage(Renderer):
       elif op is ASSIGN: reads_acc[u] = frozenset({u.src[0]})
       elif (op is INDEX or (op in _inlinable and len(users[u]) == 1)) and reads_acc:
         # named values are snapshots; an inlined one's string, or an INDEX's, carries its sources' reads
-        carried = [a for s in u.src if (a := reads_acc.get(s)) is not None and (s in inlined or s.op in _by_name)]
-        if carried: reads_acc[u] = carried[0] if len(carried) == 1 else frozenset().union(*carried)
+        carried: frozenset[UOp] | None = None
+        for s in u.src:
+          if (read := reads_acc.get(s)) is not None and (s in inlined or s.op in _by_name):
+            carried = read if carried is None else carried | read
+        if carried is not None: reads_acc[u] = carried
       if op not in _inlinable or len(its_users := users[u]) != 1: continue
       user = its_users[0]
       if user.op in named_operands: continue
       # an INDEX is printed where it is loaded or stored: those are the real places of evaluation
-      ends = [pos[x] for x in users[user]] if user.op is INDEX else [pos[user]]
-      if not ends: continue
-      start, end = pos[u] + 1, max(ends)
-      if loop_marks[max(end, start)] != loop_marks[start]: continue
+      if user.op is not INDEX: end = pos[user]
+      elif readers := users[user]: end = max([pos[x] for x in readers])
+      else: continue
+      start = pos[u] + 1
+      if loop_marks[end if end > start else start] != loop_marks[start]: continue
       if (acc := reads_acc.get(u)) and any(x.op is ASSIGN and x.src[0] in acc for x in uops[start:end]): continue
       inlined.add(u)
     return inlined
@@ -444,7 +449,9 @@ class CStyleLanguage(Renderer):
     if self.has_threads:
       params += [f"{self.arg_int_prefix}{self.render_dtype(dtypes.int32)} {a}" for a in self.thread_args]
     params += list(self.extra_args)
-    for u in uops: self.render_uop(u, ctx)
+    render_uop, silent = self.render_uop, ctx.silent
+    for u in uops:
+      if u not in silent: render_uop(u, ctx)
     if ctx.depth != 1: raise CompileError(f"{type(self).__name__}: kernel {name} has a RANGE without its END")
     return self.render_kernel(name, params, ctx.lines, list(ctx.helpers.values()))
 
