@@ -456,8 +456,9 @@ class CStyleLanguage(Renderer):
     return self.render_kernel(name, params, ctx.lines, list(ctx.helpers.values()))
 
   def plan_render(self, uops: list[UOp], ctx: _Ctx) -> None:
-    """A target's own look at the whole program once inlining is planned, before any uop renders: it may set
-    `ctx.plan` and change `ctx.inlined` (none here)."""
+    """A target's own look at the whole program once inlining is planned, before any uop renders: it may read
+    `ctx.pos` and `ctx.users`, set `ctx.plan` and `ctx.silent` (uops `render_uop` is not called for) and change
+    `ctx.inlined` (none here)."""
 
   def render_kernel(self, name: str, params: list[str], body: list[str], helpers: list[str]) -> str:
     """The whole source: helpers, then the kernel function."""
