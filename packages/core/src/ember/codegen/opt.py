@@ -94,7 +94,7 @@ def _unroll(ast: UOp, rng: UOp, values: list[UOp], pm: PatternMatcher | None = N
   sources (`rewrite_built`), instead of raw copies the caller's rewrite then walks and builds again."""
   moving: dict[UOp, None] = {rng: None}
   for n in ast.toposort():
-    if n is not ast and any(s in moving for s in n.src): moving[n] = None
+    if n is not ast and not moving.keys().isdisjoint(n.src): moving[n] = None
   if pm is not None and uop_rewrite.TRACER is not None: pm = None  # VIZ records the caller's rewrite step by step
   del moving[rng]
   # what the rewrite makes of the nodes that do not move (the same in every lane)
@@ -232,7 +232,8 @@ def pad_range(ast: UOp, rng: UOp, amt: int, clamp: bool = False) -> UOp:
         gate = valid if len(idx.src) == 2 else idx.src[2].substitute({rng: padded}) & valid
         new[idx] = idx.replace(src=(idx.src[0], idx.src[1].substitute({rng: padded}), gate))
     # the stores' indices first (they move with the padded range, gated); every other use of `rng` reads clamped
-    return ast.substitute(new).substitute({rng: at})
+    # one substitution: the new indices hold `padded`, not `rng`, so substituting `at` after them would not change them
+    return ast.substitute({**new, rng: at})
   ast = ast.substitute({rng: padded})
   gated: dict[UOp, UOp] = {}
   for idx in (n for n in ast.toposort() if n.op is Ops.INDEX and n.src[0].op is Ops.PARAM):
@@ -289,12 +290,14 @@ def constants_last(ast: UOp) -> UOp:
   opt time."""
   if uop_rewrite.TRACER is not None: return graph_rewrite(ast, pm_const_last, name="constants last")
   changed: dict[UOp, UOp] = {}
+  changed_nodes = changed.keys()
   for n in ast.toposort():
-    if not changed.keys().isdisjoint(n.src):
+    if not changed_nodes.isdisjoint(n.src):
       node = UOp(n.op, n.dtype, tuple([changed.get(s, s) for s in n.src]), n.arg, n.tag)
-    elif n.op is Ops.ADD and n.src[1].op is Ops.ADD: node = n
-    else: continue
-    if (new := uop_rewrite.rewrite_built(node, pm_const_last)) is not n: changed[n] = new
+      # the rule's root is a sum: anything else rebuilt on changed sources is what the rewrite makes of it
+      changed[n] = uop_rewrite.rewrite_built(node, pm_const_last) if n.op is Ops.ADD else node
+    elif n.op is Ops.ADD and n.src[1].op is Ops.ADD and (new := uop_rewrite.rewrite_built(n, pm_const_last)) is not n:
+      changed[n] = new
   return changed.get(ast, ast)
 
 def apply_opts_list(ast: UOp, opts: list[Opt] | tuple[Opt, ...]) -> UOp:

@@ -604,7 +604,7 @@ def _vmin_vmax(u: UOp) -> tuple[Any, Any]:
   dmin, dmax = dtypes.min(dt), dtypes.max(dt)
   if u.op in GroupOp.Binary and len(u.src) == 2:
     a, b = u.src
-    amin, amax, bmin, bmax = a.vmin, a.vmax, b.vmin, b.vmax
+    (amin, amax), (bmin, bmax) = a._min_max, b._min_max
     if None in (amin, amax, bmin, bmax): return dmin, dmax
     # NaN orders nothing (only a NaN is unequal to itself: index math, all ints, skips the check)
     if (amin != amin or amax != amax or bmin != bmin or bmax != bmax) and \

@@ -37,7 +37,7 @@ def fold_by_range(x: UOp) -> UOp | None:
   if x.op in (Ops.DEFINE_VAR, Ops.BIND, Ops.LOAD, Ops.RANGE, Ops.SPECIAL, Ops.DEFINE_ACC, Ops.ASSIGN, Ops.INDEX,
               Ops.REDUCE, Ops.SHUFFLE_XOR):
     return None
-  lo, hi = x.vmin, x.vmax
+  lo, hi = x._min_max
   if lo is None or lo != hi: return None
   return UOp.const(x.dtype, lo)
 
@@ -69,6 +69,12 @@ def build_sum(dtype: Any, parts: list[tuple[UOp | None, int]]) -> UOp:
 
 def combine_terms(x: UOp) -> UOp | None:
   """Collect like terms of an int sum: `a*2 + b + a*3 + 4 + 1` -> `a*5 + b + 5`."""
+  a, b = x.src
+  if a.op is not Ops.ADD and b.op is not Ops.ADD and (a.op is not Ops.CONST or b.op is Ops.CONST):
+    # two terms (most sums a rewrite meets), the constant if any last: nothing to do unless they are like terms
+    va = a.src[0] if a.op is Ops.MUL and a.src[1].op is Ops.CONST else None if a.op is Ops.CONST else a
+    vb = b.src[0] if b.op is Ops.MUL and b.src[1].op is Ops.CONST else None if b.op is Ops.CONST else b
+    if va is not vb: return None
   terms = split_terms(x)
   if len(terms) < 2: return None
   coeffs: dict[UOp | None, int] = {}
