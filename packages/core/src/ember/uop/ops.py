@@ -236,6 +236,9 @@ class UOp(metaclass=UOpMetaClass):
   # ** construction sugar **
   @staticmethod
   def const(dtype: AnyDType, value: Any) -> UOp:
+    # an int within an int dtype's range is its own constant (what as_const makes of it): index math builds thousands
+    if type(value) is int and (bounds := _INT_BOUNDS.get(dtype)) is not None and bounds[0] <= value <= bounds[1]:
+      return UOp(Ops.CONST, dtype, arg=value)
     return UOp(Ops.CONST, dtype, arg=as_const(value, dtype))
   def const_like(self, value: Any) -> UOp:
     return UOp.const(self.dtype.base if isinstance(self.dtype, PtrDType) else self.dtype, value)
@@ -535,6 +538,8 @@ class UOp(metaclass=UOpMetaClass):
     return pyrender(self)
   def variables(self) -> list[UOp]:
     return sorted({u for u in self.toposort() if u.op is Ops.DEFINE_VAR}, key=lambda v: v.arg)
+
+_INT_BOUNDS: dict[AnyDType, tuple[int, int]] = {dt: (int(dtypes.min(dt)), int(dtypes.max(dt))) for dt in dtypes.ints}
 
 Variable = UOp.variable
 sint = int | UOp  # a shape dimension: an int or a symbolic UOp
