@@ -415,7 +415,11 @@ def _same_order(evs: list[_Event], old: dict[UOp, tuple[int, ...]], new: dict[UO
     if len(old_b := old[b]) != 1 or len(new_b := new[b]) != 1: return False
     keys.append((2 * old_b[0] + wb, 2 * new_b[0] + wb))
   keys.sort()
-  return all((o1 == o2) == (n1 == n2) and n1 <= n2 for (o1, n1), (o2, n2) in zip(keys, keys[1:]))
+  last_old, last_new = keys[0]
+  for o, n in keys:
+    if (o == last_old) != (n == last_new) or n < last_new: return False
+    last_old, last_new = o, n
+  return True
 
 def _violations(pos: dict[UOp, int], users: dict[UOp, list[UOp]], old: dict[UOp, tuple[int, ...]],
                 new: dict[UOp, tuple[int, ...]], moved: set[UOp], events: list[_Resource], inlined: set[UOp],

@@ -361,7 +361,7 @@ class CStyleLanguage(Renderer):
       if dt not in (dtypes.float32, dtypes.float64): return f"(({self.render_dtype(dt)}){lit})"  # half: a cast float
       return f"({lit})" if lit.startswith("-") else lit
     suffix = self.int_suffix.get(dt, "")
-    if dt.kind == "i" and value == dtypes.min(dt) and dt.itemsize >= 4:  # -2147483648 is not a C literal
+    if dt.kind == "i" and dt.itemsize >= 4 and value == dtypes.min(dt):  # -2147483648 is not a C literal
       return f"(-{-value - 1}{suffix}-1)"
     return f"({value}{suffix})" if value < 0 else f"{value}{suffix}"
 
@@ -405,14 +405,14 @@ class CStyleLanguage(Renderer):
     for u in uops:
       if (op := u.op) is DEFINE_ACC: reads_acc[u] = frozenset({u})
       elif op is ASSIGN: reads_acc[u] = frozenset({u.src[0]})
-      elif (op is INDEX or (op in _inlinable and len(users[u]) == 1)) and reads_acc:
-        # named values are snapshots; an inlined one's string, or an INDEX's, carries its sources' reads
+      if op is not INDEX and (op not in _inlinable or len(its_users := users[u]) != 1): continue
+      if reads_acc:  # named values are snapshots; an inlined one's string, or an INDEX's, carries its sources' reads
         carried: frozenset[UOp] | None = None
         for s in u.src:
           if (read := reads_acc.get(s)) is not None and (s in inlined or s.op in _by_name):
             carried = read if carried is None else carried | read
         if carried is not None: reads_acc[u] = carried
-      if op not in _inlinable or len(its_users := users[u]) != 1: continue
+      if op is INDEX: continue
       user = its_users[0]
       if user.op in named_operands: continue
       # an INDEX is printed where it is loaded or stored: those are the real places of evaluation
