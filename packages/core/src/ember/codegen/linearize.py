@@ -134,6 +134,7 @@ def linearize(sink: UOp) -> list[UOp]:
 
   # reductions over the same ranges that do not feed each other share one loop (an unrolled kernel has many)
   open_ranges: set[UOp] = set()
+  identities: dict[tuple[Ops, object], UOp] = {}
   def feeds_from(r: UOp) -> frozenset[UOp]: return reduces_under[r.src[0]]
 
   def emit_reduce(node: UOp) -> None:
@@ -143,11 +144,13 @@ def linearize(sink: UOp) -> list[UOp]:
     group = [r for r in siblings if r not in done and not (feeds_from(r) & sibling_set) - {r}]
     if node not in group: group = [node]
     # hoist everything the loop body needs that only varies with loops already open
-    for m in _toposort_all([red.src[0] for red in group]):
+    for m in toposort_all([red.src[0] for red in group]):
       if m not in done and deps[m] <= open_ranges and m.op is not Ops.RANGE: emit(m)
     accs = []
     for red in group:
-      init = UOp.const(red.dtype, reduce_identity(red.arg, red.dtype))
+      # the identity of each (op, dtype) built once: an unrolled matmul has hundreds of accumulators of one kind
+      if (init := identities.get(key := (red.arg, red.dtype))) is None:
+        init = identities[key] = UOp.const(red.dtype, reduce_identity(red.arg, red.dtype))
       emit(init)
       acc = UOp(Ops.DEFINE_ACC, red.dtype, (done[init],), acc_count[0])
       acc_count[0] += 1
