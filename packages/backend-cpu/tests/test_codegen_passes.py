@@ -33,7 +33,8 @@ def test_group_walk_and_range_deps_on_an_unrolled_matmul():
   all the bodies, in the order of each body's toposort less what an earlier body listed, and range_deps gives the same
   sets with the toposort given or not."""
   from ember.codegen import simplify_kernel
-  from ember.codegen.linearize import _toposort_all, range_deps
+  from ember.codegen.linearize import range_deps
+  from ember.uop.ops import toposort_all  # the walk linearize lists a group's bodies with
   from ember.codegen.opt import apply_opts_list, hand_coded_opts
   a, b = Tensor(np.ones((16, 32), np.float32)), Tensor(np.ones((32, 64), np.float32))
   renderer = Device["CPU"].renderer
@@ -45,7 +46,7 @@ def test_group_walk_and_range_deps_on_an_unrolled_matmul():
   for root in roots:
     for n in root.toposort():
       if n not in listed: listed[n] = None
-  assert _toposort_all(roots) == list(listed)
+  assert list(toposort_all(roots)) == list(listed)
   want: dict[UOp, frozenset[UOp]] = {}  # the ranges under each node, less those a reduction on the way closes
   for n in sink.toposort():
     d = set().union(*(want[s] for s in n.src)) | ({n} if n.op is Ops.RANGE else set())

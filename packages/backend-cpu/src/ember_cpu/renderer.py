@@ -250,9 +250,8 @@ class ClangRenderer(CStyleLanguage):
       ctx.silent = plan.silent
   def render_uop(self, u: UOp, ctx: Any) -> None:
     plan = ctx.plan
-    if plan is None or (group := plan.emit_at.get(u)) is None:
-      if plan is None or u not in plan.silent: super().render_uop(u, ctx)
-      return
+    # (the uops the plan prints nothing for, ctx.silent, never get here: CStyleLanguage.render skips them)
+    if plan is None or (group := plan.emit_at.get(u)) is None: return super().render_uop(u, ctx)
     vectorize.emit_group(ctx, plan, group, plan.block[u])
     if group.kind == "load" and (ahead := _row_prefetch(ctx, group)) is not None: ctx.emit(ahead)
   def render_kernel(self, name: str, params: list[str], body: list[str], helpers: list[str]) -> str:

@@ -47,8 +47,6 @@ def range_deps(sink: UOp, topo: Iterable[UOp] | None = None) -> dict[UOp, frozen
     deps[n] = d
   return deps
 
-def _toposort_all(roots: list[UOp]) -> list[UOp]: return list(toposort_all(roots))
-
 def linearize(sink: UOp) -> list[UOp]:
   if sink.op is not Ops.SINK: raise CompileError(f"linearize needs a SINK, got {sink.op}")
   topo = sink.toposort()
@@ -67,18 +65,7 @@ def linearize(sink: UOp) -> list[UOp]:
   outer_types = (AxisType.GLOBAL, AxisType.THREAD, AxisType.LOOP)
   for n in topo:
     src, op = n.src, n.op
-    if len(src) == 2:
-      a, b = deps[src[0]], deps[src[1]]
-      if a is b or not b: d = a
-      elif not a: d = b
-      else: d = a | b
-      a, b = reduces_under[src[0]], reduces_under[src[1]]
-      if a is b or not b: under = a
-      elif not a: under = b
-      else: under = a | b
-    elif len(src) == 1: d, under = deps[src[0]], reduces_under[src[0]]
-    elif not src: d = under = _NONE
-    else: d, under = _sources_union(src, deps), _sources_union(src, reduces_under)
+    d, under = (_sources_union(src, deps), _sources_union(src, reduces_under)) if src else (_NONE, _NONE)
     if op is Ops.RANGE:
       d = d | {n}
       if n.arg[1] in outer_types: outer_ranges.append(n)
@@ -111,9 +98,6 @@ def linearize(sink: UOp) -> list[UOp]:
       if node.op is Ops.REDUCE:
         emit_reduce(node)
         continue
-      if node.op is Ops.AFTER and ready:  # its value, once the statements it names are emitted (codegen/rowreuse.py)
-        done[node] = done[node.src[0]]
-        continue
       if not ready:
         # its sources first; one already emitted each (most nodes of a loop's body) is emitted now, as it would be
         # when popped next
@@ -123,9 +107,9 @@ def linearize(sink: UOp) -> list[UOp]:
         if len(stack) != top:
           stack.insert(top, (node, True))
           continue
-        if node.op is Ops.AFTER:
-          done[node] = done[node.src[0]]
-          continue
+      if node.op is Ops.AFTER:  # its value, once the statements it names are emitted (codegen/rowreuse.py)
+        done[node] = done[node.src[0]]
+        continue
       new_src = tuple([done[s] for s in node.src])
       new = node if new_src == node.src else UOp(node.op, node.dtype, new_src, node.arg, node.tag)
       done[node] = new

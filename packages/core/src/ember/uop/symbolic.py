@@ -72,16 +72,13 @@ def combine_terms(x: UOp) -> UOp | None:
   a, b = x.src
   if a.op is not Ops.ADD and b.op is not Ops.ADD and (a.op is not Ops.CONST or b.op is Ops.CONST):
     # two terms (most sums a rewrite meets), the constant if any last: nothing to do unless they are like terms
-    va = a.src[0] if a.op is Ops.MUL and a.src[1].op is Ops.CONST else None if a.op is Ops.CONST else a
-    vb = b.src[0] if b.op is Ops.MUL and b.src[1].op is Ops.CONST else None if b.op is Ops.CONST else b
-    if va is not vb: return None
+    if term_factor(a)[0] is not term_factor(b)[0]: return None
   terms = split_terms(x)
   if len(terms) < 2: return None
   coeffs: dict[UOp | None, int] = {}
-  for t in terms:  # term_factor, inlined: tried on every int sum a rewrite walks
-    if t.op is Ops.CONST: coeffs[None] = coeffs.get(None, 0) + t.arg
-    elif t.op is Ops.MUL and t.src[1].op is Ops.CONST: coeffs[t.src[0]] = coeffs.get(t.src[0], 0) + t.src[1].arg
-    else: coeffs[t] = coeffs.get(t, 0) + 1
+  for t in terms:
+    v, c = term_factor(t)
+    coeffs[v] = coeffs.get(v, 0) + c
   if len(coeffs) == len(terms) and (None not in coeffs or terms[-1].op is Ops.CONST): return None
   return build_sum(x.dtype, [(v, c) for v, c in coeffs.items()])
 
